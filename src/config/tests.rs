@@ -1,0 +1,125 @@
+use super::*;
+
+fn parse(text: &str) -> Result<Config, ConfigError> {
+    File::parse(text, "test.toml")?.validate()
+}
+
+fn error(text: &str) -> String {
+    match parse(text) {
+        Ok(_) => panic!("expected an error for {text:?}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn the_shipped_example_is_complete_and_valid() {
+    let text = include_str!("../../config/tokenclock.toml");
+    let file = File::parse(text, "tokenclock.toml").expect("example parses");
+    let config = file.clone().validate().expect("example validates");
+    assert_eq!(config.upstream.url(), "http://127.0.0.1:8000");
+    // Every key the example sets equals the built-in default, so the
+    // example documents the defaults; `upstream` is the only required key.
+    let mut defaults = File::default();
+    defaults.upstream = file.upstream.clone();
+    assert_eq!(file.to_toml(), defaults.to_toml());
+    // Every key of the config appears in the example.
+    let rendered = toml::to_string(&File::default()).unwrap_or_default();
+    for line in rendered.lines() {
+        let key = line.split('=').next().unwrap_or_default().trim();
+        assert!(
+            text.contains(&format!("\n{key} = ")),
+            "example lacks `{key}`"
+        );
+    }
+}
+
+#[test]
+fn defaults_are_the_documented_ones() {
+    let c = parse("upstream = \"http://127.0.0.1:8000\"").expect("valid");
+    assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
+    assert_eq!(c.metrics_listen.to_string(), "127.0.0.1:9464");
+    assert_eq!(c.timeouts.connect, Duration::from_secs(5));
+    assert_eq!(c.timeouts.response_header, Duration::from_secs(300));
+    assert_eq!(c.timeouts.idle, Duration::from_secs(300));
+    assert_eq!(c.timeouts.header_read, Duration::from_secs(30));
+    assert_eq!(c.pool.idle_timeout, Duration::from_secs(4));
+    assert_eq!(c.shutdown_grace, Duration::from_secs(30));
+    assert!(c.worker_threads >= 1);
+    assert!(!c.preserve_host);
+}
+
+#[test]
+fn unknown_key_is_named() {
+    let e = error("upstream = \"http://a:1\"\nconect_timeout = \"1s\"\n");
+    assert!(e.contains("conect_timeout"), "{e}");
+    assert!(!e.contains('\n'), "one line: {e}");
+}
+
+#[test]
+fn bad_duration_is_named() {
+    let e = error("upstream = \"http://a:1\"\nidle_timeout = \"5 parsecs\"\n");
+    assert!(e.starts_with("idle_timeout: invalid duration"), "{e}");
+    let e = error("upstream = \"http://a:1\"\nconnect_timeout = \"0s\"\n");
+    assert!(
+        e.starts_with("connect_timeout: must be greater than zero"),
+        "{e}"
+    );
+}
+
+#[test]
+fn bad_upstream_is_named() {
+    for bad in [
+        "ftp://a:1",
+        "127.0.0.1:8000",
+        "http://a:1/v1",
+        "http://u:p@a:1",
+        "http://",
+    ] {
+        let e = error(&format!("upstream = \"{bad}\""));
+        assert!(e.starts_with("upstream: "), "{bad}: {e}");
+    }
+    assert!(error("listen = \"127.0.0.1:1\"").starts_with("upstream: required"));
+}
+
+#[test]
+fn bad_address_and_syntax_are_reported_on_one_line() {
+    let e = error("upstream = \"http://a:1\"\nlisten = \"localhost\"\n");
+    assert!(e.starts_with("listen: "), "{e}");
+    let e = error("upstream = \"http://a:1\"\nlisten = \n");
+    assert!(e.starts_with("test.toml:2:"), "{e}");
+    assert!(!e.contains('\n'), "{e}");
+}
+
+#[test]
+fn overrides_win_and_name_their_origin() {
+    let mut file =
+        File::parse("upstream = \"http://a:1\"\nlisten = \"127.0.0.1:1\"", "t").expect("ok");
+    let overrides = Overrides {
+        listen: Some(Override {
+            value: "127.0.0.1:2".into(),
+            origin: Origin::Flag("--listen"),
+        }),
+        upstream: Some(Override {
+            value: "https://api.example.com".into(),
+            origin: Origin::Env("TOKENCLOCK_UPSTREAM"),
+        }),
+        ..Overrides::default()
+    };
+    file.apply(&overrides).expect("valid overrides");
+    let config = file.validate().expect("valid");
+    assert_eq!(config.listen.to_string(), "127.0.0.1:2");
+    assert_eq!(config.upstream.port(), 443);
+
+    let mut file = File::default();
+    let bad = Overrides {
+        metrics_listen: Some(Override {
+            value: "nope".into(),
+            origin: Origin::Env("TOKENCLOCK_METRICS_LISTEN"),
+        }),
+        ..Overrides::default()
+    };
+    let e = file.apply(&bad).map(|_| ()).map_err(|e| e.to_string());
+    let e = e.err().unwrap_or_default();
+    assert!(e.starts_with("metrics_listen: "), "{e}");
+    assert!(e.ends_with("(from TOKENCLOCK_METRICS_LISTEN)"), "{e}");
+}

@@ -1,0 +1,143 @@
+//! The `tokenclock` command: parses the command line and calls the library.
+
+use std::{path::PathBuf, process::ExitCode};
+
+use clap::{
+    parser::ValueSource, ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand,
+};
+use tokenclock::config::{self, Origin, Override, Overrides};
+
+/// A transparent timing proxy for LLM model servers.
+#[derive(Parser)]
+#[command(name = "tokenclock", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the proxy in front of a model server.
+    Serve(Settings),
+    /// Validate a config file and print the effective settings.
+    CheckConfig {
+        /// The TOML config file to check.
+        file: PathBuf,
+        #[command(flatten)]
+        settings: Settings,
+    },
+}
+
+#[derive(Args)]
+struct Settings {
+    /// Address clients connect to [default: 127.0.0.1:8080]
+    #[arg(long, value_name = "ADDR", env = "TOKENCLOCK_LISTEN")]
+    listen: Option<String>,
+    /// Model server URL, e.g. http://127.0.0.1:8000 (required unless in the config file)
+    #[arg(long, value_name = "URL", env = "TOKENCLOCK_UPSTREAM")]
+    upstream: Option<String>,
+    /// Address of /metrics, /healthz and /readyz [default: 127.0.0.1:9464]
+    #[arg(long, value_name = "ADDR", env = "TOKENCLOCK_METRICS_LISTEN")]
+    metrics_listen: Option<String>,
+    /// TOML config file (see config/tokenclock.toml)
+    #[arg(long, value_name = "FILE", env = "TOKENCLOCK_CONFIG")]
+    config: Option<PathBuf>,
+    /// Log line format: text or json [default: text]
+    #[arg(long, value_name = "FORMAT", env = "TOKENCLOCK_LOG_FORMAT")]
+    log_format: Option<String>,
+    /// Runtime worker threads; 0 = one per core [default: 0]
+    #[arg(long, value_name = "N", env = "TOKENCLOCK_WORKER_THREADS")]
+    worker_threads: Option<String>,
+}
+
+fn main() -> ExitCode {
+    let matches = Cli::command().get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    match cli.command {
+        Command::Serve(settings) => {
+            let matches = subcommand(&matches, "serve");
+            let file = settings.config.clone();
+            match load(file.as_deref(), &settings, matches) {
+                Ok((_, config)) => serve(config),
+                Err(code) => code,
+            }
+        }
+        Command::CheckConfig { file, settings } => {
+            let matches = subcommand(&matches, "check-config");
+            match load(Some(&file), &settings, matches) {
+                Ok((effective, _)) => {
+                    print!("{}", effective.to_toml());
+                    ExitCode::SUCCESS
+                }
+                Err(code) => code,
+            }
+        }
+    }
+}
+
+fn serve(config: tokenclock::Config) -> ExitCode {
+    tokenclock::logging::init(config.log_format, &config.log_filter);
+    match tokenclock::run(config) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.is_config() => fail(2, &format!("config error: {e}")),
+        Err(e) => fail(1, &e.to_string()),
+    }
+}
+
+fn load(
+    file: Option<&std::path::Path>,
+    settings: &Settings,
+    matches: &ArgMatches,
+) -> Result<(config::File, tokenclock::Config), ExitCode> {
+    config::load(file, &overrides(settings, matches))
+        .map_err(|e| fail(2, &format!("config error: {e}")))
+}
+
+fn overrides(settings: &Settings, matches: &ArgMatches) -> Overrides {
+    let pick = |id: &str, flag: &'static str, env: &'static str, value: &Option<String>| {
+        let origin = match matches.value_source(id) {
+            Some(ValueSource::EnvVariable) => Origin::Env(env),
+            _ => Origin::Flag(flag),
+        };
+        value.clone().map(|value| Override { value, origin })
+    };
+    Overrides {
+        listen: pick("listen", "--listen", "TOKENCLOCK_LISTEN", &settings.listen),
+        upstream: pick(
+            "upstream",
+            "--upstream",
+            "TOKENCLOCK_UPSTREAM",
+            &settings.upstream,
+        ),
+        metrics_listen: pick(
+            "metrics_listen",
+            "--metrics-listen",
+            "TOKENCLOCK_METRICS_LISTEN",
+            &settings.metrics_listen,
+        ),
+        log_format: pick(
+            "log_format",
+            "--log-format",
+            "TOKENCLOCK_LOG_FORMAT",
+            &settings.log_format,
+        ),
+        worker_threads: pick(
+            "worker_threads",
+            "--worker-threads",
+            "TOKENCLOCK_WORKER_THREADS",
+            &settings.worker_threads,
+        ),
+    }
+}
+
+fn subcommand<'a>(matches: &'a ArgMatches, name: &str) -> &'a ArgMatches {
+    matches.subcommand_matches(name).unwrap_or(matches)
+}
+
+fn fail(code: u8, message: &str) -> ExitCode {
+    eprintln!("tokenclock: {message}");
+    ExitCode::from(code)
+}

@@ -1,0 +1,185 @@
+//! The forwarding proxy: one tower [`Service`] that sends each request to
+//! the upstream and streams the response back, frame by frame.
+//!
+//! Request and response bodies are forwarded as they arrive, never
+//! collected; each is wrapped in an [`ObservedBody`], the seam where
+//! measurement sees the bytes pass.
+
+mod body;
+mod client;
+mod error;
+mod headers;
+
+use std::{
+    convert::Infallible,
+    future::Future,
+    pin::Pin,
+    sync::Arc,
+    task::{Context, Poll},
+};
+
+use http::{header, uri::PathAndQuery, HeaderValue, Request, Response, Uri, Version};
+use hyper::body::Incoming;
+use tokio::time::Instant;
+use tower::Service;
+
+use self::client::{UpstreamBody, UpstreamClient};
+pub use self::{
+    body::{BodyError, ResponseBody},
+    error::ProxyError,
+};
+use crate::{
+    config::{Config, Upstream, UpstreamProtocol},
+    exchange::Exchange,
+    health::Health,
+    observe::ObservedBody,
+};
+
+/// The body of every response the proxy sends.
+pub type ProxyBody = ObservedBody<ResponseBody, Exchange>;
+
+/// The proxy service; cheap to clone, one per connection.
+#[derive(Clone)]
+pub struct Proxy {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: UpstreamClient,
+    upstream: Upstream,
+    upstream_host: HeaderValue,
+    preserve_host: bool,
+    timeouts: crate::config::Timeouts,
+    health: Health,
+}
+
+// === impl Proxy ===
+
+impl Proxy {
+    /// Builds the proxy and its upstream connection pool.
+    pub fn new(config: &Config, health: Health) -> Self {
+        let upstream_host = HeaderValue::from_str(config.upstream.authority.as_str())
+            .unwrap_or_else(|_| HeaderValue::from_static("localhost"));
+        Self {
+            inner: Arc::new(Inner {
+                client: client::build(config),
+                upstream: config.upstream.clone(),
+                upstream_host,
+                preserve_host: config.preserve_host,
+                timeouts: config.timeouts,
+                health,
+            }),
+        }
+    }
+}
+
+impl Service<Request<Incoming>> for Proxy {
+    type Response = Response<ProxyBody>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<ProxyBody>, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<Incoming>) -> Self::Future {
+        let inner = self.inner.clone();
+        Box::pin(async move { Ok(inner.forward(request).await) })
+    }
+}
+
+// === impl Inner ===
+
+impl Inner {
+    async fn forward(&self, request: Request<Incoming>) -> Response<ProxyBody> {
+        let mut exchange = Exchange::start(Instant::now(), &request);
+        let upstream_request = match self.rewrite(request, &exchange) {
+            Ok(r) => r,
+            Err(e) => return local_response(e, exchange),
+        };
+        let sent = self.client.request(upstream_request);
+        let response = match tokio::time::timeout(self.timeouts.response_header, sent).await {
+            Ok(Ok(response)) => response,
+            Ok(Err(e)) => {
+                let e = ProxyError::from_client(&e, self.timeouts.connect);
+                return local_response(e, exchange);
+            }
+            Err(_) => {
+                let e = ProxyError::HeaderTimeout(self.timeouts.response_header);
+                return local_response(e, exchange);
+            }
+        };
+        self.health.upstream_answered();
+        let (mut parts, body) = response.into_parts();
+        // The client's connection has its own version; hyper frames for it.
+        parts.version = Version::default();
+        headers::strip_hop_by_hop(&mut parts.headers);
+        exchange.set_status(parts.status);
+        let body = ResponseBody::upstream(body, self.timeouts.idle);
+        Response::from_parts(parts, ObservedBody::new(body, exchange))
+    }
+
+    /// The client's request, addressed to the upstream.
+    fn rewrite(
+        &self,
+        request: Request<Incoming>,
+        exchange: &Exchange,
+    ) -> Result<Request<UpstreamBody>, ProxyError> {
+        let (mut parts, body) = request.into_parts();
+        let client_host = parts
+            .headers
+            .get(header::HOST)
+            .cloned()
+            .or_else(|| authority_header(&parts.uri));
+        let path = parts
+            .uri
+            .path_and_query()
+            .cloned()
+            .unwrap_or_else(|| PathAndQuery::from_static("/"));
+        parts.uri = Uri::builder()
+            .scheme(self.upstream.scheme.clone())
+            .authority(self.upstream.authority.clone())
+            .path_and_query(path)
+            .build()
+            .map_err(|e| ProxyError::BadRequest(e.to_string()))?;
+        parts.version = match self.upstream.protocol {
+            UpstreamProtocol::Http1 => Version::HTTP_11,
+            UpstreamProtocol::Http2 => Version::HTTP_2,
+        };
+        headers::strip_request(&mut parts.headers);
+        match (self.preserve_host, client_host, self.upstream.protocol) {
+            (true, Some(host), _) => {
+                parts.headers.insert(header::HOST, host);
+            }
+            // HTTP/2 carries the upstream authority in `:authority`, from the URI.
+            (_, _, UpstreamProtocol::Http2) => {
+                parts.headers.remove(header::HOST);
+            }
+            (_, _, UpstreamProtocol::Http1) => {
+                parts
+                    .headers
+                    .insert(header::HOST, self.upstream_host.clone());
+            }
+        }
+        Ok(Request::from_parts(
+            parts,
+            ObservedBody::new(body, exchange.upload()),
+        ))
+    }
+}
+
+fn authority_header(uri: &Uri) -> Option<HeaderValue> {
+    uri.authority()
+        .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+}
+
+/// The one place a [`ProxyError`] becomes the client's response.
+fn local_response(error: ProxyError, mut exchange: Exchange) -> Response<ProxyBody> {
+    tracing::debug!(error = %error, "Forwarding failed.");
+    exchange.set_local_failure(error.status(), error.is_timeout());
+    let (parts, body) = error.to_response().into_parts();
+    Response::from_parts(
+        parts,
+        ObservedBody::new(ResponseBody::local(body), exchange),
+    )
+}
