@@ -83,6 +83,7 @@ impl Bound {
         } = self;
         let health = Health::new();
         let metrics = Metrics::new()?;
+        let admin_addr = admin.local_addr();
         let mut background = JoinSet::new();
         background.spawn(
             health
@@ -106,8 +107,11 @@ impl Bound {
 
         let service = TowerToHyperService::new(Proxy::new(&config, health.clone()));
         let graceful = GracefulShutdown::new();
+        let listen = proxy.local_addr().map_or(config.listen, |a| a);
+        let metrics_listen = admin_addr.map_or(config.metrics_listen, |a| a);
         tracing::info!(
-            listen = %config.listen,
+            %listen,
+            %metrics_listen,
             upstream = %config.upstream.url(),
             "Proxy listening."
         );
