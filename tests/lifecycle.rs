@@ -144,7 +144,9 @@ async fn sigterm_when_idle_exits_0_at_once() {
 fn check_config(text: &str) -> (Option<i32>, String, String) {
     let dir = std::env::temp_dir().join(format!("tokenclock-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
-    let path = dir.join(format!("c{}.toml", text.len()));
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = dir.join(format!("c{n}.toml"));
     std::fs::write(&path, text).expect("write config");
     let out = Command::new(BIN)
         .arg("check-config")

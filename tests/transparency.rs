@@ -319,7 +319,7 @@ async fn host_is_the_upstreams_unless_preserved() {
     );
 
     // h2c clients send `:authority`, not Host: it is preserved as the Host.
-    let request = Request::get(format!("http://client.example:9/x"))
+    let request = Request::get("http://client.example:9/x")
         .body(Full::new(Bytes::new()))
         .expect("request");
     send_h2(proxy.addr, request).await.expect("response");

@@ -19,8 +19,10 @@ fn the_shipped_example_is_complete_and_valid() {
     assert_eq!(config.upstream.url(), "http://127.0.0.1:8000");
     // Every key the example sets equals the built-in default, so the
     // example documents the defaults; `upstream` is the only required key.
-    let mut defaults = File::default();
-    defaults.upstream = file.upstream.clone();
+    let defaults = File {
+        upstream: file.upstream.clone(),
+        ..File::default()
+    };
     assert_eq!(file.to_toml(), defaults.to_toml());
     // Every key of the config appears in the example.
     let rendered = toml::to_string(&File::default()).unwrap_or_default();
