@@ -8,7 +8,13 @@
 mod duration;
 mod upstream;
 
-use std::{fmt, net::SocketAddr, path::Path, str::FromStr, time::Duration};
+use std::{
+    fmt,
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    str::FromStr,
+    time::Duration,
+};
 
 use serde::{Deserialize, Serialize};
 
@@ -184,6 +190,8 @@ pub struct File {
     upstream: Option<String>,
     metrics_listen: SocketAddr,
     upstream_protocol: UpstreamProtocol,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    upstream_ca_file: Option<PathBuf>,
     preserve_host: bool,
     #[serde(with = "duration")]
     connect_timeout: Duration,
@@ -210,6 +218,7 @@ impl Default for File {
             upstream: None,
             metrics_listen: SocketAddr::from(([127, 0, 0, 1], 9464)),
             upstream_protocol: UpstreamProtocol::Http1,
+            upstream_ca_file: None,
             preserve_host: false,
             connect_timeout: Duration::from_secs(5),
             response_header_timeout: Duration::from_secs(300),
@@ -293,9 +302,14 @@ impl File {
                 "required (--upstream, TOKENCLOCK_UPSTREAM or `upstream = \"http://host:port\"`)",
             )
         })?;
-        let upstream = Upstream::parse(upstream_text)
+        let mut upstream = Upstream::parse(upstream_text)
             .map_err(|m| ConfigError::invalid("upstream", m))?
             .with_protocol(self.upstream_protocol);
+        if let Some(path) = &self.upstream_ca_file {
+            upstream = upstream
+                .with_ca_file(path)
+                .map_err(|m| ConfigError::invalid("upstream_ca_file", m))?;
+        }
         if self.listen == self.metrics_listen && self.listen.port() != 0 {
             return Err(ConfigError::invalid(
                 "metrics_listen",

@@ -46,35 +46,31 @@ pub fn run(config: Config) -> Result<(), StartError> {
         .build()
         .map_err(StartError::Runtime)?;
     runtime.block_on(async move {
+        // Handlers first: a signal that arrives once we listen must drain us,
+        // not kill us with the default action.
+        let shutdown = termination();
         let bound = Bound::bind(config).await?;
-        bound.run(termination()).await
+        bound.run(shutdown).await
     })
 }
 
-/// Resolves on the first SIGTERM or SIGINT.
-pub async fn termination() {
-    let ctrl_c = async {
-        if let Err(e) = tokio::signal::ctrl_c().await {
-            tracing::warn!(error = %e, "Cannot listen for SIGINT.");
-            std::future::pending::<()>().await;
-        }
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
+/// Installs SIGTERM and SIGINT handlers now; the future resolves on the
+/// first of them. Must be called within a Tokio runtime.
+pub fn termination() -> impl std::future::Future<Output = ()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let term = signal(SignalKind::terminate());
+    let int = signal(SignalKind::interrupt());
+    async move {
+        let (mut term, mut int) = match (term, int) {
+            (Ok(term), Ok(int)) => (term, int),
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::error!(error = %e, "Cannot install signal handlers; stop with SIGKILL.");
+                return std::future::pending().await;
             }
-            Err(e) => {
-                tracing::warn!(error = %e, "Cannot listen for SIGTERM.");
-                std::future::pending::<()>().await;
-            }
+        };
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM received."),
+            _ = int.recv() => tracing::info!("SIGINT received."),
         }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => tracing::info!("SIGINT received."),
-        () = term => tracing::info!("SIGTERM received."),
     }
 }

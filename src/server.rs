@@ -30,6 +30,9 @@ pub enum StartError {
     /// The metrics registry refused a family (a bug).
     #[error("cannot register metrics: {0}")]
     Metrics(#[from] prometheus::Error),
+    /// TLS for the upstream could not be set up.
+    #[error("cannot set up TLS for the upstream: {0}")]
+    Tls(#[from] rustls::Error),
     /// The runtime could not start.
     #[error("cannot start the runtime: {0}")]
     Runtime(io::Error),
@@ -105,7 +108,7 @@ impl Bound {
             .await;
         });
 
-        let service = TowerToHyperService::new(Proxy::new(&config, health.clone()));
+        let service = TowerToHyperService::new(Proxy::new(&config, health.clone())?);
         let graceful = GracefulShutdown::new();
         let listen = proxy.local_addr().map_or(config.listen, |a| a);
         let metrics_listen = admin_addr.map_or(config.metrics_listen, |a| a);

@@ -13,7 +13,10 @@ use common::{
 };
 use http::Request;
 use http_body_util::{BodyExt, Full};
-use tokio::time::Instant;
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    time::Instant,
+};
 
 fn get(path: &str) -> Request<Full<Bytes>> {
     Request::get(path)
@@ -216,4 +219,47 @@ async fn idle_timeout_is_per_gap_not_per_stream() {
     tokio::time::sleep(Duration::from_millis(600)).await;
     let body = collect(response).await.expect("complete stream").body();
     assert_eq!(body.len(), 5 * 64 * 1024);
+}
+
+#[tokio::test]
+async fn client_leaving_before_the_response_head_cancels_the_upstream_request() {
+    // A request still queued or in prefill at the model server.
+    let mut upstream = Scripted::start(vec![Step::Pause(Duration::from_secs(30))]).await;
+    let proxy = common::proxy(upstream.addr, "").await;
+    let mut client = tokio::net::TcpStream::connect(proxy.addr)
+        .await
+        .expect("connect");
+    client
+        .write_all(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n{}")
+        .await
+        .expect("request");
+    upstream.next_request().await;
+    let left = Instant::now();
+    drop(client);
+    match upstream.next_event(Duration::from_secs(5)).await {
+        Some(Event::PeerClosed(at)) => {
+            let after = at.saturating_duration_since(left);
+            assert!(
+                after < Duration::from_secs(1),
+                "upstream saw the cancel after {after:?}"
+            );
+        }
+        _ => panic!("the upstream never saw the request cancelled"),
+    }
+}
+
+#[tokio::test]
+async fn a_client_that_never_finishes_its_head_is_disconnected() {
+    let upstream = Scripted::start(vec![]).await;
+    let proxy = common::proxy(upstream.addr, "header_read_timeout = \"300ms\"").await;
+    let mut client = tokio::net::TcpStream::connect(proxy.addr)
+        .await
+        .expect("connect");
+    client
+        .write_all(b"GET / HTTP/1.1\r\nhost: x\r\n")
+        .await
+        .expect("partial head");
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), client.read_to_end(&mut rest)).await;
+    assert!(read.is_ok(), "the proxy kept a slowloris connection open");
 }

@@ -2,64 +2,16 @@
 
 mod common;
 
-use std::{
-    io::{BufRead, BufReader},
-    net::SocketAddr,
-    process::{Child, Command, Stdio},
-    time::Duration,
-};
+use std::{process::Command, time::Duration};
 
 use bytes::Bytes;
 use common::{
     client::send,
+    process::{self, BIN},
     upstream::{bytes, chunk, head, Scripted, Step},
 };
 use http::Request;
 use http_body_util::{BodyExt, Full};
-
-const BIN: &str = env!("CARGO_BIN_EXE_tokenclock");
-
-/// Starts `tokenclock serve` and reads the bound address from its log.
-fn spawn_serve(upstream: SocketAddr) -> (Child, SocketAddr) {
-    let mut child = Command::new(BIN)
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-listen",
-            "127.0.0.1:0",
-        ])
-        .arg("--upstream")
-        .arg(format!("http://{upstream}"))
-        .env("RUST_LOG", "info")
-        .env_remove("TOKENCLOCK_CONFIG")
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn tokenclock");
-    let stderr = child.stderr.take().expect("stderr");
-    let mut lines = BufReader::new(stderr).lines();
-    let addr = loop {
-        let line = lines
-            .next()
-            .expect("tokenclock exited early")
-            .expect("log line");
-        if let Some(rest) = line.split(" listen=").nth(1) {
-            let addr = rest.split_whitespace().next().unwrap_or_default();
-            break addr.parse().expect("listen address in the log");
-        }
-    };
-    // Keep draining the log so the child never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    (child, addr)
-}
-
-fn sigterm(child: &Child) {
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(status.success());
-}
 
 #[tokio::test]
 async fn sigterm_lets_the_stream_finish_then_exits_0() {
@@ -80,7 +32,8 @@ async fn sigterm_lets_the_stream_finish_then_exits_0() {
     }
     script.push(Step::Write(bytes("0\r\n\r\n")));
     let upstream = Scripted::start(script).await;
-    let (mut child, addr) = spawn_serve(upstream.addr);
+    let served = process::serve(upstream.addr, &[], &[]);
+    let addr = served.addr;
 
     let request = Request::get("/v1/chat/completions")
         .body(Full::new(Bytes::new()))
@@ -94,7 +47,7 @@ async fn sigterm_lets_the_stream_finish_then_exits_0() {
         .expect("data")
         .into_data()
         .expect("data");
-    sigterm(&child);
+    served.sigterm();
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(
         tokio::net::TcpStream::connect(addr).await.is_err(),
@@ -110,19 +63,16 @@ async fn sigterm_lets_the_stream_finish_then_exits_0() {
         .flat_map(|i| format!("data: {{\"i\":{i}}}\n\n").into_bytes())
         .collect();
     assert_eq!(got, want);
-    let status = tokio::task::spawn_blocking(move || child.wait())
-        .await
-        .expect("join")
-        .expect("wait");
+    let (status, _) = served.wait().await;
     assert_eq!(status.code(), Some(0));
 }
 
 #[tokio::test]
 async fn sigterm_when_idle_exits_0_at_once() {
     let upstream = Scripted::start(vec![]).await;
-    let (mut child, addr) = spawn_serve(upstream.addr);
+    let served = process::serve(upstream.addr, &[], &[]);
     let response = send(
-        addr,
+        served.addr,
         Request::get("/")
             .body(Full::new(Bytes::new()))
             .expect("request"),
@@ -133,11 +83,8 @@ async fn sigterm_when_idle_exits_0_at_once() {
         response.map(|r| r.status()).ok(),
         Some(http::StatusCode::BAD_GATEWAY)
     );
-    sigterm(&child);
-    let status = tokio::task::spawn_blocking(move || child.wait())
-        .await
-        .expect("join")
-        .expect("wait");
+    served.sigterm();
+    let (status, _) = served.wait().await;
     assert_eq!(status.code(), Some(0));
 }
 

@@ -1,6 +1,12 @@
 //! The upstream model server: its URL, checked once, and the protocol spoken to it.
 
+use std::{path::Path, sync::Arc};
+
 use http::uri::{Authority, Scheme, Uri};
+use rustls::{
+    pki_types::{pem::PemObject, CertificateDer},
+    RootCertStore,
+};
 use serde::{Deserialize, Serialize};
 
 /// The protocol spoken to the upstream.
@@ -23,6 +29,9 @@ pub struct Upstream {
     pub authority: Authority,
     /// The protocol spoken to it.
     pub protocol: UpstreamProtocol,
+    /// Certificates trusted for `https://` upstreams: the Mozilla (webpki)
+    /// roots plus any from `upstream_ca_file`.
+    pub roots: Arc<RootCertStore>,
 }
 
 impl Upstream {
@@ -64,12 +73,36 @@ impl Upstream {
             scheme,
             authority,
             protocol: UpstreamProtocol::Http1,
+            roots: Arc::new(webpki_roots()),
         })
     }
 
     /// The same upstream spoken to with `protocol`.
     pub fn with_protocol(self, protocol: UpstreamProtocol) -> Self {
         Self { protocol, ..self }
+    }
+
+    /// The same upstream, also trusting every certificate in the PEM file
+    /// at `path` (a private CA for an internal model server).
+    pub fn with_ca_file(self, path: &Path) -> Result<Self, String> {
+        let mut roots = webpki_roots();
+        let certs = CertificateDer::pem_file_iter(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let mut added = 0;
+        for cert in certs {
+            let cert = cert.map_err(|e| format!("{}: bad PEM: {e}", path.display()))?;
+            roots
+                .add(cert)
+                .map_err(|e| format!("{}: unusable certificate: {e}", path.display()))?;
+            added += 1;
+        }
+        if added == 0 {
+            return Err(format!("{}: no certificates found", path.display()));
+        }
+        Ok(Self {
+            roots: Arc::new(roots),
+            ..self
+        })
     }
 
     /// The port to connect to, with the scheme's default.
@@ -86,5 +119,11 @@ impl Upstream {
     /// The URL, for display.
     pub fn url(&self) -> String {
         format!("{}://{}", self.scheme, self.authority)
+    }
+}
+
+fn webpki_roots() -> RootCertStore {
+    RootCertStore {
+        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
     }
 }

@@ -1,12 +1,15 @@
 //! The upstream client: a keep-alive pool of HTTP/1.1 (or HTTP/2)
 //! connections with `TCP_NODELAY`, over TLS for `https://` upstreams.
 
+use std::sync::Arc;
+
 use hyper::body::Incoming;
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::{
     client::legacy::{connect::HttpConnector, Client},
     rt::{TokioExecutor, TokioTimer},
 };
+use rustls::crypto::ring;
 
 use crate::{
     config::{Config, UpstreamProtocol},
@@ -21,15 +24,19 @@ pub type UpstreamBody = ObservedBody<Incoming, Upload>;
 pub type UpstreamClient = Client<HttpsConnector<HttpConnector>, UpstreamBody>;
 
 /// Builds the client from the validated config.
-pub fn build(config: &Config) -> UpstreamClient {
+pub fn build(config: &Config) -> Result<UpstreamClient, rustls::Error> {
     let mut http = HttpConnector::new();
     // Without it a small SSE write can wait ~40 ms for a delayed ACK.
     http.set_nodelay(true);
     http.set_connect_timeout(Some(config.timeouts.connect));
     http.enforce_http(false);
 
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(ring::default_provider()))
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(config.upstream.roots.clone())
+        .with_no_client_auth();
     let tls = HttpsConnectorBuilder::new()
-        .with_webpki_roots()
+        .with_tls_config(tls)
         .https_or_http();
     let connector = match config.upstream.protocol {
         UpstreamProtocol::Http1 => tls.enable_http1().wrap_connector(http),
@@ -45,5 +52,5 @@ pub fn build(config: &Config) -> UpstreamClient {
     if config.upstream.protocol == UpstreamProtocol::Http2 {
         builder.http2_only(true);
     }
-    builder.build(connector)
+    Ok(builder.build(connector))
 }

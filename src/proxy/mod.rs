@@ -57,19 +57,19 @@ struct Inner {
 
 impl Proxy {
     /// Builds the proxy and its upstream connection pool.
-    pub fn new(config: &Config, health: Health) -> Self {
+    pub fn new(config: &Config, health: Health) -> Result<Self, rustls::Error> {
         let upstream_host = HeaderValue::from_str(config.upstream.authority.as_str())
             .unwrap_or_else(|_| HeaderValue::from_static("localhost"));
-        Self {
+        Ok(Self {
             inner: Arc::new(Inner {
-                client: client::build(config),
+                client: client::build(config)?,
                 upstream: config.upstream.clone(),
                 upstream_host,
                 preserve_host: config.preserve_host,
                 timeouts: config.timeouts,
                 health,
             }),
-        }
+        })
     }
 }
 

@@ -5,6 +5,8 @@
 #![allow(dead_code, missing_docs)]
 
 pub mod client;
+pub mod process;
+pub mod tls;
 pub mod upstream;
 
 use std::net::SocketAddr;
@@ -23,9 +25,14 @@ pub struct Proxy {
 /// Starts a proxy in front of `upstream`, with `extra` TOML lines appended
 /// to its config.
 pub async fn proxy(upstream: SocketAddr, extra: &str) -> Proxy {
+    proxy_url(&format!("http://{upstream}"), extra).await
+}
+
+/// Starts a proxy in front of the upstream at `url`.
+pub async fn proxy_url(url: &str, extra: &str) -> Proxy {
     let text = format!(
         "listen = \"127.0.0.1:0\"\nmetrics_listen = \"127.0.0.1:0\"\n\
-         upstream = \"http://{upstream}\"\n{extra}\n"
+         upstream = \"{url}\"\n{extra}\n"
     );
     let config = config::File::parse(&text, "test.toml")
         .and_then(config::File::validate)
