@@ -25,6 +25,7 @@
 
 pub mod admin;
 pub mod config;
+pub mod dialect;
 pub mod exchange;
 pub mod health;
 pub mod logging;

@@ -1,0 +1,239 @@
+//! Dialects: what one streamed event (or one whole non-streamed body) of an
+//! API family means in tokens.
+//!
+//! One file per API family. Each turns the payload of one event into a
+//! [`Parsed`]: how much generated text of each [`TokenKind`] it carries, an
+//! exact token count when the stream says, usage totals, server-reported
+//! timings and end of stream. A dialect never fails the stream: a payload
+//! it cannot read is a [`ParseError`], counted and skipped.
+
+mod anthropic;
+mod llamacpp;
+mod ollama;
+mod openai_chat;
+mod openai_completions;
+mod openai_responses;
+mod request;
+mod tgi;
+
+use std::{borrow::Cow, time::Duration};
+
+pub use self::request::RequestInfo;
+
+/// The API family of a request, chosen from its path (or forced in config).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Dialect {
+    /// OpenAI Chat Completions, `/v1/chat/completions` (vLLM, SGLang, llama.cpp, TGI, Ollama, OpenAI).
+    OpenAiChat,
+    /// OpenAI legacy Completions, `/v1/completions`.
+    OpenAiCompletions,
+    /// OpenAI Responses, `/v1/responses`.
+    OpenAiResponses,
+    /// Anthropic Messages, `/v1/messages`.
+    Anthropic,
+    /// TGI native `/generate_stream` and `/generate`.
+    Tgi,
+    /// Ollama native `/api/chat` and `/api/generate` (NDJSON).
+    Ollama,
+    /// llama.cpp native `/completion` (and `/completions`).
+    LlamaCpp,
+    /// Anything else: forwarded and timed end to end only.
+    Unknown,
+}
+
+// === impl Dialect ===
+
+impl Dialect {
+    /// The dialect of a request path (query string excluded).
+    pub fn from_path(path: &str) -> Self {
+        let path = path.trim_end_matches('/');
+        let ends = |suffix: &str| path.ends_with(suffix);
+        if ends("/chat/completions") {
+            Self::OpenAiChat
+        } else if ends("/v1/completions") {
+            Self::OpenAiCompletions
+        } else if ends("/v1/responses") || ends("/openai/responses") {
+            Self::OpenAiResponses
+        } else if ends("/v1/messages") {
+            Self::Anthropic
+        } else if path == "/generate_stream" || path == "/generate" {
+            Self::Tgi
+        } else if path == "/api/chat" || path == "/api/generate" {
+            Self::Ollama
+        } else if path == "/completion" || path == "/completions" {
+            Self::LlamaCpp
+        } else {
+            Self::Unknown
+        }
+    }
+
+    /// The name used in config and as the `endpoint` label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::OpenAiChat => "openai_chat",
+            Self::OpenAiCompletions => "openai_completions",
+            Self::OpenAiResponses => "openai_responses",
+            Self::Anthropic => "anthropic",
+            Self::Tgi => "tgi",
+            Self::Ollama => "ollama",
+            Self::LlamaCpp => "llamacpp",
+            Self::Unknown => "unknown",
+        }
+    }
+
+    /// Every dialect, for config validation and metric pre-registration.
+    pub const ALL: [Dialect; 8] = [
+        Self::OpenAiChat,
+        Self::OpenAiCompletions,
+        Self::OpenAiResponses,
+        Self::Anthropic,
+        Self::Tgi,
+        Self::Ollama,
+        Self::LlamaCpp,
+        Self::Unknown,
+    ];
+
+    /// The dialect named `name` (as in [`Dialect::as_str`]).
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|d| d.as_str() == name)
+    }
+
+    /// Reads one streamed event: `name` is the SSE `event:` field (empty
+    /// when absent, and for NDJSON), `data` its payload.
+    pub fn parse_event<'a>(self, name: &[u8], data: &'a [u8]) -> Result<Parsed<'a>, ParseError> {
+        match self {
+            Self::OpenAiChat => openai_chat::event(data),
+            Self::OpenAiCompletions => openai_completions::event(data),
+            Self::OpenAiResponses => openai_responses::event(name, data),
+            Self::Anthropic => anthropic::event(name, data),
+            Self::Tgi => tgi::event(data),
+            Self::Ollama => ollama::event(data),
+            Self::LlamaCpp => llamacpp::event(data),
+            Self::Unknown => Ok(Parsed::default()),
+        }
+    }
+
+    /// Reads a whole non-streamed JSON response body.
+    pub fn parse_body(self, body: &[u8]) -> Result<Parsed<'_>, ParseError> {
+        match self {
+            Self::OpenAiChat => openai_chat::body(body),
+            Self::OpenAiCompletions => openai_completions::body(body),
+            Self::OpenAiResponses => openai_responses::body(body),
+            Self::Anthropic => anthropic::body(body),
+            Self::Tgi => tgi::body(body),
+            Self::Ollama => ollama::body(body),
+            Self::LlamaCpp => llamacpp::body(body),
+            Self::Unknown => Ok(Parsed::default()),
+        }
+    }
+}
+
+/// The kind of a generated token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TokenKind {
+    /// Reasoning ("thinking") tokens, before the answer.
+    Reasoning,
+    /// Answer text (including refusals).
+    Output,
+    /// Tool-call names and arguments.
+    ToolCall,
+}
+
+/// Token usage as reported by the server. Every field is optional: servers
+/// report different subsets, and a later report fills in what an earlier
+/// one lacked.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Prompt tokens (`prompt_tokens`, `input_tokens`, `prompt_eval_count`).
+    pub input: Option<u64>,
+    /// Prompt tokens served from a cache (`cached_tokens`, `cache_read_input_tokens`).
+    pub cached_input: Option<u64>,
+    /// Generated tokens, reasoning included (`completion_tokens`, `output_tokens`, `eval_count`).
+    pub output: Option<u64>,
+    /// Of `output`, the reasoning tokens (`reasoning_tokens`).
+    pub reasoning: Option<u64>,
+}
+
+/// Timings the server reports about its own work, kept apart from the
+/// proxy's clocks (server clocks exclude transit and delivery).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ServerTimings {
+    /// Waiting in the server's queue (vLLM `queue_time_ms`, TGI `x-queue-time`).
+    pub queue: Option<Duration>,
+    /// Model load before work could start (Ollama `load_duration`).
+    pub load: Option<Duration>,
+    /// Prompt processing (llama.cpp `prompt_ms`, Ollama `prompt_eval_duration`,
+    /// vLLM `time_to_first_token_ms`, which it counts from scheduling).
+    pub prefill: Option<Duration>,
+    /// Token generation (llama.cpp `predicted_ms`, Ollama `eval_duration`,
+    /// vLLM `generation_time_ms`, TGI `x-inference-time`).
+    pub decode: Option<Duration>,
+}
+
+/// What one event means. `Default` is an event that carries nothing.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Parsed<'a> {
+    /// Bytes of reasoning text generated in this event (0: none).
+    pub reasoning_bytes: u32,
+    /// Bytes of answer text (content, refusal) generated in this event.
+    pub output_bytes: u32,
+    /// Bytes of tool-call names and arguments generated in this event.
+    pub tool_bytes: u32,
+    /// The exact number of tokens generated in this event, when the stream
+    /// says (one `logprobs` entry per token, TGI's one token per event).
+    pub tokens: Option<u32>,
+    /// Usage totals reported in this event.
+    pub usage: Option<Usage>,
+    /// Whether `usage.output` counts everything generated so far (vLLM
+    /// `continuous_usage_stats`, Anthropic `message_delta`), so that its
+    /// growth since the last event is this event's exact token count.
+    pub cumulative: bool,
+    /// Timings the server reported in this event.
+    pub server: Option<ServerTimings>,
+    /// The model the server says answered.
+    pub model: Option<Cow<'a, str>>,
+    /// The event marks the end of the stream (`[DONE]`, `message_stop`,
+    /// `done: true`, `response.completed`, TGI's `details`, llama.cpp `stop`).
+    pub end: bool,
+    /// The event is an in-band error (Anthropic `event: error`, an `error`
+    /// key in OpenAI-style payloads, Ollama's `{"error":…}`).
+    pub error: bool,
+}
+
+impl Parsed<'_> {
+    /// Whether the event carries at least one generated token of any kind.
+    pub fn has_token(&self) -> bool {
+        self.reasoning_bytes + self.output_bytes + self.tool_bytes > 0
+            || self.tokens.is_some_and(|n| n > 0)
+    }
+
+    /// Whether the event carries a non-reasoning token (answer or tool call).
+    pub fn has_output(&self) -> bool {
+        self.output_bytes + self.tool_bytes > 0
+    }
+}
+
+/// Why a payload could not be read. Counted per reason; never fails traffic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
+pub enum ParseError {
+    /// Not valid JSON, or JSON of an unexpected shape.
+    #[error("invalid JSON")]
+    Json,
+    /// One event larger than `max_event_bytes`.
+    #[error("event too large")]
+    TooLarge,
+    /// A compressed or otherwise unparseable body (`content-encoding`).
+    #[error("unparsed encoding")]
+    Encoding,
+}
+
+impl ParseError {
+    /// The metric label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Json => "invalid_json",
+            Self::TooLarge => "event_too_large",
+            Self::Encoding => "unparsed_encoding",
+        }
+    }
+}
