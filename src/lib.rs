@@ -33,6 +33,7 @@ pub mod metrics;
 pub mod observe;
 pub mod proxy;
 pub mod server;
+pub mod timeline;
 
 pub use crate::{
     config::Config,

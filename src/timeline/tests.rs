@@ -1,0 +1,191 @@
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::*;
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn output(bytes: u32) -> Parsed<'static> {
+    Parsed {
+        output_bytes: bytes,
+        ..Parsed::default()
+    }
+}
+
+fn reasoning(bytes: u32) -> Parsed<'static> {
+    Parsed {
+        reasoning_bytes: bytes,
+        ..Parsed::default()
+    }
+}
+
+fn usage(output: u64) -> Parsed<'static> {
+    Parsed {
+        usage: Some(Usage {
+            input: Some(12),
+            output: Some(output),
+            ..Usage::default()
+        }),
+        ..Parsed::default()
+    }
+}
+
+#[test]
+fn worked_example_ttft_tpot_e2e() {
+    // TTFT 450 ms, 120 tokens, 25 ms each after the first → E2E 3.425 s.
+    let t0 = Instant::now();
+    let mut t = Timeline::new(t0, Dialect::OpenAiChat);
+    t.record(&Parsed::default(), t0 + ms(400)); // role-only chunk: not a token
+    for i in 0..120 {
+        t.record(&output(4), t0 + ms(450 + 25 * i));
+    }
+    t.record(&usage(120), t0 + ms(3425));
+    t.finish(Outcome::Ok, t0 + ms(3425));
+    assert_eq!(t.ttft(), Some(ms(450)));
+    assert_eq!(t.ttfo(), Some(ms(450)));
+    assert_eq!(t.ttst(), Some(ms(475)));
+    assert_eq!(t.tpot(), Some(ms(25)));
+    assert_eq!(t.e2e(), Some(ms(3425)));
+    assert_eq!(t.to_last_token(), Some(ms(3425)));
+    assert_eq!(t.tokens.generated, 120);
+    assert_eq!(t.tokens.generated_source, Some(CountSource::Usage));
+    assert_eq!(t.tokens.input, Some(12));
+    assert_eq!(t.events, 122);
+    assert_eq!(t.gaps.len(), 119);
+    let itl: Vec<_> = t.inter_token_latencies().collect();
+    assert_eq!(itl.iter().map(|(_, n)| n).sum::<u64>(), 119);
+    assert!(itl.iter().all(|(d, _)| *d == ms(25)));
+}
+
+#[test]
+fn three_tokens_per_event_is_30ms_per_token() {
+    // Three tokens per event every 90 ms: inter-event 90 ms, ITL 30 ms ×3.
+    let t0 = Instant::now();
+    let mut t = Timeline::new(t0, Dialect::OpenAiChat);
+    for i in 0..10 {
+        t.record(&output(12), t0 + ms(100 + 90 * i));
+    }
+    t.record(&usage(30), t0 + ms(1000));
+    t.finish(Outcome::Ok, t0 + ms(1000));
+    assert!(t.gaps.inter_event().all(|d| d == ms(90)));
+    let itl: Vec<_> = t.inter_token_latencies().collect();
+    assert_eq!(itl.len(), 9);
+    assert!(itl.iter().all(|&(d, n)| d == ms(30) && n == 3), "{itl:?}");
+    // TPOT uses the total: (810 ms) / 29.
+    assert_eq!(t.tpot(), Some(ms(810) / 29));
+}
+
+#[test]
+fn exact_per_event_counts_weight_each_gap() {
+    let t0 = Instant::now();
+    let mut t = Timeline::new(t0, Dialect::Tgi);
+    let counted = |n| Parsed {
+        output_bytes: 3,
+        tokens: Some(n),
+        ..Parsed::default()
+    };
+    t.record(&counted(1), t0 + ms(100));
+    t.record(&counted(2), t0 + ms(140));
+    t.record(&counted(4), t0 + ms(220));
+    t.finish(Outcome::Ok, t0 + ms(230));
+    assert_eq!(t.tokens.generated_source, Some(CountSource::PerEvent));
+    assert_eq!(t.tokens.generated, 7);
+    let itl: Vec<_> = t.inter_token_latencies().collect();
+    assert_eq!(itl, vec![(ms(20), 2), (ms(20), 4)]);
+}
+
+#[test]
+fn cumulative_usage_gives_exact_counts() {
+    let t0 = Instant::now();
+    let mut t = Timeline::new(t0, Dialect::OpenAiChat);
+    let chunk = |bytes, so_far| Parsed {
+        output_bytes: bytes,
+        usage: Some(Usage {
+            output: Some(so_far),
+            ..Usage::default()
+        }),
+        cumulative: true,
+        ..Parsed::default()
+    };
+    t.record(&chunk(0, 0), t0 + ms(10)); // role chunk with usage 0
+    t.record(&chunk(5, 2), t0 + ms(100));
+    t.record(&chunk(9, 5), t0 + ms(160));
+    t.finish(Outcome::Ok, t0 + ms(170));
+    let itl: Vec<_> = t.inter_token_latencies().collect();
+    assert_eq!(itl, vec![(ms(20), 3)]);
+    assert_eq!(t.tokens.generated, 5);
+    assert_eq!(t.tokens.generated_source, Some(CountSource::Usage));
+}
+
+#[test]
+fn reasoning_then_output_splits_ttft_and_ttfo() {
+    let t0 = Instant::now();
+    let mut t = Timeline::new(t0, Dialect::OpenAiChat);
+    t.response_head = Some(t0 + ms(50));
+    for i in 0..4 {
+        t.record(&reasoning(5), t0 + ms(200 + 100 * i));
+    }
+    for i in 0..4 {
+        t.record(&output(5), t0 + ms(500 + 100 * i));
+    }
+    t.finish(Outcome::Ok, t0 + ms(900));
+    assert_eq!(t.ttft(), Some(ms(200)));
+    assert_eq!(t.ttfo(), Some(ms(500)));
+    assert_eq!(t.tokens.generated, 8);
+    assert_eq!(t.tokens.generated_source, Some(CountSource::Events));
+    assert_eq!(t.tokens.reasoning, 4);
+    let phases = t.phases();
+    assert_eq!(phases.get(Phase::HeadersToFirstToken), Some(ms(150)));
+    assert_eq!(phases.get(Phase::Reasoning), Some(ms(300)));
+    assert_eq!(phases.get(Phase::Decode), Some(ms(600)));
+    assert_eq!(phases.get(Phase::Tail), Some(ms(100)));
+    assert_eq!(phases.get(Phase::TimeToResponseHeaders), Some(ms(50)));
+    assert_eq!(phases.get(Phase::RequestUpload), None, "not seen, not zero");
+}
+
+#[test]
+fn without_usage_or_events_tokens_are_estimated_and_marked() {
+    let t0 = Instant::now();
+    let mut t = Timeline::new(t0, Dialect::OpenAiChat);
+    t.request.prompt_bytes = 41;
+    t.record_body(&output(10));
+    t.finish(Outcome::Ok, t0 + ms(5));
+    assert_eq!(t.tokens.generated, 3);
+    assert_eq!(t.tokens.generated_source, Some(CountSource::Estimated));
+    assert_eq!(t.tokens.input, Some(11));
+    assert_eq!(t.tokens.input_source, Some(CountSource::Estimated));
+    assert_eq!(
+        t.ttft(),
+        None,
+        "a non-streamed body has no first token on the wire"
+    );
+}
+
+#[test]
+fn an_in_band_error_is_an_upstream_error() {
+    let t0 = Instant::now();
+    let mut t = Timeline::new(t0, Dialect::Anthropic);
+    t.record(
+        &Parsed {
+            error: true,
+            ..Parsed::default()
+        },
+        t0 + ms(1),
+    );
+    t.finish(Outcome::Ok, t0 + ms(2));
+    assert_eq!(t.outcome, Outcome::UpstreamError);
+}
+
+#[test]
+fn gaps_are_bounded() {
+    let t0 = Instant::now();
+    let mut t = Timeline::new(t0, Dialect::OpenAiChat);
+    for i in 0..(MAX_GAPS as u64 + 11) {
+        t.record(&output(1), t0 + Duration::from_micros(i));
+    }
+    assert_eq!(t.gaps.len(), MAX_GAPS);
+    assert_eq!(t.gaps.dropped, 10);
+}
