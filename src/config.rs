@@ -9,6 +9,7 @@ mod duration;
 mod upstream;
 
 use std::{
+    collections::{BTreeMap, HashMap},
     fmt,
     net::SocketAddr,
     path::{Path, PathBuf},
@@ -18,6 +19,7 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
+use crate::dialect::Dialect;
 pub use self::upstream::{Upstream, UpstreamProtocol};
 
 /// The validated, ready-to-use configuration.
@@ -35,6 +37,8 @@ pub struct Config {
     pub timeouts: Timeouts,
     /// Upstream connection pool.
     pub pool: Pool,
+    /// How request and response bodies are read for measurement.
+    pub reading: Reading,
     /// How long in-flight requests may run on after SIGTERM/SIGINT.
     pub shutdown_grace: Duration,
     /// Tokio worker threads; at least 1.
@@ -43,6 +47,28 @@ pub struct Config {
     pub log_format: LogFormat,
     /// `RUST_LOG`-style filter used when `RUST_LOG` is not set.
     pub log_filter: String,
+}
+
+/// How requests are read, fixed at start from the config.
+#[derive(Clone, Debug)]
+pub struct Reading {
+    /// Longest event (or non-streamed body) read; longer ones are skipped
+    /// and counted.
+    pub max_event_bytes: usize,
+    /// Longest request body copied on the side to learn `model`, `stream`…
+    pub request_capture_bytes: usize,
+    /// Dialects forced for exact request paths, over [`Dialect::from_path`].
+    pub dialects: HashMap<String, Dialect>,
+}
+
+impl Reading {
+    /// The dialect of a request path.
+    pub fn dialect(&self, path: &str) -> Dialect {
+        self.dialects
+            .get(path)
+            .copied()
+            .unwrap_or_else(|| Dialect::from_path(path))
+    }
 }
 
 /// Timeouts, each a span of time without progress.
@@ -209,6 +235,10 @@ pub struct File {
     worker_threads: usize,
     log_format: LogFormat,
     log_filter: String,
+    max_event_bytes: usize,
+    request_capture_bytes: usize,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    dialects: BTreeMap<String, String>,
 }
 
 impl Default for File {
@@ -230,6 +260,9 @@ impl Default for File {
             worker_threads: 0,
             log_format: LogFormat::Text,
             log_filter: "info".to_owned(),
+            max_event_bytes: 1024 * 1024,
+            request_capture_bytes: 8 * 1024 * 1024,
+            dialects: BTreeMap::new(),
         }
     }
 }
@@ -329,6 +362,14 @@ impl File {
         }
         tracing_subscriber::EnvFilter::try_new(&self.log_filter)
             .map_err(|e| ConfigError::invalid("log_filter", e))?;
+        if self.max_event_bytes == 0 {
+            return Err(ConfigError::invalid("max_event_bytes", "must be greater than zero"));
+        }
+        let reading = Reading {
+            max_event_bytes: self.max_event_bytes,
+            request_capture_bytes: self.request_capture_bytes,
+            dialects: self.dialect_overrides()?,
+        };
         Ok(Config {
             listen: self.listen,
             metrics_listen: self.metrics_listen,
@@ -344,6 +385,7 @@ impl File {
                 idle_timeout: self.pool_idle_timeout,
                 max_idle_per_host: self.pool_max_idle_per_host,
             },
+            reading,
             shutdown_grace: self.shutdown_grace,
             worker_threads: match self.worker_threads {
                 0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -352,6 +394,23 @@ impl File {
             log_format: self.log_format,
             log_filter: self.log_filter,
         })
+    }
+
+    fn dialect_overrides(&self) -> Result<HashMap<String, Dialect>, ConfigError> {
+        self.dialects
+            .iter()
+            .map(|(path, name)| {
+                let key = format!("dialects.\"{path}\"");
+                if !path.starts_with('/') {
+                    return Err(ConfigError::invalid(&key, "a path starts with `/`"));
+                }
+                let dialect = Dialect::from_name(name).ok_or_else(|| {
+                    let names: Vec<_> = Dialect::ALL.iter().map(|d| d.as_str()).collect();
+                    ConfigError::invalid(&key, format!("unknown dialect `{name}`; one of {}", names.join(", ")))
+                })?;
+                Ok((path.clone(), dialect))
+            })
+            .collect()
     }
 
     /// The effective settings as TOML, as `check-config` prints them.

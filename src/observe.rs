@@ -9,6 +9,7 @@
 use std::{
     pin::Pin,
     task::{ready, Context, Poll},
+    time::Duration,
 };
 
 use bytes::Bytes;
@@ -55,6 +56,12 @@ pub trait Observe {
     /// A data frame passed through; `at` is when the inner body yielded it.
     fn on_data(&mut self, data: &Bytes, at: Instant);
 
+    /// The reader asked for the next frame `waited` after it was handed the
+    /// previous one: time spent delivering it (backpressure, when long).
+    fn on_delivery_stall(&mut self, waited: Duration) {
+        let _ = waited;
+    }
+
     /// The body ended; called exactly once, last.
     fn on_end(self, end: End, at: Instant);
 }
@@ -65,6 +72,8 @@ pin_project! {
         #[pin]
         inner: B,
         observer: Option<O>,
+        // When the last data frame was handed to the reader.
+        handed_over: Option<Instant>,
     }
 
     impl<B, O: Observe> PinnedDrop for ObservedBody<B, O> {
@@ -79,11 +88,22 @@ pin_project! {
 // === impl ObservedBody ===
 
 impl<B, O: Observe> ObservedBody<B, O> {
-    /// Wraps `inner`, reporting its frames to `observer`.
-    pub fn new(inner: B, observer: O) -> Self {
+    /// Wraps `inner`, reporting its frames to `observer`. A body that is
+    /// empty from the start is complete at once: its reader may never poll it.
+    pub fn new(inner: B, observer: O) -> Self
+    where
+        B: Body,
+    {
+        let observer = if inner.is_end_stream() {
+            observer.on_end(End::Complete, Instant::now());
+            None
+        } else {
+            Some(observer)
+        };
         Self {
             inner,
-            observer: Some(observer),
+            observer,
+            handed_over: None,
         }
     }
 }
@@ -102,12 +122,16 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         let mut this = self.project();
+        if let (Some(handed), Some(observer)) = (this.handed_over.take(), this.observer.as_mut()) {
+            observer.on_delivery_stall(handed.elapsed());
+        }
         let result = ready!(this.inner.as_mut().poll_frame(cx));
         let now = Instant::now();
         let end = match &result {
             Some(Ok(frame)) => {
                 if let (Some(data), Some(observer)) = (frame.data_ref(), this.observer.as_mut()) {
                     observer.on_data(data, now);
+                    *this.handed_over = Some(now);
                 }
                 // With an exact length the reader may never poll again after the
                 // last frame, so the end is noticed here rather than on `None`.

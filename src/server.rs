@@ -1,7 +1,7 @@
 //! Listeners and connections: accept, serve HTTP/1.1 and h2c on one port,
 //! and drain gracefully on shutdown.
 
-use std::{future::Future, io, net::SocketAddr, time::Duration};
+use std::{future::Future, io, net::SocketAddr, sync::Arc, time::Duration};
 
 use http::{Request, Response};
 use hyper::body::Incoming;
@@ -12,7 +12,10 @@ use hyper_util::{
 };
 use tokio::{net::TcpListener, task::JoinSet};
 
-use crate::{admin, config::Config, health::Health, metrics::Metrics, proxy::Proxy};
+use crate::{
+    admin, config::Config, health::Health, metrics::Metrics, proxy::Proxy,
+    timeline::TimelineSink,
+};
 
 /// A failure to start serving. Bind failures name the config key.
 #[derive(Debug, thiserror::Error)]
@@ -50,6 +53,7 @@ pub struct Bound {
     config: Config,
     proxy: TcpListener,
     admin: TcpListener,
+    sink: Option<Arc<dyn TimelineSink>>,
 }
 
 // === impl Bound ===
@@ -63,7 +67,16 @@ impl Bound {
             config,
             proxy,
             admin,
+            sink: None,
         })
+    }
+
+    /// Sends every finished request's timeline to `sink` too.
+    pub fn with_sink(self, sink: Arc<dyn TimelineSink>) -> Self {
+        Self {
+            sink: Some(sink),
+            ..self
+        }
     }
 
     /// The address clients connect to.
@@ -83,6 +96,7 @@ impl Bound {
             config,
             proxy,
             admin,
+            sink,
         } = self;
         let health = Health::new();
         let metrics = Metrics::new()?;
@@ -108,7 +122,7 @@ impl Bound {
             .await;
         });
 
-        let service = TowerToHyperService::new(Proxy::new(&config, health.clone())?);
+        let service = TowerToHyperService::new(Proxy::new(&config, health.clone(), sink)?);
         let graceful = GracefulShutdown::new();
         let listen = proxy.local_addr().map_or(config.listen, |a| a);
         let metrics_listen = admin_addr.map_or(config.metrics_listen, |a| a);

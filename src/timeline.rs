@@ -21,7 +21,7 @@
 mod counts;
 mod phases;
 
-use std::time::Duration;
+use std::{fmt, time::Duration};
 
 use http::StatusCode;
 use tokio::time::Instant;
@@ -30,10 +30,42 @@ pub use self::{
     counts::{CountSource, Gaps, TokenCounts, Weights, MAX_GAPS},
     phases::{Phase, Phases},
 };
-use crate::{
-    dialect::{Dialect, ParseError, Parsed, RequestInfo, ServerTimings, Usage},
-    exchange::Outcome,
-};
+use crate::dialect::{Dialect, ParseError, Parsed, RequestInfo, ServerTimings, Usage};
+
+/// How a request ended, as seen by the client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// The upstream answered below 400 and the whole body was delivered.
+    Ok,
+    /// The upstream answered with a status of 400 or more; delivered in full.
+    HttpError,
+    /// The upstream could not be reached, or failed mid-response.
+    UpstreamError,
+    /// The client went away before the response ended.
+    ClientCancelled,
+    /// A connect, response-head or idle timeout fired.
+    Timeout,
+}
+
+impl Outcome {
+    /// The label value: `ok`, `http_error`, `upstream_error`,
+    /// `client_cancelled`, `timeout`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::HttpError => "http_error",
+            Self::UpstreamError => "upstream_error",
+            Self::ClientCancelled => "client_cancelled",
+            Self::Timeout => "timeout",
+        }
+    }
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// Everything tokenclock knows about one finished request.
 #[derive(Clone, Debug)]

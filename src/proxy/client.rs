@@ -11,6 +11,7 @@ use hyper_util::{
 };
 use rustls::crypto::ring;
 
+use super::connect::TimedConnector;
 use crate::{
     config::{Config, UpstreamProtocol},
     exchange::Upload,
@@ -21,7 +22,7 @@ use crate::{
 pub type UpstreamBody = ObservedBody<Incoming, Upload>;
 
 /// The pooled upstream client.
-pub type UpstreamClient = Client<HttpsConnector<HttpConnector>, UpstreamBody>;
+pub type UpstreamClient = Client<TimedConnector<HttpsConnector<HttpConnector>>, UpstreamBody>;
 
 /// Builds the client from the validated config.
 pub fn build(config: &Config) -> Result<UpstreamClient, rustls::Error> {
@@ -52,5 +53,5 @@ pub fn build(config: &Config) -> Result<UpstreamClient, rustls::Error> {
     if config.upstream.protocol == UpstreamProtocol::Http2 {
         builder.http2_only(true);
     }
-    Ok(builder.build(connector))
+    Ok(builder.build(TimedConnector::new(connector)))
 }

@@ -7,6 +7,7 @@
 
 mod body;
 mod client;
+mod connect;
 mod error;
 mod headers;
 
@@ -20,6 +21,7 @@ use std::{
 
 use http::{header, uri::PathAndQuery, HeaderValue, Request, Response, Uri, Version};
 use hyper::body::Incoming;
+use hyper_util::client::legacy::connect::capture_connection;
 use tokio::time::Instant;
 use tower::Service;
 
@@ -29,10 +31,11 @@ pub use self::{
     error::ProxyError,
 };
 use crate::{
-    config::{Config, Upstream, UpstreamProtocol},
-    exchange::Exchange,
+    config::{Config, Reading, Upstream, UpstreamProtocol},
+    exchange::{Exchange, Upload},
     health::Health,
     observe::ObservedBody,
+    timeline::TimelineSink,
 };
 
 /// The body of every response the proxy sends.
@@ -50,14 +53,21 @@ struct Inner {
     upstream_host: HeaderValue,
     preserve_host: bool,
     timeouts: crate::config::Timeouts,
+    reading: Reading,
     health: Health,
+    sink: Option<Arc<dyn TimelineSink>>,
 }
 
 // === impl Proxy ===
 
 impl Proxy {
-    /// Builds the proxy and its upstream connection pool.
-    pub fn new(config: &Config, health: Health) -> Result<Self, rustls::Error> {
+    /// Builds the proxy and its upstream connection pool. Each finished
+    /// request's timeline goes to `sink`.
+    pub fn new(
+        config: &Config,
+        health: Health,
+        sink: Option<Arc<dyn TimelineSink>>,
+    ) -> Result<Self, rustls::Error> {
         let upstream_host = HeaderValue::from_str(config.upstream.authority.as_str())
             .unwrap_or_else(|_| HeaderValue::from_static("localhost"));
         Ok(Self {
@@ -67,7 +77,9 @@ impl Proxy {
                 upstream_host,
                 preserve_host: config.preserve_host,
                 timeouts: config.timeouts,
+                reading: config.reading.clone(),
                 health,
+                sink,
             }),
         })
     }
@@ -92,11 +104,14 @@ impl Service<Request<Incoming>> for Proxy {
 
 impl Inner {
     async fn forward(&self, request: Request<Incoming>) -> Response<ProxyBody> {
-        let mut exchange = Exchange::start(Instant::now(), &request);
-        let upstream_request = match self.rewrite(request, &exchange) {
+        let start = Instant::now();
+        let (mut exchange, upload) =
+            Exchange::start(start, &request, &self.reading, self.sink.clone());
+        let mut upstream_request = match self.rewrite(request, upload) {
             Ok(r) => r,
             Err(e) => return local_response(e, exchange),
         };
+        let connection = capture_connection(&mut upstream_request);
         let sent = self.client.request(upstream_request);
         let response = match tokio::time::timeout(self.timeouts.response_header, sent).await {
             Ok(Ok(response)) => response,
@@ -109,12 +124,20 @@ impl Inner {
                 return local_response(e, exchange);
             }
         };
+        let at = Instant::now();
         self.health.upstream_answered();
+        if let Some(connect) = connection
+            .connection_metadata()
+            .as_ref()
+            .and_then(|c| connect::paid_by(start, c))
+        {
+            exchange.set_connect(connect);
+        }
         let (mut parts, body) = response.into_parts();
+        exchange.on_response_head(&parts, at);
         // The client's connection has its own version; hyper frames for it.
         parts.version = Version::default();
         headers::strip_hop_by_hop(&mut parts.headers);
-        exchange.set_status(parts.status);
         let body = ResponseBody::upstream(body, self.timeouts.idle);
         Response::from_parts(parts, ObservedBody::new(body, exchange))
     }
@@ -123,7 +146,7 @@ impl Inner {
     fn rewrite(
         &self,
         request: Request<Incoming>,
-        exchange: &Exchange,
+        upload: Upload,
     ) -> Result<Request<UpstreamBody>, ProxyError> {
         let (mut parts, body) = request.into_parts();
         let client_host = parts
@@ -163,7 +186,7 @@ impl Inner {
         }
         Ok(Request::from_parts(
             parts,
-            ObservedBody::new(body, exchange.upload()),
+            ObservedBody::new(body, upload),
         ))
     }
 }

@@ -9,9 +9,13 @@ pub mod process;
 pub mod tls;
 pub mod upstream;
 
-use std::net::SocketAddr;
+use std::{net::SocketAddr, sync::Arc};
 
-use tokenclock::{config, Bound, StartError};
+use tokenclock::{
+    config,
+    timeline::{Timeline, TimelineSink},
+    Bound, StartError,
+};
 use tokio::{sync::oneshot, task::JoinHandle};
 
 /// A proxy running in this process.
@@ -30,6 +34,39 @@ pub async fn proxy(upstream: SocketAddr, extra: &str) -> Proxy {
 
 /// Starts a proxy in front of the upstream at `url`.
 pub async fn proxy_url(url: &str, extra: &str) -> Proxy {
+    start(url, extra, None).await
+}
+
+/// Finished timelines, as the proxy hands them over.
+pub type Timelines = tokio::sync::mpsc::UnboundedReceiver<Timeline>;
+
+struct ChannelSink(tokio::sync::mpsc::UnboundedSender<Timeline>);
+
+impl TimelineSink for ChannelSink {
+    fn finished(&self, timeline: &Timeline) {
+        let _ = self.0.send(timeline.clone());
+    }
+}
+
+/// Starts a proxy in front of `upstream` whose finished timelines arrive
+/// on the returned channel.
+pub async fn proxy_with_timelines(upstream: SocketAddr, extra: &str) -> (Proxy, Timelines) {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let sink: Arc<dyn TimelineSink> = Arc::new(ChannelSink(tx));
+    let proxy = start(&format!("http://{upstream}"), extra, Some(sink)).await;
+    (proxy, rx)
+}
+
+/// The next finished timeline, waiting up to 10 s.
+pub async fn next_timeline(timelines: &mut Timelines) -> Timeline {
+    tokio::time::timeout(std::time::Duration::from_secs(10), timelines.recv())
+        .await
+        .ok()
+        .flatten()
+        .expect("a finished timeline")
+}
+
+async fn start(url: &str, extra: &str, sink: Option<Arc<dyn TimelineSink>>) -> Proxy {
     let text = format!(
         "listen = \"127.0.0.1:0\"\nmetrics_listen = \"127.0.0.1:0\"\n\
          upstream = \"{url}\"\n{extra}\n"
@@ -37,7 +74,10 @@ pub async fn proxy_url(url: &str, extra: &str) -> Proxy {
     let config = config::File::parse(&text, "test.toml")
         .and_then(config::File::validate)
         .expect("test config is valid");
-    let bound = Bound::bind(config).await.expect("bind 127.0.0.1:0");
+    let mut bound = Bound::bind(config).await.expect("bind 127.0.0.1:0");
+    if let Some(sink) = sink {
+        bound = bound.with_sink(sink);
+    }
     let addr = bound.proxy_addr().expect("proxy addr");
     let metrics_addr = bound.metrics_addr().expect("metrics addr");
     let (stop, stopped) = oneshot::channel::<()>();

@@ -22,6 +22,9 @@ pub enum Step {
     Write(Bytes),
     /// Sleep.
     Pause(Duration),
+    /// Sleep until this long after the request arrived: an absolute
+    /// schedule, so timer lateness does not add up over many events.
+    At(Duration),
     /// Wait until the test calls `notify_one` on it.
     Wait(Arc<Notify>),
     /// Write `chunk` every `gap`, up to `count` times, stopping when the peer goes away.
@@ -141,6 +144,7 @@ async fn play(stream: TcpStream, script: Arc<Vec<Step>>, tx: mpsc::UnboundedSend
     let Some(received) = read_request(&mut reader).await else {
         return;
     };
+    let start = Instant::now();
     let _ = tx.send(Event::Request(received));
     let closed = Arc::new(Notify::new());
     let watcher = {
@@ -159,7 +163,7 @@ async fn play(stream: TcpStream, script: Arc<Vec<Step>>, tx: mpsc::UnboundedSend
     };
     for step in script.iter() {
         let ok = tokio::select! {
-            ok = run_step(step, &mut writer, &tx) => ok,
+            ok = run_step(step, start, &mut writer, &tx) => ok,
             () = closed.notified() => false,
         };
         if !ok {
@@ -173,6 +177,7 @@ async fn play(stream: TcpStream, script: Arc<Vec<Step>>, tx: mpsc::UnboundedSend
 
 async fn run_step(
     step: &Step,
+    start: Instant,
     writer: &mut tokio::net::tcp::OwnedWriteHalf,
     tx: &mpsc::UnboundedSender<Event>,
 ) -> bool {
@@ -180,6 +185,10 @@ async fn run_step(
         Step::Write(bytes) => writer.write_all(bytes).await.is_ok(),
         Step::Pause(d) => {
             tokio::time::sleep(*d).await;
+            true
+        }
+        Step::At(offset) => {
+            tokio::time::sleep_until(start + *offset).await;
             true
         }
         Step::Wait(notify) => {

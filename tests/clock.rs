@@ -1,0 +1,186 @@
+//! The request clock end to end: an upstream streams on a known schedule
+//! through the real proxy, and the timeline tokenclock builds matches the
+//! schedule within 2 ms per timestamp.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::{
+    client::{collect, send},
+    next_timeline,
+    upstream::{bytes, chunk, head, Scripted, Step},
+};
+use http::Request;
+use http_body_util::Full;
+use tokenclock::timeline::{CountSource, Outcome, Phase, Timeline};
+
+/// How far a proxy timestamp may be from the schedule.
+const TOLERANCE: Duration = Duration::from_millis(2);
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+#[track_caller]
+fn near(measured: Option<Duration>, expected: Duration) {
+    let measured = measured.expect("the figure was measured");
+    let diff = measured.abs_diff(expected);
+    assert!(
+        diff <= TOLERANCE,
+        "measured {measured:?}, expected {expected:?} (±{TOLERANCE:?})"
+    );
+}
+
+fn sse_head() -> Bytes {
+    head(
+        "200 OK",
+        &["content-type: text/event-stream", "transfer-encoding: chunked", "connection: close"],
+    )
+}
+
+fn chat_chunk(delta: &str) -> Bytes {
+    let data = format!(
+        "data: {{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"model\":\"m\",\"choices\":[{{\"index\":0,\"delta\":{delta},\"finish_reason\":null}}]}}\n\n"
+    );
+    chunk(data.as_bytes())
+}
+
+fn usage_chunk(prompt: u64, completion: u64) -> Bytes {
+    let data = format!(
+        "data: {{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"model\":\"m\",\"choices\":[],\"usage\":{{\"prompt_tokens\":{prompt},\"completion_tokens\":{completion},\"total_tokens\":{}}}}}\n\n",
+        prompt + completion
+    );
+    chunk(data.as_bytes())
+}
+
+fn done() -> Vec<Step> {
+    vec![Step::Write(chunk(b"data: [DONE]\n\n")), Step::Write(bytes("0\r\n\r\n"))]
+}
+
+async fn run(script: Vec<Step>) -> Timeline {
+    let upstream = Scripted::start(script).await;
+    let (proxy, mut timelines) = common::proxy_with_timelines(upstream.addr, "").await;
+    let request = Request::post("/v1/chat/completions")
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from_static(
+            b"{\"model\":\"m\",\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"Say hi\"}]}",
+        )))
+        .expect("request");
+    let response = send(proxy.addr, request).await.expect("response");
+    collect(response).await.expect("whole stream");
+    next_timeline(&mut timelines).await
+}
+
+#[tokio::test]
+async fn ttft_450ms_then_120_tokens_at_25ms() {
+    // TTFT 450 ms, 120 tokens 25 ms apart: TPOT 25 ms, E2E 0.450 + 119 × 0.025 = 3.425 s.
+    let mut script = vec![
+        Step::Write(sse_head()),
+        Step::At(ms(100)),
+        Step::Write(chat_chunk("{\"role\":\"assistant\",\"content\":\"\"}")),
+    ];
+    for i in 0..120 {
+        script.push(Step::At(ms(450 + 25 * i)));
+        script.push(Step::Write(chat_chunk("{\"content\":\" tok\"}")));
+    }
+    script.push(Step::Write(usage_chunk(9, 120)));
+    script.extend(done());
+    let t = run(script).await;
+
+    assert_eq!(t.outcome, Outcome::Ok);
+    assert!(t.streamed);
+    near(t.ttft(), ms(450));
+    near(t.ttfo(), ms(450));
+    near(t.ttst(), ms(475));
+    near(t.tpot(), ms(25));
+    near(t.to_last_token(), ms(3425));
+    near(t.e2e(), ms(3425));
+    assert_eq!(t.tokens.generated, 120);
+    assert_eq!(t.tokens.generated_source, Some(CountSource::Usage));
+    assert_eq!(t.tokens.input, Some(9));
+    assert_eq!(t.model.as_deref(), Some("m"));
+    assert_eq!(t.request.stream, Some(true));
+    let gaps: Vec<_> = t.gaps.inter_event().collect();
+    assert_eq!(gaps.len(), 119);
+    let itl: Vec<_> = t.inter_token_latencies().collect();
+    assert_eq!(itl.iter().map(|(_, n)| n).sum::<u64>(), 119);
+    let mean = itl.iter().map(|(d, _)| *d).sum::<Duration>() / itl.len() as u32;
+    near(Some(mean), ms(25));
+    let phases = t.phases();
+    near(phases.get(Phase::Decode), ms(119 * 25));
+    assert!(phases.get(Phase::TimeToResponseHeaders).is_some_and(|d| d < ms(100)));
+    near(phases.get(Phase::Reasoning), Duration::ZERO);
+    assert!(phases.get(Phase::Tail).is_some_and(|d| d <= TOLERANCE));
+}
+
+#[tokio::test]
+async fn three_tokens_every_90ms_is_30ms_per_token() {
+    let mut script = vec![Step::Write(sse_head())];
+    for i in 0..10 {
+        script.push(Step::At(ms(200 + 90 * i)));
+        script.push(Step::Write(chat_chunk("{\"content\":\"a b c\"}")));
+    }
+    script.push(Step::Write(usage_chunk(5, 30)));
+    script.extend(done());
+    let t = run(script).await;
+
+    let gaps: Vec<_> = t.gaps.inter_event().collect();
+    assert_eq!(gaps.len(), 9);
+    for gap in gaps {
+        near(Some(gap), ms(90));
+    }
+    let itl: Vec<_> = t.inter_token_latencies().collect();
+    assert_eq!(itl.iter().map(|(_, n)| n).sum::<u64>(), 27, "one observation per token");
+    for (value, count) in itl {
+        assert_eq!(count, 3);
+        near(Some(value), ms(30));
+    }
+}
+
+#[tokio::test]
+async fn reasoning_for_300ms_separates_ttft_from_ttfo() {
+    let mut script = vec![
+        Step::Write(sse_head()),
+        Step::At(ms(150)),
+        Step::Write(chat_chunk("{\"role\":\"assistant\",\"content\":\"\"}")),
+    ];
+    for i in 0..6 {
+        script.push(Step::At(ms(250 + 50 * i)));
+        script.push(Step::Write(chat_chunk("{\"reasoning_content\":\"hmm\"}")));
+    }
+    for i in 0..5 {
+        script.push(Step::At(ms(550 + 20 * i)));
+        script.push(Step::Write(chat_chunk("{\"content\":\"ok\"}")));
+    }
+    script.extend(done());
+    let t = run(script).await;
+
+    near(t.ttft(), ms(250));
+    near(t.ttfo(), ms(550));
+    let reasoning = t.ttfo().zip(t.ttft()).map(|(o, f)| o - f);
+    near(reasoning, ms(300));
+    near(t.phases().get(Phase::Reasoning), ms(300));
+    assert_eq!(t.tokens.generated, 11);
+    assert_eq!(t.tokens.reasoning, 6);
+    assert_eq!(t.tokens.generated_source, Some(CountSource::Events));
+}
+
+#[tokio::test]
+async fn a_non_streamed_response_has_counts_but_no_first_token() {
+    let body = br#"{"id":"cmpl-1","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"Hello there"},"finish_reason":"stop"}],"usage":{"prompt_tokens":7,"completion_tokens":3,"total_tokens":10}}"#;
+    let mut response = head(
+        "200 OK",
+        &["content-type: application/json", &format!("content-length: {}", body.len()), "connection: close"],
+    )
+    .to_vec();
+    response.extend_from_slice(body);
+    let t = run(vec![Step::At(ms(80)), Step::Write(Bytes::from(response))]).await;
+    assert!(!t.streamed);
+    assert_eq!(t.ttft(), None);
+    near(t.e2e(), ms(80));
+    assert_eq!(t.tokens.generated, 3);
+    assert_eq!(t.tokens.input, Some(7));
+    assert_eq!(t.tokens.generated_source, Some(CountSource::Usage));
+}
