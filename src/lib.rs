@@ -13,6 +13,8 @@
 //!   rules, timeouts, and the one place errors become responses.
 //! - [`observe`]: the observing body wrapper, the only seam between
 //!   forwarding and measurement.
+//! - [`sse`] and [`ndjson`]: incremental framing of the response stream
+//!   into events.
 //! - [`exchange`]: one request/response as seen by the proxy: bytes,
 //!   status, outcome, and its access-log line.
 //! - [`metrics`]: the Prometheus families; [`admin`] serves them with
@@ -30,9 +32,11 @@ pub mod exchange;
 pub mod health;
 pub mod logging;
 pub mod metrics;
+pub mod ndjson;
 pub mod observe;
 pub mod proxy;
 pub mod server;
+pub mod sse;
 
 pub use crate::{
     config::Config,
