@@ -45,7 +45,9 @@ pub struct NdjsonFramer {
 }
 
 impl NdjsonFramer {
-    /// A framer that drops lines longer than `max_event_bytes` bytes.
+    /// A framer that drops lines longer than `max_event_bytes` bytes, not
+    /// counting the `\r\n` or `\n` that ends them. Blank lines are
+    /// skipped only after this check, so an over-long one is counted too.
     pub fn new(max_event_bytes: usize) -> Self {
         Self {
             max_event_bytes,
@@ -81,7 +83,8 @@ impl NdjsonFramer {
         self.stats
     }
 
-    /// Bytes of an unfinished line held.
+    /// Bytes of an unfinished line held: at most `max_event_bytes + 1`,
+    /// as its last byte may be a `\r` to strip.
     pub fn pending_bytes(&self) -> usize {
         self.line.len()
     }

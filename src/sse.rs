@@ -90,6 +90,11 @@ pub struct SseFramer {
 
 impl SseFramer {
     /// A framer that drops events larger than `max_event_bytes` bytes.
+    ///
+    /// An event is too large once its data (values joined with `\n`) and
+    /// event type, plus the raw bytes of its line being read (field name
+    /// included, line ending excluded), exceed the limit. Comment lines
+    /// are not held, so they never count.
     pub fn new(max_event_bytes: usize) -> Self {
         Self {
             max_event_bytes,
