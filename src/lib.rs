@@ -13,8 +13,14 @@
 //!   rules, timeouts, and the one place errors become responses.
 //! - [`observe`]: the observing body wrapper, the only seam between
 //!   forwarding and measurement.
-//! - [`exchange`]: one request/response as seen by the proxy: bytes,
-//!   status, outcome, and its access-log line.
+//! - [`exchange`]: the observer of one request/response: it reads a copy
+//!   of both bodies, feeds the stages below, and writes the access log.
+//! - [`sse`] and [`ndjson`]: incremental framing of the response stream
+//!   into events.
+//! - [`dialect`]: one file per API family, turning events into tokens,
+//!   usage and server timings.
+//! - [`timeline`]: one plain struct per request: instants, token counts,
+//!   phases and outcome; handed to a [`timeline::TimelineSink`].
 //! - [`metrics`]: the Prometheus families; [`admin`] serves them with
 //!   [`health`] on the metrics listener.
 //!
@@ -30,9 +36,11 @@ pub mod exchange;
 pub mod health;
 pub mod logging;
 pub mod metrics;
+pub mod ndjson;
 pub mod observe;
 pub mod proxy;
 pub mod server;
+pub mod sse;
 pub mod timeline;
 
 pub use crate::{
