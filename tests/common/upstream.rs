@@ -22,7 +22,7 @@ pub enum Step {
     Write(Bytes),
     /// Sleep.
     Pause(Duration),
-    /// Sleep until this long after the request arrived: an absolute
+    /// Sleep until this long after the connection was accepted: an absolute
     /// schedule, so timer lateness does not add up over many events.
     At(Duration),
     /// Wait until the test calls `notify_one` on it.
@@ -139,12 +139,13 @@ pub fn chunk(data: &[u8]) -> Bytes {
 }
 
 async fn play(stream: TcpStream, script: Arc<Vec<Step>>, tx: mpsc::UnboundedSender<Event>) {
+    // The schedule's origin: the connection was accepted.
+    let start = Instant::now();
     let _ = stream.set_nodelay(true);
     let (mut reader, mut writer) = stream.into_split();
     let Some(received) = read_request(&mut reader).await else {
         return;
     };
-    let start = Instant::now();
     let _ = tx.send(Event::Request(received));
     let closed = Arc::new(Notify::new());
     let watcher = {
