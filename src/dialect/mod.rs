@@ -8,8 +8,10 @@
 //! it cannot read is a [`ParseError`], counted and skipped.
 
 mod anthropic;
+mod common;
 mod llamacpp;
 mod ollama;
+mod openai;
 mod openai_chat;
 mod openai_completions;
 mod openai_responses;
