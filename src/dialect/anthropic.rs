@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use serde::Deserialize;
 
 use super::{
-    common::{cow, json, ArgLen, Counts, Summed, Tally, TextLen},
+    common::{cow, event_type, json, ArgLen, Counts, Summed, Tally, TextLen},
     ParseError, Parsed, Usage,
 };
 
@@ -94,10 +94,7 @@ impl From<AnthropicUsage> for Usage {
 
 pub(super) fn event<'a>(name: &[u8], data: &'a [u8]) -> Result<Parsed<'a>, ParseError> {
     let ev: Event<'a> = json(data)?;
-    let kind = match ev.kind.as_deref() {
-        Some(kind) => kind,
-        None => std::str::from_utf8(name).unwrap_or_default(),
-    };
+    let kind = event_type(ev.kind.as_deref(), name);
     Ok(match kind {
         "message_start" => {
             let (usage, model) = ev.message.map_or((None, None), |m| (m.usage, m.model));

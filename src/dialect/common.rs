@@ -19,6 +19,14 @@ pub(super) fn is_done(data: &[u8]) -> bool {
     data.trim_ascii() == b"[DONE]"
 }
 
+/// An event's type: its JSON `type` when present, else the SSE `event:` name.
+pub(super) fn event_type<'s>(json_type: Option<&'s str>, sse_name: &'s [u8]) -> &'s str {
+    match json_type {
+        Some(kind) => kind,
+        None => std::str::from_utf8(sse_name).unwrap_or_default(),
+    }
+}
+
 /// The event that only ends the stream.
 pub(super) fn done() -> Parsed<'static> {
     Parsed {

@@ -68,6 +68,8 @@ impl<'a> Event<'a> {
         Parsed {
             output_bytes: self.content.0,
             tokens: self.tokens.map(|c| c.0).filter(|&n| n > 0),
+            // Partial events count everything generated so far.
+            cumulative: usage.is_some() && !self.stop,
             usage,
             server: self.timings.as_ref().map(Timings::server),
             model: self.model,
@@ -85,6 +87,7 @@ pub(super) fn event(data: &[u8]) -> Result<Parsed<'_>, ParseError> {
 pub(super) fn body(data: &[u8]) -> Result<Parsed<'_>, ParseError> {
     let parsed = json::<Event<'_>>(data)?.parsed();
     Ok(Parsed {
+        cumulative: false,
         end: true,
         ..parsed
     })

@@ -16,6 +16,8 @@ mod openai_chat;
 mod openai_completions;
 mod openai_responses;
 mod request;
+#[cfg(test)]
+mod tests;
 mod tgi;
 
 use std::{borrow::Cow, time::Duration};

@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use serde::Deserialize;
 
 use super::{
-    common::{cow, done, is_done, json, Counts, Summed, Tally, TextLen},
+    common::{cow, done, event_type, is_done, json, Counts, Summed, Tally, TextLen},
     openai::OpenAiUsage,
     ParseError, Parsed, Usage,
 };
@@ -90,10 +90,7 @@ pub(super) fn event<'a>(name: &[u8], data: &'a [u8]) -> Result<Parsed<'a>, Parse
         return Ok(done());
     }
     let ev: Event<'a> = json(data)?;
-    let kind = match ev.kind.as_deref() {
-        Some(kind) => kind,
-        None => std::str::from_utf8(name).unwrap_or_default(),
-    };
+    let kind = event_type(ev.kind.as_deref(), name);
     let delta = ev.delta.0;
     Ok(match kind {
         "response.output_text.delta" | "response.refusal.delta" => Parsed {
