@@ -1,11 +1,139 @@
-//! (being written)
+//! Anthropic Messages: `message_start` usage, `content_block_delta` text / thinking / tool JSON, cumulative `message_delta` usage, `message_stop`.
 
-use super::{ParseError, Parsed};
+use std::borrow::Cow;
 
-pub(super) fn event<'a>(_name: &[u8], _data: &'a [u8]) -> Result<Parsed<'a>, ParseError> {
-    Ok(Parsed::default())
+use serde::Deserialize;
+
+use super::{
+    common::{cow, event_type, json, ArgLen, Counts, Summed, Tally, TextLen},
+    ParseError, Parsed, Usage,
+};
+
+#[derive(Deserialize)]
+struct Event<'a> {
+    #[serde(default, borrow, rename = "type", deserialize_with = "cow")]
+    kind: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    message: Option<Message<'a>>,
+    #[serde(default)]
+    delta: Option<Delta>,
+    #[serde(default)]
+    usage: Option<AnthropicUsage>,
 }
 
-pub(super) fn body(_data: &[u8]) -> Result<Parsed<'_>, ParseError> {
-    Ok(Parsed::default())
+/// The message object: in `message_start`, and the whole body.
+#[derive(Deserialize)]
+struct Message<'a> {
+    #[serde(default, borrow, deserialize_with = "cow")]
+    model: Option<Cow<'a, str>>,
+    #[serde(default)]
+    usage: Option<AnthropicUsage>,
+    #[serde(default)]
+    content: Summed<Block>,
+    #[serde(default, borrow, rename = "type", deserialize_with = "cow")]
+    kind: Option<Cow<'a, str>>,
+}
+
+/// A `content_block_delta` delta; `signature_delta` and `citations_delta`
+/// carry none of these fields.
+#[derive(Deserialize)]
+struct Delta {
+    #[serde(default)]
+    text: TextLen,
+    #[serde(default)]
+    thinking: TextLen,
+    #[serde(default)]
+    partial_json: TextLen,
+}
+
+/// A whole content block: `text`, `thinking`, or `tool_use` with its
+/// `input` object.
+#[derive(Deserialize)]
+struct Block {
+    #[serde(default)]
+    text: TextLen,
+    #[serde(default)]
+    thinking: TextLen,
+    #[serde(default)]
+    input: ArgLen,
+}
+
+impl Tally for Block {
+    fn tally(self) -> Counts {
+        Counts {
+            reasoning: self.thinking.0,
+            output: self.text.0,
+            tool: self.input.0,
+            ..Counts::default()
+        }
+    }
+}
+
+/// Anthropic's `input_tokens` excludes cache reads and writes; it is kept
+/// as reported.
+#[derive(Deserialize)]
+struct AnthropicUsage {
+    #[serde(default)]
+    input_tokens: Option<u64>,
+    #[serde(default)]
+    cache_read_input_tokens: Option<u64>,
+    #[serde(default)]
+    output_tokens: Option<u64>,
+}
+
+impl From<AnthropicUsage> for Usage {
+    fn from(u: AnthropicUsage) -> Self {
+        Usage {
+            input: u.input_tokens,
+            cached_input: u.cache_read_input_tokens,
+            output: u.output_tokens,
+            reasoning: None,
+        }
+    }
+}
+
+pub(super) fn event<'a>(name: &[u8], data: &'a [u8]) -> Result<Parsed<'a>, ParseError> {
+    let ev: Event<'a> = json(data)?;
+    let kind = event_type(ev.kind.as_deref(), name);
+    Ok(match kind {
+        "message_start" => {
+            let (usage, model) = ev.message.map_or((None, None), |m| (m.usage, m.model));
+            Parsed {
+                usage: usage.map(Usage::from),
+                model,
+                ..Parsed::default()
+            }
+        }
+        "content_block_delta" => ev.delta.map_or_else(Parsed::default, |d| Parsed {
+            reasoning_bytes: d.thinking.0,
+            output_bytes: d.text.0,
+            tool_bytes: d.partial_json.0,
+            ..Parsed::default()
+        }),
+        "message_delta" => Parsed {
+            usage: ev.usage.map(Usage::from),
+            cumulative: true,
+            ..Parsed::default()
+        },
+        "message_stop" => Parsed {
+            end: true,
+            ..Parsed::default()
+        },
+        "error" => Parsed {
+            error: true,
+            ..Parsed::default()
+        },
+        _ => Parsed::default(),
+    })
+}
+
+pub(super) fn body(data: &[u8]) -> Result<Parsed<'_>, ParseError> {
+    let m: Message<'_> = json(data)?;
+    Ok(Parsed {
+        usage: m.usage.map(Usage::from),
+        model: m.model,
+        end: true,
+        error: m.kind.as_deref() == Some("error"),
+        ..m.content.0.parsed()
+    })
 }

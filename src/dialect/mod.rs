@@ -8,12 +8,16 @@
 //! it cannot read is a [`ParseError`], counted and skipped.
 
 mod anthropic;
+mod common;
 mod llamacpp;
 mod ollama;
+mod openai;
 mod openai_chat;
 mod openai_completions;
 mod openai_responses;
 mod request;
+#[cfg(test)]
+mod tests;
 mod tgi;
 
 use std::{borrow::Cow, time::Duration};

@@ -1,11 +1,94 @@
-//! (being written)
+//! Ollama NDJSON (`/api/chat`, `/api/generate`): text per line, a final `done: true` line with counts and ns durations.
 
-use super::{ParseError, Parsed};
+use std::borrow::Cow;
 
-pub(super) fn event(_data: &[u8]) -> Result<Parsed<'_>, ParseError> {
-    Ok(Parsed::default())
+use serde::{de::IgnoredAny, Deserialize};
+
+use super::{
+    common::{cow, json, ns, Summed, TextLen, ToolCall},
+    ParseError, Parsed, ServerTimings, Usage,
+};
+
+#[derive(Deserialize)]
+struct Line<'a> {
+    #[serde(default, borrow, deserialize_with = "cow")]
+    model: Option<Cow<'a, str>>,
+    /// `/api/chat`.
+    #[serde(default)]
+    message: Option<Message>,
+    /// `/api/generate`.
+    #[serde(default)]
+    response: TextLen,
+    /// `/api/generate`.
+    #[serde(default)]
+    thinking: TextLen,
+    #[serde(default)]
+    done: bool,
+    #[serde(default)]
+    prompt_eval_count: Option<u64>,
+    #[serde(default)]
+    eval_count: Option<u64>,
+    /// Nanoseconds, as are the other durations.
+    #[serde(default)]
+    load_duration: Option<u64>,
+    #[serde(default)]
+    prompt_eval_duration: Option<u64>,
+    #[serde(default)]
+    eval_duration: Option<u64>,
+    #[serde(default)]
+    error: Option<IgnoredAny>,
 }
 
-pub(super) fn body(_data: &[u8]) -> Result<Parsed<'_>, ParseError> {
-    Ok(Parsed::default())
+#[derive(Deserialize)]
+struct Message {
+    #[serde(default)]
+    content: TextLen,
+    #[serde(default)]
+    thinking: TextLen,
+    #[serde(default)]
+    tool_calls: Summed<ToolCall>,
+}
+
+impl<'a> Line<'a> {
+    fn parsed(self) -> Parsed<'a> {
+        let (content, thinking, tool) = self.message.map_or((0, 0, 0), |m| {
+            (m.content.0, m.thinking.0, m.tool_calls.0.tool)
+        });
+        let usage =
+            (self.prompt_eval_count.is_some() || self.eval_count.is_some()).then_some(Usage {
+                input: self.prompt_eval_count,
+                output: self.eval_count,
+                ..Usage::default()
+            });
+        let server = ServerTimings {
+            load: ns(self.load_duration),
+            prefill: ns(self.prompt_eval_duration),
+            decode: ns(self.eval_duration),
+            queue: None,
+        };
+        Parsed {
+            reasoning_bytes: thinking.saturating_add(self.thinking.0),
+            output_bytes: content.saturating_add(self.response.0),
+            tool_bytes: tool,
+            usage,
+            server: (server != ServerTimings::default()).then_some(server),
+            model: self.model,
+            end: self.done,
+            error: self.error.is_some(),
+            ..Parsed::default()
+        }
+    }
+}
+
+pub(super) fn event(data: &[u8]) -> Result<Parsed<'_>, ParseError> {
+    json::<Line<'_>>(data).map(Line::parsed)
+}
+
+/// A non-streamed response is one line with `done: true`.
+pub(super) fn body(data: &[u8]) -> Result<Parsed<'_>, ParseError> {
+    let parsed = json::<Line<'_>>(data)?.parsed();
+    Ok(Parsed {
+        end: true,
+        ..parsed
+    })
 }

@@ -1,11 +1,61 @@
-//! (being written)
+//! OpenAI Chat Completions: `choices[].delta` (streamed) or `choices[].message` (whole body).
 
-use super::{ParseError, Parsed};
+use serde::Deserialize;
 
-pub(super) fn event(_data: &[u8]) -> Result<Parsed<'_>, ParseError> {
-    Ok(Parsed::default())
+use super::{
+    common::{Count, Counts, Summed, Tally, TextLen, ToolCall},
+    openai, ParseError, Parsed,
+};
+
+#[derive(Deserialize)]
+struct Choice {
+    #[serde(default, alias = "message")]
+    delta: Delta,
+    #[serde(default)]
+    logprobs: Option<Logprobs>,
 }
 
-pub(super) fn body(_data: &[u8]) -> Result<Parsed<'_>, ParseError> {
-    Ok(Parsed::default())
+/// `reasoning` (vLLM ≥ 0.11, OpenRouter, Ollama) and `reasoning_content`
+/// (DeepSeek, SGLang, llama.cpp, older vLLM) may both carry the same text.
+#[derive(Deserialize, Default)]
+struct Delta {
+    #[serde(default)]
+    content: TextLen,
+    #[serde(default)]
+    refusal: TextLen,
+    #[serde(default)]
+    reasoning: TextLen,
+    #[serde(default)]
+    reasoning_content: TextLen,
+    #[serde(default)]
+    tool_calls: Summed<ToolCall>,
+}
+
+#[derive(Deserialize)]
+struct Logprobs {
+    /// One entry per generated token.
+    #[serde(default)]
+    content: Option<Count>,
+}
+
+impl Tally for Choice {
+    fn tally(self) -> Counts {
+        let d = self.delta;
+        Counts {
+            // vLLM 0.11 sends the same text under both names: count it once.
+            reasoning: d.reasoning.0.max(d.reasoning_content.0),
+            output: d.content.0.saturating_add(d.refusal.0),
+            tool: d.tool_calls.0.tool,
+            tokens: self.logprobs.and_then(|l| l.content).map(|c| c.0),
+            items: 0,
+        }
+    }
+}
+
+pub(super) fn event(data: &[u8]) -> Result<Parsed<'_>, ParseError> {
+    openai::event::<Choice>(data)
+}
+
+pub(super) fn body(data: &[u8]) -> Result<Parsed<'_>, ParseError> {
+    openai::body::<Choice>(data)
 }

@@ -1,11 +1,140 @@
-//! (being written)
+//! OpenAI Responses API: typed delta events, and `response.completed` (or `incomplete` / `failed`) with usage.
 
-use super::{ParseError, Parsed};
+use std::borrow::Cow;
 
-pub(super) fn event<'a>(_name: &[u8], _data: &'a [u8]) -> Result<Parsed<'a>, ParseError> {
-    Ok(Parsed::default())
+use serde::Deserialize;
+
+use super::{
+    common::{cow, done, event_type, is_done, json, Counts, Summed, Tally, TextLen},
+    openai::OpenAiUsage,
+    ParseError, Parsed, Usage,
+};
+
+#[derive(Deserialize)]
+struct Event<'a> {
+    #[serde(default, borrow, rename = "type", deserialize_with = "cow")]
+    kind: Option<Cow<'a, str>>,
+    #[serde(default)]
+    delta: TextLen,
+    #[serde(default, borrow)]
+    response: Option<Response<'a>>,
 }
 
-pub(super) fn body(_data: &[u8]) -> Result<Parsed<'_>, ParseError> {
-    Ok(Parsed::default())
+/// The response object: the payload of the end events, and the whole body.
+#[derive(Deserialize)]
+struct Response<'a> {
+    #[serde(default)]
+    usage: Option<OpenAiUsage>,
+    #[serde(default, borrow, deserialize_with = "cow")]
+    model: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    output: Summed<Item<'a>>,
+    #[serde(default, borrow, deserialize_with = "cow")]
+    status: Option<Cow<'a, str>>,
+}
+
+/// An output item: `message` (output text, refusal), `reasoning` (summary
+/// and reasoning text) or `function_call` (arguments).
+#[derive(Deserialize)]
+struct Item<'a> {
+    #[serde(default, borrow, rename = "type", deserialize_with = "cow")]
+    kind: Option<Cow<'a, str>>,
+    #[serde(default)]
+    content: Summed<Part>,
+    #[serde(default)]
+    summary: Summed<Part>,
+    #[serde(default)]
+    arguments: TextLen,
+}
+
+#[derive(Deserialize)]
+struct Part {
+    #[serde(default)]
+    text: TextLen,
+    #[serde(default)]
+    refusal: TextLen,
+}
+
+impl Tally for Part {
+    fn tally(self) -> Counts {
+        Counts {
+            output: self.text.0.saturating_add(self.refusal.0),
+            ..Counts::default()
+        }
+    }
+}
+
+impl Tally for Item<'_> {
+    fn tally(self) -> Counts {
+        let text = self.content.0.output;
+        match self.kind.as_deref() {
+            Some("message") => Counts {
+                output: text,
+                ..Counts::default()
+            },
+            Some("reasoning") => Counts {
+                reasoning: text.saturating_add(self.summary.0.output),
+                ..Counts::default()
+            },
+            Some("function_call") => Counts {
+                tool: self.arguments.0,
+                ..Counts::default()
+            },
+            _ => Counts::default(),
+        }
+    }
+}
+
+pub(super) fn event<'a>(name: &[u8], data: &'a [u8]) -> Result<Parsed<'a>, ParseError> {
+    if is_done(data) {
+        return Ok(done());
+    }
+    let ev: Event<'a> = json(data)?;
+    let kind = event_type(ev.kind.as_deref(), name);
+    let delta = ev.delta.0;
+    Ok(match kind {
+        "response.output_text.delta" | "response.refusal.delta" => Parsed {
+            output_bytes: delta,
+            ..Parsed::default()
+        },
+        "response.reasoning_text.delta" | "response.reasoning_summary_text.delta" => Parsed {
+            reasoning_bytes: delta,
+            ..Parsed::default()
+        },
+        "response.function_call_arguments.delta" => Parsed {
+            tool_bytes: delta,
+            ..Parsed::default()
+        },
+        "response.completed" | "response.incomplete" | "response.failed" => Parsed {
+            error: kind == "response.failed",
+            ..ended(ev.response)
+        },
+        "error" => Parsed {
+            error: true,
+            ..Parsed::default()
+        },
+        _ => Parsed::default(),
+    })
+}
+
+/// An end event: its usage and model, not its output (already streamed).
+fn ended(response: Option<Response<'_>>) -> Parsed<'_> {
+    let (usage, model) = response.map_or((None, None), |r| (r.usage, r.model));
+    Parsed {
+        usage: usage.map(Usage::from),
+        model,
+        end: true,
+        ..Parsed::default()
+    }
+}
+
+pub(super) fn body(data: &[u8]) -> Result<Parsed<'_>, ParseError> {
+    let r: Response<'_> = json(data)?;
+    Ok(Parsed {
+        usage: r.usage.map(Usage::from),
+        model: r.model,
+        end: true,
+        error: r.status.as_deref() == Some("failed"),
+        ..r.output.0.parsed()
+    })
 }

@@ -1,0 +1,289 @@
+//! Serde helpers shared by the dialects: text lengths read without keeping the text, array counts, per-choice sums.
+
+use std::{borrow::Cow, fmt, io, marker::PhantomData, time::Duration};
+
+use serde::de::{
+    value::{MapAccessDeserializer, SeqAccessDeserializer},
+    Deserialize, Deserializer, Error, IgnoredAny, MapAccess, SeqAccess, Visitor,
+};
+
+use super::{ParseError, Parsed};
+
+/// Reads one JSON payload; any failure is [`ParseError::Json`].
+pub(super) fn json<'a, T: Deserialize<'a>>(data: &'a [u8]) -> Result<T, ParseError> {
+    serde_json::from_slice(data).map_err(|_| ParseError::Json)
+}
+
+/// Whether `data` is the OpenAI-style end sentinel `[DONE]`.
+pub(super) fn is_done(data: &[u8]) -> bool {
+    data.trim_ascii() == b"[DONE]"
+}
+
+/// An event's type: its JSON `type` when present, else the SSE `event:` name.
+pub(super) fn event_type<'s>(json_type: Option<&'s str>, sse_name: &'s [u8]) -> &'s str {
+    match json_type {
+        Some(kind) => kind,
+        None => std::str::from_utf8(sse_name).unwrap_or_default(),
+    }
+}
+
+/// The event that only ends the stream.
+pub(super) fn done() -> Parsed<'static> {
+    Parsed {
+        end: true,
+        ..Parsed::default()
+    }
+}
+
+/// Milliseconds as servers report them (often fractional); negative or
+/// non-finite values are dropped.
+pub(super) fn ms(v: Option<f64>) -> Option<Duration> {
+    v.and_then(|ms| Duration::try_from_secs_f64(ms / 1e3).ok())
+}
+
+/// Nanoseconds (Ollama's durations).
+pub(super) fn ns(v: Option<u64>) -> Option<Duration> {
+    v.map(Duration::from_nanos)
+}
+
+fn len32(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// Deserializes an optional string, borrowing it from the payload unless it
+/// holds escapes (serde's own `Cow` impl always allocates inside `Option`).
+pub(super) fn cow<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Cow<'de, str>>, D::Error> {
+    struct V;
+    impl<'de> Visitor<'de> for V {
+        type Value = Option<Cow<'de, str>>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a string or null")
+        }
+        fn visit_borrowed_str<E: Error>(self, v: &'de str) -> Result<Self::Value, E> {
+            Ok(Some(Cow::Borrowed(v)))
+        }
+        fn visit_str<E: Error>(self, v: &str) -> Result<Self::Value, E> {
+            Ok(Some(Cow::Owned(v.to_owned())))
+        }
+        fn visit_unit<E: Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+    }
+    d.deserialize_any(V)
+}
+
+/// Byte length of a JSON string after unescaping, read without keeping the
+/// text. Null and other non-string values count 0, so an unexpected shape
+/// does not fail the event.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct TextLen(pub(super) u32);
+
+/// Like [`TextLen`], but an object or array (Ollama's tool arguments, an
+/// Anthropic `tool_use` input) counts its compact JSON length.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct ArgLen(pub(super) u32);
+
+impl<'de> Deserialize<'de> for TextLen {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(LenVisitor { json: false }).map(Self)
+    }
+}
+
+impl<'de> Deserialize<'de> for ArgLen {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(LenVisitor { json: true }).map(Self)
+    }
+}
+
+/// `json`: whether objects and arrays count their serialized length.
+struct LenVisitor {
+    json: bool,
+}
+
+impl<'de> Visitor<'de> for LenVisitor {
+    type Value = u32;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string")
+    }
+    fn visit_str<E: Error>(self, v: &str) -> Result<u32, E> {
+        Ok(len32(v.len()))
+    }
+    fn visit_unit<E: Error>(self) -> Result<u32, E> {
+        Ok(0)
+    }
+    fn visit_bool<E: Error>(self, _: bool) -> Result<u32, E> {
+        Ok(0)
+    }
+    fn visit_i64<E: Error>(self, _: i64) -> Result<u32, E> {
+        Ok(0)
+    }
+    fn visit_u64<E: Error>(self, _: u64) -> Result<u32, E> {
+        Ok(0)
+    }
+    fn visit_f64<E: Error>(self, _: f64) -> Result<u32, E> {
+        Ok(0)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<u32, A::Error> {
+        let d = SeqAccessDeserializer::new(seq);
+        match self.json {
+            true => serde_json::Value::deserialize(d).map(|v| json_len(&v)),
+            false => IgnoredAny::deserialize(d).map(|_| 0),
+        }
+    }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<u32, A::Error> {
+        let d = MapAccessDeserializer::new(map);
+        match self.json {
+            true => serde_json::Value::deserialize(d).map(|v| json_len(&v)),
+            false => IgnoredAny::deserialize(d).map(|_| 0),
+        }
+    }
+}
+
+/// Compact serialized length of a JSON value (null counts 0).
+fn json_len(v: &serde_json::Value) -> u32 {
+    struct Counter(usize);
+    impl io::Write for Counter {
+        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+            self.0 += b.len();
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+    if v.is_null() {
+        return 0;
+    }
+    let mut c = Counter(0);
+    match serde_json::to_writer(&mut c, v) {
+        Ok(()) => len32(c.0),
+        Err(_) => 0,
+    }
+}
+
+/// Number of elements of a JSON array (logprobs hold one per token).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Count(pub(super) u32);
+
+impl<'de> Deserialize<'de> for Count {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Count;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an array")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Count, A::Error> {
+                let mut n = 0u32;
+                while seq.next_element::<IgnoredAny>()?.is_some() {
+                    n = n.saturating_add(1);
+                }
+                Ok(Count(n))
+            }
+        }
+        d.deserialize_seq(V)
+    }
+}
+
+/// Generated text of each kind (bytes) in one choice, block or item, and its
+/// exact token count when the format gives one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Counts {
+    pub(super) reasoning: u32,
+    pub(super) output: u32,
+    pub(super) tool: u32,
+    pub(super) tokens: Option<u32>,
+    /// Elements summed (choices in a chunk).
+    pub(super) items: u32,
+}
+
+impl Counts {
+    fn add(&mut self, o: Counts) {
+        self.reasoning = self.reasoning.saturating_add(o.reasoning);
+        self.output = self.output.saturating_add(o.output);
+        self.tool = self.tool.saturating_add(o.tool);
+        self.tokens = match (self.tokens, o.tokens) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(0).saturating_add(b.unwrap_or(0))),
+        };
+        self.items = self.items.saturating_add(1);
+    }
+
+    /// An event carrying these counts and nothing else.
+    pub(super) fn parsed<'a>(self) -> Parsed<'a> {
+        Parsed {
+            reasoning_bytes: self.reasoning,
+            output_bytes: self.output,
+            tool_bytes: self.tool,
+            tokens: self.tokens,
+            ..Parsed::default()
+        }
+    }
+}
+
+/// A JSON element that contributes generated text to an event.
+pub(super) trait Tally {
+    /// What this element generated.
+    fn tally(self) -> Counts;
+}
+
+/// The summed [`Counts`] of the elements of a JSON array (null: zero),
+/// folded as they are read so the array is never collected.
+pub(super) struct Summed<T>(pub(super) Counts, PhantomData<T>);
+
+impl<T> Default for Summed<T> {
+    fn default() -> Self {
+        Self(Counts::default(), PhantomData)
+    }
+}
+
+impl<'de, T: Deserialize<'de> + Tally> Deserialize<'de> for Summed<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de> + Tally> Visitor<'de> for V<T> {
+            type Value = Summed<T>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an array or null")
+            }
+            fn visit_unit<E: Error>(self) -> Result<Summed<T>, E> {
+                Ok(Summed::default())
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Summed<T>, A::Error> {
+                let mut sum = Counts::default();
+                while let Some(el) = seq.next_element::<T>()? {
+                    sum.add(el.tally());
+                }
+                Ok(Summed(sum, PhantomData))
+            }
+        }
+        d.deserialize_any(V(PhantomData))
+    }
+}
+
+/// One tool call, OpenAI (`arguments` a string fragment) or Ollama
+/// (`arguments` an object): its name and arguments count as tool text.
+#[derive(serde::Deserialize)]
+pub(super) struct ToolCall {
+    #[serde(default)]
+    function: Option<Function>,
+}
+
+#[derive(serde::Deserialize)]
+struct Function {
+    #[serde(default)]
+    name: TextLen,
+    #[serde(default)]
+    arguments: ArgLen,
+}
+
+impl Tally for ToolCall {
+    fn tally(self) -> Counts {
+        let tool = self
+            .function
+            .map_or(0, |f| f.name.0.saturating_add(f.arguments.0));
+        Counts {
+            tool,
+            ..Counts::default()
+        }
+    }
+}

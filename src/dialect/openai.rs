@@ -1,0 +1,118 @@
+//! The chunk envelope the OpenAI-style dialects share: choices, usage, vLLM `metrics`, llama.cpp `timings`, `[DONE]`.
+
+use std::borrow::Cow;
+
+use serde::{de::IgnoredAny, Deserialize};
+
+use super::{
+    common::{cow, done, is_done, json, ms, Summed, Tally},
+    llamacpp::Timings,
+    ParseError, Parsed, ServerTimings, Usage,
+};
+
+/// OpenAI usage; the aliases read the Responses API's names.
+#[derive(Deserialize, Default)]
+pub(super) struct OpenAiUsage {
+    #[serde(default, alias = "input_tokens")]
+    prompt_tokens: Option<u64>,
+    #[serde(default, alias = "output_tokens")]
+    completion_tokens: Option<u64>,
+    #[serde(default, alias = "input_tokens_details")]
+    prompt_tokens_details: Option<Details>,
+    #[serde(default, alias = "output_tokens_details")]
+    completion_tokens_details: Option<Details>,
+}
+
+#[derive(Deserialize, Default)]
+struct Details {
+    #[serde(default)]
+    cached_tokens: Option<u64>,
+    #[serde(default)]
+    reasoning_tokens: Option<u64>,
+}
+
+impl From<OpenAiUsage> for Usage {
+    fn from(u: OpenAiUsage) -> Self {
+        Usage {
+            input: u.prompt_tokens,
+            cached_input: u.prompt_tokens_details.and_then(|d| d.cached_tokens),
+            output: u.completion_tokens,
+            reasoning: u.completion_tokens_details.and_then(|d| d.reasoning_tokens),
+        }
+    }
+}
+
+/// vLLM `--enable-per-request-metrics`, on the final usage chunk (ms).
+#[derive(Deserialize)]
+struct VllmMetrics {
+    #[serde(default)]
+    time_to_first_token_ms: Option<f64>,
+    #[serde(default)]
+    generation_time_ms: Option<f64>,
+    #[serde(default)]
+    queue_time_ms: Option<f64>,
+}
+
+/// One chat or completions chunk (or whole body); `C` is one choice.
+#[derive(Deserialize)]
+#[serde(bound(deserialize = "C: Deserialize<'de> + Tally"))]
+struct Envelope<'a, C> {
+    #[serde(default)]
+    choices: Summed<C>,
+    #[serde(default)]
+    usage: Option<OpenAiUsage>,
+    #[serde(default)]
+    metrics: Option<VllmMetrics>,
+    #[serde(default)]
+    timings: Option<Timings>,
+    #[serde(default, borrow, deserialize_with = "cow")]
+    model: Option<Cow<'a, str>>,
+    #[serde(default)]
+    error: Option<IgnoredAny>,
+}
+
+impl<'a, C> Envelope<'a, C> {
+    fn parsed(self) -> Parsed<'a> {
+        let counts = self.choices.0;
+        let server = match (self.metrics, self.timings) {
+            (Some(m), _) => Some(ServerTimings {
+                queue: ms(m.queue_time_ms),
+                prefill: ms(m.time_to_first_token_ms),
+                decode: ms(m.generation_time_ms),
+                load: None,
+            }),
+            (None, Some(t)) => Some(t.server()),
+            (None, None) => None,
+        };
+        Parsed {
+            cumulative: self.usage.is_some() && counts.items > 0,
+            usage: self.usage.map(Usage::from),
+            server,
+            model: self.model,
+            error: self.error.is_some(),
+            ..counts.parsed()
+        }
+    }
+}
+
+/// Reads one streamed chunk whose choices are `C`.
+pub(super) fn event<'a, C: Deserialize<'a> + Tally>(
+    data: &'a [u8],
+) -> Result<Parsed<'a>, ParseError> {
+    if is_done(data) {
+        return Ok(done());
+    }
+    json::<Envelope<'a, C>>(data).map(Envelope::parsed)
+}
+
+/// Reads a whole non-streamed response whose choices are `C`.
+pub(super) fn body<'a, C: Deserialize<'a> + Tally>(
+    data: &'a [u8],
+) -> Result<Parsed<'a>, ParseError> {
+    let parsed = json::<Envelope<'a, C>>(data)?.parsed();
+    Ok(Parsed {
+        cumulative: false,
+        end: true,
+        ..parsed
+    })
+}
