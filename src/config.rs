@@ -19,8 +19,8 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
-use crate::dialect::Dialect;
 pub use self::upstream::{Upstream, UpstreamProtocol};
+use crate::dialect::Dialect;
 
 /// The validated, ready-to-use configuration.
 #[derive(Clone, Debug)]
@@ -363,7 +363,10 @@ impl File {
         tracing_subscriber::EnvFilter::try_new(&self.log_filter)
             .map_err(|e| ConfigError::invalid("log_filter", e))?;
         if self.max_event_bytes == 0 {
-            return Err(ConfigError::invalid("max_event_bytes", "must be greater than zero"));
+            return Err(ConfigError::invalid(
+                "max_event_bytes",
+                "must be greater than zero",
+            ));
         }
         let reading = Reading {
             max_event_bytes: self.max_event_bytes,
@@ -406,7 +409,10 @@ impl File {
                 }
                 let dialect = Dialect::from_name(name).ok_or_else(|| {
                     let names: Vec<_> = Dialect::ALL.iter().map(|d| d.as_str()).collect();
-                    ConfigError::invalid(&key, format!("unknown dialect `{name}`; one of {}", names.join(", ")))
+                    ConfigError::invalid(
+                        &key,
+                        format!("unknown dialect `{name}`; one of {}", names.join(", ")),
+                    )
                 })?;
                 Ok((path.clone(), dialect))
             })

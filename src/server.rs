@@ -13,8 +13,7 @@ use hyper_util::{
 use tokio::{net::TcpListener, task::JoinSet};
 
 use crate::{
-    admin, config::Config, health::Health, metrics::Metrics, proxy::Proxy,
-    timeline::TimelineSink,
+    admin, config::Config, health::Health, metrics::Metrics, proxy::Proxy, timeline::TimelineSink,
 };
 
 /// A failure to start serving. Bind failures name the config key.

@@ -52,7 +52,11 @@ fn near(measured: Option<Duration>, expected: Duration) {
 fn sse_head() -> Bytes {
     head(
         "200 OK",
-        &["content-type: text/event-stream", "transfer-encoding: chunked", "connection: close"],
+        &[
+            "content-type: text/event-stream",
+            "transfer-encoding: chunked",
+            "connection: close",
+        ],
     )
 }
 
@@ -72,7 +76,10 @@ fn usage_chunk(prompt: u64, completion: u64) -> Bytes {
 }
 
 fn done() -> Vec<Step> {
-    vec![Step::Write(chunk(b"data: [DONE]\n\n")), Step::Write(bytes("0\r\n\r\n"))]
+    vec![
+        Step::Write(chunk(b"data: [DONE]\n\n")),
+        Step::Write(bytes("0\r\n\r\n")),
+    ]
 }
 
 async fn run(script: Vec<Step>) -> Timeline {
@@ -148,7 +155,11 @@ async fn three_tokens_every_90ms_is_30ms_per_token() {
         near(Some(gap), ms(90));
     }
     let itl: Vec<_> = t.inter_token_latencies().collect();
-    assert_eq!(itl.iter().map(|(_, n)| n).sum::<u64>(), 27, "one observation per token");
+    assert_eq!(
+        itl.iter().map(|(_, n)| n).sum::<u64>(),
+        27,
+        "one observation per token"
+    );
     for (value, count) in itl {
         assert_eq!(count, 3);
         near(Some(value), ms(30));
@@ -189,7 +200,11 @@ async fn a_non_streamed_response_has_counts_but_no_first_token() {
     let body = br#"{"id":"cmpl-1","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"Hello there"},"finish_reason":"stop"}],"usage":{"prompt_tokens":7,"completion_tokens":3,"total_tokens":10}}"#;
     let mut response = head(
         "200 OK",
-        &["content-type: application/json", &format!("content-length: {}", body.len()), "connection: close"],
+        &[
+            "content-type: application/json",
+            &format!("content-length: {}", body.len()),
+            "connection: close",
+        ],
     )
     .to_vec();
     response.extend_from_slice(body);

@@ -19,7 +19,11 @@ const MIB: usize = 1024 * 1024;
 fn sse_head() -> Bytes {
     head(
         "200 OK",
-        &["content-type: text/event-stream", "transfer-encoding: chunked", "connection: close"],
+        &[
+            "content-type: text/event-stream",
+            "transfer-encoding: chunked",
+            "connection: close",
+        ],
     )
 }
 
@@ -48,10 +52,21 @@ async fn through_proxy(parts: Vec<Vec<u8>>) -> tokenclock::timeline::Timeline {
         .expect("request");
     let response = send(proxy.addr, request).await.expect("response");
     let got = collect(response).await.expect("complete").body();
-    assert!(got == expected, "the client got other bytes ({} vs {})", got.len(), expected.len());
+    assert!(
+        got == expected,
+        "the client got other bytes ({} vs {})",
+        got.len(),
+        expected.len()
+    );
     let timeline = next_timeline(&mut timelines).await;
     // The proxy keeps serving after bad traffic.
-    let again = send(proxy.addr, Request::get("/v1/models").body(Full::new(Bytes::new())).expect("request")).await;
+    let again = send(
+        proxy.addr,
+        Request::get("/v1/models")
+            .body(Full::new(Bytes::new()))
+            .expect("request"),
+    )
+    .await;
     assert!(again.is_ok(), "the proxy stopped serving");
     timeline
 }
@@ -66,7 +81,10 @@ async fn garbage_and_truncated_json_are_counted_and_forwarded() {
     ])
     .await;
     assert_eq!(t.parse_errors, vec![ParseError::Json, ParseError::Json]);
-    assert_eq!(t.tokens.token_events, 2, "good events around bad ones still count");
+    assert_eq!(
+        t.tokens.token_events, 2,
+        "good events around bad ones still count"
+    );
 }
 
 #[tokio::test]
@@ -76,7 +94,10 @@ async fn an_endless_line_and_a_100_mb_event_are_skipped_and_counted() {
     huge.extend_from_slice(b"\"}}]}\n\n");
     let endless = vec![b'y'; 48 * MIB];
     let t = through_proxy(vec![GOOD.to_vec(), huge, GOOD.to_vec(), endless]).await;
-    assert_eq!(t.parse_errors, vec![ParseError::TooLarge, ParseError::TooLarge]);
+    assert_eq!(
+        t.parse_errors,
+        vec![ParseError::TooLarge, ParseError::TooLarge]
+    );
     assert_eq!(t.tokens.token_events, 2);
 }
 
@@ -100,12 +121,28 @@ async fn a_compressed_stream_is_timed_but_not_read() {
         ],
     );
     let body = common::noise(10_000, 3);
-    let upstream = Scripted::start(vec![Step::Write(gzip_head), Step::Write(chunk(&body)), Step::Write(bytes("0\r\n\r\n"))]).await;
+    let upstream = Scripted::start(vec![
+        Step::Write(gzip_head),
+        Step::Write(chunk(&body)),
+        Step::Write(bytes("0\r\n\r\n")),
+    ])
+    .await;
     let (proxy, mut timelines) = common::proxy_with_timelines(upstream.addr, "").await;
-    let response = send(proxy.addr, Request::post("/v1/chat/completions").body(Full::new(Bytes::new())).expect("request"))
-        .await
-        .expect("response");
-    assert_eq!(response.headers().get("content-encoding").map(|v| v.as_bytes()), Some(&b"gzip"[..]));
+    let response = send(
+        proxy.addr,
+        Request::post("/v1/chat/completions")
+            .body(Full::new(Bytes::new()))
+            .expect("request"),
+    )
+    .await
+    .expect("response");
+    assert_eq!(
+        response
+            .headers()
+            .get("content-encoding")
+            .map(|v| v.as_bytes()),
+        Some(&b"gzip"[..])
+    );
     assert!(collect(response).await.expect("body").body() == body);
     let t = next_timeline(&mut timelines).await;
     assert_eq!(t.parse_errors, vec![ParseError::Encoding]);

@@ -76,15 +76,21 @@ struct AnthropicUsage {
     #[serde(default)]
     input_tokens: Option<u64>,
     #[serde(default)]
+    cache_creation_input_tokens: Option<u64>,
+    #[serde(default)]
     cache_read_input_tokens: Option<u64>,
     #[serde(default)]
     output_tokens: Option<u64>,
 }
 
+/// Anthropic's `input_tokens` leaves out cache reads and writes; the prompt
+/// is all three, as OpenAI's `prompt_tokens` (which includes cached tokens).
 impl From<AnthropicUsage> for Usage {
     fn from(u: AnthropicUsage) -> Self {
+        let cache =
+            u.cache_creation_input_tokens.unwrap_or(0) + u.cache_read_input_tokens.unwrap_or(0);
         Usage {
-            input: u.input_tokens,
+            input: u.input_tokens.map(|n| n + cache),
             cached_input: u.cache_read_input_tokens,
             output: u.output_tokens,
             reasoning: None,

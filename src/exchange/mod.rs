@@ -161,7 +161,13 @@ impl Observe for Exchange {
 /// TGI reports its queue and inference time in response headers (ms).
 fn tgi_header_timings(headers: &http::HeaderMap) -> ServerTimings {
     let ms = |name: &str| {
-        let value = headers.get(name)?.to_str().ok()?.trim().parse::<f64>().ok()?;
+        let value = headers
+            .get(name)?
+            .to_str()
+            .ok()?
+            .trim()
+            .parse::<f64>()
+            .ok()?;
         (value.is_finite() && value >= 0.0).then(|| Duration::from_secs_f64(value / 1e3))
     };
     ServerTimings {

@@ -93,12 +93,13 @@ impl Reader {
                 dialect,
                 oversized,
             } => {
-                framer.feed(data, &mut |event| {
-                    match dialect.parse_event(event.event, event.data) {
+                framer.feed(
+                    data,
+                    &mut |event| match dialect.parse_event(event.event, event.data) {
                         Ok(parsed) => timeline.record(&parsed, at),
                         Err(e) => timeline.parse_error(e),
-                    }
-                });
+                    },
+                );
                 count_oversized(oversized, framer.stats().oversized, timeline);
             }
             Self::Ndjson {

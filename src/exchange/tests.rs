@@ -26,7 +26,10 @@ fn exchange(status: u16) -> Exchange {
 fn outcomes_follow_status_and_end() {
     assert_eq!(exchange(200).outcome(End::Complete), Outcome::Ok);
     assert_eq!(exchange(404).outcome(End::Complete), Outcome::HttpError);
-    assert_eq!(exchange(200).outcome(End::Dropped), Outcome::ClientCancelled);
+    assert_eq!(
+        exchange(200).outcome(End::Dropped),
+        Outcome::ClientCancelled
+    );
     let failed = End::Failed { timeout: false };
     assert_eq!(exchange(200).outcome(failed), Outcome::UpstreamError);
     let idle = End::Failed { timeout: true };
@@ -61,8 +64,14 @@ fn a_streamed_response_is_read_through_its_dialect() {
     assert!(e.timeline.streamed);
     let t0 = Instant::now();
     let chunk = |s: &'static str| Bytes::from_static(s.as_bytes());
-    e.on_data(&chunk("data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n"), t0);
-    e.on_data(&chunk("data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n\ndata: [DONE]\n\n"), t0);
+    e.on_data(
+        &chunk("data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n"),
+        t0,
+    );
+    e.on_data(
+        &chunk("data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n\ndata: [DONE]\n\n"),
+        t0,
+    );
     assert_eq!(e.timeline.events, 3);
     assert_eq!(e.timeline.tokens.token_events, 1);
 }

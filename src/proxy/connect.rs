@@ -91,7 +91,11 @@ impl<T: Read> Read for Timed<T> {
 }
 
 impl<T: Write> Write for Timed<T> {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
         self.project().io.poll_write(cx, buf)
     }
 

@@ -209,7 +209,7 @@ fn anthropic_deltas() {
     let delta = r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"input_tokens":30,"cache_read_input_tokens":5,"output_tokens":12}}"#;
     let want = Parsed {
         usage: Some(Usage {
-            input: Some(30),
+            input: Some(35), // input_tokens + cache reads
             cached_input: Some(5),
             output: Some(12),
             reasoning: None,

@@ -149,7 +149,7 @@ fn anthropic_thinking() {
         kinds: "...rrr...ooo...".into(),
         reasoning: 29,
         output: 21,
-        usage: usage(Some(27), Some(1024), 96, None),
+        usage: usage(Some(27 + 1024), Some(1024), 96, None),
         cumulative: vec![13],
         model: model("claude-sonnet-4-5-20250929"),
         ends: vec![14],
@@ -305,7 +305,7 @@ fn bodies_openai() {
 #[test]
 fn bodies_anthropic_tgi() {
     let msg = body(Dialect::Anthropic, fixture!("body_anthropic.json"));
-    let usage = u(Some(410), Some(2048), 95, None);
+    let usage = u(Some(410 + 2048), Some(2048), 95, None);
     // The tool input object counts as its compact JSON `{"city":"Paris"}`.
     assert_eq!(
         msg,
