@@ -39,6 +39,8 @@ pub struct Config {
     pub pool: Pool,
     /// How request and response bodies are read for measurement.
     pub reading: Reading,
+    /// Whether requests may be changed to learn exact token counts.
+    pub usage_mode: UsageMode,
     /// How long in-flight requests may run on after SIGTERM/SIGINT.
     pub shutdown_grace: Duration,
     /// Tokio worker threads; at least 1.
@@ -92,6 +94,18 @@ pub struct Pool {
     pub idle_timeout: Duration,
     /// Idle connections kept per upstream host.
     pub max_idle_per_host: usize,
+}
+
+/// Whether tokenclock may change requests to learn exact token counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UsageMode {
+    /// Touch nothing.
+    #[default]
+    Passive,
+    /// Add `stream_options.include_usage` to streamed OpenAI requests that
+    /// lack it, and remove the resulting usage chunk from the response.
+    Inject,
 }
 
 /// How log lines are written.
@@ -237,6 +251,7 @@ pub struct File {
     log_filter: String,
     max_event_bytes: usize,
     request_capture_bytes: usize,
+    usage_mode: UsageMode,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     dialects: BTreeMap<String, String>,
 }
@@ -262,6 +277,7 @@ impl Default for File {
             log_filter: "info".to_owned(),
             max_event_bytes: 1024 * 1024,
             request_capture_bytes: 8 * 1024 * 1024,
+            usage_mode: UsageMode::Passive,
             dialects: BTreeMap::new(),
         }
     }
@@ -389,6 +405,7 @@ impl File {
                 max_idle_per_host: self.pool_max_idle_per_host,
             },
             reading,
+            usage_mode: self.usage_mode,
             shutdown_grace: self.shutdown_grace,
             worker_threads: match self.worker_threads {
                 0 => std::thread::available_parallelism().map_or(1, |n| n.get()),

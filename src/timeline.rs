@@ -82,6 +82,9 @@ pub struct Timeline {
     pub outcome: Outcome,
     /// The response was an event stream whose events were read.
     pub streamed: bool,
+    /// tokenclock asked the server for usage (`usage_mode = "inject"`) and
+    /// removed the usage chunk from what the client received.
+    pub usage_injected: bool,
 
     /// `t0`: the request head arrived from the client.
     pub start: Instant,
@@ -137,6 +140,7 @@ impl Timeline {
             status: None,
             outcome: Outcome::Ok,
             streamed: false,
+            usage_injected: false,
             start,
             connect: None,
             request_sent: None,

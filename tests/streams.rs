@@ -236,3 +236,74 @@ async fn every_recorded_stream_is_forwarded_and_measured() {
         proxy.shutdown().await;
     }
 }
+
+fn usage_stream() -> (Vec<Step>, &'static str, &'static str) {
+    const WITH: &str = concat!(
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n",
+        "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":17}}\n\n",
+        "data: [DONE]\n\n"
+    );
+    const WITHOUT: &str = concat!(
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n",
+        "data: [DONE]\n\n"
+    );
+    (script(WITH.as_bytes(), SSE), WITH, WITHOUT)
+}
+
+const STREAMED_REQUEST: &[u8] =
+    b"{\"model\":\"m\",\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
+
+#[tokio::test]
+async fn usage_inject_asks_for_usage_and_hides_it_from_the_client() {
+    let (script, _, without) = usage_stream();
+    let mut upstream = Scripted::start(script).await;
+    let (proxy, mut timelines) =
+        common::proxy_with_timelines(upstream.addr, "usage_mode = \"inject\"").await;
+    let request = Request::post("/v1/chat/completions")
+        .header("content-type", "application/json")
+        .header("content-length", STREAMED_REQUEST.len())
+        .body(Full::new(Bytes::from_static(STREAMED_REQUEST)))
+        .expect("request");
+    let response = send(proxy.addr, request).await.expect("response");
+    let got = collect(response).await.expect("stream").body();
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        without,
+        "the usage chunk is removed"
+    );
+
+    let seen = upstream.next_request().await;
+    let body: serde_json::Value = serde_json::from_slice(&seen.body).expect("JSON body upstream");
+    assert_eq!(body["stream_options"]["include_usage"], true);
+    assert_eq!(body["messages"][0]["content"], "hi");
+    let length: usize = seen
+        .header("content-length")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    assert_eq!(
+        length,
+        seen.body.len(),
+        "Content-Length matches the new body"
+    );
+
+    let t = next_timeline(&mut timelines).await;
+    assert!(t.usage_injected);
+    assert_eq!(t.tokens.generated, 17);
+    assert_eq!(t.tokens.generated_source, Some(CountSource::Usage));
+}
+
+#[tokio::test]
+async fn passive_mode_changes_nothing() {
+    let (script, with, _) = usage_stream();
+    let mut upstream = Scripted::start(script).await;
+    let (proxy, mut timelines) = common::proxy_with_timelines(upstream.addr, "").await;
+    let request = Request::post("/v1/chat/completions")
+        .header("content-length", STREAMED_REQUEST.len())
+        .body(Full::new(Bytes::from_static(STREAMED_REQUEST)))
+        .expect("request");
+    let response = send(proxy.addr, request).await.expect("response");
+    let got = collect(response).await.expect("stream").body();
+    assert_eq!(String::from_utf8_lossy(&got), with);
+    assert_eq!(upstream.next_request().await.body, STREAMED_REQUEST);
+    assert!(!next_timeline(&mut timelines).await.usage_injected);
+}

@@ -85,19 +85,35 @@ impl Exchange {
         }
     }
 
+    /// The dialect of the request.
+    pub fn dialect(&self) -> crate::dialect::Dialect {
+        self.timeline.dialect
+    }
+
+    /// The proxy added `stream_options.include_usage` to the request.
+    pub fn set_usage_injected(&mut self) {
+        self.timeline.usage_injected = true;
+    }
+
+    /// Whether the proxy added `stream_options.include_usage`.
+    pub fn usage_injected(&self) -> bool {
+        self.timeline.usage_injected
+    }
+
+    /// Whether the response is an SSE or NDJSON stream being read.
+    pub fn streamed(&self) -> bool {
+        self.timeline.streamed
+    }
+
     /// Time spent opening a new upstream connection (zero when pooled).
     pub fn set_connect(&mut self, connect: Duration) {
         self.timeline.connect = Some(connect);
     }
 
     /// Records that the proxy answered itself because forwarding failed.
-    pub fn set_local_failure(&mut self, status: StatusCode, timeout: bool) {
+    pub fn set_local_failure(&mut self, status: StatusCode, outcome: Outcome) {
         self.timeline.status = Some(status);
-        self.local_failure = Some(if timeout {
-            Outcome::Timeout
-        } else {
-            Outcome::UpstreamError
-        });
+        self.local_failure = Some(outcome);
     }
 
     fn outcome(&self, end: End) -> Outcome {

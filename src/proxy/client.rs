@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 
-use hyper::body::Incoming;
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::{
     client::legacy::{connect::HttpConnector, Client},
@@ -11,7 +10,7 @@ use hyper_util::{
 };
 use rustls::crypto::ring;
 
-use super::connect::TimedConnector;
+use super::{connect::TimedConnector, RequestBody};
 use crate::{
     config::{Config, UpstreamProtocol},
     exchange::Upload,
@@ -19,7 +18,7 @@ use crate::{
 };
 
 /// The body sent upstream: the client's, observed on its way.
-pub type UpstreamBody = ObservedBody<Incoming, Upload>;
+pub type UpstreamBody = ObservedBody<RequestBody, Upload>;
 
 /// The pooled upstream client.
 pub type UpstreamClient = Client<TimedConnector<HttpsConnector<HttpConnector>>, UpstreamBody>;

@@ -7,6 +7,8 @@ use bytes::Bytes;
 use http::{header, HeaderValue, Response, StatusCode};
 use http_body_util::Full;
 
+use crate::timeline::Outcome;
+
 /// A failure before the upstream's response head reached the proxy.
 #[derive(Debug, thiserror::Error)]
 pub enum ProxyError {
@@ -25,6 +27,9 @@ pub enum ProxyError {
     /// The request cannot be expressed to the upstream (e.g. a bad path).
     #[error("the request cannot be forwarded: {0}")]
     BadRequest(String),
+    /// The client failed to send the request body the proxy had to read.
+    #[error("the request body did not arrive: {0}")]
+    ClientBody(String),
 }
 
 // === impl ProxyError ===
@@ -44,9 +49,20 @@ impl ProxyError {
         Self::Upstream(innermost(err))
     }
 
-    /// Whether this is one of the timeouts (reported with outcome `timeout`).
+    /// Whether this is one of the timeouts.
     pub fn is_timeout(&self) -> bool {
         matches!(self, Self::ConnectTimeout(_) | Self::HeaderTimeout(_))
+    }
+
+    /// How a request that failed this way ended.
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            Self::ConnectTimeout(_) | Self::HeaderTimeout(_) => Outcome::Timeout,
+            Self::ClientBody(_) => Outcome::ClientCancelled,
+            Self::Unavailable(_) | Self::Upstream(_) | Self::BadRequest(_) => {
+                Outcome::UpstreamError
+            }
+        }
     }
 
     /// The status the client receives.
@@ -54,7 +70,7 @@ impl ProxyError {
         match self {
             Self::Unavailable(_) | Self::Upstream(_) => StatusCode::BAD_GATEWAY,
             Self::ConnectTimeout(_) | Self::HeaderTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
-            Self::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Self::BadRequest(_) | Self::ClientBody(_) => StatusCode::BAD_REQUEST,
         }
     }
 
@@ -64,7 +80,7 @@ impl ProxyError {
             Self::Unavailable(_) => "upstream_unavailable",
             Self::ConnectTimeout(_) | Self::HeaderTimeout(_) => "upstream_timeout",
             Self::Upstream(_) => "upstream_error",
-            Self::BadRequest(_) => "bad_request",
+            Self::BadRequest(_) | Self::ClientBody(_) => "bad_request",
         }
     }
 

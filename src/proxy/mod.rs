@@ -10,6 +10,7 @@ mod client;
 mod connect;
 mod error;
 mod headers;
+mod inject;
 
 use std::{
     convert::Infallible,
@@ -29,9 +30,11 @@ use self::client::{UpstreamBody, UpstreamClient};
 pub use self::{
     body::{BodyError, ResponseBody},
     error::ProxyError,
+    inject::{RequestBody, StripUsage},
 };
 use crate::{
-    config::{Config, Reading, Upstream, UpstreamProtocol},
+    config::{Config, Reading, Upstream, UpstreamProtocol, UsageMode},
+    dialect::Dialect,
     exchange::{Exchange, Upload},
     health::Health,
     observe::ObservedBody,
@@ -39,7 +42,7 @@ use crate::{
 };
 
 /// The body of every response the proxy sends.
-pub type ProxyBody = ObservedBody<ResponseBody, Exchange>;
+pub type ProxyBody = StripUsage<ObservedBody<ResponseBody, Exchange>>;
 
 /// The proxy service; cheap to clone, one per connection.
 #[derive(Clone)]
@@ -54,6 +57,7 @@ struct Inner {
     preserve_host: bool,
     timeouts: crate::config::Timeouts,
     reading: Reading,
+    inject_usage: bool,
     health: Health,
     sink: Option<Arc<dyn TimelineSink>>,
 }
@@ -78,6 +82,7 @@ impl Proxy {
                 preserve_host: config.preserve_host,
                 timeouts: config.timeouts,
                 reading: config.reading.clone(),
+                inject_usage: config.usage_mode == UsageMode::Inject,
                 health,
                 sink,
             }),
@@ -107,7 +112,23 @@ impl Inner {
         let start = Instant::now();
         let (mut exchange, upload) =
             Exchange::start(start, &request, &self.reading, self.sink.clone());
-        let mut upstream_request = match self.rewrite(request, upload) {
+        let (mut parts, body) = request.into_parts();
+        let injected = self.injects(&parts, exchange.dialect());
+        let body = if injected {
+            let cap = self.reading.request_capture_bytes;
+            let (body, rewritten) = match inject::read_and_inject(body, cap).await {
+                Ok(read) => read,
+                Err(e) => return local_response(ProxyError::ClientBody(e.to_string()), exchange),
+            };
+            if rewritten {
+                parts.headers.remove(header::CONTENT_LENGTH);
+                exchange.set_usage_injected();
+            }
+            body
+        } else {
+            RequestBody::Streaming(body)
+        };
+        let mut upstream_request = match self.rewrite(parts, body, upload) {
             Ok(r) => r,
             Err(e) => return local_response(e, exchange),
         };
@@ -138,17 +159,26 @@ impl Inner {
         // The client's connection has its own version; hyper frames for it.
         parts.version = Version::default();
         headers::strip_hop_by_hop(&mut parts.headers);
+        let strip = exchange.usage_injected() && exchange.streamed();
         let body = ResponseBody::upstream(body, self.timeouts.idle);
-        Response::from_parts(parts, ObservedBody::new(body, exchange))
+        let body = StripUsage::new(ObservedBody::new(body, exchange), strip);
+        Response::from_parts(parts, body)
+    }
+
+    /// Whether to add `stream_options.include_usage` to this request.
+    fn injects(&self, parts: &http::request::Parts, dialect: Dialect) -> bool {
+        self.inject_usage
+            && parts.method == http::Method::POST
+            && matches!(dialect, Dialect::OpenAiChat | Dialect::OpenAiCompletions)
     }
 
     /// The client's request, addressed to the upstream.
     fn rewrite(
         &self,
-        request: Request<Incoming>,
+        mut parts: http::request::Parts,
+        body: RequestBody,
         upload: Upload,
     ) -> Result<Request<UpstreamBody>, ProxyError> {
-        let (mut parts, body) = request.into_parts();
         let client_host = parts
             .headers
             .get(header::HOST)
@@ -196,10 +226,8 @@ fn authority_header(uri: &Uri) -> Option<HeaderValue> {
 /// The one place a [`ProxyError`] becomes the client's response.
 fn local_response(error: ProxyError, mut exchange: Exchange) -> Response<ProxyBody> {
     tracing::debug!(error = %error, "Forwarding failed.");
-    exchange.set_local_failure(error.status(), error.is_timeout());
+    exchange.set_local_failure(error.status(), error.outcome());
     let (parts, body) = error.to_response().into_parts();
-    Response::from_parts(
-        parts,
-        ObservedBody::new(ResponseBody::local(body), exchange),
-    )
+    let body = ObservedBody::new(ResponseBody::local(body), exchange);
+    Response::from_parts(parts, StripUsage::new(body, false))
 }
