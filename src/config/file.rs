@@ -1,0 +1,261 @@
+//! The config file as written: parsing, defaults, overrides, validation.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    fmt,
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    str::FromStr,
+    time::Duration,
+};
+
+use serde::{Deserialize, Serialize};
+
+use super::{
+    duration, Config, ConfigError, LogFormat, Override, Overrides, Pool, Reading, Timeouts,
+    Upstream, UpstreamProtocol, UsageMode,
+};
+use crate::dialect::Dialect;
+
+/// The config file as written: every key optional, defaults filled in.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct File {
+    listen: SocketAddr,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    upstream: Option<String>,
+    metrics_listen: SocketAddr,
+    upstream_protocol: UpstreamProtocol,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    upstream_ca_file: Option<PathBuf>,
+    preserve_host: bool,
+    #[serde(with = "duration")]
+    connect_timeout: Duration,
+    #[serde(with = "duration")]
+    response_header_timeout: Duration,
+    #[serde(with = "duration")]
+    idle_timeout: Duration,
+    #[serde(with = "duration")]
+    header_read_timeout: Duration,
+    #[serde(with = "duration")]
+    pool_idle_timeout: Duration,
+    pool_max_idle_per_host: usize,
+    #[serde(with = "duration")]
+    shutdown_grace: Duration,
+    worker_threads: usize,
+    log_format: LogFormat,
+    log_filter: String,
+    max_event_bytes: usize,
+    request_capture_bytes: usize,
+    usage_mode: UsageMode,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    dialects: BTreeMap<String, String>,
+}
+
+impl Default for File {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            upstream: None,
+            metrics_listen: SocketAddr::from(([127, 0, 0, 1], 9464)),
+            upstream_protocol: UpstreamProtocol::Http1,
+            upstream_ca_file: None,
+            preserve_host: false,
+            connect_timeout: Duration::from_secs(5),
+            response_header_timeout: Duration::from_secs(300),
+            idle_timeout: Duration::from_secs(300),
+            header_read_timeout: Duration::from_secs(30),
+            pool_idle_timeout: Duration::from_secs(4),
+            pool_max_idle_per_host: 256,
+            shutdown_grace: Duration::from_secs(30),
+            worker_threads: 0,
+            log_format: LogFormat::Text,
+            log_filter: "info".to_owned(),
+            max_event_bytes: 1024 * 1024,
+            request_capture_bytes: 8 * 1024 * 1024,
+            usage_mode: UsageMode::Passive,
+            dialects: BTreeMap::new(),
+        }
+    }
+}
+
+// === impl File ===
+
+impl File {
+    /// Reads and parses a config file. Unknown keys are errors.
+    pub fn read(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::parse(&text, &path.display().to_string())
+    }
+
+    /// Parses config text; `path` names it in errors.
+    pub fn parse(text: &str, path: &str) -> Result<Self, ConfigError> {
+        let syntax = |err: toml::de::Error| {
+            let (line, column) = line_column(text, err.span().map_or(0, |s| s.start));
+            ConfigError::Syntax {
+                path: path.to_owned(),
+                line,
+                column,
+                message: err.message().trim().to_owned(),
+            }
+        };
+        let de = toml::de::Deserializer::parse(text).map_err(syntax)?;
+        serde_path_to_error::deserialize(de).map_err(|err| {
+            let key = err.path().to_string();
+            let inner = err.into_inner();
+            if key == "." {
+                return syntax(inner);
+            }
+            ConfigError::invalid(&key, inner.message().trim())
+        })
+    }
+
+    /// Applies flag and environment values, which win over the file.
+    pub fn apply(&mut self, overrides: &Overrides) -> Result<(), ConfigError> {
+        if let Some(o) = &overrides.listen {
+            self.listen = parse_override("listen", o)?;
+        }
+        if let Some(o) = &overrides.metrics_listen {
+            self.metrics_listen = parse_override("metrics_listen", o)?;
+        }
+        if let Some(o) = &overrides.upstream {
+            // Checked with the rest in `validate`; keep the origin for its error.
+            Upstream::parse(&o.value).map_err(|message| ConfigError::Invalid {
+                key: "upstream".to_owned(),
+                message,
+                origin: o.origin.clone(),
+            })?;
+            self.upstream = Some(o.value.clone());
+        }
+        if let Some(o) = &overrides.log_format {
+            self.log_format = parse_override("log_format", o)?;
+        }
+        if let Some(o) = &overrides.worker_threads {
+            self.worker_threads = parse_override("worker_threads", o)?;
+        }
+        Ok(())
+    }
+
+    /// Checks every value and builds the ready-to-use [`Config`].
+    pub fn validate(self) -> Result<Config, ConfigError> {
+        let upstream_text = self.upstream.as_deref().ok_or_else(|| {
+            ConfigError::invalid(
+                "upstream",
+                "required (--upstream, TOKENCLOCK_UPSTREAM or `upstream = \"http://host:port\"`)",
+            )
+        })?;
+        let mut upstream = Upstream::parse(upstream_text)
+            .map_err(|m| ConfigError::invalid("upstream", m))?
+            .with_protocol(self.upstream_protocol);
+        if let Some(path) = &self.upstream_ca_file {
+            upstream = upstream
+                .with_ca_file(path)
+                .map_err(|m| ConfigError::invalid("upstream_ca_file", m))?;
+        }
+        if self.listen == self.metrics_listen && self.listen.port() != 0 {
+            return Err(ConfigError::invalid(
+                "metrics_listen",
+                "must differ from `listen`",
+            ));
+        }
+        for (key, value) in [
+            ("connect_timeout", self.connect_timeout),
+            ("response_header_timeout", self.response_header_timeout),
+            ("idle_timeout", self.idle_timeout),
+            ("header_read_timeout", self.header_read_timeout),
+            ("pool_idle_timeout", self.pool_idle_timeout),
+        ] {
+            if value.is_zero() {
+                return Err(ConfigError::invalid(key, "must be greater than zero"));
+            }
+        }
+        tracing_subscriber::EnvFilter::try_new(&self.log_filter)
+            .map_err(|e| ConfigError::invalid("log_filter", e))?;
+        if self.max_event_bytes == 0 {
+            return Err(ConfigError::invalid(
+                "max_event_bytes",
+                "must be greater than zero",
+            ));
+        }
+        let reading = Reading {
+            max_event_bytes: self.max_event_bytes,
+            request_capture_bytes: self.request_capture_bytes,
+            dialects: self.dialect_overrides()?,
+        };
+        Ok(Config {
+            listen: self.listen,
+            metrics_listen: self.metrics_listen,
+            upstream,
+            preserve_host: self.preserve_host,
+            timeouts: Timeouts {
+                connect: self.connect_timeout,
+                response_header: self.response_header_timeout,
+                idle: self.idle_timeout,
+                header_read: self.header_read_timeout,
+            },
+            pool: Pool {
+                idle_timeout: self.pool_idle_timeout,
+                max_idle_per_host: self.pool_max_idle_per_host,
+            },
+            reading,
+            usage_mode: self.usage_mode,
+            shutdown_grace: self.shutdown_grace,
+            worker_threads: match self.worker_threads {
+                0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+                n => n,
+            },
+            log_format: self.log_format,
+            log_filter: self.log_filter,
+        })
+    }
+
+    fn dialect_overrides(&self) -> Result<HashMap<String, Dialect>, ConfigError> {
+        self.dialects
+            .iter()
+            .map(|(path, name)| {
+                let key = format!("dialects.\"{path}\"");
+                if !path.starts_with('/') {
+                    return Err(ConfigError::invalid(&key, "a path starts with `/`"));
+                }
+                let dialect = Dialect::from_name(name).ok_or_else(|| {
+                    let names: Vec<_> = Dialect::ALL.iter().map(|d| d.as_str()).collect();
+                    ConfigError::invalid(
+                        &key,
+                        format!("unknown dialect `{name}`; one of {}", names.join(", ")),
+                    )
+                })?;
+                Ok((path.clone(), dialect))
+            })
+            .collect()
+    }
+
+    /// The effective settings as TOML, as `check-config` prints them.
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).unwrap_or_else(|e| format!("# cannot render settings: {e}\n"))
+    }
+}
+
+fn parse_override<T>(key: &str, o: &Override) -> Result<T, ConfigError>
+where
+    T: FromStr,
+    T::Err: fmt::Display,
+{
+    o.value
+        .trim()
+        .parse()
+        .map_err(|e: T::Err| ConfigError::Invalid {
+            key: key.to_owned(),
+            message: format!("invalid value `{}`: {e}", o.value),
+            origin: o.origin.clone(),
+        })
+}
+
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text.as_bytes()[..offset.min(text.len())];
+    let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+    let column = before.iter().rev().take_while(|&&b| b != b'\n').count() + 1;
+    (line, column)
+}
