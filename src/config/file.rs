@@ -21,35 +21,35 @@ use crate::dialect::Dialect;
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct File {
-    listen: SocketAddr,
+    pub(super) listen: SocketAddr,
     #[serde(skip_serializing_if = "Option::is_none")]
-    upstream: Option<String>,
-    metrics_listen: SocketAddr,
-    upstream_protocol: UpstreamProtocol,
+    pub(super) upstream: Option<String>,
+    pub(super) metrics_listen: SocketAddr,
+    pub(super) upstream_protocol: UpstreamProtocol,
     #[serde(skip_serializing_if = "Option::is_none")]
-    upstream_ca_file: Option<PathBuf>,
-    preserve_host: bool,
+    pub(super) upstream_ca_file: Option<PathBuf>,
+    pub(super) preserve_host: bool,
     #[serde(with = "duration")]
-    connect_timeout: Duration,
+    pub(super) connect_timeout: Duration,
     #[serde(with = "duration")]
-    response_header_timeout: Duration,
+    pub(super) response_header_timeout: Duration,
     #[serde(with = "duration")]
-    idle_timeout: Duration,
+    pub(super) idle_timeout: Duration,
     #[serde(with = "duration")]
-    header_read_timeout: Duration,
+    pub(super) header_read_timeout: Duration,
     #[serde(with = "duration")]
-    pool_idle_timeout: Duration,
-    pool_max_idle_per_host: usize,
+    pub(super) pool_idle_timeout: Duration,
+    pub(super) pool_max_idle_per_host: usize,
     #[serde(with = "duration")]
-    shutdown_grace: Duration,
-    worker_threads: usize,
-    log_format: LogFormat,
-    log_filter: String,
-    max_event_bytes: usize,
-    request_capture_bytes: usize,
-    usage_mode: UsageMode,
+    pub(super) shutdown_grace: Duration,
+    pub(super) worker_threads: usize,
+    pub(super) log_format: LogFormat,
+    pub(super) log_filter: String,
+    pub(super) max_event_bytes: usize,
+    pub(super) request_capture_bytes: usize,
+    pub(super) usage_mode: UsageMode,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    dialects: BTreeMap<String, String>,
+    pub(super) dialects: BTreeMap<String, String>,
 }
 
 impl Default for File {
