@@ -16,7 +16,7 @@ use bytes::Bytes;
 use common::{
     client::{collect, send},
     next_timeline,
-    upstream::{bytes, chunk, head, Scripted, Step},
+    upstream::{bytes, chunk, head, sse_head, Scripted, Step},
 };
 use http::Request;
 use http_body_util::Full;
@@ -47,17 +47,6 @@ fn near(measured: Option<Duration>, expected: Duration) {
         diff <= TOLERANCE,
         "measured {measured:?}, expected {expected:?} (±{TOLERANCE:?})"
     );
-}
-
-fn sse_head() -> Bytes {
-    head(
-        "200 OK",
-        &[
-            "content-type: text/event-stream",
-            "transfer-encoding: chunked",
-            "connection: close",
-        ],
-    )
 }
 
 fn chat_chunk(delta: &str) -> Bytes {

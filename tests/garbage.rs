@@ -8,24 +8,13 @@ use bytes::Bytes;
 use common::{
     client::{collect, send},
     next_timeline,
-    upstream::{bytes, chunk, head, Scripted, Step},
+    upstream::{bytes, chunk, head, sse_head, Scripted, Step},
 };
 use http::Request;
 use http_body_util::Full;
 use tokenclock::dialect::ParseError;
 
 const MIB: usize = 1024 * 1024;
-
-fn sse_head() -> Bytes {
-    head(
-        "200 OK",
-        &[
-            "content-type: text/event-stream",
-            "transfer-encoding: chunked",
-            "connection: close",
-        ],
-    )
-}
 
 /// The chunked body `parts` as written, and the bytes the client must read.
 fn stream(parts: Vec<Vec<u8>>) -> (Vec<Step>, Vec<u8>) {

@@ -106,6 +106,21 @@ impl Scripted {
         }
     }
 
+    /// Asserts that the upstream sees its request cancelled (the proxy
+    /// closes the connection) within 1 s of `left`.
+    pub async fn assert_cancelled_after(&mut self, left: Instant) {
+        match self.next_event(Duration::from_secs(5)).await {
+            Some(Event::PeerClosed(at)) => {
+                let after = at.saturating_duration_since(left);
+                assert!(
+                    after < Duration::from_secs(1),
+                    "upstream saw the cancel after {after:?}"
+                );
+            }
+            _ => panic!("the upstream never saw the request cancelled"),
+        }
+    }
+
     /// The next event other than a request, waiting up to `limit`.
     pub async fn next_event(&mut self, limit: Duration) -> Option<Event> {
         let deadline = Instant::now() + limit;
@@ -128,6 +143,18 @@ pub fn head(status_line: &str, headers: &[&str]) -> Bytes {
     }
     text.push_str("\r\n");
     Bytes::from(text)
+}
+
+/// The head of a chunked `text/event-stream` response that closes after it.
+pub fn sse_head() -> Bytes {
+    head(
+        "200 OK",
+        &[
+            "content-type: text/event-stream",
+            "transfer-encoding: chunked",
+            "connection: close",
+        ],
+    )
 }
 
 /// One chunk of a chunked body.
