@@ -7,6 +7,7 @@
 
 mod duration;
 mod error;
+mod export;
 mod file;
 mod upstream;
 
@@ -16,6 +17,9 @@ use serde::{Deserialize, Serialize};
 
 pub use self::{
     error::{ConfigError, Origin, Override, Overrides},
+    export::{
+        default_buckets, Export, ExtraLabel, Limits, Records, Slo, BUCKET_FAMILIES, REQUEST_SLO,
+    },
     file::File,
     upstream::{Upstream, UpstreamProtocol},
 };
@@ -40,6 +44,8 @@ pub struct Config {
     pub reading: Reading,
     /// Whether requests may be changed to learn exact token counts.
     pub usage_mode: UsageMode,
+    /// What is exported: labels, SLOs, buckets, workload ranges, records.
+    pub export: Export,
     /// How long in-flight requests may run on after SIGTERM/SIGINT.
     pub shutdown_grace: Duration,
     /// Tokio worker threads; at least 1.
@@ -60,6 +66,10 @@ pub struct Reading {
     pub request_capture_bytes: usize,
     /// Dialects forced for exact request paths, over [`Dialect::from_path`].
     pub dialects: HashMap<String, Dialect>,
+    /// Request headers whose values become extra metric labels, in order.
+    pub label_headers: Vec<http::HeaderName>,
+    /// Read per-request SLO limits from `x-slo-ttft-ms` / `x-slo-tpot-ms`.
+    pub slo_headers: bool,
 }
 
 impl Reading {

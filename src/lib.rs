@@ -40,6 +40,7 @@ pub mod ndjson;
 pub mod observe;
 pub mod proxy;
 pub mod server;
+pub mod slo;
 pub mod sse;
 pub mod timeline;
 

@@ -21,7 +21,10 @@
 mod counts;
 mod phases;
 
-use std::{fmt, time::Duration};
+use std::{
+    fmt,
+    time::{Duration, SystemTime},
+};
 
 use http::StatusCode;
 use tokio::time::Instant;
@@ -30,7 +33,10 @@ pub use self::{
     counts::{CountSource, Gaps, TokenCounts, Weights, MAX_GAPS},
     phases::{Phase, Phases},
 };
-use crate::dialect::{Dialect, ParseError, Parsed, RequestInfo, ServerTimings, Usage};
+use crate::{
+    config::Limits,
+    dialect::{Dialect, ParseError, Parsed, RequestInfo, ServerTimings, Usage},
+};
 
 /// How a request ended, as seen by the client.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -82,6 +88,12 @@ pub struct Timeline {
     pub outcome: Outcome,
     /// The response was an event stream whose events were read.
     pub streamed: bool,
+    /// Values of the configured extra-label headers, in config order.
+    pub labels: Vec<Option<String>>,
+    /// Limits the request carried in `x-slo-ttft-ms` / `x-slo-tpot-ms`.
+    pub request_slo: Option<Limits>,
+    /// Wall-clock time of `t0`, for records; all durations use `start`.
+    pub started_at: SystemTime,
     /// tokenclock asked the server for usage (`usage_mode = "inject"`) and
     /// removed the usage chunk from what the client received.
     pub usage_injected: bool,
@@ -141,6 +153,9 @@ impl Timeline {
             outcome: Outcome::Ok,
             streamed: false,
             usage_injected: false,
+            labels: Vec::new(),
+            request_slo: None,
+            started_at: SystemTime::now(),
             start,
             connect: None,
             request_sent: None,
@@ -299,10 +314,26 @@ fn merge_server(into: &mut ServerTimings, from: &ServerTimings) {
     into.decode = decode.or(into.decode);
 }
 
-/// Where finished timelines go: metrics, records, tests.
+/// Where timelines go: metrics, records, tests.
 pub trait TimelineSink: Send + Sync + 'static {
+    /// A request of `dialect` arrived (its timeline will follow).
+    fn started(&self, dialect: Dialect) {
+        let _ = dialect;
+    }
+
     /// Called once per request, after its response ended.
     fn finished(&self, timeline: &Timeline);
+}
+
+/// Sends timelines to several sinks, in order.
+impl TimelineSink for Vec<std::sync::Arc<dyn TimelineSink>> {
+    fn started(&self, dialect: Dialect) {
+        self.iter().for_each(|sink| sink.started(dialect));
+    }
+
+    fn finished(&self, timeline: &Timeline) {
+        self.iter().for_each(|sink| sink.finished(timeline));
+    }
 }
 
 #[cfg(test)]

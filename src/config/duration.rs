@@ -16,3 +16,26 @@ pub(super) fn deserialize<'de, D: Deserializer<'de>>(de: D) -> Result<Duration, 
 pub(super) fn serialize<S: Serializer>(value: &Duration, ser: S) -> Result<S::Ok, S::Error> {
     ser.collect_str(&humantime::format_duration(*value))
 }
+
+/// The same, for optional durations.
+pub(super) mod option {
+    use std::time::Duration;
+
+    use serde::{Deserializer, Serializer};
+
+    pub(in crate::config) fn deserialize<'de, D: Deserializer<'de>>(
+        de: D,
+    ) -> Result<Option<Duration>, D::Error> {
+        super::deserialize(de).map(Some)
+    }
+
+    pub(in crate::config) fn serialize<S: Serializer>(
+        value: &Option<Duration>,
+        ser: S,
+    ) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(d) => super::serialize(d, ser),
+            None => ser.serialize_none(),
+        }
+    }
+}

@@ -12,8 +12,10 @@ use std::{
 use serde::{Deserialize, Serialize};
 
 use super::{
-    duration, Config, ConfigError, LogFormat, Override, Overrides, Pool, Reading, Timeouts,
-    Upstream, UpstreamProtocol, UsageMode,
+    duration,
+    export::{self, LabelFile, RecordsFile, SloFile, WorkloadFile},
+    Config, ConfigError, LogFormat, Override, Overrides, Pool, Reading, Timeouts, Upstream,
+    UpstreamProtocol, UsageMode,
 };
 use crate::dialect::Dialect;
 
@@ -48,6 +50,18 @@ pub struct File {
     pub(super) max_event_bytes: usize,
     pub(super) request_capture_bytes: usize,
     pub(super) usage_mode: UsageMode,
+    pub(super) max_models: usize,
+    pub(super) models: Vec<String>,
+    pub(super) slo_headers: bool,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(super) labels: Vec<LabelFile>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(super) slo: Vec<SloFile>,
+    pub(super) workload: WorkloadFile,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub(super) buckets: BTreeMap<String, Vec<f64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) records: Option<RecordsFile>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub(super) dialects: BTreeMap<String, String>,
 }
@@ -74,6 +88,14 @@ impl Default for File {
             max_event_bytes: 1024 * 1024,
             request_capture_bytes: 8 * 1024 * 1024,
             usage_mode: UsageMode::Passive,
+            max_models: 32,
+            models: Vec::new(),
+            slo_headers: false,
+            labels: Vec::new(),
+            slo: Vec::new(),
+            workload: WorkloadFile::default(),
+            buckets: BTreeMap::new(),
+            records: None,
             dialects: BTreeMap::new(),
         }
     }
@@ -180,10 +202,22 @@ impl File {
                 "must be greater than zero",
             ));
         }
+        let export = export::validate(
+            self.max_models,
+            &self.models,
+            &self.labels,
+            &self.slo,
+            self.slo_headers,
+            &self.buckets,
+            &self.workload,
+            &self.records,
+        )?;
         let reading = Reading {
             max_event_bytes: self.max_event_bytes,
             request_capture_bytes: self.request_capture_bytes,
             dialects: self.dialect_overrides()?,
+            label_headers: export.labels.iter().map(|l| l.header.clone()).collect(),
+            slo_headers: export.slo_headers,
         };
         Ok(Config {
             listen: self.listen,
@@ -202,6 +236,7 @@ impl File {
             },
             reading,
             usage_mode: self.usage_mode,
+            export,
             shutdown_grace: self.shutdown_grace,
             worker_threads: match self.worker_threads {
                 0 => std::thread::available_parallelism().map_or(1, |n| n.get()),

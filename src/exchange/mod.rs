@@ -18,7 +18,7 @@ use tokio::time::Instant;
 pub use self::upload::Upload;
 use self::{reader::Reader, upload::UploadShared};
 use crate::{
-    config::Reading,
+    config::{Limits, Reading},
     dialect::ServerTimings,
     observe::{End, Observe},
     timeline::{Outcome, Timeline, TimelineSink},
@@ -53,8 +53,21 @@ impl Exchange {
         let path = request.uri().path();
         let dialect = reading.dialect(path);
         let upload = Upload::new(dialect, request.method(), reading.request_capture_bytes);
+        let mut timeline = Timeline::new(start, dialect);
+        let headers = request.headers();
+        timeline.labels = reading
+            .label_headers
+            .iter()
+            .map(|name| header_text(headers, name))
+            .collect();
+        if reading.slo_headers {
+            timeline.request_slo = request_slo(headers);
+        }
+        if let Some(sink) = &sink {
+            sink.started(dialect);
+        }
         let exchange = Self {
-            timeline: Timeline::new(start, dialect),
+            timeline,
             method: request.method().clone(),
             path: path.to_owned(),
             version: request.version(),
@@ -172,6 +185,26 @@ impl Observe for Exchange {
             sink.finished(&self.timeline);
         }
     }
+}
+
+fn header_text(headers: &http::HeaderMap, name: &http::HeaderName) -> Option<String> {
+    let value = headers.get(name)?.to_str().ok()?.trim();
+    (!value.is_empty()).then(|| value.to_owned())
+}
+
+/// Limits a request carries itself (Gateway API inference extension
+/// convention): `x-slo-ttft-ms`, `x-slo-tpot-ms`.
+fn request_slo(headers: &http::HeaderMap) -> Option<Limits> {
+    let ms = |name: &str| {
+        let value: f64 = headers.get(name)?.to_str().ok()?.trim().parse().ok()?;
+        (value.is_finite() && value > 0.0).then(|| Duration::from_secs_f64(value / 1e3))
+    };
+    let limits = Limits {
+        ttft: ms("x-slo-ttft-ms"),
+        tpot: ms("x-slo-tpot-ms"),
+        ..Limits::default()
+    };
+    (limits != Limits::default()).then_some(limits)
 }
 
 /// TGI reports its queue and inference time in response headers (ms).

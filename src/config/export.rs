@@ -1,0 +1,402 @@
+//! What is exported and how: label caps, SLOs, histogram buckets, workload
+//! ranges and the record log, as written in the file and as validated.
+
+use std::{
+    collections::{BTreeMap, HashSet},
+    path::PathBuf,
+    time::Duration,
+};
+
+use http::HeaderName;
+use serde::{Deserialize, Serialize};
+
+use super::{duration, ConfigError};
+use crate::dialect::Dialect;
+
+/// `[[labels]]`: an extra metric label taken from a request header.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct LabelFile {
+    name: String,
+    header: String,
+}
+
+/// `[[slo]]`: objectives fixed before traffic.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SloFile {
+    name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    models: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    endpoints: Option<Vec<String>>,
+    #[serde(
+        default,
+        with = "duration::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    ttft: Option<Duration>,
+    #[serde(
+        default,
+        with = "duration::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    ttfo: Option<Duration>,
+    #[serde(
+        default,
+        with = "duration::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    tpot: Option<Duration>,
+    #[serde(
+        default,
+        with = "duration::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    e2e: Option<Duration>,
+}
+
+/// `[workload]`: lower bounds of the token-count ranges.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorkloadFile {
+    input_ranges: Vec<u64>,
+    output_ranges: Vec<u64>,
+}
+
+impl Default for WorkloadFile {
+    fn default() -> Self {
+        let bounds = vec![0, 128, 512, 2048, 8192, 32768];
+        Self {
+            input_ranges: bounds.clone(),
+            output_ranges: bounds,
+        }
+    }
+}
+
+/// `[records]`: the per-request record log.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecordsFile {
+    path: PathBuf,
+    #[serde(default = "default_max_bytes")]
+    max_bytes: u64,
+    #[serde(default = "default_keep")]
+    keep: usize,
+    #[serde(default = "default_queue")]
+    queue: usize,
+}
+
+fn default_max_bytes() -> u64 {
+    100 * 1024 * 1024
+}
+fn default_keep() -> usize {
+    5
+}
+fn default_queue() -> usize {
+    4096
+}
+
+/// The objectives of one SLO; a request meets it when it ended `ok` and
+/// met every objective set.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Limits {
+    /// Longest TTFT.
+    pub ttft: Option<Duration>,
+    /// Longest TTFO.
+    pub ttfo: Option<Duration>,
+    /// Longest TPOT.
+    pub tpot: Option<Duration>,
+    /// Longest E2E.
+    pub e2e: Option<Duration>,
+}
+
+/// A validated SLO.
+#[derive(Clone, Debug)]
+pub struct Slo {
+    /// The `slo` label value.
+    pub name: String,
+    /// Model globs it applies to; empty: every model.
+    pub models: Vec<String>,
+    /// Endpoints it applies to; empty: every endpoint.
+    pub endpoints: Vec<Dialect>,
+    /// Its objectives.
+    pub limits: Limits,
+}
+
+/// The `slo` label of requests judged against their own header limits.
+pub const REQUEST_SLO: &str = "request";
+
+/// An extra label from a request header.
+#[derive(Clone, Debug)]
+pub struct ExtraLabel {
+    /// The label name.
+    pub name: String,
+    /// The header its value comes from.
+    pub header: HeaderName,
+}
+
+/// Where records go.
+#[derive(Clone, Debug)]
+pub struct Records {
+    /// The JSONL file.
+    pub path: PathBuf,
+    /// Rotate once the file is this large (bytes).
+    pub max_bytes: u64,
+    /// Rotated files kept (`path.1` … `path.N`).
+    pub keep: usize,
+    /// Records queued for the writer before new ones are dropped.
+    pub queue: usize,
+}
+
+/// Histogram families whose buckets can be set by name, with defaults.
+pub const BUCKET_FAMILIES: [&str; 13] = [
+    "time_to_first_token_seconds",
+    "time_to_first_output_token_seconds",
+    "inter_token_latency_seconds",
+    "inter_event_latency_seconds",
+    "time_per_output_token_seconds",
+    "request_duration_seconds",
+    "phase_seconds",
+    "server_phase_seconds",
+    "request_input_tokens",
+    "request_cached_input_tokens",
+    "request_output_tokens",
+    "request_reasoning_tokens",
+    "event_tokens",
+];
+
+/// vLLM's TTFT boundaries, plus finer ones between 0.1 s and 0.5 s.
+const TTFT: &[f64] = &[
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0,
+    2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+];
+/// Sub-10 ms boundaries, then vLLM's ITL/TPOT boundaries.
+const PER_TOKEN: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
+    1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
+];
+/// Sub-300 ms boundaries, then vLLM's E2E boundaries.
+const DURATION: &[f64] = &[
+    0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0,
+    40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
+];
+/// vLLM's 1-2-5 token-count series.
+const TOKENS: &[f64] = &[
+    1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0, 20000.0,
+    50000.0, 100000.0, 200000.0,
+];
+
+/// The default buckets of a family.
+pub fn default_buckets(family: &str) -> &'static [f64] {
+    match family {
+        "time_to_first_token_seconds" | "time_to_first_output_token_seconds" => TTFT,
+        "inter_token_latency_seconds"
+        | "inter_event_latency_seconds"
+        | "time_per_output_token_seconds" => PER_TOKEN,
+        "request_duration_seconds" | "phase_seconds" | "server_phase_seconds" => DURATION,
+        _ => TOKENS,
+    }
+}
+
+/// Everything about export, validated.
+#[derive(Clone, Debug)]
+pub struct Export {
+    /// Distinct values kept per free-form label (`model`, extra labels).
+    pub max_values: usize,
+    /// When set, the only `model` values kept; the rest are `other`.
+    pub models: Option<HashSet<String>>,
+    /// Extra labels from request headers.
+    pub labels: Vec<ExtraLabel>,
+    /// SLOs fixed in the config.
+    pub slos: Vec<Slo>,
+    /// Judge requests carrying `x-slo-ttft-ms` / `x-slo-tpot-ms` headers.
+    pub slo_headers: bool,
+    /// Buckets per family, by name.
+    pub buckets: BTreeMap<&'static str, Vec<f64>>,
+    /// Lower bounds of the input-token ranges.
+    pub input_ranges: Vec<u64>,
+    /// Lower bounds of the output-token ranges.
+    pub output_ranges: Vec<u64>,
+    /// The record log, if enabled.
+    pub records: Option<Records>,
+}
+
+/// Label names tokenclock uses itself; extra labels may not take them.
+const RESERVED: [&str; 12] = [
+    "model",
+    "endpoint",
+    "outcome",
+    "code",
+    "phase",
+    "kind",
+    "source",
+    "reason",
+    "slo",
+    "result",
+    "objective",
+    "le",
+];
+
+/// Validates the export settings; `bucket` overrides are by family name.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn validate(
+    max_models: usize,
+    models: &[String],
+    labels: &[LabelFile],
+    slos: &[SloFile],
+    slo_headers: bool,
+    buckets: &BTreeMap<String, Vec<f64>>,
+    workload: &WorkloadFile,
+    records: &Option<RecordsFile>,
+) -> Result<Export, ConfigError> {
+    if max_models == 0 {
+        return Err(ConfigError::invalid("max_models", "must be at least 1"));
+    }
+    Ok(Export {
+        max_values: max_models,
+        models: (!models.is_empty()).then(|| models.iter().cloned().collect()),
+        labels: validate_labels(labels)?,
+        slos: validate_slos(slos)?,
+        slo_headers,
+        buckets: validate_buckets(buckets)?,
+        input_ranges: validate_ranges("workload.input_ranges", &workload.input_ranges)?,
+        output_ranges: validate_ranges("workload.output_ranges", &workload.output_ranges)?,
+        records: records.as_ref().map(validate_records).transpose()?,
+    })
+}
+
+fn validate_labels(labels: &[LabelFile]) -> Result<Vec<ExtraLabel>, ConfigError> {
+    let mut seen = HashSet::new();
+    labels
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let key = format!("labels[{i}]");
+            let valid_name = !l.name.is_empty()
+                && l.name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_')
+                && !l.name.starts_with(|c: char| c.is_ascii_digit())
+                && !l.name.starts_with("__");
+            if !valid_name || RESERVED.contains(&l.name.as_str()) || !seen.insert(&l.name) {
+                let message = format!("`{}` is not a free, valid label name", l.name);
+                return Err(ConfigError::invalid(&format!("{key}.name"), message));
+            }
+            let header = HeaderName::from_bytes(l.header.as_bytes())
+                .map_err(|e| ConfigError::invalid(&format!("{key}.header"), e))?;
+            Ok(ExtraLabel {
+                name: l.name.clone(),
+                header,
+            })
+        })
+        .collect()
+}
+
+fn validate_slos(slos: &[SloFile]) -> Result<Vec<Slo>, ConfigError> {
+    let names: Vec<&str> = slos.iter().map(|s| s.name.as_str()).collect();
+    slos.iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let key = |k: &str| format!("slo[{i}].{k}");
+            if s.name.is_empty()
+                || s.name == REQUEST_SLO
+                || names.iter().filter(|n| **n == s.name).count() > 1
+            {
+                return Err(ConfigError::invalid(
+                    &key("name"),
+                    format!(
+                        "`{}` must be unique, non-empty and not `{REQUEST_SLO}`",
+                        s.name
+                    ),
+                ));
+            }
+            let endpoints = s
+                .endpoints
+                .iter()
+                .flatten()
+                .map(|e| {
+                    Dialect::from_name(e).ok_or_else(|| {
+                        ConfigError::invalid(&key("endpoints"), format!("unknown endpoint `{e}`"))
+                    })
+                })
+                .collect::<Result<_, _>>()?;
+            let limits = Limits {
+                ttft: s.ttft,
+                ttfo: s.ttfo,
+                tpot: s.tpot,
+                e2e: s.e2e,
+            };
+            if limits == Limits::default() {
+                return Err(ConfigError::invalid(
+                    &key("name"),
+                    "sets none of ttft, ttfo, tpot, e2e",
+                ));
+            }
+            Ok(Slo {
+                name: s.name.clone(),
+                models: s.models.clone().unwrap_or_default(),
+                endpoints,
+                limits,
+            })
+        })
+        .collect()
+}
+
+fn validate_buckets(
+    overrides: &BTreeMap<String, Vec<f64>>,
+) -> Result<BTreeMap<&'static str, Vec<f64>>, ConfigError> {
+    if let Some(unknown) = overrides
+        .keys()
+        .find(|k| !BUCKET_FAMILIES.contains(&k.as_str()))
+    {
+        let message = format!("unknown histogram; one of {}", BUCKET_FAMILIES.join(", "));
+        return Err(ConfigError::invalid(&format!("buckets.{unknown}"), message));
+    }
+    BUCKET_FAMILIES
+        .into_iter()
+        .map(|family| {
+            let bounds = overrides
+                .get(family)
+                .cloned()
+                .unwrap_or_else(|| default_buckets(family).to_vec());
+            let increasing = bounds.windows(2).all(|w| w[0] < w[1]);
+            if bounds.is_empty()
+                || !increasing
+                || bounds.iter().any(|b| !b.is_finite() || *b <= 0.0)
+            {
+                let message = "must be positive, finite and strictly increasing";
+                return Err(ConfigError::invalid(&format!("buckets.{family}"), message));
+            }
+            Ok((family, bounds))
+        })
+        .collect()
+}
+
+fn validate_ranges(key: &str, bounds: &[u64]) -> Result<Vec<u64>, ConfigError> {
+    if bounds.first() != Some(&0) || !bounds.windows(2).all(|w| w[0] < w[1]) {
+        return Err(ConfigError::invalid(
+            key,
+            "must start at 0 and be strictly increasing",
+        ));
+    }
+    Ok(bounds.to_vec())
+}
+
+fn validate_records(r: &RecordsFile) -> Result<Records, ConfigError> {
+    if r.queue == 0 {
+        return Err(ConfigError::invalid("records.queue", "must be at least 1"));
+    }
+    if r.max_bytes == 0 {
+        return Err(ConfigError::invalid(
+            "records.max_bytes",
+            "must be at least 1",
+        ));
+    }
+    Ok(Records {
+        path: r.path.clone(),
+        max_bytes: r.max_bytes,
+        keep: r.keep,
+        queue: r.queue,
+    })
+}
