@@ -98,7 +98,9 @@ impl Bound {
             sink,
         } = self;
         let health = Health::new();
-        let metrics = Metrics::new()?;
+        let metrics = Metrics::new(&config.export)?;
+        let mut sinks: Vec<Arc<dyn TimelineSink>> = vec![Arc::new(metrics.clone())];
+        sinks.extend(sink);
         let admin_addr = admin.local_addr();
         let mut background = JoinSet::new();
         background.spawn(
@@ -121,7 +123,8 @@ impl Bound {
             .await;
         });
 
-        let service = TowerToHyperService::new(Proxy::new(&config, health.clone(), sink)?);
+        let service =
+            TowerToHyperService::new(Proxy::new(&config, health.clone(), Some(Arc::new(sinks)))?);
         let graceful = GracefulShutdown::new();
         let listen = proxy.local_addr().map_or(config.listen, |a| a);
         let metrics_listen = admin_addr.map_or(config.metrics_listen, |a| a);

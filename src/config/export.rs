@@ -295,6 +295,18 @@ fn validate_labels(labels: &[LabelFile]) -> Result<Vec<ExtraLabel>, ConfigError>
 
 fn validate_slos(slos: &[SloFile]) -> Result<Vec<Slo>, ConfigError> {
     let names: Vec<&str> = slos.iter().map(|s| s.name.as_str()).collect();
+    // SLO names precede free-form labels in a series key: a name that is a
+    // prefix of another could make two series one (see metrics::labels).
+    for (i, name) in names.iter().enumerate() {
+        let clash = names
+            .iter()
+            .chain(std::iter::once(&REQUEST_SLO))
+            .any(|other| other != name && (other.starts_with(name) || name.starts_with(other)));
+        if clash {
+            let message = format!("`{name}` is the start of another SLO's name; rename one");
+            return Err(ConfigError::invalid(&format!("slo[{i}].name"), message));
+        }
+    }
     slos.iter()
         .enumerate()
         .map(|(i, s)| {
@@ -399,4 +411,14 @@ fn validate_records(r: &RecordsFile) -> Result<Records, ConfigError> {
         keep: r.keep,
         queue: r.queue,
     })
+}
+
+/// The range of `value` among ascending lower `bounds` (starting at 0), as
+/// labelled: `0-127`, `128-511`, …, `32768+`.
+pub fn range_label(bounds: &[u64], value: u64) -> String {
+    let i = bounds.partition_point(|&b| b <= value).saturating_sub(1);
+    match bounds.get(i + 1) {
+        Some(next) => format!("{}-{}", bounds.get(i).copied().unwrap_or(0), next - 1),
+        None => format!("{}+", bounds.get(i).copied().unwrap_or(0)),
+    }
 }

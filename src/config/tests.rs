@@ -26,7 +26,7 @@ fn the_shipped_example_is_complete_and_valid() {
     assert_eq!(file.to_toml(), defaults.to_toml());
     // Every key of the config appears in the example.
     let rendered = toml::to_string(&File::default()).unwrap_or_default();
-    for line in rendered.lines() {
+    for line in rendered.lines().filter(|l| l.contains(" = ")) {
         let key = line.split('=').next().unwrap_or_default().trim();
         assert!(
             text.contains(&format!("\n{key} = ")),

@@ -1,0 +1,274 @@
+//! Prometheus export: each finished [`Timeline`] becomes observations in
+//! the families of [`families`], goodput counters per SLO, and the workload
+//! map, served at `GET /metrics` (text format 0.0.4).
+//!
+//! Every family lives in one [`Metrics`] value registered on an explicit
+//! [`Registry`] (never the crate's global one). Label values come from
+//! closed sets (enums, config) and the capped free-form [`LabelSpace`].
+//! A request's series are resolved once, when it finishes; nothing here
+//! runs per event.
+
+mod families;
+mod labels;
+
+use std::{sync::Arc, time::Duration};
+
+use prometheus::{Encoder, IntCounter, IntGaugeVec, Opts, Registry, TextEncoder};
+
+use self::families::Families;
+pub use self::labels::{LabelSpace, OTHER, UNKNOWN};
+use crate::{
+    config::{range_label, Export, Slo},
+    dialect::{Dialect, ServerTimings},
+    slo,
+    timeline::{Timeline, TimelineSink},
+};
+
+/// The exported families and what labels them; cheap to clone.
+#[derive(Clone)]
+pub struct Metrics {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    registry: Registry,
+    families: Families,
+    labels: LabelSpace,
+    slos: Vec<Slo>,
+    input_ranges: Ranges,
+    output_ranges: Ranges,
+}
+
+/// Token-count ranges with their labels made once.
+struct Ranges {
+    bounds: Vec<u64>,
+    labels: Vec<String>,
+}
+
+impl Ranges {
+    fn new(bounds: &[u64]) -> Self {
+        let labels = bounds.iter().map(|&b| range_label(bounds, b)).collect();
+        Self {
+            bounds: bounds.to_vec(),
+            labels,
+        }
+    }
+
+    fn label(&self, value: u64) -> &str {
+        let i = self
+            .bounds
+            .partition_point(|&b| b <= value)
+            .saturating_sub(1);
+        self.labels.get(i).map_or(OTHER, String::as_str)
+    }
+}
+
+// === impl Metrics ===
+
+impl Metrics {
+    /// Registers every family on a fresh registry.
+    pub fn new(export: &Export) -> Result<Self, prometheus::Error> {
+        let registry = Registry::new();
+        let build_info = IntGaugeVec::new(
+            Opts::new(
+                "tokenclock_build_info",
+                "Always 1; the running version in `version`.",
+            ),
+            &["version"],
+        )?;
+        registry.register(Box::new(build_info.clone()))?;
+        build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION")])
+            .set(1);
+        #[cfg(target_os = "linux")]
+        registry.register(Box::new(
+            prometheus::process_collector::ProcessCollector::for_self(),
+        ))?;
+        let families = Families::register(&registry, export)?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                registry,
+                families,
+                labels: LabelSpace::new(
+                    1 + export.labels.len(),
+                    export.max_values,
+                    export.models.clone(),
+                ),
+                slos: export.slos.clone(),
+                input_ranges: Ranges::new(&export.input_ranges),
+                output_ranges: Ranges::new(&export.output_ranges),
+            }),
+        })
+    }
+
+    /// The text exposition (format 0.0.4) of every family.
+    pub fn encode(&self) -> Result<Vec<u8>, prometheus::Error> {
+        let mut buffer = Vec::with_capacity(64 * 1024);
+        TextEncoder::new().encode(&self.inner.registry.gather(), &mut buffer)?;
+        Ok(buffer)
+    }
+
+    /// The counter of records dropped by the record writer.
+    pub fn records_dropped(&self) -> IntCounter {
+        self.inner.families.records_dropped.clone()
+    }
+}
+
+impl TimelineSink for Metrics {
+    fn started(&self, dialect: Dialect) {
+        let f = &self.inner.families;
+        f.in_flight.with_label_values(&[dialect.as_str()]).inc();
+    }
+
+    fn finished(&self, t: &Timeline) {
+        let inner = &self.inner;
+        let free = inner.labels.admit(t.model.as_deref(), &t.labels);
+        let endpoint = t.dialect.as_str();
+        let series = Series { free: &free };
+        let f = &inner.families;
+        f.in_flight.with_label_values(&[endpoint]).dec();
+        inner.latencies(&series, endpoint, t);
+        inner.phases(&series, endpoint, t);
+        inner.tokens(&series, endpoint, t);
+        inner.outcome(&series, endpoint, t);
+    }
+}
+
+/// One request's free-form label values, appended to closed ones.
+struct Series<'a> {
+    free: &'a [String],
+}
+
+impl Series<'_> {
+    fn with<'b>(&'b self, closed: &[&'b str]) -> Vec<&'b str> {
+        closed
+            .iter()
+            .copied()
+            .chain(self.free.iter().map(String::as_str))
+            .collect()
+    }
+}
+
+// === impl Inner ===
+
+impl Inner {
+    fn latencies(&self, s: &Series<'_>, endpoint: &str, t: &Timeline) {
+        let f = &self.families;
+        let labels = s.with(&[endpoint]);
+        let observe = |vec: &prometheus::HistogramVec, d: Option<Duration>| {
+            if let Some(d) = d {
+                vec.with_label_values(&labels).observe(d.as_secs_f64());
+            }
+        };
+        observe(&f.ttft, t.ttft());
+        observe(&f.ttfo, t.ttfo());
+        observe(&f.tpot, t.tpot());
+        let inter_event = f.inter_event.with_label_values(&labels);
+        t.gaps
+            .inter_event()
+            .for_each(|gap| inter_event.observe(gap.as_secs_f64()));
+        let itl = f.itl.with_label_values(&labels);
+        let per_event = f.event_tokens.with_label_values(&labels);
+        if t.tokens.token_events > 0 {
+            per_event.observe(t.tokens.first_event_tokens() as f64);
+        }
+        for (value, count) in t.inter_token_latencies() {
+            per_event.observe(count as f64);
+            (0..count).for_each(|_| itl.observe(value.as_secs_f64()));
+        }
+    }
+
+    fn phases(&self, s: &Series<'_>, endpoint: &str, t: &Timeline) {
+        let f = &self.families;
+        for (phase, d) in t.phases().iter() {
+            let labels = s.with(&[endpoint, phase.as_str()]);
+            f.phase.with_label_values(&labels).observe(d.as_secs_f64());
+        }
+        let ServerTimings {
+            queue,
+            load: _,
+            prefill,
+            decode,
+        } = t.server;
+        for (name, d) in [("queue", queue), ("prefill", prefill), ("decode", decode)] {
+            if let Some(d) = d {
+                let labels = s.with(&[endpoint, name]);
+                f.server_phase
+                    .with_label_values(&labels)
+                    .observe(d.as_secs_f64());
+            }
+        }
+    }
+
+    fn tokens(&self, s: &Series<'_>, endpoint: &str, t: &Timeline) {
+        let f = &self.families;
+        let labels = s.with(&[endpoint]);
+        let tokens = &t.tokens;
+        if let Some(source) = tokens.generated_source {
+            f.count_source.with_label_values(&[source.as_str()]).inc();
+            f.output_tokens
+                .with_label_values(&labels)
+                .observe(tokens.generated as f64);
+            f.reasoning_tokens
+                .with_label_values(&labels)
+                .observe(tokens.reasoning as f64);
+            let answer = tokens.generated.saturating_sub(tokens.reasoning);
+            for (kind, n) in [("output", answer), ("reasoning", tokens.reasoning)] {
+                let labels = s.with(&[endpoint, kind]);
+                f.output_tokens_total.with_label_values(&labels).inc_by(n);
+            }
+        }
+        if let Some(input) = tokens.input {
+            f.input_tokens
+                .with_label_values(&labels)
+                .observe(input as f64);
+            f.input_tokens_total
+                .with_label_values(&labels)
+                .inc_by(input);
+        }
+        if let Some(cached) = tokens.cached_input {
+            f.cached_input_tokens
+                .with_label_values(&labels)
+                .observe(cached as f64);
+        }
+        for error in &t.parse_errors {
+            f.parse_errors
+                .with_label_values(&[endpoint, error.as_str()])
+                .inc();
+        }
+        let input = self.input_ranges.label(tokens.input.unwrap_or(0));
+        let output = self.output_ranges.label(tokens.generated);
+        f.workload
+            .with_label_values(&s.with(&[input, output]))
+            .inc();
+    }
+
+    fn outcome(&self, s: &Series<'_>, endpoint: &str, t: &Timeline) {
+        let f = &self.families;
+        let outcome = t.outcome.as_str();
+        let code = t
+            .status
+            .map_or_else(|| "000".to_owned(), |c| c.as_u16().to_string());
+        f.requests
+            .with_label_values(&s.with(&[endpoint, outcome, &code]))
+            .inc();
+        if let Some(e2e) = t.e2e() {
+            let labels = s.with(&[endpoint, outcome]);
+            f.duration
+                .with_label_values(&labels)
+                .observe(e2e.as_secs_f64());
+        }
+        for judgement in slo::judge_all(&self.slos, t) {
+            let result = if judgement.met { "met" } else { "missed" };
+            let labels = s.with(&[endpoint, judgement.slo, result]);
+            f.slo_requests.with_label_values(&labels).inc();
+            for objective in judgement.violated {
+                let labels = s.with(&[endpoint, judgement.slo, objective.as_str()]);
+                f.slo_violations.with_label_values(&labels).inc();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
