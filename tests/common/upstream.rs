@@ -70,6 +70,8 @@ pub enum Event {
     PeerClosed(Instant),
     /// A flood stalled after this many bytes.
     Flooded(u64),
+    /// A `Write` step finished at this instant.
+    Wrote(Instant),
     /// The script finished.
     Done,
 }
@@ -121,12 +123,26 @@ impl Scripted {
         }
     }
 
+    /// The instants at which each `Write` step of the script finished, in
+    /// order, once the script is done (waiting up to 10 s).
+    pub async fn writes(&mut self) -> Vec<Instant> {
+        let mut writes = Vec::new();
+        loop {
+            match tokio::time::timeout(Duration::from_secs(10), self.events.recv()).await {
+                Ok(Some(Event::Wrote(at))) => writes.push(at),
+                Ok(Some(Event::Done)) => return writes,
+                Ok(Some(_)) => continue,
+                _ => panic!("the script did not finish"),
+            }
+        }
+    }
+
     /// The next event other than a request, waiting up to `limit`.
     pub async fn next_event(&mut self, limit: Duration) -> Option<Event> {
         let deadline = Instant::now() + limit;
         loop {
             match tokio::time::timeout_at(deadline, self.events.recv()).await {
-                Ok(Some(Event::Request(_))) => continue,
+                Ok(Some(Event::Request(_) | Event::Wrote(_))) => continue,
                 Ok(event) => return event,
                 Err(_) => return None,
             }
@@ -210,7 +226,11 @@ async fn run_step(
     tx: &mpsc::UnboundedSender<Event>,
 ) -> bool {
     match step {
-        Step::Write(bytes) => writer.write_all(bytes).await.is_ok(),
+        Step::Write(bytes) => {
+            let ok = writer.write_all(bytes).await.is_ok();
+            let _ = tx.send(Event::Wrote(Instant::now()));
+            ok
+        }
         Step::Pause(d) => {
             tokio::time::sleep(*d).await;
             true
