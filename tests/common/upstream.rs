@@ -25,6 +25,9 @@ pub enum Step {
     /// Sleep until this long after the connection was accepted: an absolute
     /// schedule, so timer lateness does not add up over many events.
     At(Duration),
+    /// Like `At`, with the offset in milliseconds taken from this request
+    /// header (0 when absent): one script, per-request timing.
+    AtHeader(&'static str),
     /// Wait until the test calls `notify_one` on it.
     Wait(Arc<Notify>),
     /// Write `chunk` every `gap`, up to `count` times, stopping when the peer goes away.
@@ -189,7 +192,7 @@ async fn play(stream: TcpStream, script: Arc<Vec<Step>>, tx: mpsc::UnboundedSend
     let Some(received) = read_request(&mut reader).await else {
         return;
     };
-    let _ = tx.send(Event::Request(received));
+    let _ = tx.send(Event::Request(received.clone()));
     let closed = Arc::new(Notify::new());
     let watcher = {
         let (tx, closed) = (tx.clone(), closed.clone());
@@ -207,7 +210,7 @@ async fn play(stream: TcpStream, script: Arc<Vec<Step>>, tx: mpsc::UnboundedSend
     };
     for step in script.iter() {
         let ok = tokio::select! {
-            ok = run_step(step, start, &mut writer, &tx) => ok,
+            ok = run_step(step, (start, &received), &mut writer, &tx) => ok,
             () = closed.notified() => false,
         };
         if !ok {
@@ -221,7 +224,7 @@ async fn play(stream: TcpStream, script: Arc<Vec<Step>>, tx: mpsc::UnboundedSend
 
 async fn run_step(
     step: &Step,
-    start: Instant,
+    (start, request): (Instant, &Received),
     writer: &mut tokio::net::tcp::OwnedWriteHalf,
     tx: &mpsc::UnboundedSender<Event>,
 ) -> bool {
@@ -237,6 +240,14 @@ async fn run_step(
         }
         Step::At(offset) => {
             tokio::time::sleep_until(start + *offset).await;
+            true
+        }
+        Step::AtHeader(name) => {
+            let ms = request
+                .header(name)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            tokio::time::sleep_until(start + Duration::from_millis(ms)).await;
             true
         }
         Step::Wait(notify) => {
