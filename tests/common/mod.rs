@@ -6,6 +6,7 @@
 
 pub mod client;
 pub mod process;
+pub mod prom;
 pub mod tls;
 pub mod upstream;
 

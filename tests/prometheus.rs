@@ -1,0 +1,161 @@
+//! End to end with the real tools users point at tokenclock: `promtool`
+//! checks a scrape, and a Prometheus server scrapes the proxy while traffic
+//! flows, so TTFT quantiles, throughput and goodput come out of PromQL.
+
+mod common;
+
+use std::{
+    process::Stdio,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use bytes::Bytes;
+use common::{
+    client::{self, collect, send},
+    prom::{self, Prometheus},
+    upstream::{bytes, chunk, sse_head, Scripted, Step},
+};
+use http::Request;
+use http_body_util::Full;
+use tokio::io::AsyncWriteExt;
+
+const FAST_MS: u64 = 120;
+const SLOW_MS: u64 = 700;
+
+/// A chat stream whose first token comes `x-ttft-ms` after the request.
+fn stream() -> Vec<Step> {
+    let token = |s: &str| {
+        chunk(
+            format!(
+                "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{s}\"}}}}]}}\n\n"
+            )
+            .as_bytes(),
+        )
+    };
+    vec![
+        Step::Write(sse_head()),
+        Step::AtHeader("x-ttft-ms"),
+        Step::Write(token("a")),
+        Step::Pause(Duration::from_millis(20)),
+        Step::Write(token("b")),
+        Step::Write(chunk(
+            b"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":30,\"completion_tokens\":2}}\n\n",
+        )),
+        Step::Write(chunk(b"data: [DONE]\n\n")),
+        Step::Write(bytes("0\r\n\r\n")),
+    ]
+}
+
+async fn chat(addr: std::net::SocketAddr, ttft_ms: u64) {
+    let request = Request::post("/v1/chat/completions")
+        .header("x-ttft-ms", ttft_ms)
+        .body(Full::new(Bytes::from_static(
+            b"{\"model\":\"m\",\"stream\":true,\"messages\":[]}",
+        )))
+        .expect("request");
+    collect(send(addr, request).await.expect("response"))
+        .await
+        .expect("stream");
+}
+
+#[tokio::test]
+async fn promtool_finds_no_problem_in_a_real_scrape() {
+    let Some(promtool) = prom::binary("promtool") else {
+        return;
+    };
+    let upstream = Scripted::start(stream()).await;
+    let slo = "[[slo]]\nname = \"interactive\"\nttft = \"500ms\"";
+    let (proxy, _timelines) = common::proxy_with_timelines(upstream.addr, slo).await;
+    chat(proxy.addr, 10).await;
+    chat(proxy.addr, SLOW_MS).await;
+    client::get(proxy.addr, "/v1/models").await;
+    let scrape = client::get(proxy.metrics_addr, "/metrics").await.body();
+
+    let mut check = tokio::process::Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool");
+    let mut stdin = check.stdin.take().expect("stdin");
+    stdin.write_all(&scrape).await.expect("write scrape");
+    drop(stdin);
+    let out = check.wait_with_output().await.expect("promtool ran");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "promtool: {said}");
+    assert!(said.trim().is_empty(), "promtool reported problems: {said}");
+}
+
+#[tokio::test]
+async fn prometheus_computes_ttft_throughput_and_goodput() {
+    let Some(binary) = prom::binary("prometheus") else {
+        return;
+    };
+    let upstream = Scripted::start(stream()).await;
+    let slo = "[[slo]]\nname = \"interactive\"\nttft = \"500ms\"";
+    let (proxy, _timelines) = common::proxy_with_timelines(upstream.addr, slo).await;
+    let server = Prometheus::start(binary, &[proxy.metrics_addr], Duration::from_secs(1)).await;
+
+    // 30 s of traffic, one request a second; 3 in every 10 miss the SLO.
+    let addr = proxy.addr;
+    let mut requests = Vec::new();
+    let start = tokio::time::Instant::now();
+    for i in 0..30u64 {
+        tokio::time::sleep_until(start + Duration::from_secs(i)).await;
+        let ttft = if matches!(i % 10, 2 | 5 | 8) {
+            SLOW_MS
+        } else {
+            FAST_MS
+        };
+        requests.push(tokio::spawn(chat(addr, ttft)));
+    }
+    for request in requests {
+        request.await.expect("request task");
+    }
+    let traffic_end = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+
+    let now = |expr: &'static str| server.query(expr, None);
+    let at = |expr: &'static str| server.query(expr, Some(traffic_end));
+    assert_eq!(now("sum(tokenclock_requests_total)").await, Some(30.0));
+    assert_eq!(
+        now("sum(tokenclock_slo_requests_total{result=\"met\"})").await,
+        Some(21.0)
+    );
+    assert_eq!(
+        now("sum(tokenclock_slo_requests_total{result=\"missed\"})").await,
+        Some(9.0)
+    );
+
+    let throughput = at("sum(rate(tokenclock_requests_total[20s]))")
+        .await
+        .unwrap_or_default();
+    let goodput = at("sum(rate(tokenclock_slo_requests_total{result=\"met\"}[20s]))")
+        .await
+        .unwrap_or_default();
+    assert!(
+        (throughput - 1.0).abs() <= 0.15,
+        "throughput {throughput}/s"
+    );
+    assert!((goodput - 0.7).abs() <= 0.15, "goodput {goodput}/s");
+    assert!(
+        (goodput / throughput - 0.7).abs() <= 0.1,
+        "goodput share {}",
+        goodput / throughput
+    );
+
+    let median = "histogram_quantile(0.5, sum by (le) (rate(tokenclock_time_to_first_token_seconds_bucket[30s])))";
+    let p50 = at(median).await.unwrap_or_default();
+    // Within one bucket of the known TTFT: 0.12 s lies in (0.1, 0.15].
+    assert!((0.1..=0.15).contains(&p50), "p50 TTFT {p50} s");
+    let p90 = "histogram_quantile(0.9, sum by (le) (rate(tokenclock_time_to_first_token_seconds_bucket[30s])))";
+    let p90 = at(p90).await.unwrap_or_default();
+    assert!((0.5..=0.75).contains(&p90), "p90 TTFT {p90} s");
+}
