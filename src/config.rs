@@ -18,7 +18,8 @@ use serde::{Deserialize, Serialize};
 pub use self::{
     error::{ConfigError, Origin, Override, Overrides},
     export::{
-        default_buckets, Export, ExtraLabel, Limits, Records, Slo, BUCKET_FAMILIES, REQUEST_SLO,
+        default_buckets, range_label, Export, ExtraLabel, Limits, Records, Slo, BUCKET_FAMILIES,
+        DEFAULT_RANGES, REQUEST_SLO,
     },
     file::File,
     upstream::{Upstream, UpstreamProtocol},
