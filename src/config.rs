@@ -19,7 +19,7 @@ pub use self::{
     error::{ConfigError, Origin, Override, Overrides},
     export::{
         default_buckets, range_label, Export, ExtraLabel, Limits, Records, Slo, BUCKET_FAMILIES,
-        REQUEST_SLO,
+        DEFAULT_RANGES, REQUEST_SLO,
     },
     file::File,
     upstream::{Upstream, UpstreamProtocol},

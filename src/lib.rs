@@ -21,6 +21,8 @@
 //!   usage and server timings.
 //! - [`timeline`]: one plain struct per request: instants, token counts,
 //!   phases and outcome; handed to a [`timeline::TimelineSink`].
+//! - [`records`]: the opt-in JSONL log of finished timelines.
+//! - [`report`]: offline summaries of record files.
 //! - [`metrics`]: the Prometheus families; [`admin`] serves them with
 //!   [`health`] on the metrics listener.
 //!
@@ -39,6 +41,8 @@ pub mod metrics;
 pub mod ndjson;
 pub mod observe;
 pub mod proxy;
+pub mod records;
+pub mod report;
 pub mod server;
 pub mod slo;
 pub mod sse;

@@ -26,6 +26,24 @@ enum Command {
         #[command(flatten)]
         settings: Settings,
     },
+    /// Summarize record files (JSONL from `[records]`) like AIPerf's console.
+    Report(ReportFlags),
+}
+
+#[derive(Args)]
+struct ReportFlags {
+    /// Record files to read (rotated ones too, e.g. records.jsonl.1)
+    #[arg(required = true, value_name = "FILE")]
+    files: Vec<PathBuf>,
+    /// Judge goodput against objectives, e.g. "ttft:500ms tpot:50ms" (repeatable; plain numbers are ms)
+    #[arg(long, value_name = "OBJECTIVES")]
+    slo: Vec<String>,
+    /// Group by model or endpoint [default: one group, all]
+    #[arg(long, value_name = "KEY", value_parser = ["model", "endpoint"])]
+    by: Option<String>,
+    /// Output format: text, json or csv
+    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json", "csv"])]
+    format: String,
 }
 
 #[derive(Args)]
@@ -75,6 +93,27 @@ fn main() -> ExitCode {
                 Err(code) => code,
             }
         }
+        Command::Report(flags) => report(flags),
+    }
+}
+
+fn report(flags: ReportFlags) -> ExitCode {
+    use tokenclock::report;
+    let args = report::ReportArgs {
+        files: flags.files,
+        slos: flags.slo,
+        by: flags.by.as_deref().and_then(|b| b.parse().ok()),
+        format: flags.format.parse().unwrap_or_default(),
+    };
+    match report::run(&args) {
+        Ok(output) => {
+            for warning in &output.warnings {
+                eprintln!("tokenclock: report: {warning}");
+            }
+            print!("{}", output.stdout);
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(2, &format!("report: {e}")),
     }
 }
 

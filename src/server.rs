@@ -13,7 +13,8 @@ use hyper_util::{
 use tokio::{net::TcpListener, task::JoinSet};
 
 use crate::{
-    admin, config::Config, health::Health, metrics::Metrics, proxy::Proxy, timeline::TimelineSink,
+    admin, config::Config, health::Health, metrics::Metrics, proxy::Proxy, records::RecordWriter,
+    timeline::TimelineSink,
 };
 
 /// A failure to start serving. Bind failures name the config key.
@@ -32,6 +33,14 @@ pub enum StartError {
     /// The metrics registry refused a family (a bug).
     #[error("cannot register metrics: {0}")]
     Metrics(#[from] prometheus::Error),
+    /// The record log could not be opened.
+    #[error("records.path: cannot open {path}: {source}")]
+    Records {
+        /// The file.
+        path: String,
+        /// Why.
+        source: io::Error,
+    },
     /// TLS for the upstream could not be set up.
     #[error("cannot set up TLS for the upstream: {0}")]
     Tls(#[from] rustls::Error),
@@ -43,7 +52,7 @@ pub enum StartError {
 impl StartError {
     /// Whether the fault is in the configuration (exit code 2).
     pub fn is_config(&self) -> bool {
-        matches!(self, Self::Bind { .. })
+        matches!(self, Self::Bind { .. } | Self::Records { .. })
     }
 }
 
@@ -101,6 +110,28 @@ impl Bound {
         let metrics = Metrics::new(&config.export)?;
         let mut sinks: Vec<Arc<dyn TimelineSink>> = vec![Arc::new(metrics.clone())];
         sinks.extend(sink);
+        let records = match &config.export.records {
+            Some(records) => {
+                let (writer, handle) = RecordWriter::spawn(
+                    records,
+                    config.export.slos.clone(),
+                    config
+                        .export
+                        .labels
+                        .iter()
+                        .map(|l| l.name.clone())
+                        .collect(),
+                    metrics.records_dropped(),
+                )
+                .map_err(|source| StartError::Records {
+                    path: records.path.display().to_string(),
+                    source,
+                })?;
+                sinks.push(Arc::new(writer));
+                Some(handle)
+            }
+            None => None,
+        };
         let admin_addr = admin.local_addr();
         let mut background = JoinSet::new();
         background.spawn(
@@ -139,6 +170,9 @@ impl Bound {
 
         health.start_draining();
         drain(graceful, config.shutdown_grace).await;
+        if let Some(records) = records {
+            records.close().await;
+        }
         background.shutdown().await;
         Ok(())
     }

@@ -97,8 +97,13 @@ async fn prometheus_computes_ttft_throughput_and_goodput() {
         return;
     };
     let upstream = Scripted::start(stream()).await;
-    let slo = "[[slo]]\nname = \"interactive\"\nttft = \"500ms\"";
-    let (proxy, _timelines) = common::proxy_with_timelines(upstream.addr, slo).await;
+    let records = std::env::temp_dir().join(format!("tokenclock-e2e-{}.jsonl", std::process::id()));
+    let _ = std::fs::remove_file(&records);
+    let config = format!(
+        "[[slo]]\nname = \"interactive\"\nttft = \"500ms\"\n[records]\npath = \"{}\"",
+        records.display()
+    );
+    let (proxy, _timelines) = common::proxy_with_timelines(upstream.addr, &config).await;
     let server = Prometheus::start(binary, &[proxy.metrics_addr], Duration::from_secs(1)).await;
 
     // 30 s of traffic, one request a second; 3 in every 10 miss the SLO.
@@ -158,4 +163,36 @@ async fn prometheus_computes_ttft_throughput_and_goodput() {
     let p90 = "histogram_quantile(0.9, sum by (le) (rate(tokenclock_time_to_first_token_seconds_bucket[30s])))";
     let p90 = at(p90).await.unwrap_or_default();
     assert!((0.5..=0.75).contains(&p90), "p90 TTFT {p90} s");
+
+    // The record log of the same traffic gives the same figures, within
+    // bucket resolution for the quantiles.
+    proxy.shutdown().await;
+    let (mut read, mut warnings) = (Vec::new(), Vec::new());
+    tokenclock::report::read(&records, &mut read, &mut warnings).expect("records file");
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert_eq!(read.len(), 30);
+    let figures = tokenclock::report::figures(&read, None, &[]);
+    let ttft = figures[0]
+        .metrics
+        .iter()
+        .find(|(m, _)| *m == tokenclock::report::Metric::Ttft)
+        .and_then(|(_, s)| *s)
+        .expect("TTFT summary");
+    let bucket = 0.05;
+    assert!(
+        (ttft.p50 / 1e3 - p50).abs() <= bucket,
+        "report p50 {} ms, Prometheus {p50} s",
+        ttft.p50
+    );
+    assert!(
+        (ttft.p90 / 1e3 - p90).abs() <= 0.25,
+        "report p90 {} ms, Prometheus {p90} s",
+        ttft.p90
+    );
+    let goodput = &figures[0].goodput[0];
+    assert_eq!(
+        (goodput.slo.as_str(), goodput.met, goodput.judged),
+        ("interactive", 21, 30)
+    );
+    let _ = std::fs::remove_file(&records);
 }

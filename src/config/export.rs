@@ -64,13 +64,27 @@ pub struct WorkloadFile {
     output_ranges: Vec<u64>,
 }
 
+/// Default lower bounds of the input and output token ranges (tokens).
+pub const DEFAULT_RANGES: [u64; 6] = [0, 128, 512, 2048, 8192, 32768];
+
 impl Default for WorkloadFile {
     fn default() -> Self {
-        let bounds = vec![0, 128, 512, 2048, 8192, 32768];
         Self {
-            input_ranges: bounds.clone(),
-            output_ranges: bounds,
+            input_ranges: DEFAULT_RANGES.to_vec(),
+            output_ranges: DEFAULT_RANGES.to_vec(),
         }
+    }
+}
+
+/// The label of the range `value` (tokens) falls in, given validated lower
+/// `bounds`: `128-511`, or `32768+` for the last; shared by metrics and
+/// reports so both name ranges alike.
+pub fn range_label(bounds: &[u64], value: u64) -> String {
+    let i = bounds.partition_point(|&b| b <= value).saturating_sub(1);
+    let low = bounds.get(i).copied().unwrap_or(0);
+    match bounds.get(i + 1) {
+        Some(next) => format!("{low}-{}", next - 1),
+        None => format!("{low}+"),
     }
 }
 
@@ -411,14 +425,4 @@ fn validate_records(r: &RecordsFile) -> Result<Records, ConfigError> {
         keep: r.keep,
         queue: r.queue,
     })
-}
-
-/// The range of `value` among ascending lower `bounds` (starting at 0), as
-/// labelled: `0-127`, `128-511`, …, `32768+`.
-pub fn range_label(bounds: &[u64], value: u64) -> String {
-    let i = bounds.partition_point(|&b| b <= value).saturating_sub(1);
-    match bounds.get(i + 1) {
-        Some(next) => format!("{}-{}", bounds.get(i).copied().unwrap_or(0), next - 1),
-        None => format!("{}+", bounds.get(i).copied().unwrap_or(0)),
-    }
 }

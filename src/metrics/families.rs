@@ -6,7 +6,7 @@ use prometheus::{
     HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
 };
 
-use crate::config::Export;
+use crate::{config::Export, records};
 
 /// The families; each `*Vec` takes its closed labels, then the free ones.
 #[derive(Clone)]
@@ -120,10 +120,7 @@ impl Families {
             &["endpoint"],
         )?;
         registry.register(Box::new(in_flight.clone()))?;
-        let records_dropped = IntCounter::new(
-            "tokenclock_records_dropped_total",
-            "Per-request records dropped because the record writer fell behind.",
-        )?;
+        let records_dropped = IntCounter::new(records::DROPPED_NAME, records::DROPPED_HELP)?;
         registry.register(Box::new(records_dropped.clone()))?;
         Ok(Self {
             ttft: b.histogram("time_to_first_token_seconds", "Request head received → first event carrying a generated token of any kind, reasoning included (AIPerf's TTFT).", e)?,
