@@ -251,3 +251,51 @@ async fn a_non_streamed_response_has_counts_but_no_first_token() {
     assert_eq!(t.tokens.input, Some(7));
     assert_eq!(t.tokens.generated_source, Some(CountSource::Usage));
 }
+
+#[tokio::test]
+async fn a_new_connection_is_timed_and_a_pooled_one_costs_nothing() {
+    let echo = common::upstream::Echo::start().await;
+    let (proxy, mut timelines) = common::proxy_with_timelines(echo.addr, "").await;
+    for _ in 0..2 {
+        let request = Request::post("/v1/chat/completions")
+            .body(Full::new(Bytes::from_static(b"{}")))
+            .expect("request");
+        collect(send(proxy.addr, request).await.expect("response"))
+            .await
+            .expect("body");
+    }
+    let first = next_timeline(&mut timelines).await;
+    let second = next_timeline(&mut timelines).await;
+    let connect = first.phases().get(Phase::UpstreamConnect).expect("timed");
+    assert!(connect > Duration::ZERO && connect < ms(50), "{connect:?}");
+    assert_eq!(
+        second.phases().get(Phase::UpstreamConnect),
+        Some(Duration::ZERO),
+        "pooled"
+    );
+}
+
+#[tokio::test]
+async fn a_client_that_stops_reading_shows_as_delivery_stall() {
+    let event = chunk(
+        &[b"data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\n".as_slice(); 2048].concat(),
+    );
+    let mut script = vec![Step::Write(sse_head())];
+    script.extend(std::iter::repeat_n(Step::Write(event), 128));
+    script.extend(done());
+    let upstream = Scripted::start(script).await;
+    let (proxy, mut timelines) = common::proxy_with_timelines(upstream.addr, "").await;
+    let request = Request::post("/v1/chat/completions")
+        .body(Full::new(Bytes::new()))
+        .expect("request");
+    let response = send(proxy.addr, request).await.expect("response");
+    tokio::time::sleep(ms(500)).await;
+    collect(response).await.expect("stream");
+    let t = next_timeline(&mut timelines).await;
+    let stall = t.phases().get(Phase::DeliveryStall).expect("measured");
+    assert!(
+        stall >= ms(300),
+        "the client did not read for 500 ms; stall {stall:?}"
+    );
+    assert!(stall <= t.e2e().unwrap_or_default());
+}

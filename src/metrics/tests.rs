@@ -132,3 +132,36 @@ fn goodput_counts_met_and_missed_per_slo() {
     assert!(text.contains("tokenclock_slo_violations_total{endpoint=\"openai_chat\",model=\"m\",objective=\"ttft\",slo=\"interactive\"} 3")
         || text.lines().any(|l| l.starts_with("tokenclock_slo_violations_total") && l.contains("objective=\"ttft\"") && l.ends_with(" 3")));
 }
+
+mod properties {
+    use std::collections::HashMap;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Short values over a tiny alphabet make equal concatenations common.
+        #[test]
+        fn every_admitted_tuple_is_its_own_series(
+            tuples in proptest::collection::vec(("[ab]{1,3}", "[ab]{1,3}"), 1..30)
+        ) {
+            let m = metrics("max_models = 1000\n[[labels]]\nname = \"tenant\"\nheader = \"x-tenant\"\n");
+            let space = LabelSpace::new(2, 1000, None);
+            let mut expected: HashMap<Vec<String>, u64> = HashMap::new();
+            for (model, tenant) in &tuples {
+                m.finished(&request(model, vec![Some(tenant.clone())], 100));
+                *expected.entry(space.admit(Some(model), &[Some(tenant.clone())])).or_default() += 1;
+            }
+            let text = scrape(&m);
+            let counts = ttft_counts(&text);
+            prop_assert_eq!(counts.len(), expected.len(), "{:#?}", counts);
+            for (tuple, n) in expected {
+                let line = format!("model=\"{}\",tenant=\"{}\"}} {n}", tuple[0], tuple[1]);
+                prop_assert!(counts.iter().any(|l| l.ends_with(&line)), "{} not in {:#?}", line, counts);
+            }
+        }
+    }
+}
