@@ -10,38 +10,13 @@ use bytes::Bytes;
 use common::{
     client::{self, collect, send},
     next_timeline,
-    upstream::{bytes, chunk, sse_head, Scripted, Step},
+    upstream::{header_timed_chat, Scripted, Step},
 };
 use http::Request;
 use http_body_util::Full;
 
-/// A chat stream whose first token comes `x-ttft-ms` after the request,
-/// then three more tokens 10 ms apart, and a usage chunk.
 fn stream() -> Vec<Step> {
-    let token = |s: &str| {
-        chunk(
-            format!(
-                "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{s}\"}}}}]}}\n\n"
-            )
-            .as_bytes(),
-        )
-    };
-    vec![
-        Step::Write(sse_head()),
-        Step::AtHeader("x-ttft-ms"),
-        Step::Write(token("a")),
-        Step::Pause(Duration::from_millis(10)),
-        Step::Write(token("b")),
-        Step::Pause(Duration::from_millis(10)),
-        Step::Write(token("c")),
-        Step::Pause(Duration::from_millis(10)),
-        Step::Write(token("d")),
-        Step::Write(chunk(
-            b"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":700,\"completion_tokens\":4}}\n\n",
-        )),
-        Step::Write(chunk(b"data: [DONE]\n\n")),
-        Step::Write(bytes("0\r\n\r\n")),
-    ]
+    header_timed_chat(4, Duration::from_millis(10), 700)
 }
 
 fn chat(model: &str, ttft_ms: u64) -> Request<Full<Bytes>> {

@@ -13,7 +13,7 @@ use bytes::Bytes;
 use common::{
     client::{self, collect, send},
     prom::{self, Prometheus},
-    upstream::{bytes, chunk, sse_head, Scripted, Step},
+    upstream::{header_timed_chat, Scripted, Step},
 };
 use http::Request;
 use http_body_util::Full;
@@ -22,28 +22,8 @@ use tokio::io::AsyncWriteExt;
 const FAST_MS: u64 = 120;
 const SLOW_MS: u64 = 700;
 
-/// A chat stream whose first token comes `x-ttft-ms` after the request.
 fn stream() -> Vec<Step> {
-    let token = |s: &str| {
-        chunk(
-            format!(
-                "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{s}\"}}}}]}}\n\n"
-            )
-            .as_bytes(),
-        )
-    };
-    vec![
-        Step::Write(sse_head()),
-        Step::AtHeader("x-ttft-ms"),
-        Step::Write(token("a")),
-        Step::Pause(Duration::from_millis(20)),
-        Step::Write(token("b")),
-        Step::Write(chunk(
-            b"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":30,\"completion_tokens\":2}}\n\n",
-        )),
-        Step::Write(chunk(b"data: [DONE]\n\n")),
-        Step::Write(bytes("0\r\n\r\n")),
-    ]
+    header_timed_chat(2, Duration::from_millis(20), 30)
 }
 
 async fn chat(addr: std::net::SocketAddr, ttft_ms: u64) {

@@ -176,6 +176,34 @@ pub fn sse_head() -> Bytes {
     )
 }
 
+/// A chat-completions SSE stream whose first token comes `x-ttft-ms` (a
+/// request header) after the request, then `tokens − 1` more, `gap` apart,
+/// a usage chunk (`prompt` input tokens) and `[DONE]`.
+pub fn header_timed_chat(tokens: u64, gap: Duration, prompt: u64) -> Vec<Step> {
+    let token = |i: u64| {
+        let data = format!(
+            "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\" t{i}\"}}}}]}}\n\n"
+        );
+        Step::Write(chunk(data.as_bytes()))
+    };
+    let mut script = vec![
+        Step::Write(sse_head()),
+        Step::AtHeader("x-ttft-ms"),
+        token(0),
+    ];
+    for i in 1..tokens {
+        script.push(Step::Pause(gap));
+        script.push(token(i));
+    }
+    let usage = format!(
+        "data: {{\"choices\":[],\"usage\":{{\"prompt_tokens\":{prompt},\"completion_tokens\":{tokens}}}}}\n\n"
+    );
+    script.push(Step::Write(chunk(usage.as_bytes())));
+    script.push(Step::Write(chunk(b"data: [DONE]\n\n")));
+    script.push(Step::Write(bytes("0\r\n\r\n")));
+    script
+}
+
 /// One chunk of a chunked body.
 pub fn chunk(data: &[u8]) -> Bytes {
     let mut out = format!("{:x}\r\n", data.len()).into_bytes();
