@@ -5,6 +5,7 @@
 //! Every default lives in [`File::default`]; every check lives in
 //! [`File::validate`]. A bad value is a [`ConfigError`] naming its key.
 
+mod buckets;
 mod duration;
 mod error;
 mod export;
@@ -16,11 +17,9 @@ use std::{collections::HashMap, net::SocketAddr, path::Path, str::FromStr, time:
 use serde::{Deserialize, Serialize};
 
 pub use self::{
+    buckets::{default_buckets, BUCKET_FAMILIES},
     error::{ConfigError, Origin, Override, Overrides},
-    export::{
-        default_buckets, range_label, Export, ExtraLabel, Limits, Records, Slo, BUCKET_FAMILIES,
-        DEFAULT_RANGES, REQUEST_SLO,
-    },
+    export::{range_label, Export, ExtraLabel, Limits, Records, Slo, DEFAULT_RANGES, REQUEST_SLO},
     file::File,
     upstream::{Upstream, UpstreamProtocol},
 };
