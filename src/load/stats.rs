@@ -238,3 +238,19 @@ impl Recorder {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let mut samples: Vec<f64> = (1..=100).rev().map(f64::from).collect();
+        let p = Percentiles::of(&mut samples);
+        assert_eq!(
+            (p.count, p.p50, p.p90, p.p99, p.max),
+            (100, 50.0, 90.0, 99.0, 100.0)
+        );
+        assert_eq!(Percentiles::of(&mut []), Percentiles::default());
+    }
+}

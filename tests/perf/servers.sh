@@ -103,7 +103,7 @@ stop_proxy() {
 
 # proxy_pids: the proxy's processes (nginx: master and worker), one per line.
 proxy_pids() {
-    [[ -n $PROXY_PID ]] && proc_tree "$PROXY_PID"
+    if [[ -n $PROXY_PID ]]; then proc_tree "$PROXY_PID"; fi
 }
 
 # forget PID: drops PID from PIDS once it has been waited for, so cleanup never signals a reused pid.
