@@ -7,6 +7,9 @@ use clap::{
 };
 use tokenclock::config::{self, Origin, Override, Overrides};
 
+#[path = "cli/load.rs"]
+mod load_cli;
+
 /// A transparent timing proxy for LLM model servers.
 #[derive(Parser)]
 #[command(name = "tokenclock", version, about, long_about = None)]
@@ -29,41 +32,7 @@ enum Command {
     /// Summarize record files (JSONL from `[records]`) like AIPerf's console.
     Report(ReportFlags),
     /// Send chat-completion traffic and measure it from the client's side.
-    Load(LoadFlags),
-}
-
-#[derive(Args)]
-struct LoadFlags {
-    /// Base URL of the server (or of tokenclock in front of it), e.g. http://127.0.0.1:8080
-    #[arg(long, value_name = "URL")]
-    target: String,
-    /// Closed loop: workers sending back to back; with --rate: the most requests in flight
-    #[arg(long, value_name = "N", default_value_t = 1)]
-    concurrency: usize,
-    /// Open loop: Poisson arrivals, requests per second
-    #[arg(long, value_name = "R")]
-    rate: Option<f64>,
-    /// Stop after this many requests
-    #[arg(long, value_name = "N")]
-    requests: Option<u64>,
-    /// Stop after this long, cancelling requests in flight, e.g. 10s [default: 10s without --requests]
-    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
-    duration: Option<std::time::Duration>,
-    /// Workload preset, repeatable for a mix: summaries, generation, reasoning, chat [default: chat]
-    #[arg(long, value_name = "NAME", value_parser = tokenclock::load::PRESETS)]
-    workload: Vec<String>,
-    /// Sent as x-sim-schedule on every request, e.g. "ttft_ms=450,gap_ms=25,tokens=120"
-    #[arg(long, value_name = "SCHEDULE")]
-    schedule: Option<String>,
-    /// Seed for arrivals and the workload mix
-    #[arg(long, value_name = "N", default_value_t = 1)]
-    seed: u64,
-    /// Runtime worker threads of the load generator
-    #[arg(long, value_name = "N", default_value_t = 1)]
-    worker_threads: usize,
-    /// Summary format on stdout: text or json
-    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json"])]
-    format: String,
+    Load(load_cli::LoadFlags),
 }
 
 #[derive(Args)]
@@ -130,7 +99,7 @@ fn main() -> ExitCode {
             }
         }
         Command::Report(flags) => report(flags),
-        Command::Load(flags) => load_cmd(flags),
+        Command::Load(flags) => load_cli::run(flags),
     }
 }
 
@@ -151,61 +120,6 @@ fn report(flags: ReportFlags) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => fail(2, &format!("report: {e}")),
-    }
-}
-
-fn load_cmd(flags: LoadFlags) -> ExitCode {
-    use tokenclock::load::{self, LoadConfig, Workload};
-    let target = match flags.target.parse() {
-        Ok(target) => target,
-        Err(e) => {
-            return fail(
-                2,
-                &format!("load: invalid --target `{}`: {e}", flags.target),
-            )
-        }
-    };
-    let mut config = LoadConfig::new(target);
-    let names = if flags.workload.is_empty() {
-        vec!["chat".to_owned()]
-    } else {
-        flags.workload
-    };
-    config.workloads = names.iter().filter_map(|n| Workload::preset(n)).collect();
-    for w in &mut config.workloads {
-        w.schedule.clone_from(&flags.schedule);
-    }
-    config.concurrency = flags.concurrency;
-    config.rate = flags.rate;
-    config.requests = flags.requests;
-    config.duration = flags.duration.or_else(|| {
-        flags
-            .requests
-            .is_none()
-            .then(|| std::time::Duration::from_secs(10))
-    });
-    config.seed = flags.seed;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(flags.worker_threads.max(1))
-        .enable_all()
-        .build();
-    let summary = match runtime {
-        Ok(rt) => rt.block_on(load::run(config, |s| eprintln!("tokenclock load: {s}"))),
-        Err(e) => return fail(1, &format!("load: runtime: {e}")),
-    };
-    match summary {
-        Ok(summary) if flags.format == "json" => match serde_json::to_string_pretty(&summary) {
-            Ok(json) => {
-                println!("{json}");
-                ExitCode::SUCCESS
-            }
-            Err(e) => fail(1, &format!("load: {e}")),
-        },
-        Ok(summary) => {
-            print!("{summary}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => fail(2, &format!("load: {e}")),
     }
 }
 
@@ -268,7 +182,7 @@ fn subcommand<'a>(matches: &'a ArgMatches, name: &str) -> &'a ArgMatches {
     matches.subcommand_matches(name).unwrap_or(matches)
 }
 
-fn fail(code: u8, message: &str) -> ExitCode {
+pub(crate) fn fail(code: u8, message: &str) -> ExitCode {
     eprintln!("tokenclock: {message}");
     ExitCode::from(code)
 }
