@@ -109,10 +109,24 @@ async fn stops_at_duration_cancelling_streams_in_flight() {
     script.push(Step::Pause(Duration::from_secs(60)));
     let mut upstream = Scripted::start(script).await;
     let mut config = config(upstream.addr, 4, None);
-    config.duration = Some(Duration::from_millis(500));
+    config.duration = Some(Duration::from_millis(1_500));
     let started = tokio::time::Instant::now();
-    let summary = run(config).await;
-    assert!(started.elapsed() < Duration::from_secs(3), "{summary}");
+    let mut snapshots = Vec::new();
+    let summary = tokio::time::timeout(
+        Duration::from_secs(20),
+        load::run(config, |s| snapshots.push(s.clone())),
+    )
+    .await
+    .expect("the run ends by itself")
+    .expect("valid config");
+    assert!(started.elapsed() < Duration::from_secs(4), "{summary}");
+    // One progress line after the first second, with every stream open.
+    assert_eq!(snapshots.len(), 1, "{snapshots:?}");
+    assert_eq!(snapshots[0].in_flight, 4, "{snapshots:?}");
+    assert!(
+        (3.5..=4.0).contains(&snapshots[0].events_per_s),
+        "{snapshots:?}"
+    );
     assert_eq!(summary.total.cancelled, 4, "{summary}");
     assert_eq!(summary.total.errors, 0, "{summary}");
     assert_eq!(summary.total.events, 4, "{summary}");

@@ -34,6 +34,9 @@ pub(crate) struct LoadFlags {
     /// Sent as x-sim-schedule on every request, e.g. "ttft_ms=450,gap_ms=25,tokens=120"
     #[arg(long, value_name = "SCHEDULE")]
     schedule: Option<String>,
+    /// Longest a request may take before it counts as a `timeout` error
+    #[arg(long, value_name = "DURATION", default_value = "300s", value_parser = humantime::parse_duration)]
+    request_timeout: Duration,
     /// Seed for arrivals and the workload mix
     #[arg(long, value_name = "N", default_value_t = 1)]
     seed: u64,
@@ -86,6 +89,7 @@ fn config(flags: &LoadFlags) -> Result<LoadConfig, String> {
         .duration
         .or_else(|| flags.requests.is_none().then_some(DEFAULT_DURATION));
     config.seed = flags.seed;
+    config.request_timeout = flags.request_timeout;
     Ok(config)
 }
 
