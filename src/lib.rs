@@ -25,6 +25,7 @@
 //! - [`report`]: offline summaries of record files.
 //! - [`metrics`]: the Prometheus families; [`admin`] serves them with
 //!   [`health`] on the metrics listener.
+//! - [`load`]: the load generator used by the demo and the benchmarks.
 //!
 //! [`logging`] sets up `tracing`. The binary (`src/main.rs`) only parses
 //! the command line and calls [`run`].
@@ -36,6 +37,7 @@ pub mod config;
 pub mod dialect;
 pub mod exchange;
 pub mod health;
+pub mod load;
 pub mod logging;
 pub mod metrics;
 pub mod ndjson;

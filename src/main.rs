@@ -7,6 +7,9 @@ use clap::{
 };
 use tokenclock::config::{self, Origin, Override, Overrides};
 
+#[path = "cli/load.rs"]
+mod load_cli;
+
 /// A transparent timing proxy for LLM model servers.
 #[derive(Parser)]
 #[command(name = "tokenclock", version, about, long_about = None)]
@@ -28,6 +31,8 @@ enum Command {
     },
     /// Summarize record files (JSONL from `[records]`) like AIPerf's console.
     Report(ReportFlags),
+    /// Send chat-completion traffic and measure it from the client's side.
+    Load(load_cli::LoadFlags),
 }
 
 #[derive(Args)]
@@ -94,6 +99,7 @@ fn main() -> ExitCode {
             }
         }
         Command::Report(flags) => report(flags),
+        Command::Load(flags) => load_cli::run(flags),
     }
 }
 
@@ -176,7 +182,7 @@ fn subcommand<'a>(matches: &'a ArgMatches, name: &str) -> &'a ArgMatches {
     matches.subcommand_matches(name).unwrap_or(matches)
 }
 
-fn fail(code: u8, message: &str) -> ExitCode {
+pub(crate) fn fail(code: u8, message: &str) -> ExitCode {
     eprintln!("tokenclock: {message}");
     ExitCode::from(code)
 }

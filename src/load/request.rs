@@ -1,0 +1,150 @@
+//! One request, measured from the client's side: status, TTFT, events, bytes, E2E and per-event delays.
+
+use std::{
+    sync::atomic::{AtomicU64, Ordering::Relaxed},
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use bytes::Bytes;
+use http::Request;
+use http_body_util::{BodyExt, Full};
+use hyper_util::{
+    client::legacy::{connect::HttpConnector, Client},
+    rt::TokioExecutor,
+};
+use tokio::{sync::watch, time::Instant};
+
+use super::{
+    events::{self, DataLines},
+    stats::{Measured, Outcome},
+};
+
+/// The pooled HTTP/1.1 client every request goes through.
+pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
+/// A keep-alive client with `TCP_NODELAY`, so small events are not held back
+/// by Nagle's algorithm, keeping up to `idle` connections per host.
+pub fn client(idle: usize) -> HttpClient {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(idle)
+        .build(connector)
+}
+
+/// Counters read every second for the progress line.
+#[derive(Default, Debug)]
+pub struct Live {
+    /// Requests sent and not finished.
+    pub in_flight: AtomicU64,
+    /// Requests finished, any outcome.
+    pub done: AtomicU64,
+    /// Requests failed.
+    pub errors: AtomicU64,
+    /// Events received.
+    pub events: AtomicU64,
+}
+
+/// Sends `request` and reads the response to its end, unless `stop` turns
+/// true first (then the body is dropped, which closes the connection) or
+/// `timeout` passes.
+pub async fn measure(
+    client: &HttpClient,
+    request: Request<Full<Bytes>>,
+    workload: usize,
+    (live, timeout): (&Live, Duration),
+    stop: &mut watch::Receiver<bool>,
+) -> Measured {
+    let start = Instant::now();
+    let mut m = Measured {
+        workload,
+        status: None,
+        ttft: None,
+        e2e: Duration::ZERO,
+        events: 0,
+        bytes: 0,
+        delays_us: Vec::new(),
+        outcome: Outcome::Ok,
+    };
+    live.in_flight.fetch_add(1, Relaxed);
+    let outcome = tokio::select! {
+        biased;
+        () = stopped(stop) => Outcome::Cancelled,
+        done = tokio::time::timeout(timeout, exchange(client, request, start, &mut m, live)) => {
+            done.unwrap_or_else(|_| Outcome::Error("timeout".to_owned()))
+        }
+    };
+    m.e2e = start.elapsed();
+    m.outcome = outcome;
+    live.in_flight.fetch_sub(1, Relaxed);
+    live.done.fetch_add(1, Relaxed);
+    if matches!(m.outcome, Outcome::Error(_)) {
+        live.errors.fetch_add(1, Relaxed);
+    }
+    m
+}
+
+/// Resolves once `stop` is true; never if its sender is gone without it.
+pub async fn stopped(stop: &mut watch::Receiver<bool>) {
+    if stop.wait_for(|s| *s).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+async fn exchange(
+    client: &HttpClient,
+    request: Request<Full<Bytes>>,
+    start: Instant,
+    m: &mut Measured,
+    live: &Live,
+) -> Outcome {
+    let response = match client.request(request).await {
+        Ok(response) => response,
+        Err(e) if e.is_connect() => return Outcome::Error("connect".to_owned()),
+        Err(_) => return Outcome::Error("request".to_owned()),
+    };
+    let status = response.status();
+    m.status = Some(status.as_u16());
+    let mut body = response.into_body();
+    let mut lines = DataLines::default();
+    while let Some(frame) = body.frame().await {
+        let Ok(frame) = frame else {
+            return Outcome::Error("body".to_owned());
+        };
+        if let Ok(data) = frame.into_data() {
+            let before = m.events;
+            read(&data, start, m, &mut lines);
+            live.events.fetch_add(m.events - before, Relaxed);
+        }
+    }
+    if status.is_success() {
+        Outcome::Ok
+    } else {
+        Outcome::Error(format!("http_{}", status.as_u16()))
+    }
+}
+
+/// Accounts for one data frame, all of it received now.
+fn read(data: &[u8], start: Instant, m: &mut Measured, lines: &mut DataLines) {
+    let at = Instant::now();
+    let wall_ns = unix_ns();
+    m.bytes += data.len() as u64;
+    lines.feed(data, &mut |payload| {
+        let event = events::parse(payload);
+        m.events += 1;
+        if event.has_token && m.ttft.is_none() {
+            m.ttft = Some(at - start);
+        }
+        if let Some(sent) = event.sent_unix_ns {
+            let us = wall_ns.saturating_sub(u128::from(sent)) / 1_000;
+            m.delays_us.push(u32::try_from(us).unwrap_or(u32::MAX));
+        }
+    });
+}
+
+/// Wall-clock ns since the Unix epoch (0 if the clock is before it).
+fn unix_ns() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
+}

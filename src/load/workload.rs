@@ -1,0 +1,152 @@
+//! What the load generator sends: a workload is one kind of request, with presets for the usual shapes.
+
+use bytes::Bytes;
+use serde::Serialize;
+
+/// Bytes per prompt token when building a prompt: about what a BPE tokenizer
+/// gives for English text, so `prompt_tokens` lands near the server's count.
+pub const BYTES_PER_TOKEN: usize = 4;
+
+/// The names [`Workload::preset`] knows, in the order the help lists them.
+pub const PRESETS: [&str; 4] = ["summaries", "generation", "reasoning", "chat"];
+
+/// One kind of request: an OpenAI chat completion of a given shape.
+#[derive(Clone, Debug, Serialize)]
+pub struct Workload {
+    /// Name in the summary, e.g. `chat`.
+    pub name: String,
+    /// Request path, e.g. `/v1/chat/completions`.
+    pub path: String,
+    /// The `model` field; the simulator treats a name containing `reason` as
+    /// a reasoning model.
+    pub model: String,
+    /// Prompt length in tokens, built as `BYTES_PER_TOKEN` bytes per token.
+    pub prompt_tokens: u32,
+    /// The `max_tokens` field: the output length asked for.
+    pub max_tokens: u32,
+    /// Ask for a streamed (SSE) response, with a final usage chunk.
+    pub stream: bool,
+    /// Ask for reasoning (`reasoning_effort: "medium"`).
+    pub reasoning: bool,
+    /// Relative share of the requests when several workloads are mixed.
+    pub weight: u32,
+    /// Sent as the `x-sim-schedule` header: an exact timing script for the
+    /// simulator, e.g. `ttft_ms=450,gap_ms=25,tokens=120`.
+    pub schedule: Option<String>,
+}
+
+impl Workload {
+    /// A streamed chat workload named `name` with the given shape.
+    pub fn new(name: &str, prompt_tokens: u32, max_tokens: u32) -> Self {
+        Self {
+            name: name.to_owned(),
+            path: "/v1/chat/completions".to_owned(),
+            model: "tokenclock-sim".to_owned(),
+            prompt_tokens,
+            max_tokens,
+            stream: true,
+            reasoning: false,
+            weight: 1,
+            schedule: None,
+        }
+    }
+
+    /// Long input, short output: prefill-bound.
+    pub fn summaries() -> Self {
+        Self::new("summaries", 3000, 64)
+    }
+
+    /// Short input, long output: decode-bound.
+    pub fn generation() -> Self {
+        Self::new("generation", 100, 512)
+    }
+
+    /// A reasoning model, medium input and output.
+    pub fn reasoning() -> Self {
+        Self {
+            model: "tokenclock-sim-reasoner".to_owned(),
+            reasoning: true,
+            ..Self::new("reasoning", 500, 256)
+        }
+    }
+
+    /// Short input, short output: the interactive case.
+    pub fn chat() -> Self {
+        Self::new("chat", 100, 64)
+    }
+
+    /// The preset called `name` (see [`PRESETS`]), if any.
+    pub fn preset(name: &str) -> Option<Self> {
+        match name {
+            "summaries" => Some(Self::summaries()),
+            "generation" => Some(Self::generation()),
+            "reasoning" => Some(Self::reasoning()),
+            "chat" => Some(Self::chat()),
+            _ => None,
+        }
+    }
+
+    /// The JSON request body, built once per run and shared by every request.
+    pub fn body(&self) -> Bytes {
+        let prompt = prompt(self.prompt_tokens);
+        let mut body = serde_json::json!({
+            "model": self.model,
+            "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": self.max_tokens,
+            "stream": self.stream,
+        });
+        if self.stream {
+            body["stream_options"] = serde_json::json!({"include_usage": true});
+        }
+        if self.reasoning {
+            body["reasoning_effort"] = serde_json::json!("medium");
+        }
+        Bytes::from(body.to_string())
+    }
+}
+
+/// A prompt of about `tokens` tokens: short words cycling through a small
+/// vocabulary, `BYTES_PER_TOKEN` bytes each (word plus space).
+fn prompt(tokens: u32) -> String {
+    const WORDS: [&str; 8] = ["the", "cat", "sat", "on", "a", "red", "mat", "and"];
+    let mut out = String::with_capacity(tokens as usize * BYTES_PER_TOKEN);
+    for i in 0..tokens as usize {
+        let word = WORDS[i % WORDS.len()];
+        out.push_str(word);
+        // Pad every word to BYTES_PER_TOKEN bytes including the separator.
+        for _ in word.len()..BYTES_PER_TOKEN {
+            out.push(' ');
+        }
+    }
+    out.truncate(out.trim_end().len());
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prompt_has_about_four_bytes_per_token() {
+        let p = prompt(3000);
+        assert!((11_990..=12_000).contains(&p.len()), "{}", p.len());
+    }
+
+    #[test]
+    fn presets_are_named_after_themselves() {
+        for name in PRESETS {
+            let w = Workload::preset(name).expect("preset");
+            assert_eq!(w.name, name);
+        }
+        assert!(Workload::reasoning().model.contains("reason"));
+        assert!(Workload::preset("nope").is_none());
+    }
+
+    #[test]
+    fn body_asks_for_usage_when_streaming() {
+        let body: serde_json::Value =
+            serde_json::from_slice(&Workload::chat().body()).expect("json");
+        assert_eq!(body["stream_options"]["include_usage"], true);
+        assert_eq!(body["max_tokens"], 64);
+    }
+}

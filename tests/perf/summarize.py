@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""summarize.py: medians of overhead.sh's raw results; prints the table and writes the JSON.
+
+Usage: summarize.py RESULTS_DIR OUT_JSON QUICK REPS
+"""
+import json
+import os
+import statistics
+import sys
+
+VIAS = ["direct", "tokenclock", "nginx"]
+
+
+def load(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def runs(results, scenario, via):
+    """Every repetition's (summary, extra) for one scenario and via, in order."""
+    out, rep = [], 1
+    while True:
+        summary = load(os.path.join(results, f"{scenario}-{via}-{rep}.json"))
+        if summary is None:
+            return out
+        extra = load(os.path.join(results, f"{scenario}-{via}-{rep}.{ {'b': 'cpu', 'c': 'rss'}.get(scenario, 'none')}.json"))
+        out.append((summary, extra or {}))
+        rep += 1
+
+
+def median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def cpu_us_per_event(summary, extra):
+    events = summary["total"]["events"]
+    if not extra.get("clk_tck") or not events:
+        return None
+    return extra["cpu_ticks"] / extra["clk_tck"] * 1e6 / events
+
+
+def rss_kib_per_stream(extra):
+    if not extra.get("streams"):
+        return None
+    return (extra["rss_with_kib"] - extra["rss_before_kib"]) / extra["streams"]
+
+
+def per_via(results):
+    """Median figures per via, and every repetition's raw figures."""
+    medians, raw, errors = {}, {}, 0
+    for via in VIAS:
+        a, b, c = (runs(results, s, via) for s in "abc")
+        figures = {
+            "delay_p50_us": [s["event_delay_us"]["p50"] for s, _ in a],
+            "delay_p99_us": [s["event_delay_us"]["p99"] for s, _ in a],
+            "events_per_s": [s["events_per_s"] for s, _ in b],
+            "cpu_us_per_event": [cpu_us_per_event(s, e) for s, e in b] if via != "direct" else [],
+            "rss_kib_per_stream": [rss_kib_per_stream(e) for _, e in c],
+        }
+        errors += sum(s["total"]["errors"] for s, _ in a + b + c)
+        raw[via] = figures
+        medians[via] = {k: median(v) for k, v in figures.items()}
+    return medians, raw, errors
+
+
+def sub(x, y):
+    return None if x is None or y is None else x - y
+
+
+def ratio(x, y):
+    return None if x is None or y in (None, 0) else x / y
+
+
+def rows(m):
+    d, t, n = m["direct"], m["tokenclock"], m["nginx"]
+    added = {k: (sub(t[k], d[k]), sub(n[k], d[k])) for k in ("delay_p50_us", "delay_p99_us")}
+    out = [("(a) event delay p50, us", d["delay_p50_us"], t["delay_p50_us"], n["delay_p50_us"]),
+           ("(a) event delay p99, us", d["delay_p99_us"], t["delay_p99_us"], n["delay_p99_us"]),
+           ("(a) added delay p50, us", None, *added["delay_p50_us"]),
+           ("(a) added delay p99, us", None, *added["delay_p99_us"]),
+           ("(b) events/s", d["events_per_s"], t["events_per_s"], n["events_per_s"]),
+           ("(b) proxy CPU per event, us", None, t["cpu_us_per_event"], n["cpu_us_per_event"]),
+           ("(c) proxy RSS per idle stream, KiB", None, t["rss_kib_per_stream"], n["rss_kib_per_stream"])]
+    return [{"metric": name, "direct": dv, "tokenclock": tv, "nginx": nv,
+             "tokenclock_over_nginx": ratio(tv, nv),
+             "tokenclock_over_direct": ratio(tv, dv), "nginx_over_direct": ratio(nv, dv)}
+            for name, dv, tv, nv in out]
+
+
+def fmt(v, digits=1):
+    return "-" if v is None else f"{v:,.{digits}f}"
+
+
+def main():
+    results, out, quick, reps = sys.argv[1], sys.argv[2], sys.argv[3] == "1", int(sys.argv[4])
+    medians, raw, errors = per_via(results)
+    table = rows(medians)
+    header = f"{'metric':<36} {'direct':>10} {'tokenclock':>11} {'nginx':>10} {'tc/nginx':>9} {'tc/direct':>10} {'nginx/direct':>13}"
+    print(header)
+    for r in table:
+        print(f"{r['metric']:<36} {fmt(r['direct']):>10} {fmt(r['tokenclock']):>11} {fmt(r['nginx']):>10} "
+              f"{fmt(r['tokenclock_over_nginx'], 2):>9} {fmt(r['tokenclock_over_direct'], 2):>10} {fmt(r['nginx_over_direct'], 2):>13}")
+    print(f"medians of {reps} repetition(s){' (--quick)' if quick else ''}; failed requests: {errors}")
+    with open(out, "w") as f:
+        json.dump({"quick": quick, "repetitions": reps, "failed_requests": errors, "nproc": os.cpu_count(),
+                   "table": table, "medians": medians, "runs": raw}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
