@@ -26,6 +26,9 @@
 //! - [`metrics`]: the Prometheus families; [`admin`] serves them with
 //!   [`health`] on the metrics listener.
 //!
+//! - [`sim`]: a simulated model server for the demo, the tests and the
+//!   benchmarks.
+//!
 //! [`logging`] sets up `tracing`. The binary (`src/main.rs`) only parses
 //! the command line and calls [`run`].
 
@@ -44,6 +47,7 @@ pub mod proxy;
 pub mod records;
 pub mod report;
 pub mod server;
+pub mod sim;
 pub mod slo;
 pub mod sse;
 pub mod timeline;
