@@ -20,7 +20,11 @@ impl Rng {
             hash ^= u64::from(*byte);
             hash = hash.wrapping_mul(0x0100_0000_01b3);
         }
-        Self((seed ^ hash) | 1)
+        // splitmix64 of both, so seeds differing in one bit differ everywhere.
+        let mut z = hash ^ seed.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        Self((z ^ (z >> 31)) | 1)
     }
 
     /// The next pseudo-random value.
