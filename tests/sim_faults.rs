@@ -195,3 +195,61 @@ fn bad_cli_values_exit_2() {
         assert!(!output.stderr.is_empty(), "{args:?}");
     }
 }
+
+/// `rate=F` applies a fault to a seeded share of requests: the same seed
+/// gives the same requests the fault.
+#[tokio::test]
+async fn fault_rates_are_seeded() {
+    let statuses = |seed| async move {
+        let sim = start(SimConfig {
+            seed,
+            fault: Some("status=500,rate=0.5".into()),
+            ..fast()
+        })
+        .await;
+        let mut out = Vec::new();
+        for _ in 0..16 {
+            let response = post(sim.addr, CHAT, BODY, &[]).await.expect("whole body");
+            out.push(response.status.as_u16());
+        }
+        out
+    };
+    let first = statuses(3).await;
+    assert!(first.contains(&500) && first.contains(&200), "{first:?}");
+    assert_eq!(first, statuses(3).await);
+}
+
+/// A client that leaves frees its batch slot at once.
+#[tokio::test]
+async fn a_dropped_client_frees_its_slot() {
+    use http_body_util::BodyExt;
+    let sim = start(SimConfig {
+        max_batch: 1,
+        decode_ms_per_token: 10.0,
+        ..SimConfig::default()
+    })
+    .await;
+    let long = r#"{"stream":true,"max_tokens":1000,"messages":[]}"#;
+    let request = http::Request::post(CHAT)
+        .header("host", sim.addr.to_string())
+        .body(http_body_util::Full::new(bytes::Bytes::from(long)))
+        .expect("request");
+    let response = common::client::send(sim.addr, request).await.expect("head");
+    let mut body = response.into_body();
+    body.frame().await.expect("a frame").expect("data");
+    drop(body);
+    let started = tokio::time::Instant::now();
+    let short = r#"{"max_tokens":3,"messages":[]}"#;
+    let response = post(sim.addr, CHAT, short, &[]).await.expect("whole body");
+    assert_eq!(response.status, 200);
+    // 1000 tokens at 10 ms would hold the only slot for 10 s.
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    let metrics = common::client::get(sim.addr, "/metrics").await;
+    let text = String::from_utf8(metrics.body()).expect("utf-8");
+    assert!(text.contains("sim_requests_running 0"), "{text}");
+    assert!(text.contains("sim_requests_waiting 0"), "{text}");
+}

@@ -153,6 +153,11 @@ impl Emitter {
         Ok(())
     }
 
+    /// Resolves when the client has gone (the body was dropped).
+    pub(crate) async fn closed(&self) {
+        self.tx.closed().await;
+    }
+
     fn frame(&self, event: Event) -> Bytes {
         let (name, payload) = match event {
             Event::Json(name, mut value) => {

@@ -4,7 +4,7 @@
 use std::{str::FromStr, time::Duration};
 
 /// Faults to inject into one response; several may be combined with commas.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Fault {
     /// Answer at once with this status and a JSON error body (429 or 5xx).
     pub status: Option<u16>,
@@ -14,17 +14,28 @@ pub struct Fault {
     pub stall: Option<Duration>,
     /// Send one event of invalid JSON halfway through the stream.
     pub malformed: bool,
+    /// Apply the other items to this share of requests only (0 to 1),
+    /// drawn from the seeded generator and the request's sequence number.
+    pub rate: Option<f64>,
 }
 
 /// A fault spec that does not parse.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum FaultError {
-    /// Not one of `status=N`, `abort=N`, `stall=MS`, `malformed`.
-    #[error("unknown fault {0:?} (expected status=N, abort=N, stall=MS or malformed)")]
+    /// Not one of `status=N`, `abort=N`, `stall=MS`, `malformed`, `rate=F`.
+    #[error("unknown fault {0:?} (expected status=N, abort=N, stall=MS, malformed or rate=F)")]
     Unknown(String),
     /// The number does not parse or is out of range.
     #[error("bad number in fault {0:?}")]
     Number(String),
+}
+
+impl Fault {
+    /// Whether the fault applies to a request whose seeded draw is `draw`
+    /// (uniform in 0..1): always, unless a `rate` says otherwise.
+    pub fn applies(&self, draw: f64) -> bool {
+        self.rate.is_none_or(|rate| draw < rate)
+    }
 }
 
 impl FromStr for Fault {
@@ -51,6 +62,13 @@ impl FromStr for Fault {
                 "abort" => fault.abort_after = Some(number()?),
                 "stall" => fault.stall = Some(Duration::from_millis(number()?)),
                 "malformed" if value.is_empty() => fault.malformed = true,
+                "rate" => {
+                    let rate: f64 = value.trim().parse().unwrap_or(f64::NAN);
+                    if !(0.0..=1.0).contains(&rate) {
+                        return Err(FaultError::Number(part.to_owned()));
+                    }
+                    fault.rate = Some(rate);
+                }
                 _ => return Err(FaultError::Unknown(part.to_owned())),
             }
         }
@@ -74,8 +92,12 @@ mod tests {
                 abort_after: Some(3),
                 stall: Some(Duration::from_millis(250)),
                 malformed: true,
+                rate: None,
             }
         );
+        let some: Fault = "status=500,rate=0.25".parse().expect("valid");
+        assert_eq!((some.status, some.rate), (Some(500), Some(0.25)));
+        assert!("rate=1.5".parse::<Fault>().is_err());
         assert_eq!(
             "status=429".parse::<Fault>().expect("valid").status,
             Some(429)

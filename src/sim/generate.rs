@@ -1,7 +1,7 @@
 //! One response from arrival to last event: plan the steps, pace them with
 //! the engine (or the schedule), and hand them to the wire encoder.
 
-use std::sync::Arc;
+use std::{future::Future, sync::Arc};
 
 use serde_json::Value;
 use tokio::time::Instant;
@@ -82,14 +82,10 @@ fn plan(job: &Job, config: &SimConfig, reasoning_ok: bool) -> Vec<(Kind, u64)> {
 /// Generates one response. Streaming (`out` given): events go to the body
 /// and `None` is returned; otherwise the whole body is returned. `None`
 /// also when the client went away.
-pub(crate) async fn run(
-    mut job: Job,
-    engine: Arc<Engine>,
-    mut out: Option<Emitter>,
-) -> Option<Value> {
-    let mut encoder = wire::encoder(&job.request, job.id);
+pub(crate) async fn run(job: Job, engine: Arc<Engine>, out: Option<Emitter>) -> Option<Value> {
+    let encoder = wire::encoder(&job.request, job.id);
     let steps = plan(&job, &engine.config, encoder.supports_reasoning());
-    let mut pacer = match job.schedule {
+    let pacer = match job.schedule {
         Some(schedule) => Pacer::Schedule {
             schedule,
             base: job.arrival,
@@ -100,53 +96,119 @@ pub(crate) async fn run(
             next: job.arrival,
         },
     };
-    let start = pacer.start(job.arrival, job.request.input_tokens).await?;
-    let mut totals = Totals {
-        input: job.request.input_tokens,
-        queue: start.queue,
-        prefill: start.prefill,
-        ..Totals::default()
+    let mut generation = Generation {
+        totals: Totals {
+            input: job.request.input_tokens,
+            ..Totals::default()
+        },
+        job,
+        engine,
+        encoder,
+        pacer,
+        out,
+        text: Text::default(),
     };
-    let mut text = Text::default();
-    let mut first = None;
-    let malformed_at = job.fault.malformed.then_some(steps.len() / 2);
-    for (i, &(kind, n)) in steps.iter().enumerate() {
-        pacer.wait(i as u64).await;
-        let prologue = match (&mut out, i) {
-            (Some(_), 0) => encoder.prologue(&totals),
-            _ => Vec::new(),
-        };
-        let words: Vec<&'static str> = (0..n).map(|_| job.rng.word()).collect();
-        let step = Step {
-            kind,
-            words: &words,
-            last: i + 1 == steps.len(),
-        };
-        add(&mut totals, &mut text, &step, out.is_none());
-        if let Some(out) = &mut out {
-            let mut events = prologue;
-            if malformed_at == Some(i) {
-                events.push(Event::Malformed);
-            }
-            events.extend(encoder.step(&step, &totals));
-            out.send_all(events).await.ok()?;
-        }
-        engine.metrics.tokens.inc_by(n);
-        if i == 0 {
-            first = Some(Instant::now());
-            engine
-                .metrics
-                .ttft
-                .observe(job.arrival.elapsed().as_secs_f64());
-            if let Some(stall) = job.fault.stall {
-                tokio::time::sleep(stall).await;
-                pacer.shift(stall);
-            }
+    generation.start().await?;
+    let first = generation.steps(&steps).await?;
+    generation.totals.decode = first.elapsed();
+    generation.finish().await
+}
+
+/// One response being generated.
+struct Generation {
+    job: Job,
+    engine: Arc<Engine>,
+    encoder: Box<dyn Encoder>,
+    pacer: Pacer,
+    out: Option<Emitter>,
+    totals: Totals,
+    text: Text,
+}
+
+impl Generation {
+    /// Waits for `future` unless the client leaves first.
+    async fn unless_gone<T>(out: &Option<Emitter>, future: impl Future<Output = T>) -> Option<T> {
+        match out {
+            Some(out) => tokio::select! {
+                value = future => Some(value),
+                () = out.closed() => None,
+            },
+            None => Some(future.await),
         }
     }
-    drop(pacer);
-    totals.decode = first.map(|f| f.elapsed()).unwrap_or_default();
-    finish(encoder.as_mut(), out, &text, &totals).await
+
+    /// Queue and prefill.
+    async fn start(&mut self) -> Option<()> {
+        let (arrival, input) = (self.job.arrival, self.job.request.input_tokens);
+        let start = Self::unless_gone(&self.out, self.pacer.start(arrival, input)).await??;
+        self.totals.queue = start.queue;
+        self.totals.prefill = start.prefill;
+        Some(())
+    }
+
+    /// Every step, paced; returns when the first token went out.
+    async fn steps(&mut self, steps: &[(Kind, u64)]) -> Option<Instant> {
+        let mut first = None;
+        let malformed_at = self.job.fault.malformed.then_some(steps.len() / 2);
+        for (i, &(kind, n)) in steps.iter().enumerate() {
+            Self::unless_gone(&self.out, self.pacer.wait(i as u64)).await?;
+            let words: Vec<&'static str> = (0..n).map(|_| self.job.rng.word()).collect();
+            let step = Step {
+                kind,
+                words: &words,
+                last: i + 1 == steps.len(),
+            };
+            self.emit(&step, i == 0, malformed_at == Some(i)).await?;
+            self.engine.metrics.tokens.inc_by(n);
+            if first.is_none() {
+                first = Some(Instant::now());
+                let ttft = self.job.arrival.elapsed().as_secs_f64();
+                self.engine.metrics.ttft.observe(ttft);
+                if let Some(stall) = self.job.fault.stall {
+                    Self::unless_gone(&self.out, tokio::time::sleep(stall)).await?;
+                    self.pacer.shift(stall);
+                }
+            }
+        }
+        first
+    }
+
+    /// Counts one step and streams its events (or keeps its text).
+    async fn emit(&mut self, step: &Step<'_>, first: bool, malformed: bool) -> Option<()> {
+        let mut events = match (&self.out, first) {
+            (Some(_), true) => self.encoder.prologue(&self.totals),
+            _ => Vec::new(),
+        };
+        add(&mut self.totals, &mut self.text, step, self.out.is_none());
+        let Some(out) = &mut self.out else {
+            return Some(());
+        };
+        if malformed {
+            events.push(Event::Malformed);
+        }
+        events.extend(self.encoder.step(step, &self.totals));
+        out.send_all(events).await.ok()
+    }
+
+    /// The closing events, or the whole body; the batch slot is freed first.
+    async fn finish(self) -> Option<Value> {
+        let Self {
+            pacer,
+            mut encoder,
+            out,
+            totals,
+            text,
+            ..
+        } = self;
+        drop(pacer);
+        match out {
+            Some(mut out) => {
+                let _ = out.send_all(encoder.epilogue(&totals)).await;
+                None
+            }
+            None => Some(encoder.body(&text, &totals)),
+        }
+    }
 }
 
 /// Counts a step's tokens, and keeps its text for a whole body.
@@ -159,20 +221,5 @@ fn add(totals: &mut Totals, text: &mut Text, step: &Step<'_>, keep: bool) {
     *count += n;
     if keep {
         buffer.push_str(&step.text());
-    }
-}
-
-async fn finish(
-    encoder: &mut dyn Encoder,
-    out: Option<Emitter>,
-    text: &Text,
-    totals: &Totals,
-) -> Option<Value> {
-    match out {
-        Some(mut out) => {
-            let _ = out.send_all(encoder.epilogue(totals)).await;
-            None
-        }
-        None => Some(encoder.body(text, totals)),
     }
 }

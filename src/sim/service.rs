@@ -118,6 +118,13 @@ impl Inner {
         let Some(sim_request) = SimRequest::parse(format, &body, &config.model) else {
             return error(StatusCode::BAD_REQUEST, "the body is not a JSON object");
         };
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let draw = Rng::for_request(config.seed, &id.to_le_bytes()).unit();
+        let fault = if fault.applies(draw) {
+            fault
+        } else {
+            Fault::default()
+        };
         if let Some(status) = fault.status {
             let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             return error(status, "simulated fault (x-sim-fault)");
@@ -129,7 +136,7 @@ impl Inner {
             fault,
             schedule,
             arrival,
-            id: self.next_id.fetch_add(1, Ordering::Relaxed),
+            id,
         };
         let engine = self.engine.clone();
         if !stream {

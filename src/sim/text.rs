@@ -37,6 +37,11 @@ impl Rng {
         x
     }
 
+    /// A uniform draw in 0..1.
+    pub(crate) fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
     /// The next token's text.
     pub(crate) fn word(&mut self) -> &'static str {
         WORDS[(self.next_u64() % WORDS.len() as u64) as usize]
