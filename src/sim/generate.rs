@@ -35,21 +35,8 @@ pub(crate) struct Job {
 
 /// The steps of a response: kind and tokens per event, reasoning first.
 fn plan(job: &Job, config: &SimConfig, reasoning_ok: bool) -> Vec<(Kind, u64)> {
-    if let Some(s) = job.schedule {
-        return (0..s.events())
-            .map(|i| {
-                let n = s.per_event.min(s.tokens - i * s.per_event);
-                let reasoning = reasoning_ok && s.is_reasoning(i);
-                (
-                    if reasoning {
-                        Kind::Reasoning
-                    } else {
-                        Kind::Output
-                    },
-                    n,
-                )
-            })
-            .collect();
+    if let Some(schedule) = job.schedule {
+        return scheduled(&schedule, reasoning_ok);
     }
     let total = job
         .request
@@ -76,6 +63,18 @@ fn plan(job: &Job, config: &SimConfig, reasoning_ok: bool) -> Vec<(Kind, u64)> {
     };
     chunks(Kind::Reasoning, reasoning)
         .chain(chunks(Kind::Output, total - reasoning))
+        .collect()
+}
+
+/// The steps of a scheduled response: `per_event` tokens each (the last
+/// may have fewer), reasoning while the schedule says so.
+fn scheduled(s: &Schedule, reasoning_ok: bool) -> Vec<(Kind, u64)> {
+    let kind = |i| match reasoning_ok && s.is_reasoning(i) {
+        true => Kind::Reasoning,
+        false => Kind::Output,
+    };
+    (0..s.events())
+        .map(|i| (kind(i), s.per_event.min(s.tokens - i * s.per_event)))
         .collect()
 }
 

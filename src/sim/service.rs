@@ -120,26 +120,30 @@ impl Inner {
         };
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let draw = Rng::for_request(config.seed, &id.to_le_bytes()).unit();
-        let fault = if fault.applies(draw) {
-            fault
-        } else {
-            Fault::default()
-        };
-        if let Some(status) = fault.status {
+        if let (Some(status), true) = (fault.status, fault.applies(draw)) {
             let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             return error(status, "simulated fault (x-sim-fault)");
         }
-        let stream = sim_request.stream;
         let job = Job {
             rng: Rng::for_request(config.seed, &body),
             request: sim_request,
-            fault,
+            fault: if fault.applies(draw) {
+                fault
+            } else {
+                Fault::default()
+            },
             schedule,
             arrival,
             id,
         };
+        self.respond(job).await
+    }
+
+    /// Streams: the head now, the events from a generator task. Whole
+    /// bodies: generated here, the head with the body at the end.
+    async fn respond(&self, job: Job) -> Response<SimBody> {
         let engine = self.engine.clone();
-        if !stream {
+        if !job.request.stream {
             return match generate::run(job, engine, None).await {
                 Some(body) => respond(
                     StatusCode::OK,
@@ -152,7 +156,7 @@ impl Inner {
                 ),
             };
         }
-        let framing = wire::framing(format);
+        let framing = wire::framing(job.request.format);
         let (body, emitter) = SimBody::channel(framing, job.fault.abort_after);
         tokio::spawn(generate::run(job, engine, Some(emitter)));
         let mut response = respond(StatusCode::OK, framing.content_type(), body);
