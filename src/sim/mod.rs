@@ -184,3 +184,59 @@ impl Sim {
         tracing::info!("Simulator stopped.");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{ConfigError, SimConfig};
+
+    #[test]
+    fn config_reads_partial_toml_and_refuses_unknown_keys() {
+        let config: SimConfig = toml::from_str("max_batch = 2\nseed = 9").expect("valid");
+        assert_eq!(
+            config,
+            SimConfig {
+                max_batch: 2,
+                seed: 9,
+                ..SimConfig::default()
+            }
+        );
+        assert!(toml::from_str::<SimConfig>("max_batches = 2").is_err());
+    }
+
+    #[test]
+    fn validate_names_the_bad_value() {
+        let bad = |config: SimConfig| config.validate().expect_err("invalid").to_string();
+        let d = SimConfig::default;
+        assert!(d().validate().is_ok());
+        assert_eq!(
+            bad(SimConfig {
+                max_batch: 0,
+                ..d()
+            }),
+            "max_batch must be at least 1"
+        );
+        assert!(bad(SimConfig {
+            prefill_tokens_per_s: 0.0,
+            ..d()
+        })
+        .starts_with("prefill"));
+        assert!(bad(SimConfig {
+            decode_ms_per_token: f64::NAN,
+            ..d()
+        })
+        .starts_with("decode"));
+        assert!(matches!(
+            SimConfig {
+                reasoning_share: 1.5,
+                ..d()
+            }
+            .validate(),
+            Err(ConfigError::Share)
+        ));
+        let fault = Some("explode".to_owned());
+        assert!(matches!(
+            SimConfig { fault, ..d() }.validate(),
+            Err(ConfigError::Fault(_))
+        ));
+    }
+}

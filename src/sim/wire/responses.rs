@@ -13,6 +13,8 @@ pub(crate) struct Responses {
     created: u64,
     sequence: u64,
     open: Option<Kind>,
+    /// The open item's text so far, repeated in its `done` event.
+    buffer: String,
 }
 
 impl Responses {
@@ -23,6 +25,7 @@ impl Responses {
             created: created(),
             sequence: 0,
             open: None,
+            buffer: String::new(),
         }
     }
 
@@ -60,7 +63,7 @@ impl Responses {
         match self.open.take() {
             Some(kind) => {
                 let index = if kind == Kind::Reasoning { 0 } else { 1 };
-                let item = Self::item(kind, "");
+                let item = Self::item(kind, &std::mem::take(&mut self.buffer));
                 vec![self.event(
                     "response.output_item.done",
                     json!({"output_index": index, "item": item}),
@@ -93,6 +96,7 @@ impl Encoder for Responses {
             self.open = Some(step.kind);
         }
         let delta = step.text();
+        self.buffer.push_str(&delta);
         events.push(match step.kind {
             Kind::Reasoning => self.event(
                 "response.reasoning_summary_text.delta",
