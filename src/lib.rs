@@ -27,6 +27,9 @@
 //!   [`health`] on the metrics listener.
 //! - [`load`]: the load generator used by the demo and the benchmarks.
 //!
+//! - [`sim`]: a simulated model server for the demo, the tests and the
+//!   benchmarks.
+//!
 //! [`logging`] sets up `tracing`. The binary (`src/main.rs`) only parses
 //! the command line and calls [`run`].
 
@@ -46,6 +49,7 @@ pub mod proxy;
 pub mod records;
 pub mod report;
 pub mod server;
+pub mod sim;
 pub mod slo;
 pub mod sse;
 pub mod timeline;

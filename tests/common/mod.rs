@@ -7,6 +7,7 @@
 pub mod client;
 pub mod process;
 pub mod prom;
+pub mod sim;
 pub mod tls;
 pub mod upstream;
 

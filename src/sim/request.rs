@@ -1,0 +1,162 @@
+//! What the simulator reads from a request: the API format from the path,
+//! and from the JSON body the model, streaming, length and options.
+
+use serde_json::Value;
+
+/// The wire format of a response, chosen from the request path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Format {
+    /// `/v1/chat/completions`.
+    Chat,
+    /// `/v1/completions`.
+    Completions,
+    /// `/v1/responses`.
+    Responses,
+    /// `/v1/messages`.
+    Anthropic,
+    /// `/api/chat`.
+    OllamaChat,
+    /// `/api/generate`.
+    OllamaGenerate,
+}
+
+impl Format {
+    /// The format served at `path`, if any.
+    pub(crate) fn from_path(path: &str) -> Option<Self> {
+        Some(match path.trim_end_matches('/') {
+            "/v1/chat/completions" => Self::Chat,
+            "/v1/completions" => Self::Completions,
+            "/v1/responses" => Self::Responses,
+            "/v1/messages" => Self::Anthropic,
+            "/api/chat" => Self::OllamaChat,
+            "/api/generate" => Self::OllamaGenerate,
+            _ => return None,
+        })
+    }
+
+    fn is_ollama(self) -> bool {
+        matches!(self, Self::OllamaChat | Self::OllamaGenerate)
+    }
+}
+
+/// One request as the simulator sees it.
+#[derive(Clone, Debug)]
+pub(crate) struct SimRequest {
+    /// The response format.
+    pub format: Format,
+    /// The model named in the request, or the configured one.
+    pub model: String,
+    /// Stream the response (Ollama streams unless told not to).
+    pub stream: bool,
+    /// Prompt tokens: prompt text bytes / 4, at least 1.
+    pub input_tokens: u64,
+    /// Tokens to generate, from the request's length limit.
+    pub max_tokens: Option<u64>,
+    /// The request offered tools: the answer is one function call.
+    pub tools: bool,
+    /// `stream_options.include_usage`.
+    pub include_usage: bool,
+    /// `stream_options.continuous_usage_stats`.
+    pub continuous_usage: bool,
+    /// `logprobs: true`.
+    pub logprobs: bool,
+}
+
+impl SimRequest {
+    /// Reads `body` (JSON) for `format`; `None` when it is not a JSON object.
+    pub(crate) fn parse(format: Format, body: &[u8], default_model: &str) -> Option<Self> {
+        let value: Value = serde_json::from_slice(body).ok()?;
+        let object = value.as_object()?;
+        let flag = |v: Option<&Value>| v.and_then(Value::as_bool).unwrap_or(false);
+        let stream_options = object.get("stream_options");
+        let option = |key| flag(stream_options.and_then(|o| o.get(key)));
+        let max_tokens = ["max_tokens", "max_completion_tokens", "max_output_tokens"]
+            .iter()
+            .find_map(|k| object.get(*k).and_then(Value::as_u64))
+            .or_else(|| {
+                value
+                    .pointer("/options/num_predict")
+                    .and_then(Value::as_u64)
+            });
+        let stream = match object.get("stream").and_then(Value::as_bool) {
+            Some(stream) => stream,
+            None => format.is_ollama(),
+        };
+        Some(Self {
+            format,
+            model: object
+                .get("model")
+                .and_then(Value::as_str)
+                .unwrap_or(default_model)
+                .to_owned(),
+            stream,
+            input_tokens: (text_bytes(&value) / 4).max(1),
+            max_tokens,
+            tools: object
+                .get("tools")
+                .and_then(Value::as_array)
+                .is_some_and(|t| !t.is_empty()),
+            include_usage: option("include_usage"),
+            continuous_usage: option("continuous_usage_stats"),
+            logprobs: flag(object.get("logprobs")),
+        })
+    }
+
+    /// Whether the model name marks a reasoning model.
+    pub(crate) fn reasoning_model(&self) -> bool {
+        let name = self.model.to_ascii_lowercase();
+        name.contains("reason") || name.contains("think")
+    }
+}
+
+/// Bytes of prompt text: every string under the prompt-carrying keys.
+fn text_bytes(value: &Value) -> u64 {
+    const KEYS: [&str; 6] = [
+        "messages",
+        "prompt",
+        "input",
+        "system",
+        "instructions",
+        "content",
+    ];
+    let Some(object) = value.as_object() else {
+        return 0;
+    };
+    KEYS.iter()
+        .filter_map(|k| object.get(*k))
+        .map(strings_len)
+        .sum()
+}
+
+fn strings_len(value: &Value) -> u64 {
+    match value {
+        Value::String(s) => s.len() as u64,
+        Value::Array(items) => items.iter().map(strings_len).sum(),
+        Value::Object(map) => map.values().map(strings_len).sum(),
+        _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Format, SimRequest};
+
+    #[test]
+    fn reads_lengths_and_options() {
+        let body = br#"{"model":"m","messages":[{"role":"user","content":"0123456789abcdef"}],
+            "max_completion_tokens":7,"stream":true,
+            "stream_options":{"include_usage":true},"tools":[{"type":"function"}]}"#;
+        let r = SimRequest::parse(Format::Chat, body, "d").expect("object");
+        // "user" + 16 bytes = 20 bytes → 5 tokens.
+        assert_eq!((r.input_tokens, r.max_tokens), (5, Some(7)));
+        assert!(r.stream && r.include_usage && r.tools && !r.continuous_usage);
+        let ollama = SimRequest::parse(
+            Format::OllamaGenerate,
+            br#"{"model":"qwen-think","prompt":"hi","options":{"num_predict":3}}"#,
+            "d",
+        )
+        .expect("object");
+        assert!(ollama.stream && ollama.reasoning_model());
+        assert_eq!((ollama.input_tokens, ollama.max_tokens), (1, Some(3)));
+    }
+}

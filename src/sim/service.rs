@@ -1,0 +1,215 @@
+//! Routing: `/metrics`, `/v1/models`, and the generation endpoints; faults
+//! and schedules from request headers; the response head goes out at once.
+
+use std::{
+    convert::Infallible,
+    future::Future,
+    pin::Pin,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
+};
+
+use http::{header, HeaderMap, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use serde_json::json;
+use tokio::time::Instant;
+
+use super::{
+    body::SimBody,
+    engine::Engine,
+    fault::Fault,
+    generate::{self, Job},
+    metrics::SimMetrics,
+    request::{Format, SimRequest},
+    text::Rng,
+    wire, SimConfig,
+};
+
+/// Largest request body read, in bytes.
+const MAX_REQUEST_BYTES: usize = 16 << 20;
+
+/// The simulator's HTTP service; cheap to clone per connection.
+#[derive(Clone)]
+pub(crate) struct SimService(Arc<Inner>);
+
+struct Inner {
+    engine: Arc<Engine>,
+    fault: Fault,
+    next_id: AtomicU64,
+}
+
+impl SimService {
+    /// A service for a validated `config`.
+    pub(crate) fn new(config: SimConfig) -> Result<Self, prometheus::Error> {
+        let fault = config
+            .fault
+            .as_deref()
+            .and_then(|f| f.parse().ok())
+            .unwrap_or_default();
+        let engine = Arc::new(Engine::new(config, SimMetrics::new()?));
+        Ok(Self(Arc::new(Inner {
+            engine,
+            fault,
+            next_id: AtomicU64::new(0),
+        })))
+    }
+}
+
+impl hyper::service::Service<Request<Incoming>> for SimService {
+    type Response = Response<SimBody>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<SimBody>, Infallible>> + Send>>;
+
+    fn call(&self, request: Request<Incoming>) -> Self::Future {
+        let inner = self.0.clone();
+        Box::pin(async move { Ok(inner.handle(request).await) })
+    }
+}
+
+impl Inner {
+    async fn handle(&self, request: Request<Incoming>) -> Response<SimBody> {
+        let arrival = Instant::now();
+        let path = request.uri().path().to_owned();
+        match (request.method(), path.as_str()) {
+            (&Method::GET, "/metrics") => respond(
+                StatusCode::OK,
+                "text/plain; version=0.0.4",
+                SimBody::full(self.engine.metrics.render()),
+            ),
+            (&Method::GET, "/v1/models") => self.models(),
+            (&Method::POST, path) => match Format::from_path(path) {
+                Some(format) => self.generate(format, request, arrival).await,
+                None => error(StatusCode::NOT_FOUND, "no such endpoint"),
+            },
+            _ => error(StatusCode::NOT_FOUND, "no such endpoint"),
+        }
+    }
+
+    fn models(&self) -> Response<SimBody> {
+        let model = &self.engine.config.model;
+        let body = json!({"object": "list", "data": [
+            {"id": model, "object": "model", "created": 0, "owned_by": "tokenclock-sim"}]});
+        respond(
+            StatusCode::OK,
+            "application/json",
+            SimBody::full(body.to_string()),
+        )
+    }
+
+    async fn generate(
+        &self,
+        format: Format,
+        request: Request<Incoming>,
+        arrival: Instant,
+    ) -> Response<SimBody> {
+        let (parts, body) = request.into_parts();
+        let (fault, schedule) = match self.headers(&parts.headers) {
+            Ok(read) => read,
+            Err(message) => return error(StatusCode::BAD_REQUEST, &message),
+        };
+        let Ok(body) = Limited::new(body, MAX_REQUEST_BYTES).collect().await else {
+            return error(StatusCode::BAD_REQUEST, "cannot read the request body");
+        };
+        let body = body.to_bytes();
+        let config = &self.engine.config;
+        let Some(sim_request) = SimRequest::parse(format, &body, &config.model) else {
+            return error(StatusCode::BAD_REQUEST, "the body is not a JSON object");
+        };
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let draw = Rng::for_request(config.seed, &id.to_le_bytes()).unit();
+        if let (Some(status), true) = (fault.status, fault.applies(draw)) {
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            return error(status, "simulated fault (x-sim-fault)");
+        }
+        let job = Job {
+            rng: Rng::for_request(config.seed, &body),
+            request: sim_request,
+            fault: if fault.applies(draw) {
+                fault
+            } else {
+                Fault::default()
+            },
+            schedule,
+            arrival,
+            id,
+        };
+        self.respond(job).await
+    }
+
+    /// Streams: the head now, the events from a generator task. Whole
+    /// bodies: generated here, the head with the body at the end.
+    async fn respond(&self, job: Job) -> Response<SimBody> {
+        let engine = self.engine.clone();
+        if !job.request.stream {
+            return match generate::run(job, engine, None).await {
+                Some(body) => respond(
+                    StatusCode::OK,
+                    "application/json",
+                    SimBody::full(body.to_string()),
+                ),
+                None => error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "the simulator is shutting down",
+                ),
+            };
+        }
+        let framing = wire::framing(job.request.format);
+        let (body, emitter) = SimBody::channel(framing, job.fault.abort_after);
+        tokio::spawn(generate::run(job, engine, Some(emitter)));
+        let mut response = respond(StatusCode::OK, framing.content_type(), body);
+        response.headers_mut().insert(
+            header::CACHE_CONTROL,
+            header::HeaderValue::from_static("no-cache"),
+        );
+        response
+    }
+
+    /// The request's fault (or the configured one) and schedule.
+    fn headers(&self, headers: &HeaderMap) -> Result<(Fault, Option<super::Schedule>), String> {
+        let text = |name| {
+            headers
+                .get(name)
+                .map(|v| v.to_str().map_err(|_| format!("{name} is not text")))
+                .transpose()
+        };
+        let fault = match text("x-sim-fault")? {
+            Some(spec) => spec.parse().map_err(|e| format!("x-sim-fault: {e}"))?,
+            None => self.fault.clone(),
+        };
+        let schedule = text("x-sim-schedule")?
+            .map(str::parse)
+            .transpose()
+            .map_err(|e| format!("x-sim-schedule: {e}"))?;
+        Ok((fault, schedule))
+    }
+}
+
+fn respond(status: StatusCode, content_type: &'static str, body: SimBody) -> Response<SimBody> {
+    let mut response = Response::new(body);
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static(content_type),
+    );
+    response
+}
+
+/// A JSON error body in OpenAI's shape; 429 also says when to retry.
+fn error(status: StatusCode, message: &str) -> Response<SimBody> {
+    let kind = match status.as_u16() {
+        429 => "rate_limit_error",
+        400..=499 => "invalid_request_error",
+        _ => "server_error",
+    };
+    let body = json!({"error": {"message": message, "type": kind, "code": status.as_u16()}});
+    let mut response = respond(status, "application/json", SimBody::full(body.to_string()));
+    if status == StatusCode::TOO_MANY_REQUESTS {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+    }
+    response
+}

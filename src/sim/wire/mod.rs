@@ -1,0 +1,117 @@
+//! The wire formats: one encoder per API family turns generated steps into
+//! the events (or the whole body) that family's servers send.
+
+mod anthropic;
+mod ollama;
+mod openai;
+mod responses;
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::{
+    body::{Event, Framing},
+    request::{Format, SimRequest},
+};
+
+/// What a token is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// Reasoning ("thinking"), before the answer.
+    Reasoning,
+    /// The answer (or the tool call's arguments).
+    Output,
+}
+
+/// One decode step's tokens, as one event.
+#[derive(Debug)]
+pub(crate) struct Step<'a> {
+    /// Reasoning or answer.
+    pub kind: Kind,
+    /// The tokens' text, one word per token.
+    pub words: &'a [&'static str],
+    /// The last step of the response.
+    pub last: bool,
+}
+
+impl Step<'_> {
+    /// The step's text.
+    pub(crate) fn text(&self) -> String {
+        self.words.concat()
+    }
+}
+
+/// Running totals of a response; durations as the server measured them.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Totals {
+    /// Prompt tokens.
+    pub input: u64,
+    /// Reasoning tokens generated so far.
+    pub reasoning: u64,
+    /// Answer tokens generated so far.
+    pub output: u64,
+    /// Arrival → admitted to the batch.
+    pub queue: Duration,
+    /// Prefill time.
+    pub prefill: Duration,
+    /// First token → last token.
+    pub decode: Duration,
+}
+
+impl Totals {
+    /// Generated tokens, reasoning included.
+    pub(crate) fn generated(&self) -> u64 {
+        self.reasoning + self.output
+    }
+}
+
+/// A whole response's text, for non-streamed bodies.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Text {
+    /// Reasoning text.
+    pub reasoning: String,
+    /// Answer text.
+    pub output: String,
+}
+
+/// One API family's response shapes.
+pub(crate) trait Encoder: Send {
+    /// Whether the format has a place for reasoning text.
+    fn supports_reasoning(&self) -> bool {
+        true
+    }
+    /// Events before the first token (role chunk, `message_start`, …).
+    fn prologue(&mut self, totals: &Totals) -> Vec<Event>;
+    /// The events of one step; `totals` already include it.
+    fn step(&mut self, step: &Step<'_>, totals: &Totals) -> Vec<Event>;
+    /// Events after the last token (finish, usage, `[DONE]`, …).
+    fn epilogue(&mut self, totals: &Totals) -> Vec<Event>;
+    /// The whole non-streamed body.
+    fn body(&self, text: &Text, totals: &Totals) -> Value;
+}
+
+/// The encoder for `request`; `id` makes response ids unique.
+pub(crate) fn encoder(request: &SimRequest, id: u64) -> Box<dyn Encoder> {
+    match request.format {
+        Format::Chat | Format::Completions => Box::new(openai::OpenAi::new(request, id)),
+        Format::Responses => Box::new(responses::Responses::new(request, id)),
+        Format::Anthropic => Box::new(anthropic::Anthropic::new(request, id)),
+        Format::OllamaChat | Format::OllamaGenerate => Box::new(ollama::Ollama::new(request)),
+    }
+}
+
+/// How `format` frames its stream.
+pub(crate) fn framing(format: Format) -> Framing {
+    match format {
+        Format::OllamaChat | Format::OllamaGenerate => Framing::Ndjson,
+        _ => Framing::Sse,
+    }
+}
+
+/// Seconds since the Unix epoch, for `created` fields.
+fn created() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}

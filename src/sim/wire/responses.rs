@@ -1,0 +1,129 @@
+//! OpenAI Responses: named events from `response.created` through reasoning
+//! summary and output text deltas to `response.completed` with usage.
+
+use serde_json::{json, Value};
+
+use super::{created, Encoder, Kind, Step, Text, Totals};
+use crate::sim::{body::Event, request::SimRequest};
+
+/// A Responses stream in progress; `sequence_number` counts every event.
+pub(crate) struct Responses {
+    id: String,
+    model: String,
+    created: u64,
+    sequence: u64,
+    open: Option<Kind>,
+    /// The open item's text so far, repeated in its `done` event.
+    buffer: String,
+}
+
+impl Responses {
+    pub(crate) fn new(request: &SimRequest, id: u64) -> Self {
+        Self {
+            id: format!("resp_sim{id}"),
+            model: request.model.clone(),
+            created: created(),
+            sequence: 0,
+            open: None,
+            buffer: String::new(),
+        }
+    }
+
+    fn event(&mut self, name: &'static str, mut fields: Value) -> Event {
+        fields["type"] = json!(name);
+        fields["sequence_number"] = json!(self.sequence);
+        self.sequence += 1;
+        Event::Json(Some(name), fields)
+    }
+
+    fn response(&self, status: &str, output: Value, usage: Value) -> Value {
+        json!({"id": self.id, "object": "response", "created_at": self.created,
+               "model": self.model, "status": status, "output": output, "usage": usage})
+    }
+
+    fn usage(totals: &Totals) -> Value {
+        json!({"input_tokens": totals.input, "input_tokens_details": {"cached_tokens": 0},
+               "output_tokens": totals.generated(),
+               "output_tokens_details": {"reasoning_tokens": totals.reasoning},
+               "total_tokens": totals.input + totals.generated()})
+    }
+
+    fn item(kind: Kind, text: &str) -> Value {
+        match kind {
+            Kind::Reasoning => json!({"id": "rs_0", "type": "reasoning",
+                "summary": [{"type": "summary_text", "text": text}]}),
+            Kind::Output => json!({"id": "msg_1", "type": "message", "status": "completed",
+                "role": "assistant",
+                "content": [{"type": "output_text", "annotations": [], "text": text}]}),
+        }
+    }
+
+    /// Closes the open output item, if any.
+    fn close(&mut self) -> Vec<Event> {
+        match self.open.take() {
+            Some(kind) => {
+                let index = if kind == Kind::Reasoning { 0 } else { 1 };
+                let item = Self::item(kind, &std::mem::take(&mut self.buffer));
+                vec![self.event(
+                    "response.output_item.done",
+                    json!({"output_index": index, "item": item}),
+                )]
+            }
+            None => Vec::new(),
+        }
+    }
+}
+
+impl Encoder for Responses {
+    fn prologue(&mut self, _: &Totals) -> Vec<Event> {
+        let response = self.response("in_progress", json!([]), Value::Null);
+        vec![
+            self.event("response.created", json!({"response": response.clone()})),
+            self.event("response.in_progress", json!({"response": response})),
+        ]
+    }
+
+    fn step(&mut self, step: &Step<'_>, _: &Totals) -> Vec<Event> {
+        let mut events = Vec::new();
+        if self.open != Some(step.kind) {
+            events.extend(self.close());
+            let index = if step.kind == Kind::Reasoning { 0 } else { 1 };
+            let item = Self::item(step.kind, "");
+            events.push(self.event(
+                "response.output_item.added",
+                json!({"output_index": index, "item": item}),
+            ));
+            self.open = Some(step.kind);
+        }
+        let delta = step.text();
+        self.buffer.push_str(&delta);
+        events.push(match step.kind {
+            Kind::Reasoning => self.event(
+                "response.reasoning_summary_text.delta",
+                json!({"item_id": "rs_0", "output_index": 0, "summary_index": 0, "delta": delta}),
+            ),
+            Kind::Output => self.event(
+                "response.output_text.delta",
+                json!({"item_id": "msg_1", "output_index": 1, "content_index": 0,
+                       "delta": delta, "logprobs": []}),
+            ),
+        });
+        events
+    }
+
+    fn epilogue(&mut self, totals: &Totals) -> Vec<Event> {
+        let mut events = self.close();
+        let response = self.response("completed", json!([]), Self::usage(totals));
+        events.push(self.event("response.completed", json!({"response": response})));
+        events
+    }
+
+    fn body(&self, text: &Text, totals: &Totals) -> Value {
+        let mut output = Vec::new();
+        if !text.reasoning.is_empty() {
+            output.push(Self::item(Kind::Reasoning, &text.reasoning));
+        }
+        output.push(Self::item(Kind::Output, &text.output));
+        self.response("completed", json!(output), Self::usage(totals))
+    }
+}

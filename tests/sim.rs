@@ -1,0 +1,270 @@
+//! The simulator through the real proxy: every format parses cleanly with
+//! the token counts the simulator generated, queueing shows up where
+//! tokenclock says it does, schedules are exact and faults are what they
+//! claim to be.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{
+    next_timeline, proxy_with_timelines,
+    sim::{fast, payloads, post, start},
+};
+use tokenclock::{
+    dialect::Dialect,
+    sim::SimConfig,
+    timeline::{CountSource, Outcome, Phase},
+};
+
+const CHAT: &str = "/v1/chat/completions";
+
+/// A request body for `path` asking for `n` tokens of `model`.
+fn request(path: &str, model: &str, n: u64, stream: bool, extra: &str) -> String {
+    let prompt = "Explain queueing in model servers, briefly.";
+    let body = match path {
+        "/v1/completions" => format!(r#""prompt":"{prompt}","max_tokens":{n}"#),
+        "/v1/responses" => format!(r#""input":"{prompt}","max_output_tokens":{n}"#),
+        "/api/generate" => format!(r#""prompt":"{prompt}","options":{{"num_predict":{n}}}"#),
+        "/api/chat" => format!(
+            r#""messages":[{{"role":"user","content":"{prompt}"}}],"options":{{"num_predict":{n}}}"#
+        ),
+        _ => format!(r#""messages":[{{"role":"user","content":"{prompt}"}}],"max_tokens":{n}"#),
+    };
+    format!(r#"{{"model":"{model}","stream":{stream},{body}{extra}}}"#)
+}
+
+/// Streaming: every format, through the proxy, with the sim's own counts.
+#[tokio::test]
+async fn every_format_parses_through_the_proxy() {
+    use CountSource::{Events, PerEvent, Usage};
+    let sim = start(fast()).await;
+    let (proxy, mut timelines) = proxy_with_timelines(sim.addr, "").await;
+    let usage = r#","stream_options":{"include_usage":true}"#;
+    let cases = [
+        (CHAT, usage, Dialect::OpenAiChat, Usage),
+        (CHAT, "", Dialect::OpenAiChat, Events),
+        (CHAT, r#","logprobs":true"#, Dialect::OpenAiChat, PerEvent),
+        (
+            CHAT,
+            r#","stream_options":{"continuous_usage_stats":true}"#,
+            Dialect::OpenAiChat,
+            Usage,
+        ),
+        ("/v1/completions", usage, Dialect::OpenAiCompletions, Usage),
+        ("/v1/responses", "", Dialect::OpenAiResponses, Usage),
+        ("/v1/messages", "", Dialect::Anthropic, Usage),
+        ("/api/chat", "", Dialect::Ollama, Usage),
+        ("/api/generate", "", Dialect::Ollama, Usage),
+    ];
+    for (path, extra, dialect, source) in cases {
+        let body = request(path, "sim-llama", 6, true, extra);
+        let response = post(proxy.addr, path, &body, &[])
+            .await
+            .expect("whole body");
+        assert_eq!(response.status, 200, "{path}{extra}");
+        let t = next_timeline(&mut timelines).await;
+        let case = format!("{path}{extra}");
+        assert_eq!(t.dialect, dialect, "{case}");
+        assert!(t.streamed, "{case}");
+        assert_eq!(t.outcome, Outcome::Ok, "{case}");
+        assert!(t.parse_errors.is_empty(), "{case}: {:?}", t.parse_errors);
+        assert_eq!(t.tokens.generated, 6, "{case}");
+        assert_eq!(t.tokens.generated_source, Some(source), "{case}");
+        assert_eq!(t.tokens.token_events, 6, "{case}");
+        assert_eq!(t.ttft(), t.ttfo(), "{case}: no reasoning");
+    }
+}
+
+/// Reasoning models think first: TTFO after TTFT, in every format that
+/// has a place for reasoning.
+#[tokio::test]
+async fn reasoning_comes_before_the_answer() {
+    let sim = start(fast()).await;
+    let (proxy, mut timelines) = proxy_with_timelines(sim.addr, "").await;
+    for path in [
+        CHAT,
+        "/v1/responses",
+        "/v1/messages",
+        "/api/chat",
+        "/api/generate",
+    ] {
+        let body = request(path, "sim-think", 8, true, "");
+        post(proxy.addr, path, &body, &[])
+            .await
+            .expect("whole body");
+        let t = next_timeline(&mut timelines).await;
+        assert!(t.parse_errors.is_empty(), "{path}: {:?}", t.parse_errors);
+        let (ttft, ttfo) = (t.ttft().expect("ttft"), t.ttfo().expect("ttfo"));
+        // Half of 8 tokens are reasoning, in the 4 events before the answer.
+        assert!(ttfo > ttft, "{path}: {ttft:?} {ttfo:?}");
+        assert_eq!(t.tokens.reasoning, 4, "{path}");
+        assert_eq!(t.tokens.generated, 8, "{path}");
+        assert!(t.phases().get(Phase::Reasoning).is_some(), "{path}");
+    }
+}
+
+/// A request with tools gets one function call, argument fragments
+/// counted as output, and arguments that are valid JSON once joined.
+#[tokio::test]
+async fn tool_calls_count_as_output() {
+    let sim = start(fast()).await;
+    let (proxy, mut timelines) = proxy_with_timelines(sim.addr, "").await;
+    let tools = r#","tools":[{"type":"function","function":{"name":"f"}}]"#;
+    let body = request(CHAT, "sim-llama", 5, true, tools);
+    let response = post(proxy.addr, CHAT, &body, &[])
+        .await
+        .expect("whole body");
+    let arguments: String = payloads(&response.body())
+        .iter()
+        .filter_map(|p| p.pointer("/choices/0/delta/tool_calls/0/function/arguments"))
+        .map(|a| a.as_str().expect("string").to_owned())
+        .collect();
+    let parsed: serde_json::Value = serde_json::from_str(&arguments).expect("JSON arguments");
+    assert_eq!(parsed["text"].as_str().expect("text").split(' ').count(), 6);
+    let t = next_timeline(&mut timelines).await;
+    assert!(t.parse_errors.is_empty(), "{:?}", t.parse_errors);
+    assert_eq!(t.tokens.generated, 5);
+    assert_eq!(t.ttfo(), t.ttft());
+}
+
+/// Non-streamed bodies parse in every format, with usage.
+#[tokio::test]
+async fn non_streamed_bodies_parse() {
+    let sim = start(fast()).await;
+    let (proxy, mut timelines) = proxy_with_timelines(sim.addr, "").await;
+    for path in [
+        CHAT,
+        "/v1/completions",
+        "/v1/responses",
+        "/v1/messages",
+        "/api/chat",
+        "/api/generate",
+    ] {
+        let body = request(path, "sim-think", 6, false, "");
+        let response = post(proxy.addr, path, &body, &[])
+            .await
+            .expect("whole body");
+        assert_eq!(response.status, 200, "{path}");
+        assert_eq!(
+            response.headers["content-type"], "application/json",
+            "{path}"
+        );
+        let t = next_timeline(&mut timelines).await;
+        assert!(!t.streamed, "{path}");
+        assert_eq!(t.outcome, Outcome::Ok, "{path}");
+        assert!(t.parse_errors.is_empty(), "{path}: {:?}", t.parse_errors);
+        assert_eq!(t.tokens.generated, 6, "{path}");
+        assert_eq!(
+            t.tokens.generated_source,
+            Some(CountSource::Usage),
+            "{path}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn models_lists_the_configured_model() {
+    let sim = start(SimConfig {
+        model: "sim-mistral".into(),
+        ..fast()
+    })
+    .await;
+    let response = common::client::get(sim.addr, "/v1/models").await;
+    assert_eq!(response.status, 200);
+    let list: serde_json::Value = serde_json::from_slice(&response.body()).expect("JSON");
+    assert_eq!(list["object"], "list");
+    assert_eq!(list["data"][0]["id"], "sim-mistral");
+    assert_eq!(common::client::get(sim.addr, "/nope").await.status, 404);
+}
+
+/// The issue's scenario: two batch slots, six requests at once. The
+/// third waits for a whole service time; tokenclock shows the wait in
+/// `headers_to_first_token` while TPOT stays flat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queueing_shows_in_headers_to_first_token() {
+    let sim = start(SimConfig {
+        max_batch: 2,
+        decode_ms_per_token: 10.0,
+        batch_penalty_ms: 0.5,
+        ..SimConfig::default()
+    })
+    .await;
+    let (proxy, mut timelines) = proxy_with_timelines(sim.addr, "").await;
+    // 20 tokens at ~10.5 ms: a service time of about 210 ms.
+    let body = request(CHAT, "sim-llama", 20, true, "");
+    let requests: Vec<_> = (0..6)
+        .map(|_| {
+            let body = body.clone();
+            let addr = proxy.addr;
+            tokio::spawn(async move { post(addr, CHAT, &body, &[]).await.map(|_| ()) })
+        })
+        .collect();
+    for request in requests {
+        request.await.expect("join").expect("whole body");
+    }
+    let mut all = Vec::new();
+    for _ in 0..6 {
+        all.push(next_timeline(&mut timelines).await);
+    }
+    all.sort_by_key(|t| t.ttft());
+    let ttft = |i: usize| all[i].ttft().expect("ttft");
+    let waited = |i: usize| {
+        all[i]
+            .phases()
+            .get(Phase::HeadersToFirstToken)
+            .expect("phase")
+    };
+    let service = Duration::from_millis(180);
+    assert!(ttft(2) >= ttft(0) + service, "{:?} {:?}", ttft(0), ttft(2));
+    assert!(ttft(4) >= ttft(2) + service, "{:?} {:?}", ttft(2), ttft(4));
+    assert!(waited(2) >= waited(0) + service);
+    assert!(waited(4) >= waited(2) + service);
+    let tpots: Vec<_> = all.iter().map(|t| t.tpot().expect("tpot")).collect();
+    for t in &all {
+        // The head went out at once: the wait is after it.
+        let head = t.phases().get(Phase::TimeToResponseHeaders).expect("head");
+        assert!(head < Duration::from_millis(100), "{head:?}");
+    }
+    // Decode cadence stays about flat (10.5 ms a step) however long the wait.
+    let (min, max) = (tpots.iter().min(), tpots.iter().max());
+    let (min, max) = (*min.expect("tpot"), *max.expect("tpot"));
+    assert!(min >= Duration::from_millis(7), "{tpots:?}");
+    assert!(max <= Duration::from_millis(16), "{tpots:?}");
+    assert!(max - min <= Duration::from_millis(5), "{tpots:?}");
+    let metrics = common::client::get(sim.addr, "/metrics").await;
+    let text = String::from_utf8(metrics.body()).expect("utf-8");
+    assert!(text.contains("sim_queue_time_seconds_count 6"), "{text}");
+    assert!(text.contains("sim_time_to_first_token_seconds_count 6"));
+    assert!(text.contains("sim_generated_tokens_total 120"));
+    assert!(text.contains("sim_requests_running 0"));
+    assert!(text.contains("sim_requests_waiting 0"));
+}
+
+/// `x-sim-schedule` bypasses the queue: exact TTFT and event gaps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schedule_mode_is_exact() {
+    let sim = start(SimConfig::default()).await;
+    let (proxy, mut timelines) = proxy_with_timelines(sim.addr, "").await;
+    let schedule = ("x-sim-schedule", "ttft_ms=200,gap_ms=20,tokens=10");
+    let body = request(CHAT, "sim-llama", 500, true, "");
+    post(proxy.addr, CHAT, &body, &[schedule])
+        .await
+        .expect("whole body");
+    let t = next_timeline(&mut timelines).await;
+    assert_eq!(t.tokens.generated, 10);
+    let ttft = t.ttft().expect("ttft");
+    assert!(
+        ttft >= Duration::from_millis(199) && ttft <= Duration::from_millis(215),
+        "{ttft:?}"
+    );
+    let gaps: Vec<_> = t.gaps.inter_event().collect();
+    assert_eq!(gaps.len(), 9);
+    let mean = gaps.iter().sum::<Duration>() / 9;
+    assert!(
+        mean >= Duration::from_millis(19) && mean <= Duration::from_millis(21),
+        "{gaps:?}"
+    );
+    let last = t.to_last_token().expect("last");
+    assert!(last >= Duration::from_millis(380) && last <= Duration::from_millis(400));
+}
