@@ -37,6 +37,7 @@
 
 pub mod admin;
 pub mod config;
+pub mod demo;
 pub mod dialect;
 pub mod exchange;
 pub mod health;

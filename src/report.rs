@@ -7,7 +7,7 @@
 //! goodput per SLO; and the input × output token map. See [`stats`] for
 //! the percentile method.
 
-mod render;
+pub mod render;
 pub mod stats;
 
 use std::{
