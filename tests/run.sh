@@ -8,7 +8,7 @@ log() { printf '\n== %s\n' "$*"; }
 
 # Programs the tests run, as `command:debian-package`.
 need=()
-for tool in kill:procps prometheus:prometheus promtool:prometheus; do
+for tool in kill:procps prometheus:prometheus promtool:prometheus nginx:nginx taskset:util-linux python3:python3; do
   type -P "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool#*:}")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -43,6 +43,10 @@ status=${PIPESTATUS[0]}
 set -e
 passed=$(grep -Eo '[0-9]+ passed' "$out" | awk '{s += $1} END {print s + 0}')
 failed=$(grep -Eo '[0-9]+ failed' "$out" | awk '{s += $1} END {print s + 0}')
+if [ "$status" -eq 0 ]; then
+  log "tests/perf/overhead.sh --quick (produces the table; figures are not asserted)"
+  bash tests/perf/overhead.sh --quick --no-build --out target/perf/overhead-quick.json || status=$?
+fi
 echo
 echo "tests: $passed passed, $failed failed"
 exit "$status"
