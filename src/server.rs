@@ -186,7 +186,7 @@ async fn bind(key: &'static str, addr: SocketAddr) -> Result<TcpListener, StartE
 
 /// The connection builder: HTTP/1.1 and h2c on one port, with timers so
 /// `header_read_timeout` is enforced.
-fn builder(header_read: Duration) -> auto::Builder<TokioExecutor> {
+pub(crate) fn builder(header_read: Duration) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -198,7 +198,7 @@ fn builder(header_read: Duration) -> auto::Builder<TokioExecutor> {
 
 /// Accepts connections until `shutdown` resolves; the listener is dropped
 /// on return, so new connections are refused from then on.
-async fn accept<S, B>(
+pub(crate) async fn accept<S, B>(
     listener: TcpListener,
     service: S,
     builder: &auto::Builder<TokioExecutor>,

@@ -21,10 +21,7 @@ mod wire;
 
 use std::{future::Future, io, net::SocketAddr};
 
-use hyper_util::{
-    rt::{TokioExecutor, TokioIo},
-    server::{conn::auto, graceful::GracefulShutdown},
-};
+use hyper_util::server::graceful::GracefulShutdown;
 use serde::Deserialize;
 use tokio::net::TcpListener;
 
@@ -150,35 +147,9 @@ impl Sim {
         if let Ok(listen) = listener.local_addr() {
             tracing::info!(%listen, "Simulator listening.");
         }
-        let builder = auto::Builder::new(TokioExecutor::new());
         let graceful = GracefulShutdown::new();
-        tokio::pin!(shutdown);
-        loop {
-            let (stream, peer) = tokio::select! {
-                accepted = listener.accept() => match accepted {
-                    Ok(accepted) => accepted,
-                    Err(e) => {
-                        tracing::debug!(error = %e, "Accept failed.");
-                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                        continue;
-                    }
-                },
-                () = &mut shutdown => break,
-            };
-            if let Err(e) = stream.set_nodelay(true) {
-                tracing::debug!(%peer, error = %e, "Cannot set TCP_NODELAY.");
-            }
-            let connection = builder
-                .serve_connection(TokioIo::new(stream), service.clone())
-                .into_owned();
-            let connection = graceful.watch(connection);
-            tokio::spawn(async move {
-                if let Err(e) = connection.await {
-                    tracing::debug!(%peer, error = %e, "Connection closed with an error.");
-                }
-            });
-        }
-        drop(listener);
+        let builder = crate::server::builder(std::time::Duration::from_secs(30));
+        crate::server::accept(listener, service, &builder, &graceful, shutdown).await;
         // Streams may be long; give them a moment, not a minute.
         let _ = tokio::time::timeout(std::time::Duration::from_secs(1), graceful.shutdown()).await;
         tracing::info!("Simulator stopped.");
