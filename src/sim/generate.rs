@@ -41,7 +41,7 @@ fn plan(job: &Job, config: &SimConfig, reasoning_ok: bool) -> Vec<(Kind, u64)> {
     let total = job
         .request
         .max_tokens
-        .unwrap_or(config.output_tokens)
+        .unwrap_or_else(|| drawn_length(job.rng.clone(), config.output_tokens))
         .max(1);
     let share = match config.reasoning_share {
         share if share > 0.0 => share,
@@ -64,6 +64,16 @@ fn plan(job: &Job, config: &SimConfig, reasoning_ok: bool) -> Vec<(Kind, u64)> {
     chunks(Kind::Reasoning, reasoning)
         .chain(chunks(Kind::Output, total - reasoning))
         .collect()
+}
+
+/// An output length when the request sets none: exponentially distributed
+/// with mean `mean` (most answers short, a few long, as real traffic),
+/// capped at 8× the mean; drawn from the request's own seeded generator,
+/// so the same seed and request give the same length.
+fn drawn_length(mut rng: crate::sim::text::Rng, mean: u64) -> u64 {
+    let u = rng.unit().max(f64::MIN_POSITIVE);
+    let length = (-u.ln() * mean as f64).round() as u64;
+    length.clamp(1, mean.saturating_mul(8).max(1))
 }
 
 /// The steps of a scheduled response: `per_event` tokens each (the last
@@ -220,5 +230,27 @@ fn add(totals: &mut Totals, text: &mut Text, step: &Step<'_>, keep: bool) {
     *count += n;
     if keep {
         buffer.push_str(&step.text());
+    }
+}
+
+#[cfg(test)]
+mod length_tests {
+    use super::drawn_length;
+    use crate::sim::text::Rng;
+
+    #[test]
+    fn drawn_lengths_average_the_mean_and_repeat_for_the_same_request() {
+        let draws: Vec<u64> = (0..4000u64)
+            .map(|i| drawn_length(Rng::for_request(1, &i.to_le_bytes()), 128))
+            .collect();
+        let mean = draws.iter().sum::<u64>() as f64 / draws.len() as f64;
+        assert!((115.0..141.0).contains(&mean), "mean {mean}");
+        assert!(draws.iter().all(|&n| (1..=1024).contains(&n)));
+        assert!(
+            draws.iter().filter(|&&n| n < 128).count() > draws.len() / 2,
+            "mostly short"
+        );
+        let again = drawn_length(Rng::for_request(1, &7u64.to_le_bytes()), 128);
+        assert_eq!(again, draws[7]);
     }
 }

@@ -44,7 +44,8 @@ pub struct SimConfig {
     /// Share of each request's tokens that are reasoning, for every request
     /// (models whose name contains "reason" or "think" use 0.5 when this is 0).
     pub reasoning_share: f64,
-    /// Tokens generated when the request does not say how many.
+    /// Mean tokens generated when the request does not say how many; each
+    /// such request draws its length from an exponential distribution.
     pub output_tokens: u64,
     /// Seed of the token text; the same seed and request give the same text.
     pub seed: u64,
