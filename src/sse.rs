@@ -19,7 +19,7 @@
 use memchr::{memchr, memchr2};
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 /// The UTF-8 byte order mark, ignored once at the very start of a stream.
 const BOM: [u8; 3] = [0xEF, 0xBB, 0xBF];

@@ -56,16 +56,7 @@ pub async fn measure(
     stop: &mut watch::Receiver<bool>,
 ) -> Measured {
     let start = Instant::now();
-    let mut m = Measured {
-        workload,
-        status: None,
-        ttft: None,
-        e2e: Duration::ZERO,
-        events: 0,
-        bytes: 0,
-        delays_us: Vec::new(),
-        outcome: Outcome::Ok,
-    };
+    let mut m = Measured::new(workload, Outcome::Ok);
     live.in_flight.fetch_add(1, Relaxed);
     let outcome = tokio::select! {
         biased;

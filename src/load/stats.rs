@@ -37,6 +37,22 @@ pub struct Measured {
     pub outcome: Outcome,
 }
 
+impl Measured {
+    /// A request of `workload` that has measured nothing yet.
+    pub fn new(workload: usize, outcome: Outcome) -> Self {
+        Self {
+            workload,
+            status: None,
+            ttft: None,
+            e2e: Duration::ZERO,
+            events: 0,
+            bytes: 0,
+            delays_us: Vec::new(),
+            outcome,
+        }
+    }
+}
+
 /// Percentiles of one quantity; the unit is in the field name that holds it.
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct Percentiles {

@@ -99,16 +99,7 @@ impl Shared {
 }
 
 fn failed(workload: usize, kind: &str) -> Measured {
-    Measured {
-        workload,
-        status: None,
-        ttft: None,
-        e2e: Duration::ZERO,
-        events: 0,
-        bytes: 0,
-        delays_us: Vec::new(),
-        outcome: Outcome::Error(kind.to_owned()),
-    }
+    Measured::new(workload, Outcome::Error(kind.to_owned()))
 }
 
 fn plan(target: &Uri, workload: &super::Workload) -> Result<Plan, LoadError> {

@@ -3,6 +3,7 @@
 use proptest::prelude::*;
 
 use super::*;
+use crate::sse::tests::properties::split;
 
 const BIG: usize = 1 << 20;
 
@@ -176,21 +177,6 @@ fn arb_stream() -> impl Strategy<Value = Vec<u8>> {
             .flatten()
             .collect()
     })
-}
-
-/// Splits `input` at the given cut points.
-fn split<'a>(input: &'a [u8], cuts: &[prop::sample::Index]) -> Vec<&'a [u8]> {
-    let mut at: Vec<usize> = cuts.iter().map(|c| c.index(input.len() + 1)).collect();
-    at.sort_unstable();
-    at.push(input.len());
-    let mut start = 0;
-    at.into_iter()
-        .map(|end| {
-            let piece = &input[start..end];
-            start = end;
-            piece
-        })
-        .collect()
 }
 
 proptest! {

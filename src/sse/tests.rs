@@ -2,7 +2,7 @@
 
 use super::*;
 
-mod properties;
+pub(crate) mod properties;
 
 /// An event as (type, data), owned so it outlives the sink call.
 type Ev = (Vec<u8>, Vec<u8>);

@@ -118,8 +118,8 @@ fn arb_stream() -> impl Strategy<Value = Vec<u8>> {
     })
 }
 
-/// Splits `input` at the given cut points.
-fn split<'a>(input: &'a [u8], cuts: &[prop::sample::Index]) -> Vec<&'a [u8]> {
+/// Splits `input` at the given cut points (shared with the NDJSON tests).
+pub(crate) fn split<'a>(input: &'a [u8], cuts: &[prop::sample::Index]) -> Vec<&'a [u8]> {
     let mut at: Vec<usize> = cuts.iter().map(|c| c.index(input.len() + 1)).collect();
     at.sort_unstable();
     at.push(input.len());
