@@ -224,3 +224,55 @@ async fn many_model_names_leave_at_most_the_cap() {
         Some(32.0)
     );
 }
+
+#[tokio::test]
+async fn a_request_cancelled_before_its_head_is_counted_and_leaves_the_gauge() {
+    use tokio::io::AsyncWriteExt;
+    // Queued at the model server: no response head for 30 s.
+    let mut upstream = Scripted::start(vec![Step::Pause(Duration::from_secs(30))]).await;
+    let (proxy, mut timelines) = common::proxy_with_timelines(upstream.addr, "").await;
+    let mut client = tokio::net::TcpStream::connect(proxy.addr)
+        .await
+        .expect("connect");
+    let body = b"{\"model\":\"queued\",\"stream\":true}";
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    client.write_all(head.as_bytes()).await.expect("head");
+    client.write_all(body).await.expect("body");
+    upstream.next_request().await;
+    let in_flight = scrape(&proxy).await;
+    assert_eq!(
+        sample(
+            &in_flight,
+            "tokenclock_requests_in_flight",
+            &["endpoint=\"openai_chat\""]
+        ),
+        Some(1.0)
+    );
+    drop(client);
+
+    let t = next_timeline(&mut timelines).await;
+    assert_eq!(t.outcome, tokenclock::timeline::Outcome::ClientCancelled);
+    assert_eq!(t.status, None);
+    assert_eq!(t.model.as_deref(), Some("queued"));
+    let text = scrape(&proxy).await;
+    assert_eq!(
+        sample(
+            &text,
+            "tokenclock_requests_in_flight",
+            &["endpoint=\"openai_chat\""]
+        ),
+        Some(0.0)
+    );
+    let cancelled = [
+        "model=\"queued\"",
+        "outcome=\"client_cancelled\"",
+        "code=\"000\"",
+    ];
+    assert_eq!(
+        sample(&text, "tokenclock_requests_total", &cancelled),
+        Some(1.0)
+    );
+}

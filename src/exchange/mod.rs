@@ -37,6 +37,8 @@ pub struct Exchange {
     upload: Arc<UploadShared>,
     max_event_bytes: usize,
     sink: Option<Arc<dyn TimelineSink>>,
+    /// The timeline has been finished and handed over.
+    done: bool,
 }
 
 // === impl Exchange ===
@@ -76,6 +78,7 @@ impl Exchange {
             upload: upload.shared(),
             max_event_bytes: reading.max_event_bytes,
             sink,
+            done: false,
         };
         (exchange, upload)
     }
@@ -176,6 +179,16 @@ impl Observe for Exchange {
     }
 
     fn on_end(mut self, end: End, at: Instant) {
+        self.complete(end, at);
+    }
+}
+
+impl Exchange {
+    /// Finishes the timeline, logs it and hands it over; once.
+    fn complete(&mut self, end: End, at: Instant) {
+        if std::mem::replace(&mut self.done, true) {
+            return;
+        }
         self.reader.finish(&mut self.timeline);
         self.upload.fill(&mut self.timeline);
         let outcome = self.outcome(end);
@@ -184,6 +197,15 @@ impl Observe for Exchange {
         if let Some(sink) = &self.sink {
             sink.finished(&self.timeline);
         }
+    }
+}
+
+/// A request whose client left before the response head (queued or in
+/// prefill at the model server) never gets a response body to observe: it
+/// ends here, as `client_cancelled`.
+impl Drop for Exchange {
+    fn drop(&mut self) {
+        self.complete(End::Dropped, Instant::now());
     }
 }
 
