@@ -3,7 +3,7 @@
 use proptest::prelude::*;
 
 use super::*;
-use crate::sse::tests::properties::split;
+use crate::sse::tests::{noise, properties::split};
 
 const BIG: usize = 1 << 20;
 
@@ -128,15 +128,7 @@ fn endless_line_keeps_memory_bounded() {
 
 #[test]
 fn binary_noise_does_not_panic() {
-    let mut state = 0x9e37_79b9_7f4a_7c15_u64;
-    let noise: Vec<u8> = (0..1 << 18)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state.to_le_bytes()[0]
-        })
-        .collect();
+    let noise = noise(1 << 18, 0x9e37_79b9_7f4a_7c15);
     for max in [0, 7, 64, BIG] {
         let mut framer = NdjsonFramer::new(max);
         for chunk in noise.chunks(991) {

@@ -269,17 +269,22 @@ fn huge_event_of_many_lines_keeps_memory_bounded() {
     assert_eq!(framer.stats().oversized, 1);
 }
 
-#[test]
-fn binary_noise_does_not_panic() {
-    let mut state = 0x2545_f491_4f6c_dd1d_u64;
-    let noise: Vec<u8> = (0..1 << 18)
+/// Deterministic binary noise (xorshift), shared with the NDJSON tests.
+pub(crate) fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut state = seed;
+    (0..len)
         .map(|_| {
             state ^= state << 13;
             state ^= state >> 7;
             state ^= state << 17;
             state.to_le_bytes()[0]
         })
-        .collect();
+        .collect()
+}
+
+#[test]
+fn binary_noise_does_not_panic() {
+    let noise = noise(1 << 18, 0x2545_f491_4f6c_dd1d);
     for max in [0, 7, 64, BIG] {
         let mut framer = SseFramer::new(max);
         for chunk in noise.chunks(997) {
