@@ -104,28 +104,72 @@ async fn reasoning_comes_before_the_answer() {
     }
 }
 
-/// A request with tools gets one function call, argument fragments
-/// counted as output, and arguments that are valid JSON once joined.
+/// The tool call's arguments in a stream of `path`'s format, joined.
+fn streamed_arguments(path: &str, events: &[serde_json::Value]) -> String {
+    let pointer = match path {
+        "/v1/messages" => "/delta/partial_json",
+        "/v1/responses" => "/delta",
+        _ => "/choices/0/delta/tool_calls/0/function/arguments",
+    };
+    events
+        .iter()
+        .filter(|e| {
+            path != "/v1/responses" || e["type"] == "response.function_call_arguments.delta"
+        })
+        .filter_map(|e| e.pointer(pointer)?.as_str().map(str::to_owned))
+        .collect()
+}
+
+/// The tool call's arguments in a whole body of `path`'s format.
+fn whole_arguments(path: &str, body: &serde_json::Value) -> String {
+    match path {
+        "/v1/messages" => body.pointer("/content/0/input").map(|i| i.to_string()),
+        "/v1/responses" => body
+            .pointer("/output/0/arguments")
+            .and_then(|a| a.as_str().map(str::to_owned)),
+        _ => body
+            .pointer("/choices/0/message/tool_calls/0/function/arguments")
+            .and_then(|a| a.as_str().map(str::to_owned)),
+    }
+    .unwrap_or_else(|| panic!("{path}: no tool call in {body}"))
+}
+
+/// A request with tools gets one function call in the format's own shape
+/// (OpenAI `tool_calls`, Anthropic `tool_use` with `input_json_delta`,
+/// Responses `function_call` with argument deltas), streamed or not: the
+/// arguments are valid JSON once joined, and tokenclock counts them as
+/// output, so TTFO is TTFT.
 #[tokio::test]
 async fn tool_calls_count_as_output() {
     let sim = start(fast()).await;
     let (proxy, mut timelines) = proxy_with_timelines(sim.addr, "").await;
-    let tools = r#","tools":[{"type":"function","function":{"name":"f"}}]"#;
-    let body = request(CHAT, "sim-llama", 5, true, tools);
-    let response = post(proxy.addr, CHAT, &body, &[])
-        .await
-        .expect("whole body");
-    let arguments: String = payloads(&response.body())
-        .iter()
-        .filter_map(|p| p.pointer("/choices/0/delta/tool_calls/0/function/arguments"))
-        .map(|a| a.as_str().expect("string").to_owned())
-        .collect();
-    let parsed: serde_json::Value = serde_json::from_str(&arguments).expect("JSON arguments");
-    assert_eq!(parsed["text"].as_str().expect("text").split(' ').count(), 6);
-    let t = next_timeline(&mut timelines).await;
-    assert!(t.parse_errors.is_empty(), "{:?}", t.parse_errors);
-    assert_eq!(t.tokens.generated, 5);
-    assert_eq!(t.ttfo(), t.ttft());
+    let tools = r#","tools":[{"type":"function","name":"f","function":{"name":"f"}}]"#;
+    for path in [CHAT, "/v1/messages", "/v1/responses"] {
+        for stream in [true, false] {
+            let body = request(path, "sim-llama", 5, stream, tools);
+            let response = post(proxy.addr, path, &body, &[])
+                .await
+                .expect("whole body");
+            let arguments = if stream {
+                streamed_arguments(path, &payloads(&response.body()))
+            } else {
+                let body = serde_json::from_slice(&response.body()).expect("JSON body");
+                whole_arguments(path, &body)
+            };
+            let parsed: serde_json::Value = serde_json::from_str(&arguments)
+                .unwrap_or_else(|e| panic!("{path} stream={stream}: {e}: {arguments:?}"));
+            let words = parsed["text"].as_str().expect("text").split(' ').count();
+            assert_eq!(words, 6, "{path} stream={stream}: {arguments:?}");
+            let t = next_timeline(&mut timelines).await;
+            assert!(t.parse_errors.is_empty(), "{path}: {:?}", t.parse_errors);
+            assert_eq!(t.outcome, Outcome::Ok, "{path} stream={stream}");
+            assert_eq!(t.tokens.generated, 5, "{path} stream={stream}");
+            if stream {
+                assert!(t.ttft().is_some(), "{path}");
+                assert_eq!(t.ttfo(), t.ttft(), "{path}");
+            }
+        }
+    }
 }
 
 /// Non-streamed bodies parse in every format, with usage.

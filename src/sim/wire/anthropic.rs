@@ -1,10 +1,11 @@
 //! Anthropic Messages: `message_start` with usage, `ping`, a thinking block
-//! (thinking and signature deltas) when reasoning, a text block,
+//! (thinking and signature deltas) when reasoning, a text block (or, when
+//! the request offers tools, a `tool_use` block of `input_json_delta`s),
 //! `message_delta` with cumulative usage, `message_stop`.
 
 use serde_json::{json, Value};
 
-use super::{Encoder, Kind, Step, Text, Totals};
+use super::{arguments_fragment, Encoder, Kind, Step, Text, Totals, TOOL};
 use crate::sim::{body::Event, request::SimRequest};
 
 /// An Anthropic stream in progress: which content block is open.
@@ -14,6 +15,8 @@ pub(crate) struct Anthropic {
     stop_reason: &'static str,
     open: Option<(usize, Kind)>,
     blocks: usize,
+    /// The request offered tools: the answer is one `tool_use` block.
+    tools: bool,
 }
 
 impl Anthropic {
@@ -21,14 +24,19 @@ impl Anthropic {
         Self {
             id: format!("msg_sim{id}"),
             model: request.model.clone(),
-            stop_reason: if request.max_tokens.is_some() {
-                "max_tokens"
-            } else {
-                "end_turn"
+            stop_reason: match (request.tools, request.max_tokens) {
+                (true, _) => "tool_use",
+                (false, Some(_)) => "max_tokens",
+                (false, None) => "end_turn",
             },
             open: None,
             blocks: 0,
+            tools: request.tools,
         }
+    }
+
+    fn tool_use(&self, input: Value) -> Value {
+        json!({"type": "tool_use", "id": format!("toolu_{}", self.id), "name": TOOL, "input": input})
     }
 
     fn event(name: &'static str, mut fields: Value) -> Event {
@@ -71,14 +79,15 @@ impl Encoder for Anthropic {
 
     fn step(&mut self, step: &Step<'_>, _: &Totals) -> Vec<Event> {
         let mut events = Vec::new();
-        let index = match self.open {
-            Some((index, kind)) if kind == step.kind => index,
+        let (index, opened) = match self.open {
+            Some((index, kind)) if kind == step.kind => (index, false),
             _ => {
                 events.extend(self.close());
                 let index = self.blocks;
                 self.blocks += 1;
                 let block = match step.kind {
                     Kind::Reasoning => json!({"type": "thinking", "thinking": "", "signature": ""}),
+                    Kind::Output if self.tools => self.tool_use(json!({})),
                     Kind::Output => json!({"type": "text", "text": ""}),
                 };
                 events.push(Self::event(
@@ -86,11 +95,13 @@ impl Encoder for Anthropic {
                     json!({"index": index, "content_block": block}),
                 ));
                 self.open = Some((index, step.kind));
-                index
+                (index, true)
             }
         };
         let delta = match step.kind {
             Kind::Reasoning => json!({"type": "thinking_delta", "thinking": step.text()}),
+            Kind::Output if self.tools => json!({"type": "input_json_delta",
+                "partial_json": arguments_fragment(step.text(), opened, step.last)}),
             Kind::Output => json!({"type": "text_delta", "text": step.text()}),
         };
         events.push(Self::event(
@@ -117,7 +128,10 @@ impl Encoder for Anthropic {
             content.push(json!({"type": "thinking", "thinking": text.reasoning,
                                 "signature": "c2ltdWxhdGVk"}));
         }
-        content.push(json!({"type": "text", "text": text.output}));
+        content.push(match self.tools {
+            true => self.tool_use(json!({"text": text.output})),
+            false => json!({"type": "text", "text": text.output}),
+        });
         let usage = json!({"input_tokens": totals.input, "cache_creation_input_tokens": 0,
                            "cache_read_input_tokens": 0, "output_tokens": totals.generated()});
         self.message(json!(content), json!(self.stop_reason), usage)

@@ -66,6 +66,28 @@ impl Totals {
     }
 }
 
+/// The tool the simulated model calls when the request offers tools.
+const TOOL: &str = "sim_lookup";
+
+/// One fragment of the tool call's arguments, `{"text":"<answer>"}` once
+/// joined: the answer's text, opened on the first fragment and closed on
+/// the last (the simulator's words need no JSON escaping).
+fn arguments_fragment(text: String, first: bool, last: bool) -> String {
+    let mut fragment = text;
+    if first {
+        fragment.insert_str(0, "{\"text\":\"");
+    }
+    if last {
+        fragment.push_str("\"}");
+    }
+    fragment
+}
+
+/// The whole arguments of the tool call for a non-streamed body.
+fn arguments(output: &str) -> String {
+    serde_json::json!({"text": output}).to_string()
+}
+
 /// A whole response's text, for non-streamed bodies.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Text {

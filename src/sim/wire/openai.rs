@@ -3,14 +3,11 @@
 
 use serde_json::{json, Value};
 
-use super::{created, Encoder, Kind, Step, Text, Totals};
+use super::{arguments, arguments_fragment, created, Encoder, Kind, Step, Text, Totals, TOOL};
 use crate::sim::{
     body::Event,
     request::{Format, SimRequest},
 };
-
-/// The tool the simulated model calls when the request offers tools.
-const TOOL: &str = "sim_lookup";
 
 /// An OpenAI-style response in progress.
 pub(crate) struct OpenAi {
@@ -74,13 +71,7 @@ impl OpenAi {
         match step.kind {
             Kind::Reasoning => json!({"reasoning_content": text}),
             Kind::Output if self.request.tools => {
-                let mut arguments = text;
-                if !self.tool_started {
-                    arguments.insert_str(0, "{\"text\":\"");
-                }
-                if step.last {
-                    arguments.push_str("\"}");
-                }
+                let arguments = arguments_fragment(text, !self.tool_started, step.last);
                 let call = if self.tool_started {
                     json!({"index": 0, "function": {"arguments": arguments}})
                 } else {
@@ -158,7 +149,7 @@ impl Encoder for OpenAi {
             if self.request.tools {
                 message["content"] = Value::Null;
                 message["tool_calls"] = json!([{"id": format!("call_{}", self.id), "type": "function",
-                    "function": {"name": TOOL, "arguments": json!({"text": text.output}).to_string()}}]);
+                    "function": {"name": TOOL, "arguments": arguments(&text.output)}}]);
             }
             json!({"index": 0, "message": message, "logprobs": null, "finish_reason": self.finish_reason()})
         };

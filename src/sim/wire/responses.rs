@@ -1,9 +1,10 @@
 //! OpenAI Responses: named events from `response.created` through reasoning
-//! summary and output text deltas to `response.completed` with usage.
+//! summary and output text deltas (or, when the request offers tools, one
+//! `function_call` item's argument deltas) to `response.completed` with usage.
 
 use serde_json::{json, Value};
 
-use super::{created, Encoder, Kind, Step, Text, Totals};
+use super::{arguments, arguments_fragment, created, Encoder, Kind, Step, Text, Totals, TOOL};
 use crate::sim::{body::Event, request::SimRequest};
 
 /// A Responses stream in progress; `sequence_number` counts every event.
@@ -15,6 +16,8 @@ pub(crate) struct Responses {
     open: Option<Kind>,
     /// The open item's text so far, repeated in its `done` event.
     buffer: String,
+    /// The request offered tools: the answer is one `function_call` item.
+    tools: bool,
 }
 
 impl Responses {
@@ -26,6 +29,7 @@ impl Responses {
             sequence: 0,
             open: None,
             buffer: String::new(),
+            tools: request.tools,
         }
     }
 
@@ -48,11 +52,15 @@ impl Responses {
                "total_tokens": totals.input + totals.generated()})
     }
 
-    fn item(kind: Kind, text: &str) -> Value {
+    /// An output item; for a function call `text` is its arguments.
+    fn item(&self, kind: Kind, text: &str, status: &str) -> Value {
         match kind {
             Kind::Reasoning => json!({"id": "rs_0", "type": "reasoning",
                 "summary": [{"type": "summary_text", "text": text}]}),
-            Kind::Output => json!({"id": "msg_1", "type": "message", "status": "completed",
+            Kind::Output if self.tools => json!({"id": "fc_1", "type": "function_call",
+                "status": status, "call_id": format!("call_{}", self.id), "name": TOOL,
+                "arguments": text}),
+            Kind::Output => json!({"id": "msg_1", "type": "message", "status": status,
                 "role": "assistant",
                 "content": [{"type": "output_text", "annotations": [], "text": text}]}),
         }
@@ -63,11 +71,20 @@ impl Responses {
         match self.open.take() {
             Some(kind) => {
                 let index = if kind == Kind::Reasoning { 0 } else { 1 };
-                let item = Self::item(kind, &std::mem::take(&mut self.buffer));
-                vec![self.event(
+                let text = std::mem::take(&mut self.buffer);
+                let mut events = Vec::new();
+                if kind == Kind::Output && self.tools {
+                    events.push(self.event(
+                        "response.function_call_arguments.done",
+                        json!({"item_id": "fc_1", "output_index": 1, "arguments": text}),
+                    ));
+                }
+                let item = self.item(kind, &text, "completed");
+                events.push(self.event(
                     "response.output_item.done",
                     json!({"output_index": index, "item": item}),
-                )]
+                ));
+                events
             }
             None => Vec::new(),
         }
@@ -85,22 +102,30 @@ impl Encoder for Responses {
 
     fn step(&mut self, step: &Step<'_>, _: &Totals) -> Vec<Event> {
         let mut events = Vec::new();
-        if self.open != Some(step.kind) {
+        let opened = self.open != Some(step.kind);
+        if opened {
             events.extend(self.close());
             let index = if step.kind == Kind::Reasoning { 0 } else { 1 };
-            let item = Self::item(step.kind, "");
+            let item = self.item(step.kind, "", "in_progress");
             events.push(self.event(
                 "response.output_item.added",
                 json!({"output_index": index, "item": item}),
             ));
             self.open = Some(step.kind);
         }
-        let delta = step.text();
+        let delta = match step.kind {
+            Kind::Output if self.tools => arguments_fragment(step.text(), opened, step.last),
+            _ => step.text(),
+        };
         self.buffer.push_str(&delta);
         events.push(match step.kind {
             Kind::Reasoning => self.event(
                 "response.reasoning_summary_text.delta",
                 json!({"item_id": "rs_0", "output_index": 0, "summary_index": 0, "delta": delta}),
+            ),
+            Kind::Output if self.tools => self.event(
+                "response.function_call_arguments.delta",
+                json!({"item_id": "fc_1", "output_index": 1, "delta": delta}),
             ),
             Kind::Output => self.event(
                 "response.output_text.delta",
@@ -121,9 +146,13 @@ impl Encoder for Responses {
     fn body(&self, text: &Text, totals: &Totals) -> Value {
         let mut output = Vec::new();
         if !text.reasoning.is_empty() {
-            output.push(Self::item(Kind::Reasoning, &text.reasoning));
+            output.push(self.item(Kind::Reasoning, &text.reasoning, "completed"));
         }
-        output.push(Self::item(Kind::Output, &text.output));
+        let answer = match self.tools {
+            true => arguments(&text.output),
+            false => text.output.clone(),
+        };
+        output.push(self.item(Kind::Output, &answer, "completed"));
         self.response("completed", json!(output), Self::usage(totals))
     }
 }
