@@ -84,6 +84,44 @@ async fn stall_pauses_after_the_first_token() {
     assert_eq!(t.tokens.generated, 6);
 }
 
+const WHOLE: &str = r#"{"model":"sim-llama","stream":false,"max_tokens":6,
+    "messages":[{"role":"user","content":"Say something."}]}"#;
+
+/// Faults on a non-streamed answer: `malformed` is a complete 200 whose
+/// JSON is cut in half (forwarded as is, one parse error); `abort` is a
+/// body cut short of its `content-length` (the client sees the cut, the
+/// request is an upstream error); `stall` delays the whole answer.
+#[tokio::test]
+async fn faults_break_whole_bodies_too() {
+    let sim = start(fast()).await;
+    let (proxy, mut timelines) = proxy_with_timelines(sim.addr, "").await;
+
+    let response = post(proxy.addr, CHAT, WHOLE, &[("x-sim-fault", "malformed")])
+        .await
+        .expect("whole body");
+    assert_eq!(response.status, 200);
+    let body = response.body();
+    assert!(serde_json::from_slice::<serde_json::Value>(&body).is_err());
+    assert!(body.starts_with(br#"{"id":"chatcmpl-sim"#), "{body:?}");
+    let t = next_timeline(&mut timelines).await;
+    assert_eq!(t.outcome, Outcome::Ok);
+    assert_eq!(t.parse_errors.len(), 1, "{:?}", t.parse_errors);
+
+    let cut = post(proxy.addr, CHAT, WHOLE, &[("x-sim-fault", "abort=1")]).await;
+    assert!(cut.is_err(), "the client must see a cut body");
+    let t = next_timeline(&mut timelines).await;
+    assert_eq!(t.outcome, Outcome::UpstreamError);
+
+    post(proxy.addr, CHAT, WHOLE, &[("x-sim-fault", "stall=300")])
+        .await
+        .expect("whole body");
+    let t = next_timeline(&mut timelines).await;
+    assert_eq!(t.outcome, Outcome::Ok);
+    let e2e = t.e2e().expect("e2e");
+    assert!(e2e >= Duration::from_millis(300), "{e2e:?}");
+    assert_eq!(t.tokens.generated, 6);
+}
+
 /// The answer text of a stream, timestamps and ids left out.
 async fn text_of(seed: u64) -> String {
     let sim = start(SimConfig { seed, ..fast() }).await;

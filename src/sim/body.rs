@@ -17,10 +17,12 @@ use tokio::sync::mpsc;
 pub(crate) struct SimBody {
     full: Option<Bytes>,
     stream: Option<mpsc::Receiver<Result<Bytes, Cut>>>,
+    /// The length a stream declares (`content-length`), if it does.
+    declared: Option<u64>,
 }
 
-/// The simulator cut the stream on purpose (`abort=N`): hyper closes the
-/// connection without the terminating chunk.
+/// The simulator cut the body on purpose (`abort=N`): hyper closes the
+/// connection without the terminating chunk (or short of `content-length`).
 #[derive(Debug, thiserror::Error)]
 #[error("stream cut by the x-sim-fault abort")]
 pub(crate) struct Cut;
@@ -31,6 +33,26 @@ impl SimBody {
         Self {
             full: Some(bytes.into()),
             stream: None,
+            declared: None,
+        }
+    }
+
+    /// A whole body that declares `length` bytes (`content-length`) but
+    /// sends only `sent`, then fails, so hyper closes the connection short
+    /// of its length. The failure comes [`CUT_PAUSE`] later, so the head
+    /// and `sent` are on the wire first.
+    pub(crate) fn cut(length: u64, sent: Bytes) -> Self {
+        let (tx, rx) = mpsc::channel(2);
+        tokio::spawn(async move {
+            if tx.send(Ok(sent)).await.is_ok() {
+                tokio::time::sleep(CUT_PAUSE).await;
+                let _ = tx.send(Err(Cut)).await;
+            }
+        });
+        Self {
+            full: None,
+            stream: Some(rx),
+            declared: Some(length),
         }
     }
 
@@ -41,6 +63,7 @@ impl SimBody {
         let body = Self {
             full: None,
             stream: Some(rx),
+            declared: None,
         };
         let emitter = Emitter {
             tx,
@@ -77,6 +100,9 @@ impl Body for SimBody {
     }
 
     fn size_hint(&self) -> http_body::SizeHint {
+        if let (Some(length), Some(_)) = (self.declared, &self.stream) {
+            return http_body::SizeHint::with_exact(length);
+        }
         match (&self.full, &self.stream) {
             (Some(bytes), _) => http_body::SizeHint::with_exact(bytes.len() as u64),
             (None, None) => http_body::SizeHint::with_exact(0),
@@ -88,6 +114,9 @@ impl Body for SimBody {
         self.full.is_none() && self.stream.is_none()
     }
 }
+
+/// How long a cut whole body waits between its last bytes and the cut.
+const CUT_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// How events are framed on the wire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -8,11 +8,14 @@ use std::{str::FromStr, time::Duration};
 pub struct Fault {
     /// Answer at once with this status and a JSON error body (429 or 5xx).
     pub status: Option<u16>,
-    /// Close the connection abruptly after this many events.
+    /// Close the connection abruptly after this many events; a whole
+    /// (non-streamed) body is cut halfway, whatever the number.
     pub abort_after: Option<u64>,
-    /// Pause this long after the first token-bearing event.
+    /// Pause this long after the first token-bearing event; a whole body
+    /// comes that much later.
     pub stall: Option<Duration>,
-    /// Send one event of invalid JSON halfway through the stream.
+    /// Send one event of invalid JSON halfway through the stream; a whole
+    /// body is sent as only its first half, which is not valid JSON.
     pub malformed: bool,
     /// Apply the other items to this share of requests only (0 to 1),
     /// drawn from the seeded generator and the request's sequence number.

@@ -11,6 +11,7 @@ use std::{
     },
 };
 
+use bytes::Bytes;
 use http::{header, HeaderMap, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
@@ -144,12 +145,9 @@ impl Inner {
     async fn respond(&self, job: Job) -> Response<SimBody> {
         let engine = self.engine.clone();
         if !job.request.stream {
+            let fault = job.fault.clone();
             return match generate::run(job, engine, None).await {
-                Some(body) => respond(
-                    StatusCode::OK,
-                    "application/json",
-                    SimBody::full(body.to_string()),
-                ),
+                Some(body) => whole(&body, &fault),
                 None => error(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "the simulator is shutting down",
@@ -185,6 +183,21 @@ impl Inner {
             .map_err(|e| format!("x-sim-schedule: {e}"))?;
         Ok((fault, schedule))
     }
+}
+
+/// A non-streamed answer, broken as `fault` asks (a `stall` has already
+/// delayed it): `malformed` sends the first half of the JSON as a complete
+/// body; `abort` declares the whole length and closes the connection after
+/// the first half.
+fn whole(body: &serde_json::Value, fault: &Fault) -> Response<SimBody> {
+    let text = Bytes::from(body.to_string());
+    let half = text.slice(..text.len() / 2);
+    let body = match (fault.abort_after, fault.malformed) {
+        (Some(_), _) => SimBody::cut(text.len() as u64, half),
+        (None, true) => SimBody::full(half),
+        (None, false) => SimBody::full(text),
+    };
+    respond(StatusCode::OK, "application/json", body)
 }
 
 fn respond(status: StatusCode, content_type: &'static str, body: SimBody) -> Response<SimBody> {
