@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # overhead.sh: tokenclock's end-to-end overhead next to nginx and a direct connection, against the simulator (tokenclock sim).
 #
-# Usage: bash tests/perf/overhead.sh [--quick] [--reps N] [--out FILE] [--no-build] [--upstream HOST:PORT]
+# Usage: bash tests/perf/overhead.sh [--quick] [--reps N] [--only SCENARIOS] [--trace] [--out FILE] [--no-build] [--upstream HOST:PORT]
 #
 # One run measures, side by side, client -> sim (direct), client -> tokenclock
 # -> sim and client -> nginx -> sim:
@@ -13,16 +13,25 @@
 #       the proxy's RSS per stream (VmRSS from /proc/PID/status), then dropped.
 # Fairness on 2 cores: sim and client on core 0, the proxy on core 1;
 # tokenclock --worker-threads 1, nginx worker_processes 1; a fresh proxy and
-# a warm-up per measurement; medians of N repetitions (default 3).
+# a warm-up per measurement; the vias' order rotated every repetition;
+# medians of N repetitions (default 3).
+# --only picks scenarios (say --only a for the latency runs alone); A_STREAMS
+# in the environment sets the number of streams of (a) (default 32).
+# --trace adds (t): (a) once more per proxy with its syscalls recorded by
+# perf (linux-perf), for each proxy's in-proxy delay per event (in_proxy.py):
+# from the wake-up that reported the event to its write, the part of the
+# delay that is the proxy's own.
 # Prints one table on stdout and writes JSON (default target/perf/overhead.json).
 # Everything listens on 127.0.0.1 and is killed on exit.
 set -euo pipefail
 
-QUICK=0 REPS=3 OUT=target/perf/overhead.json BUILD=1 UPSTREAM=""
+QUICK=0 REPS=3 OUT=target/perf/overhead.json BUILD=1 UPSTREAM="" ONLY=abc TRACE=0
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --quick) QUICK=1 REPS=1 ;;
         --reps) REPS="$2"; shift ;;
+        --only) ONLY="$2"; shift ;;
+        --trace) TRACE=1 ;;
         --out) OUT="$2"; shift ;;
         --no-build) BUILD=0 ;;
         --upstream) UPSTREAM="$2"; shift ;;
@@ -31,13 +40,16 @@ while [[ $# -gt 0 ]]; do
     shift
 done
 
+[[ $ONLY =~ ^[abc]+$ ]] || { echo "overhead.sh: --only takes letters of abc, got '$ONLY'" >&2; exit 2; }
+(( TRACE == 0 )) || ONLY+=t
+
 PERF_DIR=$(cd "$(dirname "$0")" && pwd)
 cd "$PERF_DIR/../.."
 # Sizes: (a) streams, events; (b) streams, events per stream; (c) idle streams, hold time.
 if [[ $QUICK == 1 ]]; then
     A_STREAMS=4 A_EVENTS=8 B_STREAMS=16 B_EVENTS=200 C_STREAMS=50 C_HOLD=3
 else
-    A_STREAMS=32 A_EVENTS=64 B_STREAMS=256 B_EVENTS=2000 C_STREAMS=2000 C_HOLD=12
+    A_STREAMS=${A_STREAMS:-32} A_EVENTS=64 B_STREAMS=256 B_EVENTS=2000 C_STREAMS=2000 C_HOLD=12
 fi
 SIM_PORT=${SIM_PORT:-18431} TC_PORT=${TC_PORT:-18432} TC_METRICS=${TC_METRICS:-18433} NGINX_PORT=${NGINX_PORT:-18434}
 BIN=target/release/tokenclock
@@ -72,6 +84,7 @@ ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 (( $(ulimit -n) >= 3 * C_STREAMS + 100 )) || log "warning: ulimit -n is $(ulimit -n); $C_STREAMS idle streams may fail"
 command -v taskset >/dev/null || die "taskset (util-linux) is needed"
 command -v python3 >/dev/null || die "python3 is needed for the summary"
+(( TRACE == 0 )) || command -v perf >/dev/null || die "--trace needs perf (Debian's linux-perf)"
 if ! command -v nginx >/dev/null; then
     log "installing nginx with apt-get"
     if [[ $(id -u) == 0 ]]; then apt-get install -y -q nginx >&2; else sudo -n apt-get install -y -q nginx >&2; fi
@@ -90,8 +103,16 @@ run_load() {
     taskset -c 0 "$BIN" load --target "$PROXY_URL" --format json "$@" >"$out" 2>>"$err"
 }
 
+# warm_up SCENARIO: a short load at the scenario's concurrency (capped at
+# 64), so the proxy's upstream connections exist before the measurement.
 warm_up() {
-    run_load /dev/null "$TMP/load.log" --concurrency 4 --requests 16 --schedule "ttft_ms=1,gap_ms=1,tokens=16"
+    local streams=4
+    case "$1" in
+        a | t) streams=$A_STREAMS ;;
+        b) streams=$(( B_STREAMS < 64 ? B_STREAMS : 64 )) ;;
+    esac
+    run_load /dev/null "$TMP/load.log" --concurrency "$streams" --requests $(( streams * 2 )) \
+        --schedule "ttft_ms=1,gap_ms=1,tokens=16"
 }
 
 # (a) one-way delay per event at a steady 20 ms pace.
@@ -99,6 +120,32 @@ scenario_a() {
     run_load "$RESULTS/a-$1-$2.json" "$TMP/load.log" --concurrency "$A_STREAMS" \
         --requests $(( A_STREAMS * 2 )) --schedule "ttft_ms=20,gap_ms=20,tokens=$A_EVENTS"
 }
+
+# (t) scenario (a) again with the proxy's syscalls recorded by perf (its
+# own run: tracing slows every syscall, so it stays out of (a)'s figures);
+# in_proxy.py turns them into the in-proxy delay per event.
+scenario_t() {
+    local perf_pid data="$TMP/perf-$1-$2.data"
+    perf record -q -o "$data" -e "$TRACE_EVENTS" -p "$(proxy_pids | paste -sd,)" 2>>"$TMP/perf.log" &
+    perf_pid=$!
+    PIDS+=("$perf_pid")
+    sleep 1 # perf attaches
+    run_load "$RESULTS/t-$1-$2.json" "$TMP/load.log" --concurrency "$A_STREAMS" \
+        --requests $(( A_STREAMS * 2 )) --schedule "ttft_ms=20,gap_ms=20,tokens=$A_EVENTS"
+    kill -INT "$perf_pid"
+    wait "$perf_pid" || true
+    forget "$perf_pid"
+    perf script -i "$data" -F tid,time,event,trace 2>>"$TMP/perf.log" >"$TMP/perf.txt"
+    python3 "$PERF_DIR/in_proxy.py" "$TMP/perf.txt" "$1" "$RESULTS/t-$1-$2.trace.json" >/dev/null
+    rm -f "$data" "$TMP/perf.txt"
+}
+
+# The syscalls --trace records: waits for readiness, reads and writes.
+TRACE_EVENTS=$(printf 'syscalls:sys_%s_%s,' \
+    enter epoll_wait exit epoll_wait enter epoll_pwait exit epoll_pwait \
+    exit read exit readv exit recvfrom exit recvmsg \
+    exit write exit writev exit sendto exit sendmsg)
+TRACE_EVENTS=${TRACE_EVENTS%,}
 
 # (b) events as fast as possible; the proxy's CPU ticks around the run.
 scenario_b() {
@@ -135,13 +182,19 @@ scenario_c() {
     forget "$load_pid"
 }
 
+# Scenario by scenario, each via in turn, the order of the vias rotated
+# every repetition: no via always runs first, or always after the same one
+# (what ran just before, on a shared machine, shows in the next p99).
+VIAS=(direct tokenclock nginx)
 for rep in $(seq 1 "$REPS"); do
-    for via in direct tokenclock nginx; do
-        for scenario in a b c; do
-            [[ $via == direct && $scenario == c ]] && continue
+    for scenario in a t b c; do
+        [[ $ONLY == *"$scenario"* ]] || continue
+        for i in 0 1 2; do
+            via=${VIAS[$(( (i + rep - 1) % 3 ))]}
+            [[ $via == direct && $scenario == [ct] ]] && continue
             log "rep $rep/$REPS: ($scenario) via $via"
             start_proxy "$via"
-            warm_up
+            warm_up "$scenario"
             "scenario_$scenario" "$via" "$rep"
             stop_proxy
         done

@@ -26,7 +26,7 @@ def runs(results, scenario, via):
         summary = load(os.path.join(results, f"{scenario}-{via}-{rep}.json"))
         if summary is None:
             return out
-        extra = load(os.path.join(results, f"{scenario}-{via}-{rep}.{ {'b': 'cpu', 'c': 'rss'}.get(scenario, 'none')}.json"))
+        extra = load(os.path.join(results, f"{scenario}-{via}-{rep}.{ {'a': 'none', 't': 'trace', 'b': 'cpu', 'c': 'rss'}[scenario]}.json"))
         out.append((summary, extra or {}))
         rep += 1
 
@@ -53,15 +53,18 @@ def per_via(results):
     """Median figures per via, and every repetition's raw figures."""
     medians, raw, errors = {}, {}, 0
     for via in VIAS:
-        a, b, c = (runs(results, s, via) for s in "abc")
+        a, t, b, c = (runs(results, s, via) for s in "atbc")
         figures = {
             "delay_p50_us": [s["event_delay_us"]["p50"] for s, _ in a],
             "delay_p99_us": [s["event_delay_us"]["p99"] for s, _ in a],
+            "in_proxy_p50_us": [e.get("in_proxy_delay_us_p50") for _, e in t],
+            "in_proxy_p99_us": [e.get("in_proxy_delay_us_p99") for _, e in t],
+            "frames_per_wakeup_p50": [e.get("frames_per_wakeup_p50") for _, e in t],
             "events_per_s": [s["events_per_s"] for s, _ in b],
             "cpu_us_per_event": [cpu_us_per_event(s, e) for s, e in b] if via != "direct" else [],
             "rss_kib_per_stream": [rss_kib_per_stream(e) for _, e in c],
         }
-        errors += sum(s["total"]["errors"] for s, _ in a + b + c)
+        errors += sum(s["total"]["errors"] for s, _ in a + t + b + c)
         raw[via] = figures
         medians[via] = {k: median(v) for k, v in figures.items()}
     return medians, raw, errors
@@ -82,6 +85,8 @@ def rows(m):
            ("(a) event delay p99, us", d["delay_p99_us"], t["delay_p99_us"], n["delay_p99_us"]),
            ("(a) added delay p50, us", None, *added["delay_p50_us"]),
            ("(a) added delay p99, us", None, *added["delay_p99_us"]),
+           ("(t) in-proxy delay p50, us", None, t["in_proxy_p50_us"], n["in_proxy_p50_us"]),
+           ("(t) in-proxy delay p99, us", None, t["in_proxy_p99_us"], n["in_proxy_p99_us"]),
            ("(b) events/s", d["events_per_s"], t["events_per_s"], n["events_per_s"]),
            ("(b) proxy CPU per event, us", None, t["cpu_us_per_event"], n["cpu_us_per_event"]),
            ("(c) proxy RSS per idle stream, KiB", None, t["rss_kib_per_stream"], n["rss_kib_per_stream"])]
@@ -102,6 +107,8 @@ def main():
     header = f"{'metric':<36} {'direct':>10} {'tokenclock':>11} {'nginx':>10} {'tc/nginx':>9} {'tc/direct':>10} {'nginx/direct':>13}"
     print(header)
     for r in table:
+        if all(r[k] is None for k in VIAS):
+            continue  # a scenario or a --trace figure this run did not measure
         print(f"{r['metric']:<36} {fmt(r['direct']):>10} {fmt(r['tokenclock']):>11} {fmt(r['nginx']):>10} "
               f"{fmt(r['tokenclock_over_nginx'], 2):>9} {fmt(r['tokenclock_over_direct'], 2):>10} {fmt(r['nginx_over_direct'], 2):>13}")
     print(f"medians of {reps} repetition(s){' (--quick)' if quick else ''}; failed requests: {errors}")

@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""in_proxy.py: how long a proxy holds each frame it forwards, from a
+`perf script -F tid,time,event,trace` dump of its syscall tracepoints.
+
+Usage: in_proxy.py SCRIPT_TXT LABEL OUT_JSON
+
+Per thread, a read that returned bytes is a frame coming in, and the next
+write that returned bytes (first in, first out) is that frame going out: in
+scenario (a) one event each way, as a proxy that neither buffers nor merges
+events forwards them. A frame's in-proxy delay runs from the return of the
+epoll_wait that last reported readiness before its read (when the proxy
+learnt of it) to the return of its write: the wait behind the other frames
+of the same wake-up, plus its own processing. Left out: the kernel's
+wake-up latency, and the time a frame that arrived while the proxy was busy
+sat in its socket until the next epoll_wait. A wake-up is an epoll_wait
+that returned ready descriptors; frames per wake-up says how bursty the
+traffic was.
+"""
+import json
+import re
+import sys
+
+# An epoll_wait that took longer than this slept: the thread was idle.
+BLOCKED_US = 20.0
+
+LINE = re.compile(r"^\s*(\d+)\s+([\d.]+):\s+syscalls:sys_(enter|exit)_(\w+):\s*(.*)$")
+READS = {"read", "readv", "recvfrom", "recvmsg"}
+WRITES = {"write", "writev", "sendto", "sendmsg"}
+WAITS = {"epoll_wait", "epoll_pwait", "epoll_pwait2"}
+
+
+def parse(path):
+    """(tid, time in us, syscall, return value or None on entry) per line."""
+    with open(path, errors="replace") as f:
+        for line in f:
+            m = LINE.match(line)
+            if not m:
+                continue
+            tid, t, kind, name, rest = m.groups()
+            ret = None
+            if kind == "exit":
+                try:
+                    ret = int(rest.strip(), 16)
+                except ValueError:
+                    continue
+                if ret >= 1 << 63:
+                    ret -= 1 << 64
+            yield int(tid), round(float(t) * 1e6), name, ret
+
+
+def frames(events):
+    """In-proxy delays (us) of every frame, frame counts per wake-up, and
+    reads never written before the thread slept (not paired, left out)."""
+    threads, delays, per_wakeup, unpaired = {}, [], [], 0
+    for tid, t, name, ret in events:
+        s = threads.setdefault(tid, {"entered": None, "woke": None, "pending": [], "count": 0})
+        if ret is None:
+            if name in WAITS:
+                s["entered"] = t
+            continue
+        if name in WAITS:
+            if s["entered"] is not None and t - s["entered"] > BLOCKED_US:
+                # The thread slept: whatever it read and did not write is
+                # not a forwarded frame (a request head, the end of a body).
+                unpaired += len(s["pending"])
+                s["pending"] = []
+            if ret > 0:
+                if s["woke"] is not None:
+                    per_wakeup.append(s["count"])
+                s["woke"], s["count"] = t, 0
+        elif ret <= 0:
+            continue
+        elif name in READS and s["woke"] is not None:
+            s["pending"].append(s["woke"])
+        elif name in WRITES and s["pending"]:
+            delays.append(t - s["pending"].pop(0))
+            s["count"] += 1
+    return delays, [n for n in per_wakeup if n], unpaired
+
+
+def pct(values, p):
+    if not values:
+        return None
+    values = sorted(values)
+    rank = max(1, -(-p * len(values) // 100))
+    return values[int(rank) - 1]
+
+
+def summarize(delays, per_wakeup, unpaired):
+    return {
+        "frames": len(delays),
+        "unpaired_reads": unpaired,
+        "wakeups": len(per_wakeup),
+        "frames_per_wakeup_p50": pct(per_wakeup, 50),
+        "frames_per_wakeup_max": max(per_wakeup, default=None),
+        "in_proxy_delay_us_p50": pct(delays, 50),
+        "in_proxy_delay_us_p99": pct(delays, 99),
+        "in_proxy_delay_us_max": max(delays, default=None),
+    }
+
+
+def main():
+    path, label, out = sys.argv[1:4]
+    result = summarize(*frames(parse(path)))
+    result["via"] = label
+    with open(out, "w") as f:
+        json.dump(result, f)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""Tests of in_proxy.py's pairing on hand-written `perf script` lines.
+
+Usage: python3 tests/perf/in_proxy_test.py (run by tests/run.sh)
+"""
+import os
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import in_proxy  # noqa: E402
+
+
+def trace(*lines):
+    """Parsed events of `perf script -F tid,time,event,trace` lines given as
+    (time in s, event, trace) of thread 7."""
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+        for t, event, rest in lines:
+            f.write(f"     7  {t:.6f}:  syscalls:sys_{event}: {rest}\n")
+    try:
+        return list(in_proxy.parse(f.name))
+    finally:
+        os.unlink(f.name)
+
+
+SLEEP = ("enter_epoll_wait", "epfd: 0x00000003, timeout: 0x00000009")
+
+
+class InProxyTest(unittest.TestCase):
+    def test_frames_of_one_wake_up_wait_behind_each_other(self):
+        events = trace(
+            (1.000000, *SLEEP),
+            (1.001000, "exit_epoll_wait", "0x2"),
+            (1.001004, "exit_recvfrom", "0xf4"),
+            (1.001014, "exit_writev", "0xf4"),
+            (1.001017, "exit_recvfrom", "0xf4"),
+            (1.001027, "exit_writev", "0xf4"),
+            (1.001030, *SLEEP),
+            (1.020000, "exit_epoll_wait", "0x1"),
+        )
+        delays, per_wakeup, unpaired = in_proxy.frames(events)
+        self.assertEqual(delays, [14, 27])
+        self.assertEqual(per_wakeup, [2])
+        self.assertEqual(unpaired, 0)
+
+    def test_a_read_never_written_does_not_shift_later_frames(self):
+        events = trace(
+            (1.000000, *SLEEP),
+            (1.001000, "exit_epoll_wait", "0x1"),
+            (1.001005, "exit_recvfrom", "0x80"),  # a request head: no write follows
+            (1.001010, "exit_recvfrom", "0xfffffffffffffff5"),  # EAGAIN
+            (1.001020, *SLEEP),
+            (1.002000, "exit_epoll_wait", "0x1"),
+            (1.002005, "exit_recvfrom", "0xf4"),
+            (1.002015, "exit_writev", "0xf4"),
+            (1.002020, "exit_write", "0x0"),
+        )
+        delays, _, unpaired = in_proxy.frames(events)
+        self.assertEqual(delays, [15])
+        self.assertEqual(unpaired, 1)
+
+    def test_a_poll_without_sleep_keeps_the_burst_going(self):
+        events = trace(
+            (1.000000, *SLEEP),
+            (1.001000, "exit_epoll_wait", "0x1"),
+            (1.001005, "exit_recvfrom", "0xf4"),
+            (1.001006, *SLEEP),
+            (1.001008, "exit_epoll_wait", "0x1"),  # did not sleep: 2 us
+            (1.001010, "exit_recvfrom", "0xf4"),
+            (1.001020, "exit_writev", "0xf4"),
+            (1.001030, "exit_writev", "0xf4"),
+        )
+        delays, per_wakeup, unpaired = in_proxy.frames(events)
+        self.assertEqual(delays, [20, 22])
+        self.assertEqual(unpaired, 0)
+        summary = in_proxy.summarize(delays, per_wakeup, unpaired)
+        self.assertEqual((summary["in_proxy_delay_us_p50"], summary["in_proxy_delay_us_p99"]), (20, 22))
+
+
+if __name__ == "__main__":
+    unittest.main()
