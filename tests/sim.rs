@@ -109,6 +109,7 @@ fn streamed_arguments(path: &str, events: &[serde_json::Value]) -> String {
     let pointer = match path {
         "/v1/messages" => "/delta/partial_json",
         "/v1/responses" => "/delta",
+        "/api/chat" => "/message/tool_calls/0/function/arguments",
         _ => "/choices/0/delta/tool_calls/0/function/arguments",
     };
     events
@@ -116,7 +117,15 @@ fn streamed_arguments(path: &str, events: &[serde_json::Value]) -> String {
         .filter(|e| {
             path != "/v1/responses" || e["type"] == "response.function_call_arguments.delta"
         })
-        .filter_map(|e| e.pointer(pointer)?.as_str().map(str::to_owned))
+        .filter_map(|e| {
+            let arguments = e.pointer(pointer)?;
+            // Ollama's arguments are an object, the others' string fragments.
+            Some(
+                arguments
+                    .as_str()
+                    .map_or_else(|| arguments.to_string(), str::to_owned),
+            )
+        })
         .collect()
 }
 
@@ -124,6 +133,9 @@ fn streamed_arguments(path: &str, events: &[serde_json::Value]) -> String {
 fn whole_arguments(path: &str, body: &serde_json::Value) -> String {
     match path {
         "/v1/messages" => body.pointer("/content/0/input").map(|i| i.to_string()),
+        "/api/chat" => body
+            .pointer("/message/tool_calls/0/function/arguments")
+            .map(|a| a.to_string()),
         "/v1/responses" => body
             .pointer("/output/0/arguments")
             .and_then(|a| a.as_str().map(str::to_owned)),
@@ -136,7 +148,8 @@ fn whole_arguments(path: &str, body: &serde_json::Value) -> String {
 
 /// A request with tools gets one function call in the format's own shape
 /// (OpenAI `tool_calls`, Anthropic `tool_use` with `input_json_delta`,
-/// Responses `function_call` with argument deltas), streamed or not: the
+/// Responses `function_call` with argument deltas, Ollama one
+/// `message.tool_calls` line), streamed or not: the
 /// arguments are valid JSON once joined, and tokenclock counts them as
 /// output, so TTFO is TTFT.
 #[tokio::test]
@@ -144,7 +157,7 @@ async fn tool_calls_count_as_output() {
     let sim = start(fast()).await;
     let (proxy, mut timelines) = proxy_with_timelines(sim.addr, "").await;
     let tools = r#","tools":[{"type":"function","name":"f","function":{"name":"f"}}]"#;
-    for path in [CHAT, "/v1/messages", "/v1/responses"] {
+    for path in [CHAT, "/v1/messages", "/v1/responses", "/api/chat"] {
         for stream in [true, false] {
             let body = request(path, "sim-llama", 5, stream, tools);
             let response = post(proxy.addr, path, &body, &[])

@@ -1,10 +1,12 @@
 //! Ollama native NDJSON (`/api/chat`, `/api/generate`): one line per step,
 //! `thinking` for reasoning, and a final `done: true` line with counts and
-//! nanosecond durations.
+//! nanosecond durations. A chat request that offers tools gets one tool
+//! call, as Ollama streams it: held back while its tokens are generated,
+//! then one line with `message.tool_calls` (arguments as an object).
 
 use serde_json::{json, Value};
 
-use super::{Encoder, Kind, Step, Text, Totals};
+use super::{Encoder, Kind, Step, Text, Totals, TOOL};
 use crate::sim::{
     body::Event,
     request::{Format, SimRequest},
@@ -15,6 +17,10 @@ pub(crate) struct Ollama {
     chat: bool,
     model: String,
     length_limited: bool,
+    /// The request offered tools (chat only): the answer is a tool call.
+    tools: bool,
+    /// The tool call's text generated so far.
+    call: String,
 }
 
 impl Ollama {
@@ -23,7 +29,17 @@ impl Ollama {
             chat: request.format == Format::OllamaChat,
             model: request.model.clone(),
             length_limited: request.max_tokens.is_some(),
+            tools: request.tools && request.format == Format::OllamaChat,
+            call: String::new(),
         }
+    }
+
+    /// Turns a chat line's answer into the tool call whose argument is `text`.
+    fn with_tool_call(mut line: Value, text: &str) -> Value {
+        line["message"]["content"] = json!("");
+        line["message"]["tool_calls"] =
+            json!([{"function": {"name": TOOL, "arguments": {"text": text}}}]);
+        line
     }
 
     /// A line carrying `content` and `thinking` in this endpoint's shape.
@@ -71,6 +87,13 @@ impl Encoder for Ollama {
         let text = step.text();
         let line = match step.kind {
             Kind::Reasoning => self.line("", &text, false),
+            Kind::Output if self.tools => {
+                self.call.push_str(&text);
+                if !step.last {
+                    return Vec::new();
+                }
+                Self::with_tool_call(self.line("", "", false), &self.call)
+            }
             Kind::Output => self.line(&text, "", false),
         };
         vec![Event::Json(None, line)]
@@ -84,7 +107,11 @@ impl Encoder for Ollama {
     }
 
     fn body(&self, text: &Text, totals: &Totals) -> Value {
-        self.done(self.line(&text.output, &text.reasoning, true), totals)
+        let line = match self.tools {
+            true => Self::with_tool_call(self.line("", &text.reasoning, true), &text.output),
+            false => self.line(&text.output, &text.reasoning, true),
+        };
+        self.done(line, totals)
     }
 }
 
