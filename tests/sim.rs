@@ -104,6 +104,34 @@ async fn reasoning_comes_before_the_answer() {
     }
 }
 
+/// Responses events name their item by its index in `output`: the answer
+/// is item 0, or item 1 after a reasoning item.
+#[tokio::test]
+async fn responses_output_indexes_follow_the_items() {
+    let sim = start(fast()).await;
+    for (model, reasoning, answer) in [("sim-llama", None, 0), ("sim-think", Some(0), 1)] {
+        let body = request("/v1/responses", model, 6, true, "");
+        let response = post(sim.addr, "/v1/responses", &body, &[])
+            .await
+            .expect("whole body");
+        let index_of = |kind: &str| -> Vec<u64> {
+            payloads(&response.body())
+                .iter()
+                .filter(|e| e["type"] == kind)
+                .map(|e| e["output_index"].as_u64().expect("output_index"))
+                .collect()
+        };
+        let answers = index_of("response.output_text.delta");
+        assert!(!answers.is_empty(), "{model}");
+        assert!(answers.iter().all(|&i| i == answer), "{model}: {answers:?}");
+        let thoughts = index_of("response.reasoning_summary_text.delta");
+        assert_eq!(thoughts.first().copied(), reasoning, "{model}");
+        let done = index_of("response.output_item.done");
+        let expected: Vec<u64> = reasoning.into_iter().chain([answer]).collect();
+        assert_eq!(done, expected, "{model}");
+    }
+}
+
 /// The tool call's arguments in a stream of `path`'s format, joined.
 fn streamed_arguments(path: &str, events: &[serde_json::Value]) -> String {
     let pointer = match path {

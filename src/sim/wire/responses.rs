@@ -13,7 +13,10 @@ pub(crate) struct Responses {
     model: String,
     created: u64,
     sequence: u64,
-    open: Option<Kind>,
+    /// The open output item: its index in `output`, and what it holds.
+    open: Option<(usize, Kind)>,
+    /// Output items opened so far.
+    items: usize,
     /// The open item's text so far, repeated in its `done` event.
     buffer: String,
     /// The request offered tools: the answer is one `function_call` item.
@@ -28,6 +31,7 @@ impl Responses {
             created: created(),
             sequence: 0,
             open: None,
+            items: 0,
             buffer: String::new(),
             tools: request.tools,
         }
@@ -69,14 +73,13 @@ impl Responses {
     /// Closes the open output item, if any.
     fn close(&mut self) -> Vec<Event> {
         match self.open.take() {
-            Some(kind) => {
-                let index = if kind == Kind::Reasoning { 0 } else { 1 };
+            Some((index, kind)) => {
                 let text = std::mem::take(&mut self.buffer);
                 let mut events = Vec::new();
                 if kind == Kind::Output && self.tools {
                     events.push(self.event(
                         "response.function_call_arguments.done",
-                        json!({"item_id": "fc_1", "output_index": 1, "arguments": text}),
+                        json!({"item_id": "fc_1", "output_index": index, "arguments": text}),
                     ));
                 }
                 let item = self.item(kind, &text, "completed");
@@ -102,16 +105,19 @@ impl Encoder for Responses {
 
     fn step(&mut self, step: &Step<'_>, _: &Totals) -> Vec<Event> {
         let mut events = Vec::new();
-        let opened = self.open != Some(step.kind);
+        let (index, opened) = match self.open {
+            Some((index, kind)) if kind == step.kind => (index, false),
+            _ => (self.items, true),
+        };
         if opened {
             events.extend(self.close());
-            let index = if step.kind == Kind::Reasoning { 0 } else { 1 };
+            self.items += 1;
             let item = self.item(step.kind, "", "in_progress");
             events.push(self.event(
                 "response.output_item.added",
                 json!({"output_index": index, "item": item}),
             ));
-            self.open = Some(step.kind);
+            self.open = Some((index, step.kind));
         }
         let delta = match step.kind {
             Kind::Output if self.tools => arguments_fragment(step.text(), opened, step.last),
@@ -121,15 +127,15 @@ impl Encoder for Responses {
         events.push(match step.kind {
             Kind::Reasoning => self.event(
                 "response.reasoning_summary_text.delta",
-                json!({"item_id": "rs_0", "output_index": 0, "summary_index": 0, "delta": delta}),
+                json!({"item_id": "rs_0", "output_index": index, "summary_index": 0, "delta": delta}),
             ),
             Kind::Output if self.tools => self.event(
                 "response.function_call_arguments.delta",
-                json!({"item_id": "fc_1", "output_index": 1, "delta": delta}),
+                json!({"item_id": "fc_1", "output_index": index, "delta": delta}),
             ),
             Kind::Output => self.event(
                 "response.output_text.delta",
-                json!({"item_id": "msg_1", "output_index": 1, "content_index": 0,
+                json!({"item_id": "msg_1", "output_index": index, "content_index": 0,
                        "delta": delta, "logprobs": []}),
             ),
         });
