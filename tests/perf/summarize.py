@@ -60,6 +60,8 @@ def per_via(results):
             "in_proxy_p50_us": [e.get("in_proxy_delay_us_p50") for _, e in t],
             "in_proxy_p99_us": [e.get("in_proxy_delay_us_p99") for _, e in t],
             "frames_per_wakeup_p50": [e.get("frames_per_wakeup_p50") for _, e in t],
+            "traced_frames": [e.get("frames") for _, e in t],
+            "traced_unpaired_reads": [e.get("unpaired_reads") for _, e in t],
             "events_per_s": [s["events_per_s"] for s, _ in b],
             "cpu_us_per_event": [cpu_us_per_event(s, e) for s, e in b] if via != "direct" else [],
             "rss_kib_per_stream": [rss_kib_per_stream(e) for _, e in c],
