@@ -115,10 +115,15 @@ warm_up() {
         --schedule "ttft_ms=1,gap_ms=1,tokens=16"
 }
 
+# a_load OUT: (a)'s load, a steady 20 ms pace; its summary into OUT.
+a_load() {
+    run_load "$1" "$TMP/load.log" --concurrency "$A_STREAMS" \
+        --requests $(( A_STREAMS * 2 )) --schedule "ttft_ms=20,gap_ms=20,tokens=$A_EVENTS"
+}
+
 # (a) one-way delay per event at a steady 20 ms pace.
 scenario_a() {
-    run_load "$RESULTS/a-$1-$2.json" "$TMP/load.log" --concurrency "$A_STREAMS" \
-        --requests $(( A_STREAMS * 2 )) --schedule "ttft_ms=20,gap_ms=20,tokens=$A_EVENTS"
+    a_load "$RESULTS/a-$1-$2.json"
 }
 
 # (t) scenario (a) again with the proxy's syscalls recorded by perf (its
@@ -130,8 +135,7 @@ scenario_t() {
     perf_pid=$!
     PIDS+=("$perf_pid")
     sleep 1 # perf attaches
-    run_load "$RESULTS/t-$1-$2.json" "$TMP/load.log" --concurrency "$A_STREAMS" \
-        --requests $(( A_STREAMS * 2 )) --schedule "ttft_ms=20,gap_ms=20,tokens=$A_EVENTS"
+    a_load "$RESULTS/t-$1-$2.json"
     kill -INT "$perf_pid"
     wait "$perf_pid" || true
     forget "$perf_pid"

@@ -5,7 +5,7 @@
 
 use serde_json::{json, Value};
 
-use super::{arguments_fragment, Encoder, Kind, Step, Text, Totals, TOOL};
+use super::{arguments_fragment, arguments_object, Encoder, Kind, Step, Text, Totals, TOOL};
 use crate::sim::{body::Event, request::SimRequest};
 
 /// An Anthropic stream in progress: which content block is open.
@@ -129,7 +129,7 @@ impl Encoder for Anthropic {
                                 "signature": "c2ltdWxhdGVk"}));
         }
         content.push(match self.tools {
-            true => self.tool_use(json!({"text": text.output})),
+            true => self.tool_use(arguments_object(&text.output)),
             false => json!({"type": "text", "text": text.output}),
         });
         let usage = json!({"input_tokens": totals.input, "cache_creation_input_tokens": 0,

@@ -83,9 +83,14 @@ fn arguments_fragment(text: String, first: bool, last: bool) -> String {
     fragment
 }
 
-/// The whole arguments of the tool call for a non-streamed body.
+/// The tool call's arguments as an object (Anthropic `input`, Ollama).
+fn arguments_object(output: &str) -> serde_json::Value {
+    serde_json::json!({"text": output})
+}
+
+/// The tool call's arguments as one JSON string (OpenAI, Responses).
 fn arguments(output: &str) -> String {
-    serde_json::json!({"text": output}).to_string()
+    arguments_object(output).to_string()
 }
 
 /// A whole response's text, for non-streamed bodies.

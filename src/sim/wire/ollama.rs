@@ -6,7 +6,7 @@
 
 use serde_json::{json, Value};
 
-use super::{Encoder, Kind, Step, Text, Totals, TOOL};
+use super::{arguments_object, Encoder, Kind, Step, Text, Totals, TOOL};
 use crate::sim::{
     body::Event,
     request::{Format, SimRequest},
@@ -38,7 +38,7 @@ impl Ollama {
     fn with_tool_call(mut line: Value, text: &str) -> Value {
         line["message"]["content"] = json!("");
         line["message"]["tool_calls"] =
-            json!([{"function": {"name": TOOL, "arguments": {"text": text}}}]);
+            json!([{"function": {"name": TOOL, "arguments": arguments_object(text)}}]);
         line
     }
 
