@@ -38,6 +38,8 @@ pub struct Config {
     pub preserve_host: bool,
     /// Timeouts on both sides of the proxy.
     pub timeouts: Timeouts,
+    /// Caps on open client connections, per listener.
+    pub connections: Connections,
     /// Upstream connection pool.
     pub pool: Pool,
     /// How request and response bodies are read for measurement.
@@ -91,8 +93,27 @@ pub struct Timeouts {
     pub response_header: Duration,
     /// Between two upstream body frames; exceeded → the client's stream is aborted.
     pub idle: Duration,
-    /// A client must send its request head within this (slowloris guard).
+    /// A client must send its request head within this (slowloris guard);
+    /// on a new connection this covers the first bytes too, and for h2 the
+    /// preface, SETTINGS and first HEADERS.
     pub header_read: Duration,
+    /// A client connection with no request in flight is closed after this.
+    pub client_idle: Duration,
+    /// An h2 client connection silent for this long is sent a PING.
+    pub keep_alive_interval: Duration,
+    /// A PING unanswered for this long closes the h2 connection.
+    pub keep_alive_timeout: Duration,
+}
+
+/// Caps on open client connections, so a flood of sockets cannot take the
+/// file descriptors the upstream pool and the metrics listener need.
+#[derive(Clone, Copy, Debug)]
+pub struct Connections {
+    /// Open connections on the proxy listener; beyond it new ones are
+    /// closed at once and counted.
+    pub max: usize,
+    /// Open connections on the metrics listener.
+    pub metrics_max: usize,
 }
 
 /// Upstream keep-alive pool.

@@ -1,16 +1,25 @@
 //! Listeners and connections: accept, serve HTTP/1.1 and h2c on one port,
 //! and drain gracefully on shutdown.
+//!
+//! Connections are bounded in number ([`accept`]: `max_connections`, with
+//! the file descriptor limit checked at start by [`fds`]) and in time
+//! ([`conn`]: `header_read_timeout`, `client_idle_timeout`, h2 keep-alive).
+
+mod accept;
+mod activity;
+mod conn;
+mod fds;
 
 use std::{future::Future, io, net::SocketAddr, sync::Arc, time::Duration};
 
-use http::{Request, Response};
-use hyper::body::Incoming;
-use hyper_util::{
-    rt::{TokioExecutor, TokioIo, TokioTimer},
-    server::{conn::auto, graceful::GracefulShutdown},
-    service::TowerToHyperService,
-};
+use hyper_util::service::TowerToHyperService;
 use tokio::{net::TcpListener, task::JoinSet};
+
+pub use self::fds::TooFewDescriptors;
+pub(crate) use self::{
+    accept::Listener,
+    conn::{Drain, Serve},
+};
 
 use crate::{
     admin, config::Config, health::Health, metrics::Metrics, proxy::Proxy, records::RecordWriter,
@@ -47,12 +56,18 @@ pub enum StartError {
     /// The runtime could not start.
     #[error("cannot start the runtime: {0}")]
     Runtime(io::Error),
+    /// The connection caps do not fit in the file descriptor limit.
+    #[error(transparent)]
+    Descriptors(#[from] TooFewDescriptors),
 }
 
 impl StartError {
     /// Whether the fault is in the configuration (exit code 2).
     pub fn is_config(&self) -> bool {
-        matches!(self, Self::Bind { .. } | Self::Records { .. })
+        matches!(
+            self,
+            Self::Bind { .. } | Self::Records { .. } | Self::Descriptors(_)
+        )
     }
 }
 
@@ -67,8 +82,15 @@ pub struct Bound {
 // === impl Bound ===
 
 impl Bound {
-    /// Binds the proxy and metrics listeners; fails before serving anything.
+    /// Binds the proxy and metrics listeners; fails before serving anything,
+    /// also when the connection caps do not fit in the file descriptor limit.
     pub async fn bind(config: Config) -> Result<Self, StartError> {
+        let limit = fds::reserve(&config)?;
+        tracing::debug!(
+            limit = limit.map_or_else(|| "unlimited".to_owned(), |l| l.to_string()),
+            needed = fds::needed(&config),
+            "File descriptors."
+        );
         let proxy = bind("listen", config.listen).await?;
         let admin = bind("metrics_listen", config.metrics_listen).await?;
         Ok(Self {
@@ -132,44 +154,46 @@ impl Bound {
             }
             None => None,
         };
-        let admin_addr = admin.local_addr();
+        let listen = proxy.local_addr().map_or(config.listen, |a| a);
+        let metrics_listen = admin.local_addr().map_or(config.metrics_listen, |a| a);
         let mut background = JoinSet::new();
         background.spawn(
             health
                 .clone()
                 .probe(config.upstream.clone(), config.timeouts.connect),
         );
+        let proxy = Listener::new(
+            proxy,
+            config.connections.max,
+            Serve::new(&config.timeouts, metrics.connections("proxy")),
+        );
+        let admin = Listener::new(
+            admin,
+            config.connections.metrics_max,
+            Serve::new(&config.timeouts, metrics.connections("metrics")),
+        );
         let admin_service = admin::Admin::new(health.clone(), metrics);
-        let header_read = config.timeouts.header_read;
         background.spawn(async move {
-            let connections = GracefulShutdown::new();
-            let forever = std::future::pending();
-            accept(
-                admin,
-                admin_service,
-                &builder(header_read),
-                &connections,
-                forever,
-            )
-            .await;
+            // Never drained: it serves /readyz = 503 until the process exits.
+            let drain = Drain::new();
+            admin
+                .accept(admin_service, &drain, std::future::pending())
+                .await;
         });
 
         let service =
             TowerToHyperService::new(Proxy::new(&config, health.clone(), Some(Arc::new(sinks)))?);
-        let graceful = GracefulShutdown::new();
-        let listen = proxy.local_addr().map_or(config.listen, |a| a);
-        let metrics_listen = admin_addr.map_or(config.metrics_listen, |a| a);
+        let drain = Drain::new();
         tracing::info!(
             %listen,
             %metrics_listen,
             upstream = %config.upstream.url(),
             "Proxy listening."
         );
-        let connections = builder(config.timeouts.header_read);
-        accept(proxy, service, &connections, &graceful, shutdown).await;
+        proxy.accept(service, &drain, shutdown).await;
 
         health.start_draining();
-        drain(graceful, config.shutdown_grace).await;
+        finish(drain, config.shutdown_grace).await;
         if let Some(records) = records {
             records.close().await;
         }
@@ -184,83 +208,12 @@ async fn bind(key: &'static str, addr: SocketAddr) -> Result<TcpListener, StartE
         .map_err(|source| StartError::Bind { key, addr, source })
 }
 
-/// The connection builder: HTTP/1.1 and h2c on one port, with timers so
-/// `header_read_timeout` is enforced.
-pub(crate) fn builder(header_read: Duration) -> auto::Builder<TokioExecutor> {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(header_read);
-    builder.http2().timer(TokioTimer::new());
-    builder
-}
-
-/// Accepts connections until `shutdown` resolves; the listener is dropped
-/// on return, so new connections are refused from then on.
-pub(crate) async fn accept<S, B>(
-    listener: TcpListener,
-    service: S,
-    builder: &auto::Builder<TokioExecutor>,
-    graceful: &GracefulShutdown,
-    shutdown: impl Future<Output = ()>,
-) where
-    S: hyper::service::Service<Request<Incoming>, Response = Response<B>>
-        + Clone
-        + Send
-        + Sync
-        + 'static,
-    S::Future: Send + 'static,
-    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    B: http_body::Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    tokio::pin!(shutdown);
-    loop {
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    accept_error(e).await;
-                    continue;
-                }
-            },
-            () = &mut shutdown => return,
-        };
-        if let Err(e) = stream.set_nodelay(true) {
-            tracing::debug!(%peer, error = %e, "Cannot set TCP_NODELAY.");
-        }
-        let connection = builder
-            .serve_connection(TokioIo::new(stream), service.clone())
-            .into_owned();
-        let connection = graceful.watch(connection);
-        tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!(%peer, error = %e, "Connection closed with an error.");
-            }
-        });
-    }
-}
-
-/// Per-connection accept errors are normal; anything else (EMFILE) is
-/// logged and retried after a pause rather than ending the loop.
-async fn accept_error(e: io::Error) {
-    use io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset};
-    if matches!(
-        e.kind(),
-        ConnectionAborted | ConnectionRefused | ConnectionReset
-    ) {
-        return;
-    }
-    tracing::error!(error = %e, "Accept failed; retrying in 1s.");
-    tokio::time::sleep(Duration::from_secs(1)).await;
-}
-
-async fn drain(graceful: GracefulShutdown, grace: Duration) {
+/// Lets in-flight requests finish for up to `grace`; idle and head-less
+/// connections are closed at once.
+async fn finish(drain: Drain, grace: Duration) {
     tracing::info!(grace = ?grace, "Shutting down: draining in-flight requests.");
     tokio::select! {
-        () = graceful.shutdown() => tracing::info!("All connections closed."),
+        () = drain.shutdown() => tracing::info!("All connections closed."),
         () = tokio::time::sleep(grace) => tracing::warn!("Grace period over; closing the remaining connections."),
     }
 }

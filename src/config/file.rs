@@ -14,8 +14,8 @@ use serde::{Deserialize, Serialize};
 use super::{
     duration,
     export::{self, LabelFile, RecordsFile, SloFile, WorkloadFile},
-    Config, ConfigError, LogFormat, Override, Overrides, Pool, Reading, Timeouts, Upstream,
-    UpstreamProtocol, UsageMode,
+    Config, ConfigError, Connections, LogFormat, Override, Overrides, Pool, Reading, Timeouts,
+    Upstream, UpstreamProtocol, UsageMode,
 };
 use crate::dialect::Dialect;
 
@@ -39,6 +39,14 @@ pub struct File {
     pub(super) idle_timeout: Duration,
     #[serde(with = "duration")]
     pub(super) header_read_timeout: Duration,
+    #[serde(with = "duration")]
+    pub(super) client_idle_timeout: Duration,
+    #[serde(with = "duration")]
+    pub(super) http2_keep_alive_interval: Duration,
+    #[serde(with = "duration")]
+    pub(super) http2_keep_alive_timeout: Duration,
+    pub(super) max_connections: usize,
+    pub(super) metrics_max_connections: usize,
     #[serde(with = "duration")]
     pub(super) pool_idle_timeout: Duration,
     pub(super) pool_max_idle_per_host: usize,
@@ -79,6 +87,11 @@ impl Default for File {
             response_header_timeout: Duration::from_secs(300),
             idle_timeout: Duration::from_secs(300),
             header_read_timeout: Duration::from_secs(30),
+            client_idle_timeout: Duration::from_secs(90),
+            http2_keep_alive_interval: Duration::from_secs(30),
+            http2_keep_alive_timeout: Duration::from_secs(20),
+            max_connections: 4096,
+            metrics_max_connections: 64,
             pool_idle_timeout: Duration::from_secs(4),
             pool_max_idle_per_host: 256,
             shutdown_grace: Duration::from_secs(30),
@@ -188,10 +201,21 @@ impl File {
             ("response_header_timeout", self.response_header_timeout),
             ("idle_timeout", self.idle_timeout),
             ("header_read_timeout", self.header_read_timeout),
+            ("client_idle_timeout", self.client_idle_timeout),
+            ("http2_keep_alive_interval", self.http2_keep_alive_interval),
+            ("http2_keep_alive_timeout", self.http2_keep_alive_timeout),
             ("pool_idle_timeout", self.pool_idle_timeout),
         ] {
             if value.is_zero() {
                 return Err(ConfigError::invalid(key, "must be greater than zero"));
+            }
+        }
+        for (key, value) in [
+            ("max_connections", self.max_connections),
+            ("metrics_max_connections", self.metrics_max_connections),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::invalid(key, "must be at least 1"));
             }
         }
         tracing_subscriber::EnvFilter::try_new(&self.log_filter)
@@ -229,6 +253,13 @@ impl File {
                 response_header: self.response_header_timeout,
                 idle: self.idle_timeout,
                 header_read: self.header_read_timeout,
+                client_idle: self.client_idle_timeout,
+                keep_alive_interval: self.http2_keep_alive_interval,
+                keep_alive_timeout: self.http2_keep_alive_timeout,
+            },
+            connections: Connections {
+                max: self.max_connections,
+                metrics_max: self.metrics_max_connections,
             },
             pool: Pool {
                 idle_timeout: self.pool_idle_timeout,

@@ -128,3 +128,31 @@ fn overrides_win_and_name_their_origin() {
     assert!(e.starts_with("metrics_listen: "), "{e}");
     assert!(e.ends_with("(from TOKENCLOCK_METRICS_LISTEN)"), "{e}");
 }
+
+#[test]
+fn connection_limits_and_deadlines_have_defaults_and_are_checked() {
+    let c = parse("upstream = \"http://127.0.0.1:8000\"").expect("valid");
+    assert_eq!(c.timeouts.client_idle, Duration::from_secs(90));
+    assert_eq!(c.timeouts.keep_alive_interval, Duration::from_secs(30));
+    assert_eq!(c.timeouts.keep_alive_timeout, Duration::from_secs(20));
+    assert_eq!(c.connections.max, 4096);
+    assert_eq!(c.connections.metrics_max, 64);
+    for (line, key) in [
+        ("max_connections = 0", "max_connections: must be at least 1"),
+        (
+            "metrics_max_connections = 0",
+            "metrics_max_connections: must be at least 1",
+        ),
+        (
+            "client_idle_timeout = \"0s\"",
+            "client_idle_timeout: must be greater than zero",
+        ),
+        (
+            "http2_keep_alive_interval = \"0s\"",
+            "http2_keep_alive_interval: must be greater than zero",
+        ),
+    ] {
+        let e = error(&format!("upstream = \"http://a:1\"\n{line}\n"));
+        assert!(e.starts_with(key), "{e}");
+    }
+}

@@ -8,6 +8,7 @@
 //! A request's series are resolved once, when it finishes; nothing here
 //! runs per event.
 
+mod connections;
 mod families;
 mod labels;
 
@@ -15,8 +16,11 @@ use std::{sync::Arc, time::Duration};
 
 use prometheus::{Encoder, IntCounter, IntGaugeVec, Opts, Registry, TextEncoder};
 
-use self::families::Families;
-pub use self::labels::{LabelSpace, OTHER, UNKNOWN};
+use self::{connections::ConnectionFamilies, families::Families};
+pub use self::{
+    connections::ConnectionMetrics,
+    labels::{LabelSpace, OTHER, UNKNOWN},
+};
 use crate::{
     config::{range_label, Export, Slo},
     dialect::{Dialect, ServerTimings},
@@ -33,6 +37,7 @@ pub struct Metrics {
 struct Inner {
     registry: Registry,
     families: Families,
+    connections: ConnectionFamilies,
     labels: LabelSpace,
     slos: Vec<Slo>,
     input_ranges: Ranges,
@@ -85,10 +90,12 @@ impl Metrics {
             prometheus::process_collector::ProcessCollector::for_self(),
         ))?;
         let families = Families::register(&registry, export)?;
+        let connections = ConnectionFamilies::register(&registry)?;
         Ok(Self {
             inner: Arc::new(Inner {
                 registry,
                 families,
+                connections,
                 labels: LabelSpace::new(
                     1 + export.labels.len(),
                     export.max_values,
@@ -106,6 +113,11 @@ impl Metrics {
         let mut buffer = Vec::with_capacity(64 * 1024);
         TextEncoder::new().encode(&self.inner.registry.gather(), &mut buffer)?;
         Ok(buffer)
+    }
+
+    /// The connection series of one listener (`proxy` or `metrics`).
+    pub fn connections(&self, listener: &str) -> ConnectionMetrics {
+        self.inner.connections.listener(listener)
     }
 
     /// The counter of records dropped by the record writer.

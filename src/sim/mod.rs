@@ -19,13 +19,29 @@ mod service;
 mod text;
 mod wire;
 
-use std::{future::Future, io, net::SocketAddr};
+use std::{future::Future, io, net::SocketAddr, time::Duration};
 
-use hyper_util::server::graceful::GracefulShutdown;
 use serde::Deserialize;
 use tokio::net::TcpListener;
 
 pub use self::{fault::Fault, schedule::Schedule};
+use crate::{
+    config::Timeouts,
+    metrics::ConnectionMetrics,
+    server::{Drain, Listener, Serve},
+};
+
+/// The client-side deadlines of the simulator's connections; the upstream
+/// ones do not apply to it.
+const SIM_TIMEOUTS: Timeouts = Timeouts {
+    connect: Duration::from_secs(5),
+    response_header: Duration::from_secs(300),
+    idle: Duration::from_secs(300),
+    header_read: Duration::from_secs(30),
+    client_idle: Duration::from_secs(300),
+    keep_alive_interval: Duration::from_secs(30),
+    keep_alive_timeout: Duration::from_secs(20),
+};
 
 /// The simulator's knobs. Times are in milliseconds, rates per second.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -122,6 +138,7 @@ impl SimConfig {
 pub struct Sim {
     listener: TcpListener,
     service: service::SimService,
+    connections: ConnectionMetrics,
 }
 
 /// Binds `listen` and prepares the simulator; fails on a bad config
@@ -131,8 +148,13 @@ pub async fn bind(listen: SocketAddr, config: SimConfig) -> io::Result<Sim> {
         .validate()
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
     let service = service::SimService::new(config).map_err(io::Error::other)?;
+    let connections = ConnectionMetrics::unexported().map_err(io::Error::other)?;
     let listener = TcpListener::bind(listen).await?;
-    Ok(Sim { listener, service })
+    Ok(Sim {
+        listener,
+        service,
+        connections,
+    })
 }
 
 impl Sim {
@@ -144,15 +166,21 @@ impl Sim {
     /// Serves until `shutdown` resolves, then stops accepting and closes
     /// the open connections (in-flight generations are cut).
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
-        let Self { listener, service } = self;
+        let Self {
+            listener,
+            service,
+            connections,
+        } = self;
         if let Ok(listen) = listener.local_addr() {
             tracing::info!(%listen, "Simulator listening.");
         }
-        let graceful = GracefulShutdown::new();
-        let builder = crate::server::builder(std::time::Duration::from_secs(30));
-        crate::server::accept(listener, service, &builder, &graceful, shutdown).await;
+        let drain = Drain::new();
+        let serve = Serve::new(&SIM_TIMEOUTS, connections);
+        Listener::new(listener, usize::MAX, serve)
+            .accept(service, &drain, shutdown)
+            .await;
         // Streams may be long; give them a moment, not a minute.
-        let _ = tokio::time::timeout(std::time::Duration::from_secs(1), graceful.shutdown()).await;
+        let _ = tokio::time::timeout(Duration::from_secs(1), drain.shutdown()).await;
         tracing::info!("Simulator stopped.");
     }
 }

@@ -1,0 +1,81 @@
+//! Client connection families: how many are open, refused at the cap, and
+//! closed by tokenclock's own deadlines, per listener (`proxy` or `metrics`).
+
+use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
+
+/// The connection families, registered once.
+#[derive(Clone)]
+pub(super) struct ConnectionFamilies {
+    open: IntGaugeVec,
+    refused: IntCounterVec,
+    closed: IntCounterVec,
+}
+
+impl ConnectionFamilies {
+    pub(super) fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
+        let open = IntGaugeVec::new(
+            Opts::new(
+                "tokenclock_connections_open",
+                "Client connections open now, by listener.",
+            ),
+            &["listener"],
+        )?;
+        let refused = IntCounterVec::new(
+            Opts::new(
+                "tokenclock_connections_refused_total",
+                "Client connections closed at accept because the listener was at its cap (max_connections or metrics_max_connections).",
+            ),
+            &["listener"],
+        )?;
+        let closed = IntCounterVec::new(
+            Opts::new(
+                "tokenclock_connections_closed_total",
+                "Client connections tokenclock closed on its own: head_timeout (no whole first request head within header_read_timeout), idle_timeout (no request in flight for client_idle_timeout), shutdown (idle or head-less at shutdown).",
+            ),
+            &["listener", "reason"],
+        )?;
+        registry.register(Box::new(open.clone()))?;
+        registry.register(Box::new(refused.clone()))?;
+        registry.register(Box::new(closed.clone()))?;
+        Ok(Self {
+            open,
+            refused,
+            closed,
+        })
+    }
+
+    /// The series of one listener, resolved once.
+    pub(super) fn listener(&self, listener: &str) -> ConnectionMetrics {
+        let closed = |reason: &str| self.closed.with_label_values(&[listener, reason]);
+        ConnectionMetrics {
+            open: self.open.with_label_values(&[listener]),
+            refused: self.refused.with_label_values(&[listener]),
+            head_timeout: closed("head_timeout"),
+            idle_timeout: closed("idle_timeout"),
+            shutdown: closed("shutdown"),
+        }
+    }
+}
+
+/// One listener's connection series; cheap to clone.
+#[derive(Clone)]
+pub struct ConnectionMetrics {
+    /// Connections open now.
+    pub open: IntGauge,
+    /// Connections closed at accept because the listener was full.
+    pub refused: IntCounter,
+    /// Closed: no whole first request head within `header_read_timeout`.
+    pub head_timeout: IntCounter,
+    /// Closed: no request in flight for `client_idle_timeout`.
+    pub idle_timeout: IntCounter,
+    /// Closed at shutdown with no request in flight.
+    pub shutdown: IntCounter,
+}
+
+impl ConnectionMetrics {
+    /// Series on a registry of their own, for servers whose connections are
+    /// not exported (the simulator).
+    pub fn unexported() -> Result<Self, prometheus::Error> {
+        ConnectionFamilies::register(&Registry::new()).map(|f| f.listener("unexported"))
+    }
+}

@@ -1,0 +1,185 @@
+//! Whether a connection has a request in flight: the service is wrapped so
+//! each request holds an [`Active`] guard from the moment hyper hands over
+//! its head until its response body is dropped (sent or abandoned).
+//!
+//! The connection driver reads this to tell a connection still owing its
+//! first head, an idle one, and a busy one apart; hyper does not expose it.
+
+use std::{
+    future::Future,
+    pin::Pin,
+    sync::{
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+        Arc,
+    },
+    task::{Context, Poll},
+};
+
+use http::{Request, Response};
+use http_body::{Body, Frame, SizeHint};
+use tokio::sync::Notify;
+
+/// One connection's requests in flight.
+#[derive(Debug, Default)]
+pub(crate) struct Activity {
+    active: AtomicUsize,
+    started: AtomicBool,
+    changed: Notify,
+}
+
+impl Activity {
+    /// No request in flight.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.active.load(Ordering::Acquire) == 0
+    }
+
+    /// At least one request head reached the service.
+    pub(crate) fn has_started(&self) -> bool {
+        self.started.load(Ordering::Acquire)
+    }
+
+    /// Resolves after a request starts or ends (a missed wake-up is kept).
+    pub(crate) async fn changed(&self) {
+        self.changed.notified().await;
+    }
+}
+
+/// A request in flight; dropping it ends it.
+#[derive(Debug)]
+struct Active(Arc<Activity>);
+
+impl Active {
+    fn new(activity: Arc<Activity>) -> Self {
+        activity.active.fetch_add(1, Ordering::AcqRel);
+        activity.started.store(true, Ordering::Release);
+        activity.changed.notify_one();
+        Self(activity)
+    }
+}
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        self.0.active.fetch_sub(1, Ordering::AcqRel);
+        self.0.changed.notify_one();
+    }
+}
+
+/// A service whose requests are counted in an [`Activity`].
+#[derive(Clone, Debug)]
+pub(crate) struct Tracked<S> {
+    inner: S,
+    activity: Arc<Activity>,
+}
+
+impl<S> Tracked<S> {
+    pub(crate) fn new(inner: S, activity: Arc<Activity>) -> Self {
+        Self { inner, activity }
+    }
+}
+
+impl<S, ReqB, B> hyper::service::Service<Request<ReqB>> for Tracked<S>
+where
+    S: hyper::service::Service<Request<ReqB>, Response = Response<B>>,
+{
+    type Response = Response<TrackedBody<B>>;
+    type Error = S::Error;
+    type Future = TrackedFuture<S::Future>;
+
+    fn call(&self, request: Request<ReqB>) -> Self::Future {
+        let active = Active::new(self.activity.clone());
+        TrackedFuture {
+            inner: self.inner.call(request),
+            active: Some(active),
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The service's future; hands the guard on to the response body.
+    pub(crate) struct TrackedFuture<F> {
+        #[pin]
+        inner: F,
+        active: Option<Active>,
+    }
+}
+
+impl<F, B, E> Future for TrackedFuture<F>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+{
+    type Output = Result<Response<TrackedBody<B>>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let result = std::task::ready!(this.inner.poll(cx));
+        let active = this.active.take();
+        Poll::Ready(result.map(|response| {
+            response.map(|inner| TrackedBody {
+                inner,
+                _active: active,
+            })
+        }))
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A response body that keeps its request in flight until dropped.
+    pub(crate) struct TrackedBody<B> {
+        #[pin]
+        inner: B,
+        _active: Option<Active>,
+    }
+}
+
+impl<B: Body> Body for TrackedBody<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        self.project().inner.poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{convert::Infallible, sync::Arc};
+
+    use bytes::Bytes;
+    use http::{Request, Response};
+    use http_body_util::{BodyExt, Empty, Full};
+    use hyper::service::Service;
+
+    use super::{Activity, Tracked};
+
+    #[tokio::test]
+    async fn a_request_is_in_flight_until_its_body_is_dropped() {
+        let activity = Arc::new(Activity::default());
+        let service = Tracked::new(
+            hyper::service::service_fn(|_: Request<Empty<Bytes>>| async {
+                Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok"))))
+            }),
+            activity.clone(),
+        );
+        assert!(activity.is_idle() && !activity.has_started());
+        let pending = service.call(Request::new(Empty::new()));
+        assert!(!activity.is_idle() && activity.has_started());
+        let response = pending.await.expect("infallible");
+        assert!(!activity.is_idle(), "the body is not sent yet");
+        let body = response.into_body().collect().await.expect("body");
+        assert_eq!(&body.to_bytes()[..], b"ok");
+        assert!(activity.is_idle());
+        // Both changes left a wake-up.
+        activity.changed().await;
+    }
+}
