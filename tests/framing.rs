@@ -68,14 +68,6 @@ async fn a_length_beside_a_transfer_coding_is_dropped_for_h2c_clients() {
     assert_eq!(collected.body(), b"hello world!");
 }
 
-fn error_type(body: &[u8]) -> String {
-    let json: serde_json::Value = serde_json::from_slice(body).expect("JSON error body");
-    json["error"]["type"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned()
-}
-
 #[tokio::test]
 async fn an_upstream_101_is_a_502_upgrade_asked_or_not() {
     let switch = head(
@@ -94,7 +86,7 @@ async fn an_upstream_101_is_a_502_upgrade_asked_or_not() {
         let response = send(proxy.addr, request).await.expect("response head");
         let collected = collect(response).await.expect("whole body");
         assert_eq!(collected.status, 502);
-        assert_eq!(error_type(&collected.body()), "upstream_error");
+        assert_eq!(collected.error_type(), "upstream_error");
         // Upgrades are not proxied: the upstream never sees one asked for.
         assert_eq!(upstream.next_request().await.header("upgrade"), None);
         let t = next_timeline(&mut timelines).await;

@@ -25,6 +25,16 @@ impl Collected {
         self.frames.concat()
     }
 
+    /// `error.type` of a JSON error body tokenclock made itself.
+    pub fn error_type(&self) -> String {
+        let json: serde_json::Value =
+            serde_json::from_slice(&self.body()).expect("JSON error body");
+        json["error"]["type"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
     /// The end-to-end headers: hop-by-hop ones and `date` left out.
     pub fn end_to_end_headers(&self) -> Vec<(String, Vec<u8>)> {
         let hop = [
