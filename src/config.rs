@@ -72,6 +72,9 @@ pub struct Reading {
     pub label_headers: Vec<http::HeaderName>,
     /// Read per-request SLO limits from `x-slo-ttft-ms` / `x-slo-tpot-ms`.
     pub slo_headers: bool,
+    /// Longest `model` written to the access log, in bytes
+    /// (`max_label_value_bytes`); a longer one is cut there.
+    pub max_logged_model_bytes: usize,
 }
 
 impl Reading {
@@ -93,6 +96,9 @@ pub struct Timeouts {
     pub response_header: Duration,
     /// Between two upstream body frames; exceeded → the client's stream is aborted.
     pub idle: Duration,
+    /// Between two request body frames from the client, while the upstream
+    /// waits for them; exceeded → 408.
+    pub request_body: Duration,
     /// A client must send its request head within this (slowloris guard);
     /// on a new connection this covers the first bytes too, and for h2 the
     /// preface, SETTINGS and first HEADERS.

@@ -38,7 +38,8 @@ pub struct Record {
     pub model: Option<String>,
     /// The HTTP status the client received; `null` if it left first.
     pub status: Option<u16>,
-    /// `ok`, `http_error`, `upstream_error`, `client_cancelled` or `timeout`.
+    /// `ok`, `http_error`, `upstream_error`, `client_cancelled`, `timeout` or
+    /// `client_timeout`.
     pub outcome: String,
     /// The response was an event stream whose events were read.
     pub streamed: bool,

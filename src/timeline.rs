@@ -43,19 +43,22 @@ use crate::{
 pub enum Outcome {
     /// The upstream answered below 400 and the whole body was delivered.
     Ok,
-    /// The upstream answered with a status of 400 or more; delivered in full.
+    /// The upstream answered with a status of 400 or more, delivered in
+    /// full; or tokenclock refused a malformed request (`400`, `405`).
     HttpError,
     /// The upstream could not be reached, or failed mid-response.
     UpstreamError,
     /// The client went away before the response ended.
     ClientCancelled,
-    /// A connect, response-head or idle timeout fired.
+    /// A connect, response-head or idle timeout fired (upstream side).
     Timeout,
+    /// The client stalled mid-request-body past `request_body_timeout`.
+    ClientTimeout,
 }
 
 impl Outcome {
     /// The label value: `ok`, `http_error`, `upstream_error`,
-    /// `client_cancelled`, `timeout`.
+    /// `client_cancelled`, `timeout`, `client_timeout`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Ok => "ok",
@@ -63,6 +66,7 @@ impl Outcome {
             Self::UpstreamError => "upstream_error",
             Self::ClientCancelled => "client_cancelled",
             Self::Timeout => "timeout",
+            Self::ClientTimeout => "client_timeout",
         }
     }
 }

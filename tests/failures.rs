@@ -24,14 +24,6 @@ fn get(path: &str) -> Request<Full<Bytes>> {
         .expect("request")
 }
 
-fn error_type(body: &[u8]) -> String {
-    let json: serde_json::Value = serde_json::from_slice(body).expect("JSON error body");
-    json["error"]["type"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned()
-}
-
 #[tokio::test]
 async fn unreachable_upstream_is_a_502_with_a_json_body() {
     let proxy = common::proxy(common::closed_port().await, "").await;
@@ -41,7 +33,7 @@ async fn unreachable_upstream_is_a_502_with_a_json_body() {
         response.headers.get("content-type").map(|v| v.as_bytes()),
         Some(&b"application/json"[..])
     );
-    assert_eq!(error_type(&response.body()), "upstream_unavailable");
+    assert_eq!(response.error_type(), "upstream_unavailable");
 }
 
 #[tokio::test]
@@ -68,7 +60,7 @@ async fn connect_timeout_is_a_504() {
     let proxy = common::proxy(addr, "connect_timeout = \"300ms\"").await;
     let response = client::get(proxy.addr, "/").await;
     assert_eq!(response.status, 504);
-    assert_eq!(error_type(&response.body()), "upstream_timeout");
+    assert_eq!(response.error_type(), "upstream_timeout");
     drop((listener, fillers));
 }
 
@@ -78,7 +70,7 @@ async fn no_response_head_in_time_is_a_504() {
     let proxy = common::proxy(upstream.addr, "response_header_timeout = \"300ms\"").await;
     let response = client::get(proxy.addr, "/v1/completions").await;
     assert_eq!(response.status, 504);
-    assert_eq!(error_type(&response.body()), "upstream_timeout");
+    assert_eq!(response.error_type(), "upstream_timeout");
 }
 
 #[tokio::test]

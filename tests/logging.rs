@@ -5,7 +5,7 @@ mod common;
 
 use bytes::Bytes;
 use common::{
-    client::{collect, send},
+    client::{collect, raw, send},
     process,
     upstream::Echo,
 };
@@ -90,4 +90,48 @@ async fn text_access_log_is_key_value_and_has_no_secrets() {
     ] {
         assert!(access[0].contains(field), "{field} in {}", access[0]);
     }
+}
+
+#[tokio::test]
+async fn connect_and_query_strings_never_reach_the_log_at_debug() {
+    let echo = Echo::start().await;
+    let served = process::serve(echo.addr, &[], &[("RUST_LOG", "debug")]);
+    let connect = b"CONNECT /v1/models?key=SECRET-connect HTTP/1.1\r\nhost: x\r\n\r\n";
+    let (status, _) = raw(served.addr, connect).await;
+    assert_eq!(status, 405);
+    let absolute = b"GET http://x/v1/models?key=SECRET-absolute HTTP/1.1\r\nhost: x\r\n\r\n";
+    let (status, _) = raw(served.addr, absolute).await;
+    assert_eq!(status, 200);
+    served.sigterm();
+    let (_, log) = served.wait().await;
+    assert!(log.iter().all(|l| !l.contains("SECRET")), "{log:#?}");
+    assert_eq!(
+        log.iter()
+            .filter(|l| l.contains("tokenclock::access"))
+            .count(),
+        2,
+        "{log:#?}"
+    );
+}
+
+#[tokio::test]
+async fn a_long_model_is_cut_in_the_access_log() {
+    let echo = Echo::start().await;
+    let served = process::serve(echo.addr, &["--log-format", "json"], &[]);
+    let model = "m".repeat(64 * 1024);
+    let request = Request::post("/v1/chat/completions")
+        .body(Full::new(Bytes::from(format!("{{\"model\":\"{model}\"}}"))))
+        .expect("request");
+    let response = send(served.addr, request).await.expect("response");
+    collect(response).await.expect("body");
+    served.sigterm();
+    let (_, log) = served.wait().await;
+    let access: Vec<serde_json::Value> = log
+        .iter()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["target"] == "tokenclock::access")
+        .collect();
+    assert_eq!(access.len(), 1, "{log:#?}");
+    let logged = access[0]["model"].as_str().unwrap_or_default();
+    assert_eq!(logged, format!("{}…", "m".repeat(128)));
 }

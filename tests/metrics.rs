@@ -276,3 +276,38 @@ async fn a_request_cancelled_before_its_head_is_counted_and_leaves_the_gauge() {
         Some(1.0)
     );
 }
+
+#[tokio::test]
+async fn long_label_values_become_other_and_keep_the_exposition_small() {
+    let upstream = Scripted::start(stream()).await;
+    let labels = "[[labels]]\nname = \"tenant\"\nheader = \"x-tenant\"";
+    let (proxy, mut timelines) = common::proxy_with_timelines(upstream.addr, labels).await;
+    for i in 0..40 {
+        let model = format!("m{i}-{}", "x".repeat(4096));
+        let body = format!("{{\"model\":\"{model}\",\"stream\":true,\"messages\":[]}}");
+        let request = Request::post("/v1/chat/completions")
+            .header("x-ttft-ms", 1)
+            .header("x-tenant", format!("t{i}-{}", "y".repeat(1024)))
+            .body(Full::new(Bytes::from(body)))
+            .expect("request");
+        let response = send(proxy.addr, request).await.expect("response");
+        collect(response).await.expect("stream");
+        next_timeline(&mut timelines).await;
+    }
+    let text = scrape(&proxy).await;
+    // 40 values of 4 KiB in every series of every family would be tens of MB.
+    assert!(text.len() < 256 * 1024, "/metrics is {} bytes", text.len());
+    assert!(
+        !text.contains(&"x".repeat(129)),
+        "a long model became a label"
+    );
+    assert!(
+        !text.contains(&"y".repeat(129)),
+        "a long header became a label"
+    );
+    let other = ["model=\"other\"", "tenant=\"other\""];
+    assert_eq!(
+        sample(&text, "tokenclock_requests_total", &other),
+        Some(40.0)
+    );
+}

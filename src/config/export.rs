@@ -168,6 +168,8 @@ pub struct Records {
 pub struct Export {
     /// Distinct values kept per free-form label (`model`, extra labels).
     pub max_values: usize,
+    /// Longest free-form label value kept, in bytes; longer ones are `other`.
+    pub max_value_bytes: usize,
     /// When set, the only `model` values kept; the rest are `other`.
     pub models: Option<HashSet<String>>,
     /// Extra labels from request headers.
@@ -202,10 +204,11 @@ const RESERVED: [&str; 12] = [
     "le",
 ];
 
-/// Validates the export settings; `bucket` overrides are by family name.
+/// Validates the export settings; `caps` are `max_models` and
+/// `max_label_value_bytes`; `bucket` overrides are by family name.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn validate(
-    max_models: usize,
+    (max_models, max_value_bytes): (usize, usize),
     models: &[String],
     labels: &[LabelFile],
     slos: &[SloFile],
@@ -217,8 +220,15 @@ pub(super) fn validate(
     if max_models == 0 {
         return Err(ConfigError::invalid("max_models", "must be at least 1"));
     }
+    if max_value_bytes == 0 {
+        return Err(ConfigError::invalid(
+            "max_label_value_bytes",
+            "must be at least 1",
+        ));
+    }
     Ok(Export {
         max_values: max_models,
+        max_value_bytes,
         models: (!models.is_empty()).then(|| models.iter().cloned().collect()),
         labels: validate_labels(labels)?,
         slos: validate_slos(slos)?,

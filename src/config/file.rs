@@ -38,6 +38,8 @@ pub struct File {
     #[serde(with = "duration")]
     pub(super) idle_timeout: Duration,
     #[serde(with = "duration")]
+    pub(super) request_body_timeout: Duration,
+    #[serde(with = "duration")]
     pub(super) header_read_timeout: Duration,
     #[serde(with = "duration")]
     pub(super) client_idle_timeout: Duration,
@@ -59,6 +61,7 @@ pub struct File {
     pub(super) request_capture_bytes: usize,
     pub(super) usage_mode: UsageMode,
     pub(super) max_models: usize,
+    pub(super) max_label_value_bytes: usize,
     pub(super) models: Vec<String>,
     pub(super) slo_headers: bool,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -86,6 +89,7 @@ impl Default for File {
             connect_timeout: Duration::from_secs(5),
             response_header_timeout: Duration::from_secs(300),
             idle_timeout: Duration::from_secs(300),
+            request_body_timeout: Duration::from_secs(30),
             header_read_timeout: Duration::from_secs(30),
             client_idle_timeout: Duration::from_secs(90),
             http2_keep_alive_interval: Duration::from_secs(30),
@@ -102,6 +106,7 @@ impl Default for File {
             request_capture_bytes: 8 * 1024 * 1024,
             usage_mode: UsageMode::Passive,
             max_models: 32,
+            max_label_value_bytes: 128,
             models: Vec::new(),
             slo_headers: false,
             labels: Vec::new(),
@@ -200,6 +205,7 @@ impl File {
             ("connect_timeout", self.connect_timeout),
             ("response_header_timeout", self.response_header_timeout),
             ("idle_timeout", self.idle_timeout),
+            ("request_body_timeout", self.request_body_timeout),
             ("header_read_timeout", self.header_read_timeout),
             ("client_idle_timeout", self.client_idle_timeout),
             ("http2_keep_alive_interval", self.http2_keep_alive_interval),
@@ -227,7 +233,7 @@ impl File {
             ));
         }
         let export = export::validate(
-            self.max_models,
+            (self.max_models, self.max_label_value_bytes),
             &self.models,
             &self.labels,
             &self.slo,
@@ -242,6 +248,7 @@ impl File {
             dialects: self.dialect_overrides()?,
             label_headers: export.labels.iter().map(|l| l.header.clone()).collect(),
             slo_headers: export.slo_headers,
+            max_logged_model_bytes: export.max_value_bytes,
         };
         Ok(Config {
             listen: self.listen,
@@ -252,6 +259,7 @@ impl File {
                 connect: self.connect_timeout,
                 response_header: self.response_header_timeout,
                 idle: self.idle_timeout,
+                request_body: self.request_body_timeout,
                 header_read: self.header_read_timeout,
                 client_idle: self.client_idle_timeout,
                 keep_alive_interval: self.http2_keep_alive_interval,

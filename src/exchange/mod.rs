@@ -36,6 +36,8 @@ pub struct Exchange {
     local_failure: Option<Outcome>,
     upload: Arc<UploadShared>,
     max_event_bytes: usize,
+    /// The access log cuts `model` to this many bytes.
+    max_logged_model_bytes: usize,
     sink: Option<Arc<dyn TimelineSink>>,
     /// The timeline has been finished and handed over.
     done: bool,
@@ -77,6 +79,7 @@ impl Exchange {
             local_failure: None,
             upload: upload.shared(),
             max_event_bytes: reading.max_event_bytes,
+            max_logged_model_bytes: reading.max_logged_model_bytes,
             sink,
             done: false,
         };
@@ -147,6 +150,10 @@ impl Exchange {
     fn log(&self) {
         let t = &self.timeline;
         let ms = |d: Option<Duration>| d.map(|d| d.as_secs_f64() * 1e3);
+        let model = t
+            .model
+            .as_deref()
+            .map(|m| cut(m, self.max_logged_model_bytes));
         tracing::info!(
             target: "tokenclock::access",
             method = %self.method,
@@ -155,7 +162,7 @@ impl Exchange {
             status = t.status.map_or(0, |s| s.as_u16()),
             outcome = t.outcome.as_str(),
             dialect = t.dialect.as_str(),
-            model = t.model.as_deref(),
+            model = model.as_deref(),
             duration_ms = ms(t.e2e()),
             ttft_ms = ms(t.ttft()),
             ttfo_ms = ms(t.ttfo()),
@@ -207,6 +214,20 @@ impl Drop for Exchange {
     fn drop(&mut self) {
         self.complete(End::Dropped, Instant::now());
     }
+}
+
+/// `text` cut to at most `max` bytes at a character boundary, marked with
+/// a trailing `…` when cut: a long model name is the client's to choose,
+/// and a log line must stay small.
+fn cut(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if text.len() <= max {
+        return text.into();
+    }
+    let end = (0..=max)
+        .rev()
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(0);
+    format!("{}…", &text[..end]).into()
 }
 
 fn header_text(headers: &http::HeaderMap, name: &http::HeaderName) -> Option<String> {

@@ -75,3 +75,12 @@ fn a_streamed_response_is_read_through_its_dialect() {
     assert_eq!(e.timeline.events, 3);
     assert_eq!(e.timeline.tokens.token_events, 1);
 }
+
+#[test]
+fn a_long_model_is_cut_for_the_log_at_a_char_boundary() {
+    assert_eq!(cut("llama", 5), "llama");
+    assert_eq!(cut("llama-3", 5), "llama…");
+    // "é" is two bytes: a cut inside it falls back to the boundary before.
+    assert_eq!(cut("aéb", 2), "a…");
+    assert_eq!(cut("ééé", 0), "…");
+}

@@ -2,7 +2,10 @@
 //!
 //! `model` comes from the request and extra labels from request headers:
 //! attacker-controlled. Each keeps at most `max_values` distinct values (or
-//! an allowlist for `model`); the rest become `other`.
+//! an allowlist for `model`), each at most `max_value_bytes` long; the rest
+//! become `other`. Both caps matter: the `prometheus` crate copies a value
+//! into every series of every family, so 32 values of 256 KiB made a
+//! 1.78 GB exposition.
 //!
 //! The `prometheus` crate keys a series by a hash of its label values
 //! concatenated without a separator, so `{a="ab",b="c"}` and
@@ -26,6 +29,8 @@ pub const UNKNOWN: &str = "unknown";
 #[derive(Debug)]
 pub struct LabelSpace {
     max_values: usize,
+    /// Longest value kept, in bytes; longer ones are `other`.
+    max_value_bytes: usize,
     allowlist: Option<HashSet<String>>,
     inner: RwLock<Admitted>,
 }
@@ -41,8 +46,14 @@ struct Admitted {
 // === impl LabelSpace ===
 
 impl LabelSpace {
-    /// A space for `width` free-form labels (model + extras).
-    pub fn new(width: usize, max_values: usize, allowlist: Option<HashSet<String>>) -> Self {
+    /// A space for `width` free-form labels (model + extras), each keeping
+    /// at most `max_values` distinct values of at most `max_value_bytes`.
+    pub fn new(
+        width: usize,
+        max_values: usize,
+        max_value_bytes: usize,
+        allowlist: Option<HashSet<String>>,
+    ) -> Self {
         let mut admitted = Admitted {
             values: vec![HashSet::new(); width],
             tuples: HashMap::new(),
@@ -51,6 +62,7 @@ impl LabelSpace {
         admitted.tuples.insert(fallback.concat(), fallback);
         Self {
             max_values,
+            max_value_bytes,
             allowlist,
             inner: RwLock::new(admitted),
         }
@@ -62,7 +74,11 @@ impl LabelSpace {
     pub fn admit(&self, model: Option<&str>, extras: &[Option<String>]) -> Vec<String> {
         let raw: Vec<&str> = std::iter::once(model)
             .chain(extras.iter().map(|e| e.as_deref()))
-            .map(|v| v.unwrap_or(UNKNOWN))
+            .map(|v| match v {
+                // Cut before any lookup: a long value is never concatenated.
+                Some(v) if v.len() > self.max_value_bytes => OTHER,
+                v => v.unwrap_or(UNKNOWN),
+            })
             .collect();
         if let Some(tuple) = self.known(&raw) {
             return tuple;
@@ -93,6 +109,10 @@ impl LabelSpace {
     }
 
     fn value(&self, admitted: &mut Admitted, position: usize, value: &str) -> String {
+        if value == OTHER {
+            // Already the fallback: it takes no slot of the cap.
+            return OTHER.to_owned();
+        }
         let allowed = match (&self.allowlist, position) {
             (Some(list), 0) => list.contains(value) || value == UNKNOWN,
             _ => true,
@@ -113,7 +133,7 @@ mod tests {
 
     #[test]
     fn values_past_the_cap_are_other() {
-        let space = LabelSpace::new(1, 2, None);
+        let space = LabelSpace::new(1, 2, 128, None);
         assert_eq!(space.admit(Some("a"), &[]), ["a"]);
         assert_eq!(space.admit(Some("b"), &[]), ["b"]);
         assert_eq!(space.admit(Some("c"), &[]), ["other"]);
@@ -124,7 +144,7 @@ mod tests {
     #[test]
     fn an_allowlist_keeps_only_its_models() {
         let allow = HashSet::from(["llama".to_owned()]);
-        let space = LabelSpace::new(1, 32, Some(allow));
+        let space = LabelSpace::new(1, 32, 128, Some(allow));
         assert_eq!(space.admit(Some("llama"), &[]), ["llama"]);
         assert_eq!(space.admit(Some("qwen"), &[]), ["other"]);
         assert_eq!(space.admit(None, &[]), ["unknown"]);
@@ -132,7 +152,7 @@ mod tests {
 
     #[test]
     fn tuples_that_would_share_a_series_are_kept_apart() {
-        let space = LabelSpace::new(2, 32, None);
+        let space = LabelSpace::new(2, 32, 128, None);
         let first = space.admit(Some("ab"), &[Some("c".into())]);
         assert_eq!(first, ["ab", "c"]);
         // "a" + "bc" == "ab" + "c": the crate would merge them.
@@ -146,5 +166,25 @@ mod tests {
             space.admit(Some("othe"), &[Some("rother".into())]),
             ["other", "other"]
         );
+    }
+
+    #[test]
+    fn values_longer_than_the_cap_are_other_and_take_no_slot() {
+        let space = LabelSpace::new(2, 1, 4, None);
+        let extra = |v: &str| [Some(v.to_owned())];
+        assert_eq!(
+            space.admit(Some("abcde"), &extra("abcd")),
+            ["other", "abcd"]
+        );
+        // `other` took no slot: the one model value allowed is still free.
+        assert_eq!(
+            space.admit(Some("abcd"), &extra("abcde")),
+            ["abcd", "other"]
+        );
+        assert_eq!(space.admit(Some("ab"), &extra("xy")), ["other", "other"]);
+        // Bytes, not characters: "é" is two.
+        let space = LabelSpace::new(1, 8, 4, None);
+        assert_eq!(space.admit(Some("éé"), &[]), ["éé"]);
+        assert_eq!(space.admit(Some("ééé"), &[]), ["other"]);
     }
 }

@@ -99,6 +99,7 @@ impl Metrics {
                 labels: LabelSpace::new(
                     1 + export.labels.len(),
                     export.max_values,
+                    export.max_value_bytes,
                     export.models.clone(),
                 ),
                 slos: export.slos.clone(),

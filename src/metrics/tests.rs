@@ -149,7 +149,7 @@ mod properties {
             tuples in proptest::collection::vec(("[ab]{1,3}", "[ab]{1,3}"), 1..30)
         ) {
             let m = metrics("max_models = 1000\n[[labels]]\nname = \"tenant\"\nheader = \"x-tenant\"\n");
-            let space = LabelSpace::new(2, 1000, None);
+            let space = LabelSpace::new(2, 1000, 128, None);
             let mut expected: HashMap<Vec<String>, u64> = HashMap::new();
             for (model, tenant) in &tuples {
                 m.finished(&request(model, vec![Some(tenant.clone())], 100));

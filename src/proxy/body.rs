@@ -2,6 +2,7 @@
 //! or a small local one for errors.
 
 use std::{
+    marker::PhantomData,
     pin::Pin,
     task::{ready, Context, Poll},
     time::Duration,
@@ -38,13 +39,25 @@ impl Failure for BodyError {
     }
 }
 
+impl IdleError for BodyError {
+    fn idle(after: Duration) -> Self {
+        Self::Idle(after)
+    }
+}
+
+/// An error a body fails with when it yielded nothing for too long.
+pub trait IdleError {
+    /// The body yielded nothing for `after` while it was being read.
+    fn idle(after: Duration) -> Self;
+}
+
 pin_project! {
     /// A response body as sent to the client.
     #[project = ResponseBodyProj]
     #[allow(missing_docs)] // pin-project-lite takes no docs on variant fields.
     pub enum ResponseBody {
         /// The upstream's body, frame for frame.
-        Upstream { #[pin] body: IdleTimeout<Incoming> },
+        Upstream { #[pin] body: IdleTimeout<Incoming, BodyError> },
         /// A body made by the proxy itself (error responses).
         Local { #[pin] body: Full<Bytes> },
     }
@@ -100,17 +113,19 @@ pin_project! {
     ///
     /// The clock runs only while the reader waits on the body: time the
     /// reader spends not polling (a slow client) is not upstream idleness.
-    pub struct IdleTimeout<B> {
+    /// It fails with `E`, which the inner body's errors convert into.
+    pub struct IdleTimeout<B, E> {
         #[pin]
         inner: B,
         #[pin]
         sleep: Sleep,
         timeout: Duration,
         waiting: bool,
+        error: PhantomData<fn() -> E>,
     }
 }
 
-impl<B> IdleTimeout<B> {
+impl<B, E> IdleTimeout<B, E> {
     /// Wraps `inner`.
     pub fn new(inner: B, timeout: Duration) -> Self {
         Self {
@@ -118,22 +133,23 @@ impl<B> IdleTimeout<B> {
             sleep: tokio::time::sleep(timeout),
             timeout,
             waiting: false,
+            error: PhantomData,
         }
     }
 }
 
-impl<B> Body for IdleTimeout<B>
+impl<B, E> Body for IdleTimeout<B, E>
 where
     B: Body<Data = Bytes>,
-    BodyError: From<B::Error>,
+    E: From<B::Error> + IdleError,
 {
     type Data = Bytes;
-    type Error = BodyError;
+    type Error = E;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, E>>> {
         let mut this = self.project();
         if !*this.waiting {
             *this.waiting = true;
@@ -141,10 +157,10 @@ where
         }
         if let Poll::Ready(frame) = this.inner.poll_frame(cx) {
             *this.waiting = false;
-            return Poll::Ready(frame.map(|f| f.map_err(BodyError::from)));
+            return Poll::Ready(frame.map(|f| f.map_err(E::from)));
         }
         ready!(this.sleep.poll(cx));
-        Poll::Ready(Some(Err(BodyError::Idle(*this.timeout))))
+        Poll::Ready(Some(Err(E::idle(*this.timeout))))
     }
 
     fn is_end_stream(&self) -> bool {

@@ -7,9 +7,14 @@ use bytes::Bytes;
 use http::{header, HeaderValue, Response, StatusCode};
 use http_body_util::Full;
 
+use super::client_body::ClientBodyError;
 use crate::timeline::Outcome;
 
-/// A failure before the upstream's response head reached the proxy.
+/// The methods a `405` names in `Allow`: every method tokenclock forwards.
+const ALLOW: &str = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS";
+
+/// A failure before the upstream's response head reached the proxy, or a
+/// request the proxy refuses to forward.
 #[derive(Debug, thiserror::Error)]
 pub enum ProxyError {
     /// The upstream refused or could not be reached.
@@ -24,12 +29,20 @@ pub enum ProxyError {
     /// The connection failed after the request was sent, before a response head.
     #[error("the upstream failed before responding: {0}")]
     Upstream(String),
-    /// The request cannot be expressed to the upstream (e.g. a bad path).
+    /// The upstream answered `101 Switching Protocols`, which no forwarded
+    /// request asks for: tokenclock never forwards `Upgrade`.
+    #[error("the upstream switched protocols (101) for a request that did not ask to upgrade")]
+    UnsolicitedUpgrade,
+    /// The request is malformed (HTTP/1.1 without exactly one `Host`) or
+    /// cannot be expressed to the upstream.
     #[error("the request cannot be forwarded: {0}")]
-    BadRequest(String),
-    /// The client failed to send the request body the proxy had to read.
-    #[error("the request body did not arrive: {0}")]
-    ClientBody(String),
+    BadRequest(&'static str),
+    /// `CONNECT`: tokenclock is a reverse proxy, not a tunnel.
+    #[error("CONNECT is not supported by this reverse proxy")]
+    MethodNotAllowed,
+    /// The client's request body failed: malformed, cut, or stalled.
+    #[error(transparent)]
+    ClientBody(#[from] ClientBodyError),
 }
 
 // === impl ProxyError ===
@@ -54,22 +67,31 @@ impl ProxyError {
         matches!(self, Self::ConnectTimeout(_) | Self::HeaderTimeout(_))
     }
 
-    /// How a request that failed this way ended.
+    /// How a request that failed this way ended: the upstream's faults are
+    /// `upstream_error` or `timeout`, the client's never are.
     pub fn outcome(&self) -> Outcome {
         match self {
             Self::ConnectTimeout(_) | Self::HeaderTimeout(_) => Outcome::Timeout,
-            Self::ClientBody(_) => Outcome::ClientCancelled,
-            Self::Unavailable(_) | Self::Upstream(_) | Self::BadRequest(_) => {
+            Self::Unavailable(_) | Self::Upstream(_) | Self::UnsolicitedUpgrade => {
                 Outcome::UpstreamError
             }
+            Self::BadRequest(_)
+            | Self::MethodNotAllowed
+            | Self::ClientBody(ClientBodyError::Malformed(_)) => Outcome::HttpError,
+            Self::ClientBody(ClientBodyError::Gone(_)) => Outcome::ClientCancelled,
+            Self::ClientBody(ClientBodyError::Stalled(_)) => Outcome::ClientTimeout,
         }
     }
 
     /// The status the client receives.
     pub fn status(&self) -> StatusCode {
         match self {
-            Self::Unavailable(_) | Self::Upstream(_) => StatusCode::BAD_GATEWAY,
+            Self::Unavailable(_) | Self::Upstream(_) | Self::UnsolicitedUpgrade => {
+                StatusCode::BAD_GATEWAY
+            }
             Self::ConnectTimeout(_) | Self::HeaderTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Self::ClientBody(ClientBodyError::Stalled(_)) => StatusCode::REQUEST_TIMEOUT,
             Self::BadRequest(_) | Self::ClientBody(_) => StatusCode::BAD_REQUEST,
         }
     }
@@ -79,7 +101,9 @@ impl ProxyError {
         match self {
             Self::Unavailable(_) => "upstream_unavailable",
             Self::ConnectTimeout(_) | Self::HeaderTimeout(_) => "upstream_timeout",
-            Self::Upstream(_) => "upstream_error",
+            Self::Upstream(_) | Self::UnsolicitedUpgrade => "upstream_error",
+            Self::MethodNotAllowed => "method_not_allowed",
+            Self::ClientBody(ClientBodyError::Stalled(_)) => "request_timeout",
             Self::BadRequest(_) | Self::ClientBody(_) => "bad_request",
         }
     }
@@ -91,15 +115,19 @@ impl ProxyError {
         });
         let mut response = Response::new(Full::new(Bytes::from(body.to_string())));
         *response.status_mut() = self.status();
-        response.headers_mut().insert(
+        let headers = response.headers_mut();
+        headers.insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
+        if let Self::MethodNotAllowed = self {
+            headers.insert(header::ALLOW, HeaderValue::from_static(ALLOW));
+        }
         response
     }
 }
 
-fn source_chain<'a>(
+pub(super) fn source_chain<'a>(
     err: &'a (dyn std::error::Error + 'static),
 ) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
     std::iter::successors(Some(err), |e| (*e).source())
@@ -128,6 +156,21 @@ mod tests {
         assert!(json["error"]["message"]
             .as_str()
             .is_some_and(|m| m.contains("Connection refused")));
+    }
+
+    #[test]
+    fn client_faults_are_never_upstream_failures() {
+        let stalled = ProxyError::from(ClientBodyError::Stalled(Duration::from_secs(30)));
+        assert_eq!(stalled.status(), StatusCode::REQUEST_TIMEOUT);
+        assert_eq!(stalled.outcome(), Outcome::ClientTimeout);
+        let gone = ProxyError::from(ClientBodyError::Gone("reset".into()));
+        assert_eq!(gone.outcome(), Outcome::ClientCancelled);
+        let malformed = ProxyError::from(ClientBodyError::Malformed("chunk".into()));
+        assert_eq!(malformed.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(malformed.outcome(), Outcome::HttpError);
+        let connect = ProxyError::MethodNotAllowed.to_response();
+        assert_eq!(connect.status(), StatusCode::METHOD_NOT_ALLOWED);
+        assert!(connect.headers().get(header::ALLOW).is_some());
     }
 
     #[test]

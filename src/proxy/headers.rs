@@ -40,6 +40,17 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
+/// Response rule on top of [`strip_hop_by_hop`]: a `Content-Length` beside
+/// a `Transfer-Encoding` is removed first (RFC 9112 §6.3). hyper's client
+/// frames such a body by the encoding but keeps both headers; forwarding
+/// the length would cut the body short for the client.
+pub fn strip_response(headers: &mut HeaderMap) {
+    if headers.contains_key(header::TRANSFER_ENCODING) {
+        headers.remove(header::CONTENT_LENGTH);
+    }
+    strip_hop_by_hop(headers);
+}
+
 /// Request-only rule on top of [`strip_hop_by_hop`]: `Expect: 100-continue`
 /// is answered by the proxy's own server side, so it is not forwarded.
 pub fn strip_request(headers: &mut HeaderMap) {
@@ -84,6 +95,16 @@ mod tests {
         let mut h = map(&[("te", "gzip")]);
         strip_hop_by_hop(&mut h);
         assert!(h.get("te").is_none());
+    }
+
+    #[test]
+    fn a_length_beside_an_encoding_is_dropped() {
+        let mut h = map(&[("content-length", "3"), ("transfer-encoding", "chunked")]);
+        strip_response(&mut h);
+        assert!(h.is_empty());
+        let mut h = map(&[("content-length", "3")]);
+        strip_response(&mut h);
+        assert!(h.get("content-length").is_some());
     }
 
     #[test]

@@ -16,33 +16,33 @@ use std::{
 use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use pin_project_lite::pin_project;
 use serde::{de::IgnoredAny, Deserialize};
 
+use super::client_body::{ClientBody, ClientBodyError};
 use crate::sse::SseFramer;
 
 /// A request body on its way upstream: streamed as it comes, or read first.
 pub enum RequestBody {
     /// The client's body, frame by frame.
-    Streaming(Incoming),
+    Streaming(ClientBody),
     /// Frames already read (rewritten or not), then the rest of the body.
     Replayed {
         /// Frames to send first.
         frames: VecDeque<Bytes>,
         /// What the client has not sent yet, if anything.
-        rest: Option<Incoming>,
+        rest: Option<ClientBody>,
     },
 }
 
 impl Body for RequestBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = ClientBodyError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, ClientBodyError>>> {
         match self.get_mut() {
             Self::Streaming(body) => Pin::new(body).poll_frame(cx),
             Self::Replayed { frames, rest } => match (frames.pop_front(), rest) {
@@ -86,9 +86,9 @@ impl Body for RequestBody {
 /// whether it was rewritten. Bodies over `cap`, or not such JSON, are
 /// forwarded unchanged; a body the client fails to send is an error.
 pub async fn read_and_inject(
-    mut body: Incoming,
+    mut body: ClientBody,
     cap: usize,
-) -> Result<(RequestBody, bool), hyper::Error> {
+) -> Result<(RequestBody, bool), ClientBodyError> {
     let mut frames = VecDeque::new();
     let mut total = 0usize;
     while let Some(frame) = body.frame().await {

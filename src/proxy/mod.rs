@@ -5,8 +5,10 @@
 //! collected; each is wrapped in an [`ObservedBody`], the seam where
 //! measurement sees the bytes pass.
 
+mod admit;
 mod body;
 mod client;
+mod client_body;
 mod connect;
 mod error;
 mod headers;
@@ -20,15 +22,17 @@ use std::{
     task::{Context, Poll},
 };
 
-use http::{header, uri::PathAndQuery, HeaderValue, Request, Response, Uri, Version};
+use http::{header, uri::PathAndQuery, HeaderValue, Request, Response, StatusCode, Uri, Version};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::capture_connection;
 use tokio::time::Instant;
 use tower::Service;
 
 use self::client::{UpstreamBody, UpstreamClient};
+use self::client_body::ClientFault;
 pub use self::{
     body::{BodyError, ResponseBody},
+    client_body::{ClientBody, ClientBodyError},
     error::ProxyError,
     inject::{RequestBody, StripUsage},
 };
@@ -112,41 +116,25 @@ impl Inner {
         let start = Instant::now();
         let (mut exchange, upload) =
             Exchange::start(start, &request, &self.reading, self.sink.clone());
+        if let Err(e) = admit::admit(&request) {
+            return local_response(e, exchange);
+        }
         let (mut parts, body) = request.into_parts();
-        let injected = self.injects(&parts, exchange.dialect());
-        let body = if injected {
-            let cap = self.reading.request_capture_bytes;
-            let (body, rewritten) = match inject::read_and_inject(body, cap).await {
-                Ok(read) => read,
-                Err(e) => return local_response(ProxyError::ClientBody(e.to_string()), exchange),
-            };
-            if rewritten {
-                parts.headers.remove(header::CONTENT_LENGTH);
-                exchange.set_usage_injected();
-            }
-            body
-        } else {
-            RequestBody::Streaming(body)
+        let fault = ClientFault::default();
+        let body = ClientBody::new(body, self.timeouts.request_body, fault.clone());
+        let body = match self.prepare(&mut parts, body, &mut exchange).await {
+            Ok(body) => body,
+            Err(e) => return local_response(e, exchange),
         };
         let mut upstream_request = match self.rewrite(parts, body, upload) {
             Ok(r) => r,
             Err(e) => return local_response(e, exchange),
         };
         let connection = capture_connection(&mut upstream_request);
-        let sent = self.client.request(upstream_request);
-        let response = match tokio::time::timeout(self.timeouts.response_header, sent).await {
-            Ok(Ok(response)) => response,
-            Ok(Err(e)) => {
-                let e = ProxyError::from_client(&e, self.timeouts.connect);
-                return local_response(e, exchange);
-            }
-            Err(_) => {
-                let e = ProxyError::HeaderTimeout(self.timeouts.response_header);
-                return local_response(e, exchange);
-            }
+        let response = match self.send(upstream_request, &fault).await {
+            Ok(response) => response,
+            Err(e) => return local_response(e, exchange),
         };
-        let at = Instant::now();
-        self.health.upstream_answered();
         if let Some(connect) = connection
             .connection_metadata()
             .as_ref()
@@ -154,11 +142,59 @@ impl Inner {
         {
             exchange.set_connect(connect);
         }
+        self.respond(response, exchange)
+    }
+
+    /// The body to send upstream: the client's as it comes, or read whole
+    /// first when `usage_mode = "inject"` applies.
+    async fn prepare(
+        &self,
+        parts: &mut http::request::Parts,
+        body: ClientBody,
+        exchange: &mut Exchange,
+    ) -> Result<RequestBody, ProxyError> {
+        if !self.injects(parts, exchange.dialect()) {
+            return Ok(RequestBody::Streaming(body));
+        }
+        let cap = self.reading.request_capture_bytes;
+        let (body, rewritten) = inject::read_and_inject(body, cap).await?;
+        if rewritten {
+            parts.headers.remove(header::CONTENT_LENGTH);
+            exchange.set_usage_injected();
+        }
+        Ok(body)
+    }
+
+    /// Sends the request and waits for the response head. A failure is the
+    /// client's when its body failed first (`fault`), else the upstream's.
+    async fn send(
+        &self,
+        request: Request<UpstreamBody>,
+        fault: &ClientFault,
+    ) -> Result<Response<Incoming>, ProxyError> {
+        let sent = self.client.request(request);
+        match tokio::time::timeout(self.timeouts.response_header, sent).await {
+            Ok(Ok(response)) if response.status() == StatusCode::SWITCHING_PROTOCOLS => {
+                Err(ProxyError::UnsolicitedUpgrade)
+            }
+            Ok(Ok(response)) => Ok(response),
+            Ok(Err(e)) => Err(match fault.get() {
+                Some(client) => ProxyError::ClientBody(client.clone()),
+                None => ProxyError::from_client(&e, self.timeouts.connect),
+            }),
+            Err(_) => Err(ProxyError::HeaderTimeout(self.timeouts.response_header)),
+        }
+    }
+
+    /// The upstream's response, addressed to the client and observed.
+    fn respond(&self, response: Response<Incoming>, mut exchange: Exchange) -> Response<ProxyBody> {
+        let at = Instant::now();
+        self.health.upstream_answered();
         let (mut parts, body) = response.into_parts();
         exchange.on_response_head(&parts, at);
         // The client's connection has its own version; hyper frames for it.
         parts.version = Version::default();
-        headers::strip_hop_by_hop(&mut parts.headers);
+        headers::strip_response(&mut parts.headers);
         let strip = exchange.usage_injected() && exchange.streamed();
         let body = ResponseBody::upstream(body, self.timeouts.idle);
         let body = StripUsage::new(ObservedBody::new(body, exchange), strip);
@@ -194,7 +230,7 @@ impl Inner {
             .authority(self.upstream.authority.clone())
             .path_and_query(path)
             .build()
-            .map_err(|e| ProxyError::BadRequest(e.to_string()))?;
+            .map_err(|_| ProxyError::BadRequest("its target is not a valid URI path"))?;
         parts.version = match self.upstream.protocol {
             UpstreamProtocol::Http1 => Version::HTTP_11,
             UpstreamProtocol::Http2 => Version::HTTP_2,

@@ -25,6 +25,16 @@ impl Collected {
         self.frames.concat()
     }
 
+    /// `error.type` of a JSON error body tokenclock made itself.
+    pub fn error_type(&self) -> String {
+        let json: serde_json::Value =
+            serde_json::from_slice(&self.body()).expect("JSON error body");
+        json["error"]["type"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
     /// The end-to-end headers: hop-by-hop ones and `date` left out.
     pub fn end_to_end_headers(&self) -> Vec<(String, Vec<u8>)> {
         let hop = [
@@ -46,13 +56,21 @@ impl Collected {
     }
 }
 
-/// Sends `request` over a new HTTP/1.1 connection.
-pub async fn send<B>(addr: SocketAddr, request: Request<B>) -> hyper::Result<Response<Incoming>>
+/// Sends `request` over a new HTTP/1.1 connection, with a `Host` header
+/// (`addr`) when it has none, as every real HTTP/1.1 client sends one.
+pub async fn send<B>(addr: SocketAddr, mut request: Request<B>) -> hyper::Result<Response<Incoming>>
 where
     B: Body + Send + 'static,
     B::Data: Send,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
+    if let http::header::Entry::Vacant(host) = request.headers_mut().entry(http::header::HOST) {
+        host.insert(
+            addr.to_string()
+                .parse()
+                .expect("an address is a valid Host"),
+        );
+    }
     let stream = TcpStream::connect(addr).await.expect("connect");
     let (mut sender, connection) =
         hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
@@ -98,4 +116,48 @@ pub async fn get(addr: SocketAddr, path: &str) -> Collected {
         .expect("request");
     let response = send(addr, request).await.expect("response head");
     collect(response).await.expect("whole body")
+}
+
+/// An HTTP/1.1 connection kept open for several requests.
+pub async fn connect(addr: SocketAddr) -> hyper::client::conn::http1::SendRequest<Full<Bytes>> {
+    let stream = TcpStream::connect(addr).await.expect("connect");
+    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .expect("handshake");
+    tokio::spawn(connection);
+    sender
+}
+
+/// Reads one response head from a raw connection (up to 10 s): its status
+/// and the head's text. Panics if none arrives.
+pub async fn read_head(stream: &mut TcpStream) -> (u16, String) {
+    use tokio::io::AsyncReadExt;
+    let mut head = Vec::new();
+    let read = async {
+        while !head.ends_with(b"\r\n\r\n") {
+            let mut byte = [0u8; 1];
+            if stream.read(&mut byte).await.expect("read") == 0 {
+                break;
+            }
+            head.push(byte[0]);
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(10), read)
+        .await
+        .expect("a response head within 10 s");
+    let text = String::from_utf8_lossy(&head).into_owned();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("not a response head: {text:?}"));
+    (status, text)
+}
+
+/// Sends raw bytes on a new connection and reads the response head.
+pub async fn raw(addr: SocketAddr, bytes: &[u8]) -> (u16, String) {
+    use tokio::io::AsyncWriteExt;
+    let mut stream = TcpStream::connect(addr).await.expect("connect");
+    stream.write_all(bytes).await.expect("write");
+    read_head(&mut stream).await
 }
