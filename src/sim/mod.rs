@@ -37,6 +37,7 @@ const SIM_TIMEOUTS: Timeouts = Timeouts {
     connect: Duration::from_secs(5),
     response_header: Duration::from_secs(300),
     idle: Duration::from_secs(300),
+    request_body: Duration::from_secs(30),
     header_read: Duration::from_secs(30),
     client_idle: Duration::from_secs(300),
     keep_alive_interval: Duration::from_secs(30),
