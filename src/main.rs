@@ -1,6 +1,6 @@
 //! The `tokenclock` command: parses the command line and calls the library.
 
-use std::{path::PathBuf, process::ExitCode};
+use std::{io::Write, path::PathBuf, process::ExitCode};
 
 use clap::{
     parser::ValueSource, ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand,
@@ -124,7 +124,7 @@ fn report(flags: ReportFlags) -> ExitCode {
     match report::run(&args) {
         Ok(output) => {
             for warning in &output.warnings {
-                eprintln!("tokenclock: report: {warning}");
+                let _ = writeln!(std::io::stderr(), "tokenclock: report: {warning}");
             }
             print!("{}", output.stdout);
             ExitCode::SUCCESS
@@ -134,8 +134,14 @@ fn report(flags: ReportFlags) -> ExitCode {
 }
 
 fn serve(config: tokenclock::Config) -> ExitCode {
-    tokenclock::logging::init(config.log_format, &config.log_filter);
-    match tokenclock::run(config) {
+    let logs = match tokenclock::logging::init(config.log_format, &config.log_filter) {
+        Ok(logs) => logs,
+        Err(e) => return fail(1, &format!("cannot start the log writer: {e}")),
+    };
+    let result = tokenclock::run(config);
+    // Queued log lines first (bounded wait), then the last word.
+    drop(logs);
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if e.is_config() => fail(2, &format!("config error: {e}")),
         Err(e) => fail(1, &e.to_string()),
@@ -192,7 +198,10 @@ fn subcommand<'a>(matches: &'a ArgMatches, name: &str) -> &'a ArgMatches {
     matches.subcommand_matches(name).unwrap_or(matches)
 }
 
+/// Writes `tokenclock: message` to stderr and returns `code`. A failed
+/// write is ignored: `eprintln!` would panic (exit 101) when stderr is a
+/// closed pipe or a full disk.
 pub(crate) fn fail(code: u8, message: &str) -> ExitCode {
-    eprintln!("tokenclock: {message}");
+    let _ = writeln!(std::io::stderr(), "tokenclock: {message}");
     ExitCode::from(code)
 }

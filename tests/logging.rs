@@ -1,16 +1,21 @@
 //! One access-log line per request, as text or JSON; never a secret or a
-//! byte of user content.
+//! byte of user content. And the log sink never fails or stops a request:
+//! stderr a closed pipe, a pipe nobody reads, or a full disk.
 
 mod common;
 
 use bytes::Bytes;
+use std::{net::SocketAddr, process::Stdio, time::Duration};
+
 use common::{
-    client::{collect, raw, send},
-    process,
+    client::{self, collect, raw, send},
+    process::{self, sample, Running, Started},
+    sim,
     upstream::Echo,
 };
 use http::Request;
 use http_body_util::Full;
+use tokenclock::sim::SimConfig;
 
 async fn one_request_with_secrets(addr: std::net::SocketAddr) {
     let request = Request::post("/v1/chat/completions?key=SECRET-query&stream=true")
@@ -134,4 +139,139 @@ async fn a_long_model_is_cut_in_the_access_log() {
     assert_eq!(access.len(), 1, "{log:#?}");
     let logged = access[0]["model"].as_str().unwrap_or_default();
     assert_eq!(logged, format!("{}…", "m".repeat(128)));
+}
+
+const QUEUE_FULL: &str = "tokenclock_log_lines_dropped_total{reason=\"queue_full\"}";
+const WRITE_ERROR: &str = "tokenclock_log_lines_dropped_total{reason=\"write_error\"}";
+
+const STREAMED: &str =
+    r#"{"model":"m","max_tokens":8,"stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+const PLAIN: &str = r#"{"model":"m","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}"#;
+
+/// A streamed and a plain chat completion through the proxy, both whole.
+async fn both_kinds_complete(addr: SocketAddr, i: usize) {
+    let path = "/v1/chat/completions";
+    let streamed = sim::post(addr, path, STREAMED, &[]).await;
+    let streamed = streamed.unwrap_or_else(|e| panic!("stream {i} was cut: {e}"));
+    assert_eq!(streamed.status, 200);
+    let body = String::from_utf8_lossy(&streamed.body()).into_owned();
+    assert!(body.ends_with("data: [DONE]\n\n"), "stream {i}: {body}");
+    let plain = sim::post(addr, path, PLAIN, &[]).await;
+    let plain = plain.unwrap_or_else(|e| panic!("response {i} was cut: {e}"));
+    assert_eq!(plain.status, 200);
+    let json: serde_json::Value = serde_json::from_slice(&plain.body()).expect("a JSON body");
+    assert!(json["choices"][0]["message"].is_object(), "{json}");
+}
+
+/// `/healthz` answers 200 and `/metrics` counts lost lines under `series`
+/// (within 10 s, stderr blocked or not); then SIGTERM ends the proxy with 0.
+async fn counted_then_clean_exit(mut child: Running, metrics: SocketAddr, series: &str) {
+    let scrape = async {
+        assert_eq!(client::get(metrics, "/healthz").await.status, 200);
+        client::get(metrics, "/metrics").await.body()
+    };
+    let text = tokio::time::timeout(Duration::from_secs(10), scrape)
+        .await
+        .expect("the metrics listener answers");
+    let text = String::from_utf8(text).expect("utf-8 metrics");
+    assert!(
+        sample(&text, series).is_some_and(|n| n > 0.0),
+        "{series} in {text}"
+    );
+    process::kill("-TERM", child.id());
+    let status = child.exit().await;
+    assert_eq!(status.code(), Some(0), "exit status {status:?}");
+}
+
+fn fast_sim() -> SimConfig {
+    SimConfig {
+        decode_ms_per_token: 1.0,
+        ..sim::fast()
+    }
+}
+
+#[tokio::test]
+async fn a_closed_stderr_fails_no_request_and_exits_cleanly() {
+    let upstream = sim::start(fast_sim()).await;
+    let Started {
+        child,
+        addr,
+        metrics_addr,
+        stderr,
+        ..
+    } = process::start(upstream.addr, &[], &[]);
+    // The log shipper went away: every write to stderr is now EPIPE.
+    drop(stderr);
+    for i in 0..20 {
+        both_kinds_complete(addr, i).await;
+    }
+    counted_then_clean_exit(child, metrics_addr, WRITE_ERROR).await;
+}
+
+#[tokio::test]
+async fn an_unread_stderr_drops_log_lines_and_never_blocks_traffic() {
+    let echo = Echo::start().await;
+    let Started {
+        child,
+        addr,
+        metrics_addr,
+        stderr,
+        ..
+    } = process::start(echo.addr, &[], &[]);
+    // Nobody reads: the pipe (64 KiB) and the queue fill within a few
+    // thousand access-log lines; requests must go on regardless.
+    for i in 0..2000 {
+        let request = Request::post("/v1/chat/completions")
+            .body(Full::new(Bytes::from_static(b"{\"model\":\"m\"}")))
+            .expect("request");
+        let exchange = async { collect(send(addr, request).await?).await };
+        let bounded = tokio::time::timeout(Duration::from_secs(10), exchange).await;
+        let response = bounded
+            .unwrap_or_else(|_| panic!("request {i} hung: the log sink blocked it"))
+            .unwrap_or_else(|e| panic!("request {i} failed: {e}"));
+        assert_eq!(response.body(), b"{\"model\":\"m\"}", "request {i}");
+    }
+    counted_then_clean_exit(child, metrics_addr, QUEUE_FULL).await;
+    drop(stderr);
+}
+
+#[tokio::test]
+async fn stderr_on_a_full_disk_starts_serves_and_exits_cleanly() {
+    let upstream = sim::start(fast_sim()).await;
+    let listen = common::closed_port().await;
+    let mut metrics_listen = common::closed_port().await;
+    while metrics_listen == listen {
+        metrics_listen = common::closed_port().await;
+    }
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .expect("/dev/full");
+    let spawned = process::command(
+        upstream.addr,
+        &listen.to_string(),
+        &metrics_listen.to_string(),
+        &[],
+        &[],
+    )
+    .stderr(Stdio::from(full))
+    .spawn()
+    .expect("spawn tokenclock");
+    let mut child = Running(spawned);
+    // Every write to stderr is ENOSPC; wait for the listener instead.
+    let mut up = false;
+    for _ in 0..200 {
+        let exited = child.0.try_wait().expect("try_wait");
+        assert!(exited.is_none(), "tokenclock exited: {exited:?}");
+        if tokio::net::TcpStream::connect(metrics_listen).await.is_ok() {
+            up = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(up, "tokenclock did not listen within 10 s");
+    for i in 0..5 {
+        both_kinds_complete(listen, i).await;
+    }
+    counted_then_clean_exit(child, metrics_listen, WRITE_ERROR).await;
 }

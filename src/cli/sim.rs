@@ -64,7 +64,10 @@ pub(crate) fn run(flags: SimFlags) -> ExitCode {
     if let Err(e) = config.validate() {
         return fail(2, &format!("sim: {e}"));
     }
-    tokenclock::logging::init(LogFormat::Text, "info");
+    let _logs = match tokenclock::logging::init(LogFormat::Text, "info") {
+        Ok(logs) => logs,
+        Err(e) => return fail(1, &format!("sim: cannot start the log writer: {e}")),
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

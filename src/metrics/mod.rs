@@ -89,6 +89,8 @@ impl Metrics {
         registry.register(Box::new(
             prometheus::process_collector::ProcessCollector::for_self(),
         ))?;
+        // Counted since start by the log writer, which predates the registry.
+        registry.register(Box::new(crate::logging::DroppedLines::new()?))?;
         let families = Families::register(&registry, export)?;
         let connections = ConnectionFamilies::register(&registry)?;
         Ok(Self {

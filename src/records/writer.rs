@@ -4,20 +4,24 @@
 //! waits. When the queue is full the record is dropped and counted, so a
 //! slow disk costs records, never latency. File IO runs on the blocking
 //! pool, one batch at a time, so no runtime worker waits on the disk.
+//!
+//! A batch is serialised into one buffer of whole lines and appended with
+//! one write. A write that fails (a full disk) or stops short is cut back
+//! to the last whole line with `set_len`, and every record that did not
+//! reach the file is counted, so the file stays valid JSONL once space
+//! returns and `lines written + dropped` equals the records finished.
 
 use std::{
     collections::HashSet,
     fs::{self, File, OpenOptions},
-    io::{self, BufWriter, Write},
+    io::{self, Write},
     path::{Path, PathBuf},
-    time::Duration,
 };
 
 use prometheus::IntCounter;
 use tokio::{
     sync::{mpsc, oneshot},
     task::JoinHandle,
-    time::Instant,
 };
 
 use super::Record;
@@ -29,12 +33,11 @@ use crate::{
 /// Name of the counter of dropped records; the caller registers it.
 pub const DROPPED_NAME: &str = "tokenclock_records_dropped_total";
 /// Help of the counter of dropped records.
-pub const DROPPED_HELP: &str = "Records dropped because the writer fell behind.";
+pub const DROPPED_HELP: &str =
+    "Records lost: the writer's queue was full, or the file could not be written (e.g. a full disk).";
 
-/// Records written per trip to the blocking pool, at most.
+/// Records written per trip to the blocking pool (one `write(2)`), at most.
 const BATCH: usize = 256;
-/// Longest time written records may sit in the buffer under steady load.
-const FLUSH_EVERY: Duration = Duration::from_secs(1);
 
 /// The [`TimelineSink`] that queues a [`Record`] per finished request.
 pub struct RecordWriter {
@@ -124,13 +127,12 @@ async fn run(mut rx: mpsc::Receiver<Record>, mut stop: oneshot::Receiver<()>, si
                 Err(_) => break,
             }
         }
-        let idle = rx.is_empty();
         let done = closing && batch.is_empty();
         let Some(mut current) = sink.take() else {
             return;
         };
         let written = tokio::task::spawn_blocking(move || {
-            current.write_batch(batch, idle || done);
+            current.write_batch(batch);
             current
         })
         .await;
@@ -145,15 +147,20 @@ async fn run(mut rx: mpsc::Receiver<Record>, mut stop: oneshot::Receiver<()>, si
     }
 }
 
-/// The file end of the writer: appends lines, rotates, remembers errors.
+/// The file end of the writer: appends whole lines, rotates, counts losses.
 struct Sink {
     path: PathBuf,
     max_bytes: u64,
     keep: usize,
-    file: Option<BufWriter<File>>,
-    /// Bytes in the current file, buffered ones included.
+    file: Option<File>,
+    /// Bytes of whole lines in the current file.
     size: u64,
-    last_flush: Instant,
+    /// Length to cut the file back to before the next write, when cutting
+    /// a partial line failed.
+    repair: Option<u64>,
+    /// Whole lines waiting for one write, and how many records they hold.
+    pending: Vec<u8>,
+    records: u64,
     line: Vec<u8>,
     warned: HashSet<io::ErrorKind>,
     dropped: IntCounter,
@@ -168,56 +175,111 @@ impl Sink {
             keep: records.keep,
             file: Some(file),
             size,
-            last_flush: Instant::now(),
+            repair: None,
+            pending: Vec::with_capacity(64 * 1024),
+            records: 0,
             line: Vec::with_capacity(4096),
             warned: HashSet::new(),
             dropped,
         })
     }
 
-    /// Writes every record; flushes when asked or a second has passed.
-    fn write_batch(&mut self, batch: Vec<Record>, flush: bool) {
+    /// Writes the batch as whole lines, in one write per file; every record
+    /// that does not reach the file is counted.
+    fn write_batch(&mut self, batch: Vec<Record>) {
         for record in &batch {
-            if let Err(e) = self.write_one(record) {
+            self.line.clear();
+            if let Err(e) = serde_json::to_writer(&mut self.line, record) {
                 self.dropped.inc();
-                self.fail(e);
+                self.fail(e.into());
+                continue;
             }
+            self.line.push(b'\n');
+            let total = self.size + self.pending.len() as u64;
+            if total > 0 && total + self.line.len() as u64 > self.max_bytes {
+                self.write_pending();
+                if let Err(e) = self.rotate() {
+                    self.dropped.inc();
+                    self.fail(e);
+                    continue;
+                }
+            }
+            self.pending.extend_from_slice(&self.line);
+            self.records += 1;
         }
-        if flush || self.last_flush.elapsed() >= FLUSH_EVERY {
-            self.last_flush = Instant::now();
-            if let Some(Err(e)) = self.file.as_mut().map(Write::flush) {
-                self.fail(e);
-            }
+        self.write_pending();
+    }
+
+    /// Appends the pending lines. After a failed or short write the file is
+    /// cut back to its last whole line, so it stays valid JSONL once space
+    /// returns, and the records that did not make it are counted.
+    fn write_pending(&mut self) {
+        let records = std::mem::take(&mut self.records);
+        if records == 0 {
+            return;
+        }
+        let (whole, result) = self.append();
+        let kept = memchr::memchr_iter(b'\n', &self.pending[..whole]).count() as u64;
+        self.size += whole as u64;
+        self.pending.clear();
+        if let Err(e) = result {
+            self.dropped.inc_by(records - kept);
+            self.fail(e);
         }
     }
 
-    fn write_one(&mut self, record: &Record) -> io::Result<()> {
-        self.line.clear();
-        serde_json::to_writer(&mut self.line, record)?;
-        self.line.push(b'\n');
-        let n = self.line.len() as u64;
-        if self.size > 0 && self.size + n > self.max_bytes {
-            self.rotate()?;
-        }
-        let file = match &mut self.file {
-            Some(file) => file,
-            None => {
-                let (file, size) = open_append(&self.path)?;
-                self.size = size;
-                self.file.insert(file)
-            }
+    /// Writes `pending` at the end of the file (reopened after an error):
+    /// the bytes of whole lines that are in the file afterwards, and the
+    /// error that stopped it.
+    fn append(&mut self) -> (usize, io::Result<()>) {
+        let reopened = self.file.take().map_or_else(|| self.open_repaired(), Ok);
+        let mut file = match reopened {
+            Ok(file) => file,
+            Err(e) => return (0, Err(e)),
         };
-        file.write_all(&self.line)?;
-        self.size += n;
-        Ok(())
+        let mut written = 0;
+        while written < self.pending.len() {
+            let error = match file.write(&self.pending[written..]) {
+                Ok(0) => io::ErrorKind::WriteZero.into(),
+                Ok(n) => {
+                    written += n;
+                    continue;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => e,
+            };
+            let whole = self.pending[..written]
+                .iter()
+                .rposition(|&b| b == b'\n')
+                .map_or(0, |i| i + 1);
+            let cut = self.size + whole as u64;
+            if whole < written && file.set_len(cut).is_err() {
+                self.repair = Some(cut);
+            }
+            return (whole, Err(error));
+        }
+        self.file = Some(file);
+        (written, Ok(()))
+    }
+
+    /// Opens the file for appending, first cutting off a partial line that
+    /// could not be cut when it was written.
+    fn open_repaired(&mut self) -> io::Result<File> {
+        let (file, size) = open_append(&self.path)?;
+        self.size = size;
+        if let Some(len) = self.repair {
+            file.set_len(len)?;
+            self.size = len;
+            self.repair = None;
+        }
+        Ok(file)
     }
 
     /// `path.{keep-1}` → `path.{keep}` … `path` → `path.1`, then a fresh
     /// `path`; with `keep = 0` the file just starts over.
     fn rotate(&mut self) -> io::Result<()> {
-        if let Some(mut file) = self.file.take() {
-            file.flush()?;
-        }
+        self.file = None;
+        self.repair = None;
         if self.keep > 0 {
             for i in (1..self.keep).rev() {
                 ignore_missing(fs::rename(
@@ -232,7 +294,7 @@ impl Sink {
             .write(true)
             .truncate(true)
             .open(&self.path)?;
-        self.file = Some(BufWriter::new(file));
+        self.file = Some(file);
         self.size = 0;
         Ok(())
     }
@@ -247,10 +309,10 @@ impl Sink {
     }
 }
 
-fn open_append(path: &Path) -> io::Result<(BufWriter<File>, u64)> {
+fn open_append(path: &Path) -> io::Result<(File, u64)> {
     let file = OpenOptions::new().create(true).append(true).open(path)?;
     let size = file.metadata()?.len();
-    Ok((BufWriter::new(file), size))
+    Ok((file, size))
 }
 
 /// `path.N`: the N-th most recent rotated file.

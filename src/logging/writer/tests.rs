@@ -1,0 +1,113 @@
+use std::{
+    io::{self, Write},
+    sync::{mpsc, Arc, Mutex},
+};
+
+use super::{spawn, Counters, DroppedLines};
+use prometheus::core::Collector;
+
+fn counters() -> &'static Counters {
+    Box::leak(Box::new(Counters::new()))
+}
+
+/// An output that keeps what it is given.
+#[derive(Clone, Default)]
+struct Kept(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Kept {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.lock().expect("kept").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// An output whose reader is gone.
+struct Broken;
+
+impl Write for Broken {
+    fn write(&mut self, _: &[u8]) -> io::Result<usize> {
+        Err(io::ErrorKind::BrokenPipe.into())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// An output blocked until its sender sends or is dropped.
+struct Blocked(mpsc::Receiver<()>);
+
+impl Write for Blocked {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let _ = self.0.recv();
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn lines_arrive_in_order_and_the_guard_writes_what_is_queued() {
+    let kept = Kept::default();
+    let counters = counters();
+    let (writer, guard) = spawn(kept.clone(), 1024, counters).expect("spawn");
+    let mut expected = Vec::new();
+    for i in 0..500 {
+        let line = format!("line {i}\n");
+        (&writer).write_all(line.as_bytes()).expect("never fails");
+        expected.extend_from_slice(line.as_bytes());
+    }
+    drop(guard);
+    assert_eq!(*kept.0.lock().expect("kept"), expected);
+    assert_eq!((counters.queue_full(), counters.write_error()), (0, 0));
+}
+
+#[test]
+fn a_failing_output_counts_its_lines_and_never_fails_the_caller() {
+    let counters = counters();
+    let (writer, guard) = spawn(Broken, 1024, counters).expect("spawn");
+    for _ in 0..10 {
+        (&writer).write_all(b"lost\n").expect("never fails");
+    }
+    drop(guard);
+    assert_eq!(counters.write_error(), 10);
+    assert_eq!(counters.queue_full(), 0);
+    // After the writer ended, lines are counted as not queued.
+    (&writer).write_all(b"late\n").expect("never fails");
+    assert_eq!(counters.queue_full(), 1);
+}
+
+#[test]
+fn a_blocked_output_drops_lines_instead_of_blocking() {
+    let (release, blocked) = mpsc::channel();
+    let counters = counters();
+    let (writer, guard) = spawn(Blocked(blocked), 4, counters).expect("spawn");
+    for _ in 0..1000 {
+        (&writer).write_all(b"line\n").expect("never fails");
+    }
+    // At most the queue (4) and what the writer took before blocking got in.
+    assert!(counters.queue_full() > 900, "{}", counters.queue_full());
+    // The guard gives up after its budget instead of waiting for the output.
+    drop(guard);
+    drop(release);
+}
+
+#[test]
+fn the_collector_exports_both_reasons() {
+    let collector = DroppedLines::new().expect("collector");
+    let families = collector.collect();
+    assert_eq!(families.len(), 1);
+    assert_eq!(families[0].name(), super::DROPPED_NAME);
+    let reasons: Vec<&str> = families[0]
+        .get_metric()
+        .iter()
+        .flat_map(|m| m.get_label().iter().map(|l| l.value()))
+        .collect();
+    assert_eq!(reasons, ["queue_full", "write_error"]);
+}
