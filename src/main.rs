@@ -5,7 +5,10 @@ use std::{path::PathBuf, process::ExitCode};
 use clap::{
     parser::ValueSource, ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand,
 };
-use tokenclock::config::{self, Origin, Override, Overrides};
+use tokenclock::{
+    config::{self, Origin, Override, Overrides},
+    reload::Source,
+};
 
 #[path = "cli/demo.rs"]
 mod demo_cli;
@@ -90,10 +93,18 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Serve(settings) => {
             let matches = subcommand(&matches, "serve");
-            let file = settings.config.clone();
-            match load(file.as_deref(), &settings, matches) {
-                Ok((_, config)) => serve(config),
-                Err(code) => code,
+            let path = settings.config.clone();
+            let overrides = overrides(&settings, matches);
+            match config::load(path.as_deref(), &overrides) {
+                Ok((running, config)) => serve(
+                    config,
+                    Source {
+                        path,
+                        overrides,
+                        running,
+                    },
+                ),
+                Err(e) => fail(2, &format!("config error: {e}")),
             }
         }
         Command::CheckConfig { file, settings } => {
@@ -133,9 +144,9 @@ fn report(flags: ReportFlags) -> ExitCode {
     }
 }
 
-fn serve(config: tokenclock::Config) -> ExitCode {
+fn serve(config: tokenclock::Config, source: Source) -> ExitCode {
     tokenclock::logging::init(config.log_format, &config.log_filter);
-    match tokenclock::run(config) {
+    match tokenclock::run(config, source) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if e.is_config() => fail(2, &format!("config error: {e}")),
         Err(e) => fail(1, &e.to_string()),

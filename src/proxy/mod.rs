@@ -33,12 +33,12 @@ pub use self::{
     inject::{RequestBody, StripUsage},
 };
 use crate::{
-    config::{Config, Reading, Upstream, UpstreamProtocol, UsageMode},
+    config::{Config, Upstream, UpstreamProtocol, UsageMode},
     dialect::Dialect,
     exchange::{Exchange, Upload},
     health::Health,
     observe::ObservedBody,
-    timeline::TimelineSink,
+    reload::Live,
 };
 
 /// The body of every response the proxy sends.
@@ -56,22 +56,19 @@ struct Inner {
     upstream_host: HeaderValue,
     preserve_host: bool,
     timeouts: crate::config::Timeouts,
-    reading: Reading,
     inject_usage: bool,
     health: Health,
-    sink: Option<Arc<dyn TimelineSink>>,
+    /// How requests are read and where their timelines go; a config reload
+    /// replaces it, each request reads it once.
+    live: Live,
 }
 
 // === impl Proxy ===
 
 impl Proxy {
-    /// Builds the proxy and its upstream connection pool. Each finished
-    /// request's timeline goes to `sink`.
-    pub fn new(
-        config: &Config,
-        health: Health,
-        sink: Option<Arc<dyn TimelineSink>>,
-    ) -> Result<Self, rustls::Error> {
+    /// Builds the proxy and its upstream connection pool. Each request is
+    /// read, and its finished timeline sent, as `live` says when it starts.
+    pub fn new(config: &Config, health: Health, live: Live) -> Result<Self, rustls::Error> {
         let upstream_host = HeaderValue::from_str(config.upstream.authority.as_str())
             .unwrap_or_else(|_| HeaderValue::from_static("localhost"));
         Ok(Self {
@@ -81,10 +78,9 @@ impl Proxy {
                 upstream_host,
                 preserve_host: config.preserve_host,
                 timeouts: config.timeouts,
-                reading: config.reading.clone(),
                 inject_usage: config.usage_mode == UsageMode::Inject,
                 health,
-                sink,
+                live,
             }),
         })
     }
@@ -110,12 +106,13 @@ impl Service<Request<Incoming>> for Proxy {
 impl Inner {
     async fn forward(&self, request: Request<Incoming>) -> Response<ProxyBody> {
         let start = Instant::now();
+        let live = self.live.current();
         let (mut exchange, upload) =
-            Exchange::start(start, &request, &self.reading, self.sink.clone());
+            Exchange::start(start, &request, &live.reading, live.sink.clone());
         let (mut parts, body) = request.into_parts();
         let injected = self.injects(&parts, exchange.dialect());
         let body = if injected {
-            let cap = self.reading.request_capture_bytes;
+            let cap = live.reading.request_capture_bytes;
             let (body, rewritten) = match inject::read_and_inject(body, cap).await {
                 Ok(read) => read,
                 Err(e) => return local_response(ProxyError::ClientBody(e.to_string()), exchange),

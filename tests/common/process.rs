@@ -34,11 +34,28 @@ pub fn serve(upstream: SocketAddr, extra: &[&str], env: &[(&str, &str)]) -> Serv
         .arg(format!("http://{upstream}"))
         .args(extra)
         .env("RUST_LOG", "info")
-        .env_remove("TOKENCLOCK_CONFIG")
-        .stderr(Stdio::piped());
+        .env_remove("TOKENCLOCK_CONFIG");
     for (k, v) in env {
         command.env(k, v);
     }
+    spawn(command)
+}
+
+/// Starts `tokenclock serve --config FILE` with no other flags and no
+/// `RUST_LOG` or `TOKENCLOCK_*` in its environment: every setting comes
+/// from the file, which must listen on port 0.
+pub fn serve_config(file: &std::path::Path) -> Served {
+    let mut command = Command::new(BIN);
+    command.arg("serve").arg("--config").arg(file);
+    command.env_remove("RUST_LOG");
+    for (key, _) in std::env::vars().filter(|(k, _)| k.starts_with("TOKENCLOCK_")) {
+        command.env_remove(key);
+    }
+    spawn(command)
+}
+
+fn spawn(mut command: Command) -> Served {
+    command.stderr(Stdio::piped());
     let mut child = command.spawn().expect("spawn tokenclock");
     let stderr = child.stderr.take().expect("stderr");
     let mut lines = BufReader::new(stderr).lines();
@@ -81,11 +98,53 @@ fn listen_addr(line: &str) -> Option<SocketAddr> {
 impl Served {
     /// Sends SIGTERM.
     pub fn sigterm(&self) {
+        self.signal("TERM");
+    }
+
+    /// Sends the signal `name` (`HUP`, `TERM`…).
+    pub fn signal(&self, name: &str) {
         let status = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
+            .args([&format!("-{name}"), &self.child.id().to_string()])
             .status()
             .expect("kill");
         assert!(status.success());
+    }
+
+    /// The log lines written so far.
+    pub fn log(&self) -> Vec<String> {
+        self.log.lock().expect("log").clone()
+    }
+
+    /// The first log line after the first `skip` that contains `needle`,
+    /// waiting up to 10 s for it.
+    pub async fn log_line(&self, skip: usize, needle: &str) -> String {
+        for _ in 0..500 {
+            if let Some(line) = self
+                .log()
+                .into_iter()
+                .skip(skip)
+                .find(|l| l.contains(needle))
+            {
+                return line;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        panic!("no log line with {needle:?}: {:#?}", self.log());
+    }
+
+    /// The address of `/metrics`, from the "Proxy listening." line (text format).
+    pub fn metrics_addr(&self) -> SocketAddr {
+        let log = self.log();
+        let line = log
+            .iter()
+            .find(|l| l.contains("Proxy listening."))
+            .expect("listening line");
+        let rest = line
+            .split("metrics_listen=")
+            .nth(1)
+            .expect("metrics_listen=");
+        let addr = rest.split_whitespace().next().unwrap_or_default();
+        addr.parse().expect("metrics address")
     }
 
     /// Waits for the process to exit and returns its status and full log.
