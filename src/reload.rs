@@ -11,6 +11,7 @@
 //! restart and keeps its running value; see [`config::reload`].
 
 use std::{
+    collections::BTreeSet,
     io,
     path::PathBuf,
     sync::{Arc, RwLock},
@@ -122,6 +123,8 @@ pub struct Reloader {
     records: RecordLog,
     extra: Option<Arc<dyn TimelineSink>>,
     live: Live,
+    /// Every SLO name used since start: their series stay registered.
+    slo_names: BTreeSet<String>,
 }
 
 // === impl Reloader ===
@@ -138,25 +141,19 @@ impl Reloader {
         let records = config.export.records.as_ref();
         let records = RecordLog::open(records, metrics.records_dropped()).map_err(|source| {
             StartError::Records {
-                path: records
-                    .map(|r| r.path.display().to_string())
-                    .unwrap_or_default(),
+                path: path_of(records),
                 source,
             }
         })?;
-        let placeholder = Settings {
-            reading: config.reading.clone(),
-            sink: None,
-        };
-        let reloader = Self {
+        let settings = generation(&metrics, &records, extra.clone(), config);
+        Ok(Self {
             source,
             metrics,
             records,
             extra,
-            live: Live::new(placeholder),
-        };
-        reloader.live.replace(reloader.settings(config));
-        Ok(reloader)
+            live: Live::new(settings),
+            slo_names: slo_names(config).collect(),
+        })
     }
 
     /// The current settings, for the proxy.
@@ -215,16 +212,17 @@ impl Reloader {
             applied,
             needs_restart,
         } = config::reload::plan(&source.running, new)?;
+        config::reload::check_slo_names(&config, &self.slo_names)?;
         let records = config.export.records.as_ref();
         self.records
             .replace(records)
             .map_err(|e| ReloadError::Records {
-                path: records
-                    .map(|r| r.path.display().to_string())
-                    .unwrap_or_default(),
+                path: path_of(records),
                 source: e,
             })?;
-        self.live.replace(self.settings(&config));
+        let settings = generation(&self.metrics, &self.records, self.extra.clone(), &config);
+        self.live.replace(settings);
+        self.slo_names.extend(slo_names(&config));
         if let Some(source) = &mut self.source {
             source.running = file;
         }
@@ -241,22 +239,36 @@ impl Reloader {
         }
         Ok(())
     }
+}
 
-    /// The generation `config` describes, sharing families and writers.
-    fn settings(&self, config: &Config) -> Settings {
-        let export = &config.export;
-        let mut sinks: Vec<Arc<dyn TimelineSink>> =
-            vec![Arc::new(self.metrics.reconfigured(export))];
-        sinks.extend(self.extra.clone());
-        if export.records.is_some() {
-            let labels = export.labels.iter().map(|l| l.name.clone()).collect();
-            sinks.push(Arc::new(self.records.writer(export.slos.clone(), labels)));
-        }
-        Settings {
-            reading: config.reading.clone(),
-            sink: Some(Arc::new(sinks)),
-        }
+/// The generation `config` describes, sharing families and writers.
+fn generation(
+    metrics: &Metrics,
+    records: &RecordLog,
+    extra: Option<Arc<dyn TimelineSink>>,
+    config: &Config,
+) -> Settings {
+    let export = &config.export;
+    let mut sinks: Vec<Arc<dyn TimelineSink>> = vec![Arc::new(metrics.reconfigured(export))];
+    sinks.extend(extra);
+    if export.records.is_some() {
+        let labels = export.labels.iter().map(|l| l.name.clone()).collect();
+        sinks.push(Arc::new(records.writer(export.slos.clone(), labels)));
     }
+    Settings {
+        reading: config.reading.clone(),
+        sink: Some(Arc::new(sinks)),
+    }
+}
+
+fn path_of(records: Option<&config::Records>) -> String {
+    records
+        .map(|r| r.path.display().to_string())
+        .unwrap_or_default()
+}
+
+fn slo_names(config: &Config) -> impl Iterator<Item = String> + '_ {
+    config.export.slos.iter().map(|s| s.name.clone())
 }
 
 fn log_filter(filter: &str) {

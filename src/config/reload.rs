@@ -8,9 +8,11 @@
 //! metric family and keeps its running value until a restart. A key added
 //! to [`File`] later is restart-only until it is listed in [`LIVE`].
 
+use std::collections::BTreeSet;
+
 use toml::{Table, Value};
 
-use super::{Config, ConfigError, File};
+use super::{Config, ConfigError, File, REQUEST_SLO};
 
 /// Keys a reload applies live, to requests that start afterwards.
 pub const LIVE: [&str; 11] = [
@@ -76,6 +78,27 @@ pub fn plan(running: &File, new: File) -> Result<Reload, ConfigError> {
     })
 }
 
+/// Checks `config`'s SLO names against every name whose series exist
+/// (`registered`): as within one file, a name that is the start of another
+/// could make two series one (see `metrics::labels`).
+pub fn check_slo_names(config: &Config, registered: &BTreeSet<String>) -> Result<(), ConfigError> {
+    for (i, slo) in config.export.slos.iter().enumerate() {
+        let name = slo.name.as_str();
+        let clash = registered.iter().map(String::as_str).find(|other| {
+            *other != name
+                && *other != REQUEST_SLO
+                && (other.starts_with(name) || name.starts_with(other))
+        });
+        if let Some(other) = clash {
+            let message = format!(
+                "`{name}` and `{other}`, an SLO name in use since start, start alike; rename it or restart"
+            );
+            return Err(ConfigError::invalid(&format!("slo[{i}].name"), message));
+        }
+    }
+    Ok(())
+}
+
 /// Whether a changed key can take effect live. Extra labels can change
 /// their headers live, but not their names: the names are part of every
 /// registered family.
@@ -135,6 +158,17 @@ mod tests {
         assert_eq!(reload.needs_restart, ["labels"]);
         assert_eq!(reload.config.export.labels[0].name, "tenant");
         assert!(plan(&running, file("")).expect("valid").applied.is_empty());
+    }
+
+    #[test]
+    fn a_new_slo_name_may_not_start_like_one_in_use() {
+        let slo = |name: &str| format!("[[slo]]\nname = \"{name}\"\nttft = \"1s\"\n");
+        let used = BTreeSet::from(["chat".to_owned()]);
+        let config = |text: &str| file(text).validate().expect("valid");
+        let e = check_slo_names(&config(&slo("chatty")), &used).expect_err("clash");
+        assert!(e.to_string().starts_with("slo[0].name: "), "{e}");
+        assert!(check_slo_names(&config(&slo("chat")), &used).is_ok());
+        assert!(check_slo_names(&config(&slo("batch")), &used).is_ok());
     }
 
     #[test]
