@@ -10,6 +10,7 @@ mod duration;
 mod error;
 mod export;
 mod file;
+pub mod reload;
 mod upstream;
 
 use std::{collections::HashMap, net::SocketAddr, path::Path, str::FromStr, time::Duration};

@@ -48,6 +48,7 @@ pub mod ndjson;
 pub mod observe;
 pub mod proxy;
 pub mod records;
+pub mod reload;
 pub mod report;
 pub mod server;
 pub mod sim;
@@ -60,8 +61,9 @@ pub use crate::{
     server::{Bound, StartError},
 };
 
-/// Runs the proxy on its own runtime until SIGTERM or SIGINT, then drains.
-pub fn run(config: Config) -> Result<(), StartError> {
+/// Runs the proxy on its own runtime until SIGTERM or SIGINT, then drains;
+/// SIGHUP reloads the config file `source` names.
+pub fn run(config: Config, source: reload::Source) -> Result<(), StartError> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(config.worker_threads)
         .enable_all()
@@ -71,7 +73,8 @@ pub fn run(config: Config) -> Result<(), StartError> {
         // Handlers first: a signal that arrives once we listen must drain us,
         // not kill us with the default action.
         let shutdown = termination();
-        let bound = Bound::bind(config).await?;
+        let hangups = reload::Hangups::install();
+        let bound = Bound::bind(config).await?.with_reloads(source, hangups);
         bound.run(shutdown).await
     })
 }

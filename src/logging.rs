@@ -11,11 +11,12 @@
 
 mod writer;
 
-use std::io;
+use std::{io, sync::OnceLock};
 
 use tracing::Subscriber;
 use tracing_subscriber::{
-    fmt, layer::SubscriberExt, registry::LookupSpan, util::SubscriberInitExt, EnvFilter, Layer,
+    fmt, layer::SubscriberExt, registry::LookupSpan, reload, util::SubscriberInitExt, EnvFilter,
+    Layer, Registry,
 };
 
 pub use self::writer::{
@@ -30,27 +31,79 @@ use crate::config::LogFormat;
 /// cost memory.
 pub const QUEUE_LINES: usize = 1024;
 
+/// How the filter of the installed subscriber is replaced at run time.
+static FILTER: OnceLock<(reload::Handle<EnvFilter, Registry>, FilterSource)> = OnceLock::new();
+
+/// Where the running log filter came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FilterSource {
+    /// `RUST_LOG`, which wins over `log_filter` at start and on reload.
+    Env,
+    /// The config's `log_filter`.
+    Config,
+}
+
+/// What [`set_filter`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FilterChange {
+    /// The new filter is in force.
+    Applied,
+    /// `RUST_LOG` is set and stays in force.
+    EnvWins,
+    /// No reloadable subscriber is installed (another one came first).
+    NotInstalled,
+    /// The filter could not be replaced.
+    Failed(String),
+}
+
 /// Installs the global subscriber, writing to stderr through a bounded
 /// queue. `RUST_LOG`, when set, wins over `default_filter`. Calling it
 /// twice is harmless (the first wins). Keep the guard until the process
 /// ends: dropping it writes what is queued (waiting two seconds at most).
 pub fn init(format: LogFormat, default_filter: &str) -> io::Result<LogGuard> {
     let (writer, guard) = writer::stderr(QUEUE_LINES)?;
+    let (filter, source) = filter(default_filter);
+    // The filter sits in a reload layer so a config reload can replace it.
+    let (filter, handle) = reload::Layer::new(filter);
     let installed = tracing_subscriber::registry()
-        .with(filter(default_filter))
+        .with(filter)
         .with(layer(format, writer))
         .try_init();
     // Already installed (tests call `run` several times in one process).
-    drop(installed);
+    if installed.is_ok() {
+        let _ = FILTER.set((handle, source));
+    }
     Ok(guard)
 }
 
 /// The level filter: `RUST_LOG` when set and valid, else `default_filter`,
 /// else `info`.
-pub fn filter(default_filter: &str) -> EnvFilter {
-    EnvFilter::try_from_default_env()
-        .or_else(|_| EnvFilter::try_new(default_filter))
-        .unwrap_or_else(|_| EnvFilter::new("info"))
+fn filter(default_filter: &str) -> (EnvFilter, FilterSource) {
+    match EnvFilter::try_from_default_env() {
+        Ok(filter) => (filter, FilterSource::Env),
+        Err(_) => (
+            EnvFilter::try_new(default_filter).unwrap_or_else(|_| EnvFilter::new("info")),
+            FilterSource::Config,
+        ),
+    }
+}
+
+/// Replaces the log filter with `filter` (already validated by the
+/// config), unless `RUST_LOG` set it at start.
+pub fn set_filter(filter: &str) -> FilterChange {
+    let Some((handle, source)) = FILTER.get() else {
+        return FilterChange::NotInstalled;
+    };
+    if *source == FilterSource::Env {
+        return FilterChange::EnvWins;
+    }
+    let result = EnvFilter::try_new(filter)
+        .map_err(|e| e.to_string())
+        .and_then(|f| handle.reload(f).map_err(|e| e.to_string()));
+    match result {
+        Ok(()) => FilterChange::Applied,
+        Err(e) => FilterChange::Failed(e),
+    }
 }
 
 /// The formatting layer: one line per event, text or JSON, to `writer`.

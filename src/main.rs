@@ -5,7 +5,10 @@ use std::{io::Write, path::PathBuf, process::ExitCode};
 use clap::{
     parser::ValueSource, ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand,
 };
-use tokenclock::config::{self, Origin, Override, Overrides};
+use tokenclock::{
+    config::{self, Origin, Override, Overrides},
+    reload::Source,
+};
 
 #[path = "cli/demo.rs"]
 mod demo_cli;
@@ -90,10 +93,18 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Serve(settings) => {
             let matches = subcommand(&matches, "serve");
-            let file = settings.config.clone();
-            match load(file.as_deref(), &settings, matches) {
-                Ok((_, config)) => serve(config),
-                Err(code) => code,
+            let path = settings.config.clone();
+            let overrides = overrides(&settings, matches);
+            match config::load(path.as_deref(), &overrides) {
+                Ok((running, config)) => serve(
+                    config,
+                    Source {
+                        path,
+                        overrides,
+                        running,
+                    },
+                ),
+                Err(e) => fail(2, &format!("config error: {e}")),
             }
         }
         Command::CheckConfig { file, settings } => {
@@ -133,12 +144,12 @@ fn report(flags: ReportFlags) -> ExitCode {
     }
 }
 
-fn serve(config: tokenclock::Config) -> ExitCode {
+fn serve(config: tokenclock::Config, source: Source) -> ExitCode {
     let logs = match tokenclock::logging::init(config.log_format, &config.log_filter) {
         Ok(logs) => logs,
         Err(e) => return fail(1, &format!("cannot start the log writer: {e}")),
     };
-    let result = tokenclock::run(config);
+    let result = tokenclock::run(config, source);
     // Queued log lines first (bounded wait), then the last word.
     drop(logs);
     match result {

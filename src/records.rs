@@ -7,6 +7,7 @@
 //! JSONL file with size-based rotation; `tokenclock report` reads them back.
 //! Field names are a stable interface: add fields, never rename them.
 
+mod log;
 mod writer;
 
 use std::{
@@ -16,6 +17,7 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
+pub use self::log::RecordLog;
 pub use self::writer::{RecordWriter, WriterHandle, DROPPED_HELP, DROPPED_NAME};
 use crate::{
     config::Slo,

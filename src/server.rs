@@ -13,7 +13,7 @@ mod fds;
 use std::{future::Future, io, net::SocketAddr, sync::Arc, time::Duration};
 
 use hyper_util::service::TowerToHyperService;
-use tokio::{net::TcpListener, task::JoinSet};
+use tokio::{net::TcpListener, sync::oneshot, task::JoinSet};
 
 pub use self::fds::TooFewDescriptors;
 pub(crate) use self::{
@@ -22,7 +22,12 @@ pub(crate) use self::{
 };
 
 use crate::{
-    admin, config::Config, health::Health, metrics::Metrics, proxy::Proxy, records::RecordWriter,
+    admin,
+    config::Config,
+    health::Health,
+    metrics::Metrics,
+    proxy::Proxy,
+    reload::{Hangups, Reloader, Source},
     timeline::TimelineSink,
 };
 
@@ -77,6 +82,7 @@ pub struct Bound {
     proxy: TcpListener,
     admin: TcpListener,
     sink: Option<Arc<dyn TimelineSink>>,
+    reloads: Option<(Source, Hangups)>,
 }
 
 // === impl Bound ===
@@ -98,7 +104,16 @@ impl Bound {
             proxy,
             admin,
             sink: None,
+            reloads: None,
         })
+    }
+
+    /// Reloads the config `source` names on each of `hangups` (SIGHUP).
+    pub fn with_reloads(self, source: Source, hangups: Hangups) -> Self {
+        Self {
+            reloads: Some((source, hangups)),
+            ..self
+        }
     }
 
     /// Sends every finished request's timeline to `sink` too.
@@ -127,33 +142,15 @@ impl Bound {
             proxy,
             admin,
             sink,
+            reloads,
         } = self;
         let health = Health::new();
         let metrics = Metrics::new(&config.export)?;
-        let mut sinks: Vec<Arc<dyn TimelineSink>> = vec![Arc::new(metrics.clone())];
-        sinks.extend(sink);
-        let records = match &config.export.records {
-            Some(records) => {
-                let (writer, handle) = RecordWriter::spawn(
-                    records,
-                    config.export.slos.clone(),
-                    config
-                        .export
-                        .labels
-                        .iter()
-                        .map(|l| l.name.clone())
-                        .collect(),
-                    metrics.records_dropped(),
-                )
-                .map_err(|source| StartError::Records {
-                    path: records.path.display().to_string(),
-                    source,
-                })?;
-                sinks.push(Arc::new(writer));
-                Some(handle)
-            }
-            None => None,
-        };
+        let (source, hangups) = reloads.map_or((None, None), |(s, h)| (Some(s), Some(h)));
+        let reloader = Reloader::start(&config, metrics.clone(), sink, source)?;
+        let live = reloader.live();
+        let (stop_reloads, reloads_stopped) = oneshot::channel();
+        let reloads = tokio::spawn(reloader.serve(hangups, reloads_stopped));
         let listen = proxy.local_addr().map_or(config.listen, |a| a);
         let metrics_listen = admin.local_addr().map_or(config.metrics_listen, |a| a);
         let mut background = JoinSet::new();
@@ -181,8 +178,7 @@ impl Bound {
                 .await;
         });
 
-        let service =
-            TowerToHyperService::new(Proxy::new(&config, health.clone(), Some(Arc::new(sinks)))?);
+        let service = TowerToHyperService::new(Proxy::new(&config, health.clone(), live)?);
         let drain = Drain::new();
         tracing::info!(
             %listen,
@@ -193,9 +189,11 @@ impl Bound {
         proxy.accept(service, &drain, shutdown).await;
 
         health.start_draining();
+        let _ = stop_reloads.send(());
         finish(drain, config.shutdown_grace).await;
-        if let Some(records) = records {
-            records.close().await;
+        match reloads.await {
+            Ok(reloader) => reloader.close().await,
+            Err(e) => tracing::warn!(error = %e, "The config reloader ended abnormally."),
         }
         background.shutdown().await;
         Ok(())

@@ -10,7 +10,7 @@ use prometheus::IntCounter;
 use tokenclock::{
     config::{Limits, Records, Slo},
     dialect::{Dialect, Parsed, Usage},
-    records::{Record, RecordWriter, DROPPED_HELP, DROPPED_NAME},
+    records::{Record, RecordLog, RecordWriter, DROPPED_HELP, DROPPED_NAME},
     report::{self, Format, Metric, ReportArgs},
     timeline::{Outcome, Timeline, TimelineSink},
 };
@@ -415,4 +415,48 @@ fn report_binary_fails_with_one_line_and_exit_2() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.contains("`ttft:fast`"), "{stderr}");
+}
+
+#[tokio::test]
+async fn a_reload_moves_records_to_the_new_writer_without_losing_or_doubling_any() {
+    let dir = temp_dir("reload");
+    let (a, b) = (dir.join("a.jsonl"), dir.join("b.jsonl"));
+    let dropped = counter();
+    let mut log = RecordLog::open(Some(&config(&a, 1 << 20, 2, 64)), dropped.clone())
+        .expect("record log opens");
+    let old = log.writer(vec![], vec![]);
+    (0..5).for_each(|i| old.finished(&request(i, 40)));
+    assert!(log
+        .replace(Some(&config(&b, 1 << 20, 2, 64)))
+        .expect("b opens"));
+    // A request that started before the reload finishes after it.
+    let new = log.writer(vec![], vec![]);
+    (5..10).for_each(|i| old.finished(&request(i, 40)));
+    (10..15).for_each(|i| new.finished(&request(i, 40)));
+    // Back to `a` with other rotation settings: one writer at a time.
+    assert!(log
+        .replace(Some(&config(&a, 1 << 21, 3, 64)))
+        .expect("a opens"));
+    (15..20).for_each(|i| new.finished(&request(i, 40)));
+    assert!(!log
+        .replace(Some(&config(&a, 1 << 21, 3, 64)))
+        .expect("unchanged"));
+    // Off, then on again: records of the time it was off are not kept.
+    assert!(log.replace(None).expect("off"));
+    new.finished(&request(20, 40));
+    assert!(log.replace(Some(&config(&a, 1 << 21, 3, 64))).expect("on"));
+    (21..23).for_each(|i| new.finished(&request(i, 40)));
+    let unwritable = config(&dir.join("missing").join("c.jsonl"), 1 << 20, 2, 64);
+    assert!(log.replace(Some(&unwritable)).is_err(), "refused");
+    new.finished(&request(23, 40));
+    log.close().await;
+
+    assert_eq!(dropped.get(), 0);
+    let count = |path: &Path| lines(path).len();
+    assert_eq!(
+        count(&a),
+        5 + 5 + 2 + 1,
+        "a: before, after switching back, after on"
+    );
+    assert_eq!(count(&b), 5 + 5);
 }

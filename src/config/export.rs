@@ -151,7 +151,7 @@ pub struct ExtraLabel {
 }
 
 /// Where records go.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Records {
     /// The JSONL file.
     pub path: PathBuf,

@@ -3,7 +3,7 @@
 //! [`super::labels`] for why.
 
 use prometheus::{
-    HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
+    Gauge, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
 };
 
 use crate::{config::Export, records};
@@ -34,6 +34,8 @@ pub struct Families {
     pub slo_violations: IntCounterVec,
     pub workload: IntCounterVec,
     pub records_dropped: IntCounter,
+    pub config_reloads: IntCounterVec,
+    pub config_last_reload: Gauge,
 }
 
 struct Builder<'a> {
@@ -122,6 +124,15 @@ impl Families {
         registry.register(Box::new(in_flight.clone()))?;
         let records_dropped = IntCounter::new(records::DROPPED_NAME, records::DROPPED_HELP)?;
         registry.register(Box::new(records_dropped.clone()))?;
+        let config_reloads = b.counter("config_reloads_total", "Config reloads (SIGHUP) by result: ok (applied, perhaps partly) or error (refused, the running config stays).", &["result"], false)?;
+        for result in ["ok", "error"] {
+            config_reloads.with_label_values(&[result]);
+        }
+        let config_last_reload = Gauge::new(
+            "tokenclock_config_last_reload_success_timestamp_seconds",
+            "Unix time (s) of the last successful config load: the start, or a SIGHUP reload.",
+        )?;
+        registry.register(Box::new(config_last_reload.clone()))?;
         Ok(Self {
             ttft: b.histogram("time_to_first_token_seconds", "Request head received → first event carrying a generated token of any kind, reasoning included (AIPerf's TTFT).", e)?,
             ttfo: b.histogram("time_to_first_output_token_seconds", "Request head received → first event carrying a non-reasoning token (answer text or tool call).", e)?,
@@ -146,6 +157,8 @@ impl Families {
             slo_violations: b.counter("slo_violations_total", "Missed objectives per SLO.", &["endpoint", "slo", "objective"], true)?,
             workload: b.counter("workload_requests_total", "Requests by input and output token range: the workload map.", &["input_tokens_range", "output_tokens_range"], true)?,
             records_dropped,
+            config_reloads,
+            config_last_reload,
         })
     }
 }

@@ -19,7 +19,7 @@ use prometheus::{Encoder, IntCounter, IntGaugeVec, Opts, Registry, TextEncoder};
 use self::{connections::ConnectionFamilies, families::Families};
 pub use self::{
     connections::ConnectionMetrics,
-    labels::{LabelSpace, OTHER, UNKNOWN},
+    labels::{LabelCaps, LabelSpace, OTHER, UNKNOWN},
 };
 use crate::{
     config::{range_label, Export, Slo},
@@ -29,19 +29,41 @@ use crate::{
 };
 
 /// The exported families and what labels them; cheap to clone.
+///
+/// The families and the admitted label values are registered once and
+/// shared for the life of the process; the [`View`] (caps, SLOs, ranges)
+/// comes from the config and a reload replaces it for requests that start
+/// afterwards, so no counter resets and no series is lost.
 #[derive(Clone)]
 pub struct Metrics {
-    inner: Arc<Inner>,
+    shared: Arc<Shared>,
+    view: Arc<View>,
 }
 
-struct Inner {
+struct Shared {
     registry: Registry,
     families: Families,
     connections: ConnectionFamilies,
     labels: LabelSpace,
+}
+
+/// What a config reload may change about how requests are labelled.
+struct View {
+    caps: LabelCaps,
     slos: Vec<Slo>,
     input_ranges: Ranges,
     output_ranges: Ranges,
+}
+
+impl View {
+    fn new(export: &Export) -> Self {
+        Self {
+            caps: LabelCaps::of(export),
+            slos: export.slos.clone(),
+            input_ranges: Ranges::new(&export.input_ranges),
+            output_ranges: Ranges::new(&export.output_ranges),
+        }
+    }
 }
 
 /// Token-count ranges with their labels made once.
@@ -93,60 +115,82 @@ impl Metrics {
         registry.register(Box::new(crate::logging::DroppedLines::new()?))?;
         let families = Families::register(&registry, export)?;
         let connections = ConnectionFamilies::register(&registry)?;
+        families.config_last_reload.set(unix_now());
         Ok(Self {
-            inner: Arc::new(Inner {
+            shared: Arc::new(Shared {
                 registry,
                 families,
                 connections,
-                labels: LabelSpace::new(
-                    1 + export.labels.len(),
-                    export.max_values,
-                    export.max_value_bytes,
-                    export.models.clone(),
-                ),
-                slos: export.slos.clone(),
-                input_ranges: Ranges::new(&export.input_ranges),
-                output_ranges: Ranges::new(&export.output_ranges),
+                labels: LabelSpace::new(1 + export.labels.len()),
             }),
+            view: Arc::new(View::new(export)),
         })
+    }
+
+    /// The same families labelled by `export`'s caps, SLOs and ranges: what
+    /// a config reload hands to requests that start afterwards. Label names
+    /// and buckets stay those registered at start.
+    pub fn reconfigured(&self, export: &Export) -> Self {
+        Self {
+            shared: self.shared.clone(),
+            view: Arc::new(View::new(export)),
+        }
     }
 
     /// The text exposition (format 0.0.4) of every family.
     pub fn encode(&self) -> Result<Vec<u8>, prometheus::Error> {
         let mut buffer = Vec::with_capacity(64 * 1024);
-        TextEncoder::new().encode(&self.inner.registry.gather(), &mut buffer)?;
+        TextEncoder::new().encode(&self.shared.registry.gather(), &mut buffer)?;
         Ok(buffer)
     }
 
     /// The connection series of one listener (`proxy` or `metrics`).
     pub fn connections(&self, listener: &str) -> ConnectionMetrics {
-        self.inner.connections.listener(listener)
+        self.shared.connections.listener(listener)
+    }
+
+    /// Counts a config reload; a successful one also sets the time of the
+    /// last successful load (the start counts as one).
+    pub fn config_reloaded(&self, ok: bool) {
+        let f = &self.shared.families;
+        f.config_reloads
+            .with_label_values(&[if ok { "ok" } else { "error" }])
+            .inc();
+        if ok {
+            f.config_last_reload.set(unix_now());
+        }
     }
 
     /// The counter of records dropped by the record writer.
     pub fn records_dropped(&self) -> IntCounter {
-        self.inner.families.records_dropped.clone()
+        self.shared.families.records_dropped.clone()
     }
 }
 
 impl TimelineSink for Metrics {
     fn started(&self, dialect: Dialect) {
-        let f = &self.inner.families;
+        let f = &self.shared.families;
         f.in_flight.with_label_values(&[dialect.as_str()]).inc();
     }
 
     fn finished(&self, t: &Timeline) {
-        let inner = &self.inner;
-        let free = inner.labels.admit(t.model.as_deref(), &t.labels);
+        let free = (self.shared.labels).admit(&self.view.caps, t.model.as_deref(), &t.labels);
         let endpoint = t.dialect.as_str();
         let series = Series { free: &free };
-        let f = &inner.families;
+        let f = &self.shared.families;
         f.in_flight.with_label_values(&[endpoint]).dec();
-        inner.latencies(&series, endpoint, t);
-        inner.phases(&series, endpoint, t);
-        inner.tokens(&series, endpoint, t);
-        inner.outcome(&series, endpoint, t);
+        self.latencies(&series, endpoint, t);
+        self.phases(&series, endpoint, t);
+        self.tokens(&series, endpoint, t);
+        self.outcome(&series, endpoint, t);
     }
+}
+
+/// Now, in seconds since the Unix epoch.
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// One request's free-form label values, appended to closed ones.
@@ -164,11 +208,11 @@ impl Series<'_> {
     }
 }
 
-// === impl Inner ===
+// === impl Metrics ===
 
-impl Inner {
+impl Metrics {
     fn latencies(&self, s: &Series<'_>, endpoint: &str, t: &Timeline) {
-        let f = &self.families;
+        let f = &self.shared.families;
         let labels = s.with(&[endpoint]);
         let observe = |vec: &prometheus::HistogramVec, d: Option<Duration>| {
             if let Some(d) = d {
@@ -194,7 +238,7 @@ impl Inner {
     }
 
     fn phases(&self, s: &Series<'_>, endpoint: &str, t: &Timeline) {
-        let f = &self.families;
+        let f = &self.shared.families;
         for (phase, d) in t.phases().iter() {
             let labels = s.with(&[endpoint, phase.as_str()]);
             f.phase.with_label_values(&labels).observe(d.as_secs_f64());
@@ -216,7 +260,7 @@ impl Inner {
     }
 
     fn tokens(&self, s: &Series<'_>, endpoint: &str, t: &Timeline) {
-        let f = &self.families;
+        let f = &self.shared.families;
         let labels = s.with(&[endpoint]);
         let tokens = &t.tokens;
         if let Some(source) = tokens.generated_source {
@@ -251,15 +295,15 @@ impl Inner {
                 .with_label_values(&[endpoint, error.as_str()])
                 .inc();
         }
-        let input = self.input_ranges.label(tokens.input.unwrap_or(0));
-        let output = self.output_ranges.label(tokens.generated);
+        let input = self.view.input_ranges.label(tokens.input.unwrap_or(0));
+        let output = self.view.output_ranges.label(tokens.generated);
         f.workload
             .with_label_values(&s.with(&[input, output]))
             .inc();
     }
 
     fn outcome(&self, s: &Series<'_>, endpoint: &str, t: &Timeline) {
-        let f = &self.families;
+        let f = &self.shared.families;
         let outcome = t.outcome.as_str();
         let code = t
             .status
@@ -273,7 +317,7 @@ impl Inner {
                 .with_label_values(&labels)
                 .observe(e2e.as_secs_f64());
         }
-        for judgement in slo::judge_all(&self.slos, t) {
+        for judgement in slo::judge_all(&self.view.slos, t) {
             let result = if judgement.met { "met" } else { "missed" };
             let labels = s.with(&[endpoint, judgement.slo, result]);
             f.slo_requests.with_label_values(&labels).inc();

@@ -149,11 +149,12 @@ mod properties {
             tuples in proptest::collection::vec(("[ab]{1,3}", "[ab]{1,3}"), 1..30)
         ) {
             let m = metrics("max_models = 1000\n[[labels]]\nname = \"tenant\"\nheader = \"x-tenant\"\n");
-            let space = LabelSpace::new(2, 1000, 128, None);
+            let space = LabelSpace::new(2);
+            let caps = LabelCaps { max_values: 1000, allowlist: None, max_value_bytes: 128 };
             let mut expected: HashMap<Vec<String>, u64> = HashMap::new();
             for (model, tenant) in &tuples {
                 m.finished(&request(model, vec![Some(tenant.clone())], 100));
-                *expected.entry(space.admit(Some(model), &[Some(tenant.clone())])).or_default() += 1;
+                *expected.entry(space.admit(&caps, Some(model), &[Some(tenant.clone())])).or_default() += 1;
             }
             let text = scrape(&m);
             let counts = ttft_counts(&text);

@@ -37,12 +37,12 @@ pub use self::{
     inject::{RequestBody, StripUsage},
 };
 use crate::{
-    config::{Config, Reading, Upstream, UpstreamProtocol, UsageMode},
+    config::{Config, Upstream, UpstreamProtocol, UsageMode},
     dialect::Dialect,
     exchange::{Exchange, Upload},
     health::Health,
     observe::ObservedBody,
-    timeline::TimelineSink,
+    reload::Live,
 };
 
 /// The body of every response the proxy sends.
@@ -60,22 +60,19 @@ struct Inner {
     upstream_host: HeaderValue,
     preserve_host: bool,
     timeouts: crate::config::Timeouts,
-    reading: Reading,
     inject_usage: bool,
     health: Health,
-    sink: Option<Arc<dyn TimelineSink>>,
+    /// How requests are read and where their timelines go; a config reload
+    /// replaces it, each request reads it once.
+    live: Live,
 }
 
 // === impl Proxy ===
 
 impl Proxy {
-    /// Builds the proxy and its upstream connection pool. Each finished
-    /// request's timeline goes to `sink`.
-    pub fn new(
-        config: &Config,
-        health: Health,
-        sink: Option<Arc<dyn TimelineSink>>,
-    ) -> Result<Self, rustls::Error> {
+    /// Builds the proxy and its upstream connection pool. Each request is
+    /// read, and its finished timeline sent, as `live` says when it starts.
+    pub fn new(config: &Config, health: Health, live: Live) -> Result<Self, rustls::Error> {
         let upstream_host = HeaderValue::from_str(config.upstream.authority.as_str())
             .unwrap_or_else(|_| HeaderValue::from_static("localhost"));
         Ok(Self {
@@ -85,10 +82,9 @@ impl Proxy {
                 upstream_host,
                 preserve_host: config.preserve_host,
                 timeouts: config.timeouts,
-                reading: config.reading.clone(),
                 inject_usage: config.usage_mode == UsageMode::Inject,
                 health,
-                sink,
+                live,
             }),
         })
     }
@@ -114,15 +110,17 @@ impl Service<Request<Incoming>> for Proxy {
 impl Inner {
     async fn forward(&self, request: Request<Incoming>) -> Response<ProxyBody> {
         let start = Instant::now();
+        let live = self.live.current();
         let (mut exchange, upload) =
-            Exchange::start(start, &request, &self.reading, self.sink.clone());
+            Exchange::start(start, &request, &live.reading, live.sink.clone());
         if let Err(e) = admit::admit(&request) {
             return local_response(e, exchange);
         }
         let (mut parts, body) = request.into_parts();
         let fault = ClientFault::default();
         let body = ClientBody::new(body, self.timeouts.request_body, fault.clone());
-        let body = match self.prepare(&mut parts, body, &mut exchange).await {
+        let cap = live.reading.request_capture_bytes;
+        let body = match self.prepare(&mut parts, body, cap, &mut exchange).await {
             Ok(body) => body,
             Err(e) => return local_response(e, exchange),
         };
@@ -151,12 +149,12 @@ impl Inner {
         &self,
         parts: &mut http::request::Parts,
         body: ClientBody,
+        cap: usize,
         exchange: &mut Exchange,
     ) -> Result<RequestBody, ProxyError> {
         if !self.injects(parts, exchange.dialect()) {
             return Ok(RequestBody::Streaming(body));
         }
-        let cap = self.reading.request_capture_bytes;
         let (body, rewritten) = inject::read_and_inject(body, cap).await?;
         if rewritten {
             parts.headers.remove(header::CONTENT_LENGTH);

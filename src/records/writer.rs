@@ -16,6 +16,7 @@ use std::{
     fs::{self, File, OpenOptions},
     io::{self, Write},
     path::{Path, PathBuf},
+    sync::{Arc, RwLock},
 };
 
 use prometheus::IntCounter;
@@ -39,9 +40,13 @@ pub const DROPPED_HELP: &str =
 /// Records written per trip to the blocking pool (one `write(2)`), at most.
 const BATCH: usize = 256;
 
+/// Where records are sent: the current writer's queue, or none when the
+/// record log is off. A config reload replaces it (see [`super::RecordLog`]).
+pub(super) type Slot = Arc<RwLock<Option<mpsc::Sender<Record>>>>;
+
 /// The [`TimelineSink`] that queues a [`Record`] per finished request.
 pub struct RecordWriter {
-    tx: mpsc::Sender<Record>,
+    tx: Slot,
     slos: Vec<Slo>,
     labels: Vec<String>,
     dropped: IntCounter,
@@ -66,25 +71,65 @@ impl RecordWriter {
         labels: Vec<String>,
         dropped: IntCounter,
     ) -> Result<(RecordWriter, WriterHandle), io::Error> {
-        let runtime = tokio::runtime::Handle::try_current().map_err(io::Error::other)?;
-        let sink = Sink::open(records, dropped.clone())?;
-        let (tx, rx) = mpsc::channel(records.queue.max(1));
-        let (stop, stopped) = oneshot::channel();
-        let task = runtime.spawn(run(rx, stopped, sink));
-        let writer = RecordWriter {
+        let (tx, handle) = start(records, dropped.clone(), None)?;
+        let tx = Arc::new(RwLock::new(Some(tx)));
+        Ok((RecordWriter::new(tx, slos, labels, dropped), handle))
+    }
+
+    pub(super) fn new(tx: Slot, slos: Vec<Slo>, labels: Vec<String>, dropped: IntCounter) -> Self {
+        Self {
             tx,
             slos,
             labels,
             dropped,
-        };
-        Ok((writer, WriterHandle { stop, task }))
+        }
     }
+}
+
+/// Spawns a writer task for `records` on the current Tokio runtime. With a
+/// `previous` writer, the new one opens the file only once the previous
+/// one has written everything queued to it and ended (it ends when its
+/// sender is gone), so two writers never append to, or rotate, one file at
+/// once and no record is lost or written twice.
+pub(super) fn start(
+    records: &Records,
+    dropped: IntCounter,
+    previous: Option<WriterHandle>,
+) -> io::Result<(mpsc::Sender<Record>, WriterHandle)> {
+    let runtime = tokio::runtime::Handle::try_current().map_err(io::Error::other)?;
+    let (tx, rx) = mpsc::channel(records.queue.max(1));
+    let (stop, stopped) = oneshot::channel();
+    let task = match previous {
+        None => runtime.spawn(run(rx, stopped, Sink::open(records, dropped)?)),
+        Some(previous) => {
+            let records = records.clone();
+            runtime.spawn(async move {
+                previous.retire().await;
+                let sink = Sink::open(&records, dropped.clone()).unwrap_or_else(|e| {
+                    let mut sink = Sink::unopened(&records, dropped);
+                    sink.fail(e);
+                    sink
+                });
+                run(rx, stopped, sink).await;
+            })
+        }
+    };
+    Ok((tx, WriterHandle { stop, task }))
+}
+
+/// Whether `path` can be opened for appending now (it is created if missing).
+pub(super) fn probe(path: &Path) -> io::Result<()> {
+    open_append(path).map(drop)
 }
 
 impl TimelineSink for RecordWriter {
     fn finished(&self, timeline: &Timeline) {
+        // A clone of the sender keeps its writer open until the record is queued.
+        let Some(tx) = self.tx.read().ok().and_then(|slot| slot.clone()) else {
+            return;
+        };
         let record = Record::from_timeline(timeline, &self.slos, &self.labels);
-        if self.tx.try_send(record).is_err() {
+        if tx.try_send(record).is_err() {
             self.dropped.inc();
         }
     }
@@ -99,6 +144,16 @@ impl WriterHandle {
         if let Err(e) = self.task.await {
             tracing::warn!(error = %e, "The record writer ended abnormally.");
         }
+    }
+
+    /// Waits for the writer to end by itself, once every sender is gone and
+    /// every record queued is written; nothing queued is turned away.
+    pub(super) async fn retire(self) {
+        let Self { stop, task } = self;
+        if let Err(e) = task.await {
+            tracing::warn!(error = %e, "The record writer ended abnormally.");
+        }
+        drop(stop);
     }
 }
 
@@ -169,19 +224,27 @@ struct Sink {
 impl Sink {
     fn open(records: &Records, dropped: IntCounter) -> io::Result<Self> {
         let (file, size) = open_append(&records.path)?;
-        Ok(Self {
+        let mut sink = Self::unopened(records, dropped);
+        sink.file = Some(file);
+        sink.size = size;
+        Ok(sink)
+    }
+
+    /// A sink whose file is opened at the first write.
+    fn unopened(records: &Records, dropped: IntCounter) -> Self {
+        Self {
             path: records.path.clone(),
             max_bytes: records.max_bytes,
             keep: records.keep,
-            file: Some(file),
-            size,
+            file: None,
+            size: 0,
             repair: None,
             pending: Vec::with_capacity(64 * 1024),
             records: 0,
             line: Vec::with_capacity(4096),
             warned: HashSet::new(),
             dropped,
-        })
+        }
     }
 
     /// Writes the batch as whole lines, in one write per file; every record

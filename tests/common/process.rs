@@ -97,6 +97,19 @@ pub fn launch(mut command: Command) -> Started {
     }
 }
 
+/// Starts `tokenclock serve --config FILE` with no other flags and no
+/// `RUST_LOG` or `TOKENCLOCK_*` in its environment: every setting comes
+/// from the file, which must listen on port 0.
+pub fn serve_config(file: &std::path::Path) -> Served {
+    let mut command = Command::new(BIN);
+    command.arg("serve").arg("--config").arg(file);
+    command.env_remove("RUST_LOG");
+    for (key, _) in std::env::vars().filter(|(k, _)| k.starts_with("TOKENCLOCK_")) {
+        command.env_remove(key);
+    }
+    launch(command).drain()
+}
+
 /// Starts `tokenclock serve` like [`start`] and keeps reading its log.
 pub fn serve(upstream: SocketAddr, extra: &[&str], env: &[(&str, &str)]) -> Served {
     start(upstream, extra, env).drain()
@@ -149,7 +162,34 @@ pub fn kill(signal: &str, pid: u32) {
 impl Served {
     /// Sends SIGTERM.
     pub fn sigterm(&self) {
-        kill("-TERM", self.child.id());
+        self.signal("TERM");
+    }
+
+    /// Sends the signal `name` (`HUP`, `TERM`…).
+    pub fn signal(&self, name: &str) {
+        kill(&format!("-{name}"), self.child.id());
+    }
+
+    /// The log lines written so far.
+    pub fn log(&self) -> Vec<String> {
+        self.log.lock().expect("log").clone()
+    }
+
+    /// The first log line after the first `skip` that contains `needle`,
+    /// waiting up to 10 s for it.
+    pub async fn log_line(&self, skip: usize, needle: &str) -> String {
+        for _ in 0..500 {
+            if let Some(line) = self
+                .log()
+                .into_iter()
+                .skip(skip)
+                .find(|l| l.contains(needle))
+            {
+                return line;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        panic!("no log line with {needle:?}: {:#?}", self.log());
     }
 
     /// Waits for the process to exit and returns its status and full log.
