@@ -179,17 +179,12 @@ async fn unbounded_runs_are_refused() {
 #[tokio::test]
 async fn cli_json_output_parses() {
     let upstream = Scripted::start(stream(Duration::ZERO, None)).await;
-    let output = tokio::process::Command::new(common::process::BIN)
-        .args(["load", "--target", &format!("http://{}", upstream.addr)])
-        .args(["--requests", "3", "--concurrency", "2", "--format", "json"])
-        .args(["--workload", "chat", "--workload", "summaries"])
-        .output();
-    let output = tokio::time::timeout(Duration::from_secs(20), output)
-        .await
-        .expect("the CLI ends by itself")
-        .expect("run tokenclock load");
-    assert!(output.status.success(), "{output:?}");
-    let json: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON summary");
+    let json = cli(
+        upstream.addr,
+        &["--requests", "3", "--concurrency", "2", "--format", "json"],
+        &["--workload", "chat", "--workload", "summaries"],
+    )
+    .await;
     assert_eq!(json["total"]["requests"], 3);
     assert_eq!(json["total"]["events"], 3 * EVENTS);
     assert_eq!(json["workloads"].as_array().map(Vec::len), Some(2));
@@ -198,18 +193,19 @@ async fn cli_json_output_parses() {
 #[tokio::test]
 async fn cli_paths_and_faults_mix_the_workloads() {
     let mut upstream = common::upstream::Echo::start().await;
-    let output = tokio::process::Command::new(common::process::BIN)
-        .args(["load", "--target", &format!("http://{}", upstream.addr)])
-        .args(["--requests", "40", "--concurrency", "2", "--format", "json"])
-        .args(["--path", "/v1/messages", "--path", "/api/chat"])
-        .args(["--fault", "status=500,rate=0.5"])
-        .output();
-    let output = tokio::time::timeout(Duration::from_secs(20), output)
-        .await
-        .expect("the CLI ends by itself")
-        .expect("run tokenclock load");
-    assert!(output.status.success(), "{output:?}");
-    let json: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON summary");
+    let json = cli(
+        upstream.addr,
+        &["--requests", "40", "--concurrency", "2", "--format", "json"],
+        &[
+            "--path",
+            "/v1/messages",
+            "--path",
+            "/api/chat",
+            "--fault",
+            "status=500,rate=0.5",
+        ],
+    )
+    .await;
     let names: Vec<&str> = json["workloads"]
         .as_array()
         .expect("workloads")
@@ -228,7 +224,10 @@ async fn cli_paths_and_faults_mix_the_workloads() {
     let mut seen = std::collections::BTreeSet::new();
     for _ in 0..40 {
         let parts = upstream.next().await;
-        let fault = parts.headers.get("x-sim-fault").map(|v| v.as_bytes().to_vec());
+        let fault = parts
+            .headers
+            .get("x-sim-fault")
+            .map(|v| v.as_bytes().to_vec());
         seen.insert((parts.uri.path().to_owned(), fault));
     }
     let fault = Some(b"status=500,rate=0.5".to_vec());
@@ -239,4 +238,19 @@ async fn cli_paths_and_faults_mix_the_workloads() {
         ("/v1/messages".to_owned(), fault),
     ];
     assert_eq!(seen, want.into_iter().collect());
+}
+
+/// Runs `tokenclock load` against `addr` with `args` and `more`; its JSON summary.
+async fn cli(addr: std::net::SocketAddr, args: &[&str], more: &[&str]) -> serde_json::Value {
+    let output = tokio::process::Command::new(common::process::BIN)
+        .args(["load", "--target", &format!("http://{addr}")])
+        .args(args)
+        .args(more)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(20), output)
+        .await
+        .expect("the CLI ends by itself")
+        .expect("run tokenclock load");
+    assert!(output.status.success(), "{output:?}");
+    serde_json::from_slice(&output.stdout).expect("JSON summary")
 }

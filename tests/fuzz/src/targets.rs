@@ -82,14 +82,21 @@ pub fn sse(data: &[u8]) {
         return;
     };
     let max = LIMITS[usize::from(opt & 3)];
-    let whole = sse_events(max, &[input]);
-    let mut cuts = Cuts::new(opt, input);
-    assert_eq!(sse_events(max, &cuts.split(input)), whole, "split feed");
-    let bytes: Vec<&[u8]> = input.chunks(1).collect();
-    assert_eq!(sse_events(max, &bytes), whole, "byte by byte");
+    framed(opt, input, |pieces| sse_events(max, pieces));
     let stripped = strip_usage(&[input]);
+    let mut cuts = Cuts::new(!opt, input);
     assert_eq!(strip_usage(&cuts.split(input)), stripped, "stripper split");
     assert!(stripped.len() <= input.len(), "the stripper only removes");
+}
+
+/// A framer's `run` over `input` whole, cut at points drawn from `opt`,
+/// and byte by byte: all three must agree.
+fn framed<T: PartialEq + std::fmt::Debug>(opt: u8, input: &[u8], run: impl Fn(&[&[u8]]) -> T) {
+    let whole = run(&[input]);
+    let mut cuts = Cuts::new(opt, input);
+    assert_eq!(run(&cuts.split(input)), whole, "split feed");
+    let bytes: Vec<&[u8]> = input.chunks(1).collect();
+    assert_eq!(run(&bytes), whole, "byte by byte");
 }
 
 /// Events (type, data), stats and bytes left pending, after feeding `pieces`.
@@ -119,11 +126,7 @@ pub fn ndjson(data: &[u8]) {
         return;
     };
     let max = LIMITS[usize::from(opt & 3)];
-    let whole = ndjson_lines(max, &[input]);
-    let mut cuts = Cuts::new(opt, input);
-    assert_eq!(ndjson_lines(max, &cuts.split(input)), whole, "split feed");
-    let bytes: Vec<&[u8]> = input.chunks(1).collect();
-    assert_eq!(ndjson_lines(max, &bytes), whole, "byte by byte");
+    framed(opt, input, |pieces| ndjson_lines(max, pieces));
 }
 
 fn ndjson_lines(max: usize, pieces: &[&[u8]]) -> (Vec<Vec<u8>>, String) {
