@@ -178,12 +178,14 @@ async fn arrivals(
             () = tokio::time::sleep_until(next) => {}
         }
         while requests.try_join_next().is_some() {}
+        // An arrival takes from the budget whether it is sent or skipped,
+        // so sent + skipped is `requests`.
+        if !shared.ticket() {
+            break;
+        }
         if requests.len() >= cap {
             shared.skipped.fetch_add(1, Relaxed);
             continue;
-        }
-        if !shared.ticket() {
-            break;
         }
         let index = rng.weighted(&shared.weights);
         let (shared, mut stop) = (shared.clone(), stop.clone());
