@@ -179,18 +179,78 @@ async fn unbounded_runs_are_refused() {
 #[tokio::test]
 async fn cli_json_output_parses() {
     let upstream = Scripted::start(stream(Duration::ZERO, None)).await;
+    let json = cli(
+        upstream.addr,
+        &["--requests", "3", "--concurrency", "2", "--format", "json"],
+        &["--workload", "chat", "--workload", "summaries"],
+    )
+    .await;
+    assert_eq!(json["total"]["requests"], 3);
+    assert_eq!(json["total"]["events"], 3 * EVENTS);
+    assert_eq!(json["workloads"].as_array().map(Vec::len), Some(2));
+}
+
+#[tokio::test]
+async fn cli_paths_and_faults_mix_the_workloads() {
+    let mut upstream = common::upstream::Echo::start().await;
+    let json = cli(
+        upstream.addr,
+        &["--requests", "40", "--concurrency", "2", "--format", "json"],
+        &[
+            "--path",
+            "/v1/messages",
+            "--path",
+            "/api/chat",
+            "--fault",
+            "status=500,rate=0.5",
+        ],
+    )
+    .await;
+    let names: Vec<&str> = json["workloads"]
+        .as_array()
+        .expect("workloads")
+        .iter()
+        .filter_map(|w| w["name"].as_str())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "chat /v1/messages",
+            "chat /v1/messages status=500,rate=0.5",
+            "chat /api/chat",
+            "chat /api/chat status=500,rate=0.5"
+        ]
+    );
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..40 {
+        let parts = upstream.next().await;
+        let fault = parts
+            .headers
+            .get("x-sim-fault")
+            .map(|v| v.as_bytes().to_vec());
+        seen.insert((parts.uri.path().to_owned(), fault));
+    }
+    let fault = Some(b"status=500,rate=0.5".to_vec());
+    let want = [
+        ("/api/chat".to_owned(), None),
+        ("/api/chat".to_owned(), fault.clone()),
+        ("/v1/messages".to_owned(), None),
+        ("/v1/messages".to_owned(), fault),
+    ];
+    assert_eq!(seen, want.into_iter().collect());
+}
+
+/// Runs `tokenclock load` against `addr` with `args` and `more`; its JSON summary.
+async fn cli(addr: std::net::SocketAddr, args: &[&str], more: &[&str]) -> serde_json::Value {
     let output = tokio::process::Command::new(common::process::BIN)
-        .args(["load", "--target", &format!("http://{}", upstream.addr)])
-        .args(["--requests", "3", "--concurrency", "2", "--format", "json"])
-        .args(["--workload", "chat", "--workload", "summaries"])
+        .args(["load", "--target", &format!("http://{addr}")])
+        .args(args)
+        .args(more)
         .output();
     let output = tokio::time::timeout(Duration::from_secs(20), output)
         .await
         .expect("the CLI ends by itself")
         .expect("run tokenclock load");
     assert!(output.status.success(), "{output:?}");
-    let json: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON summary");
-    assert_eq!(json["total"]["requests"], 3);
-    assert_eq!(json["total"]["events"], 3 * EVENTS);
-    assert_eq!(json["workloads"].as_array().map(Vec::len), Some(2));
+    serde_json::from_slice(&output.stdout).expect("JSON summary")
 }

@@ -57,6 +57,17 @@ if [ "$status" -eq 0 ]; then
   log "tests/perf/overhead.sh --quick (produces the table; figures are not asserted)"
   bash tests/perf/overhead.sh --quick --no-build --out target/perf/overhead-quick.json || status=$?
 fi
+if [ "$status" -eq 0 ]; then
+  # RSS is reported, not enforced, here: it still climbs after a short warm-up
+  # (README, Development: the soak); the full soak enforces it.
+  log "tests/perf/soak.sh --duration 60s (fails the run if a request goes uncounted or counted twice, or fds grow)"
+  if bash tests/perf/soak.sh --duration 60s --no-build --rss-warn-only --out target/perf/soak-ci.json; then
+    passed=$((passed + 1))
+  else
+    status=1
+    failed=$((failed + 1))
+  fi
+fi
 echo
 echo "tests: $passed passed, $failed failed"
 exit "$status"

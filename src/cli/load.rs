@@ -34,6 +34,12 @@ pub(crate) struct LoadFlags {
     /// Sent as x-sim-schedule on every request, e.g. "ttft_ms=450,gap_ms=25,tokens=120"
     #[arg(long, value_name = "SCHEDULE")]
     schedule: Option<String>,
+    /// Request path, repeatable: every workload is sent to each path in equal shares, e.g. /v1/messages for a mix of API families against the simulator [default: /v1/chat/completions]
+    #[arg(long, value_name = "PATH")]
+    path: Vec<String>,
+    /// Sent as x-sim-fault, repeatable: every workload is also sent with each fault, in equal shares with unfaulted requests, e.g. "abort=3,rate=0.5"
+    #[arg(long, value_name = "SPEC")]
+    fault: Vec<String>,
     /// Longest a request may take before it counts as a `timeout` error
     #[arg(long, value_name = "DURATION", default_value = "300s", value_parser = humantime::parse_duration)]
     request_timeout: Duration,
@@ -82,6 +88,7 @@ fn config(flags: &LoadFlags) -> Result<LoadConfig, String> {
     for w in &mut config.workloads {
         w.schedule.clone_from(&flags.schedule);
     }
+    config.workloads = mix(config.workloads, &flags.path, &flags.fault);
     config.concurrency = flags.concurrency;
     config.rate = flags.rate;
     config.requests = flags.requests;
@@ -91,6 +98,39 @@ fn config(flags: &LoadFlags) -> Result<LoadConfig, String> {
     config.seed = flags.seed;
     config.request_timeout = flags.request_timeout;
     Ok(config)
+}
+
+/// Every workload once per path (none: its own) and once per fault plus
+/// once without, named after what it varies, e.g. `chat /api/chat abort=3`.
+fn mix(workloads: Vec<Workload>, paths: &[String], faults: &[String]) -> Vec<Workload> {
+    let faults: Vec<Option<&String>> = std::iter::once(None)
+        .chain(faults.iter().map(Some))
+        .collect();
+    let mut out = Vec::new();
+    for w in workloads {
+        let paths: Vec<&String> = match paths {
+            [] => vec![&w.path],
+            paths => paths.iter().collect(),
+        };
+        for path in paths {
+            for fault in &faults {
+                let mut name = w.name.clone();
+                if path != &w.path {
+                    name = format!("{name} {path}");
+                }
+                if let Some(fault) = fault {
+                    name = format!("{name} {fault}");
+                }
+                out.push(Workload {
+                    name,
+                    path: path.clone(),
+                    fault: fault.cloned(),
+                    ..w.clone()
+                });
+            }
+        }
+    }
+    out
 }
 
 fn print(summary: &Summary, format: &str) -> ExitCode {

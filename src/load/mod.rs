@@ -79,6 +79,9 @@ pub enum LoadError {
     /// A schedule that is not a valid header value.
     #[error("invalid schedule `{0}`: must be a printable header value")]
     Schedule(String),
+    /// A fault that is not a valid header value.
+    #[error("invalid fault `{0}`: must be a printable header value")]
+    Fault(String),
 }
 
 impl LoadConfig {

@@ -20,11 +20,12 @@ use super::{
     LoadConfig, LoadError,
 };
 
-/// One workload, ready to send: its URI, body and schedule header.
+/// One workload, ready to send: its URI, body, schedule and fault headers.
 struct Plan {
     uri: Uri,
     body: Bytes,
     schedule: Option<HeaderValue>,
+    fault: Option<HeaderValue>,
 }
 
 /// State shared by every task of a run.
@@ -94,6 +95,9 @@ impl Shared {
         if let Some(schedule) = &plan.schedule {
             builder = builder.header("x-sim-schedule", schedule.clone());
         }
+        if let Some(fault) = &plan.fault {
+            builder = builder.header("x-sim-fault", fault.clone());
+        }
         builder.body(Full::new(plan.body.clone()))
     }
 }
@@ -110,14 +114,17 @@ fn plan(target: &Uri, workload: &super::Workload) -> Result<Plan, LoadError> {
     let uri = format!("http://{authority}{prefix}{}", workload.path)
         .parse()
         .map_err(|_| LoadError::Path(workload.path.clone()))?;
-    let schedule = match &workload.schedule {
-        Some(s) => Some(HeaderValue::from_str(s).map_err(|_| LoadError::Schedule(s.clone()))?),
-        None => None,
+    let header = |value: &Option<String>, error: fn(String) -> LoadError| match value {
+        Some(v) => HeaderValue::from_str(v)
+            .map(Some)
+            .map_err(|_| error(v.clone())),
+        None => Ok(None),
     };
     Ok(Plan {
         uri,
         body: workload.body(),
-        schedule,
+        schedule: header(&workload.schedule, LoadError::Schedule)?,
+        fault: header(&workload.fault, LoadError::Fault)?,
     })
 }
 
@@ -171,12 +178,14 @@ async fn arrivals(
             () = tokio::time::sleep_until(next) => {}
         }
         while requests.try_join_next().is_some() {}
+        // An arrival takes from the budget whether it is sent or skipped,
+        // so sent + skipped is `requests`.
+        if !shared.ticket() {
+            break;
+        }
         if requests.len() >= cap {
             shared.skipped.fetch_add(1, Relaxed);
             continue;
-        }
-        if !shared.ticket() {
-            break;
         }
         let index = rng.weighted(&shared.weights);
         let (shared, mut stop) = (shared.clone(), stop.clone());

@@ -33,6 +33,9 @@ pub struct Workload {
     /// Sent as the `x-sim-schedule` header: an exact timing script for the
     /// simulator, e.g. `ttft_ms=450,gap_ms=25,tokens=120`.
     pub schedule: Option<String>,
+    /// Sent as the `x-sim-fault` header: a fault the simulator injects,
+    /// e.g. `abort=3,rate=0.1`.
+    pub fault: Option<String>,
 }
 
 impl Workload {
@@ -48,6 +51,7 @@ impl Workload {
             reasoning: false,
             weight: 1,
             schedule: None,
+            fault: None,
         }
     }
 

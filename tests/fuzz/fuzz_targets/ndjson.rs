@@ -1,0 +1,5 @@
+//! libFuzzer entry point of the `ndjson` target (see tests/fuzz/src/targets.rs).
+
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| tokenclock_fuzz::ndjson(data));

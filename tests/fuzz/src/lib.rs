@@ -1,0 +1,7 @@
+//! The fuzz targets of tokenclock; see `targets.rs`.
+
+#![forbid(unsafe_code)]
+
+mod targets;
+
+pub use targets::{dialect, ndjson, request, sse};

@@ -1,0 +1,365 @@
+//! The fuzz targets: one function per target, each taking arbitrary bytes.
+//!
+//! Shared by the libFuzzer binaries of `tests/fuzz/` (nightly, `cargo fuzz`)
+//! and the stable smoke test `tests/fuzz_smoke.rs`, which replays the corpus
+//! and a seeded mutation loop through the very same functions.
+//!
+//! Every target asserts, besides not panicking, that feeding its input in
+//! pieces gives what feeding it whole gives (the framers are sans-IO and
+//! must not care where the network cut the stream) and that the memory a
+//! framer holds stays within `max_event_bytes`.
+
+use std::{
+    collections::VecDeque,
+    convert::Infallible,
+    pin::Pin,
+    sync::{Arc, Mutex, OnceLock},
+    task::{Context, Poll, Waker},
+};
+
+use bytes::Bytes;
+use http::{Method, Request, Response};
+use http_body::{Body, Frame};
+use tokenclock::{
+    config::{File, Reading},
+    dialect::{Dialect, RequestInfo},
+    exchange::Exchange,
+    ndjson::NdjsonFramer,
+    observe::{End, Observe},
+    proxy::StripUsage,
+    sse::SseFramer,
+    timeline::{Timeline, TimelineSink},
+};
+use tokio::time::Instant;
+
+/// The event size limits the targets choose from: tiny ones reach the
+/// oversize paths with short inputs, the last is the shipped default.
+const LIMITS: [usize; 4] = [1, 16, 300, 1024 * 1024];
+
+/// Where cuts fall: a small xorshift seeded from the input, so a crash
+/// reproduces from its input alone.
+struct Cuts(u64);
+
+impl Cuts {
+    fn new(seed: u8, input: &[u8]) -> Self {
+        Self(0x9E37_79B9_7F4A_7C15 ^ u64::from(seed) ^ ((input.len() as u64) << 8))
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// `input` cut into pieces of 0 to 15 bytes (empty pieces included:
+    /// a framer must take an empty feed).
+    fn split<'a>(&mut self, input: &'a [u8]) -> Vec<&'a [u8]> {
+        let mut pieces = Vec::new();
+        let mut rest = input;
+        while !rest.is_empty() {
+            let n = (self.next() % 16) as usize;
+            let (piece, tail) = rest.split_at(n.min(rest.len()));
+            pieces.push(piece);
+            rest = tail;
+        }
+        pieces
+    }
+}
+
+/// The first byte of an input, as the target's options, and the rest.
+fn options(data: &[u8]) -> Option<(u8, &[u8])> {
+    let (&first, rest) = data.split_first()?;
+    Some((first, rest))
+}
+
+/// SSE: the framer gives the same events and counts however the stream is
+/// cut, holds at most `max_event_bytes`, and never hands over an event
+/// larger than that; the usage stripper of `usage_mode = "inject"` forwards
+/// the same bytes however its input is cut.
+pub fn sse(data: &[u8]) {
+    let Some((opt, input)) = options(data) else {
+        return;
+    };
+    let max = LIMITS[usize::from(opt & 3)];
+    framed(opt, input, |pieces| sse_events(max, pieces));
+    let stripped = strip_usage(&[input]);
+    let mut cuts = Cuts::new(!opt, input);
+    assert_eq!(strip_usage(&cuts.split(input)), stripped, "stripper split");
+    assert!(stripped.len() <= input.len(), "the stripper only removes");
+}
+
+/// A framer's `run` over `input` whole, cut at points drawn from `opt`,
+/// and byte by byte: all three must agree.
+fn framed<T: PartialEq + std::fmt::Debug>(opt: u8, input: &[u8], run: impl Fn(&[&[u8]]) -> T) {
+    let whole = run(&[input]);
+    let mut cuts = Cuts::new(opt, input);
+    assert_eq!(run(&cuts.split(input)), whole, "split feed");
+    let bytes: Vec<&[u8]> = input.chunks(1).collect();
+    assert_eq!(run(&bytes), whole, "byte by byte");
+}
+
+/// Events (type, data), stats and bytes left pending, after feeding `pieces`.
+type SseRun = (Vec<(Vec<u8>, Vec<u8>)>, String, usize);
+
+fn sse_events(max: usize, pieces: &[&[u8]]) -> SseRun {
+    let mut framer = SseFramer::new(max);
+    let mut events = Vec::new();
+    for piece in pieces {
+        framer.feed(piece, &mut |e| {
+            assert!(e.event.len() + e.data.len() <= max, "event over the limit");
+            events.push((e.event.to_vec(), e.data.to_vec()));
+        });
+        assert!(framer.pending_bytes() <= max, "framer holds over the limit");
+    }
+    (
+        events,
+        format!("{:?}", framer.stats()),
+        framer.pending_bytes(),
+    )
+}
+
+/// NDJSON: the same lines and counts however the stream is cut, at most
+/// `max_event_bytes` per line and `max_event_bytes + 1` held.
+pub fn ndjson(data: &[u8]) {
+    let Some((opt, input)) = options(data) else {
+        return;
+    };
+    let max = LIMITS[usize::from(opt & 3)];
+    framed(opt, input, |pieces| ndjson_lines(max, pieces));
+}
+
+fn ndjson_lines(max: usize, pieces: &[&[u8]]) -> (Vec<Vec<u8>>, String) {
+    let mut framer = NdjsonFramer::new(max);
+    let mut lines = Vec::new();
+    let mut sink = |line: &[u8]| {
+        assert!(line.len() <= max, "line over the limit");
+        lines.push(line.to_vec());
+    };
+    for piece in pieces {
+        framer.feed(piece, &mut sink);
+        assert!(
+            framer.pending_bytes() <= max + 1,
+            "framer holds over the limit"
+        );
+    }
+    framer.finish(&mut sink);
+    (lines, format!("{:?}", framer.stats()))
+}
+
+/// Every dialect, through the real pipeline: the first byte picks the
+/// dialect (a request path of that family), how the response is framed
+/// (SSE, NDJSON or a whole JSON body), the event size limit and how the
+/// body ends; the rest is the response body. What the timeline says must
+/// not depend on where the body was cut.
+pub fn dialect(data: &[u8]) {
+    let Some((opt, body)) = options(data) else {
+        return;
+    };
+    let dialect = Dialect::ALL[usize::from(opt & 7)];
+    let content_type = [
+        "text/event-stream",
+        "application/x-ndjson",
+        "application/json",
+    ][usize::from((opt >> 3) % 3)];
+    let max = LIMITS[usize::from(opt >> 5 & 3)];
+    let end = if opt & 0x80 == 0 {
+        End::Complete
+    } else {
+        End::Failed { timeout: false }
+    };
+    let run = |pieces: &[&[u8]]| {
+        let (sink, exchange, upload) = start(dialect, Method::POST, max);
+        upload.on_end(End::Complete, Instant::now());
+        respond(exchange, content_type, pieces, end);
+        summary(&sink.take())
+    };
+    let whole = run(&[body]);
+    let mut cuts = Cuts::new(opt, body);
+    assert_eq!(run(&cuts.split(body)), whole, "split response");
+}
+
+/// The request-body reader: what the exchange learns from a request body
+/// sent in pieces is what `RequestInfo::parse` reads from it whole, or
+/// nothing when the body is over `request_capture_bytes`, not a POST, or of
+/// an unknown dialect; the byte count is exact either way.
+pub fn request(data: &[u8]) {
+    let Some((opt, body)) = options(data) else {
+        return;
+    };
+    let dialect = Dialect::ALL[usize::from(opt & 7)];
+    let method = if opt & 8 == 0 {
+        Method::POST
+    } else {
+        Method::GET
+    };
+    let cap = LIMITS[usize::from(opt >> 4 & 3)];
+    let (sink, exchange, mut upload) = start(dialect, method.clone(), cap);
+    let mut cuts = Cuts::new(opt, body);
+    for piece in cuts.split(body) {
+        upload.on_data(&Bytes::copy_from_slice(piece), Instant::now());
+    }
+    upload.on_end(End::Complete, Instant::now());
+    respond(exchange, "application/json", &[], End::Complete);
+    let timeline = sink.take();
+    let read = method == Method::POST && dialect != Dialect::Unknown && body.len() <= cap;
+    let want = if read {
+        RequestInfo::parse(dialect, body)
+    } else {
+        RequestInfo::default()
+    };
+    assert_eq!(timeline.request, want, "what the request body said");
+    assert_eq!(timeline.bytes_in, body.len() as u64, "request bytes");
+    if let Some(model) = &timeline.request.model {
+        assert!(model.len() < body.len(), "the model comes from the body");
+    }
+}
+
+/// Keeps the one timeline an exchange hands over.
+#[derive(Default)]
+struct Keep(Mutex<Option<Timeline>>);
+
+impl TimelineSink for Keep {
+    fn finished(&self, timeline: &Timeline) {
+        if let Ok(mut kept) = self.0.lock() {
+            *kept = Some(timeline.clone());
+        }
+    }
+}
+
+impl Keep {
+    fn take(&self) -> Timeline {
+        let kept = self.0.lock().ok().and_then(|mut k| k.take());
+        kept.expect("the exchange handed over its timeline")
+    }
+}
+
+/// The reading config with `max_event_bytes` and `request_capture_bytes`
+/// both `limit`, built through the config file like the binary's.
+fn reading(limit: usize) -> &'static Reading {
+    static READINGS: OnceLock<Vec<Reading>> = OnceLock::new();
+    let readings = READINGS.get_or_init(|| {
+        LIMITS
+            .iter()
+            .map(|n| {
+                let text = format!(
+                    "upstream = \"http://127.0.0.1:1\"\n\
+                     max_event_bytes = {n}\nrequest_capture_bytes = {n}\n"
+                );
+                File::parse(&text, "fuzz.toml")
+                    .and_then(File::validate)
+                    .expect("the fuzz config is valid")
+                    .reading
+            })
+            .collect()
+    });
+    let at = LIMITS.iter().position(|&n| n == limit).unwrap_or(0);
+    &readings[at]
+}
+
+/// A request path of each dialect's family.
+fn path(dialect: Dialect) -> &'static str {
+    match dialect {
+        Dialect::OpenAiChat => "/v1/chat/completions",
+        Dialect::OpenAiCompletions => "/v1/completions",
+        Dialect::OpenAiResponses => "/v1/responses",
+        Dialect::Anthropic => "/v1/messages",
+        Dialect::Tgi => "/generate_stream",
+        Dialect::Ollama => "/api/chat",
+        Dialect::LlamaCpp => "/completion",
+        Dialect::Unknown => "/v1/other",
+    }
+}
+
+fn start(dialect: Dialect, method: Method, limit: usize) -> (Arc<Keep>, Exchange, impl Observe) {
+    let request = Request::builder()
+        .method(method)
+        .uri(path(dialect))
+        .body(())
+        .expect("a valid request");
+    let keep = Arc::new(Keep::default());
+    let sink: Arc<dyn TimelineSink> = keep.clone();
+    let (exchange, upload) = Exchange::start(Instant::now(), &request, reading(limit), Some(sink));
+    assert_eq!(exchange.dialect(), dialect, "the path's dialect");
+    (keep, exchange, upload)
+}
+
+/// A 200 with `content_type`, whose body arrives in `pieces`, all at the
+/// same instant (so timings cannot differ between two runs), then `end`.
+fn respond(mut exchange: Exchange, content_type: &str, pieces: &[&[u8]], end: End) {
+    let (head, ()) = Response::builder()
+        .header("content-type", content_type)
+        .body(())
+        .expect("a valid response")
+        .into_parts();
+    let at = Instant::now();
+    exchange.on_response_head(&head, at);
+    for piece in pieces {
+        exchange.on_data(&Bytes::copy_from_slice(piece), at);
+    }
+    exchange.on_end(end, at);
+}
+
+/// What a timeline learned from the body, without its instants (an
+/// NDJSON body's last line is read at the end, at the instant it ends).
+/// Parse errors as counts per reason: an oversized SSE event is counted
+/// after the chunk it ended in, so the order depends on the cuts (metrics
+/// count per reason); past the timeline's 64 kept, only how many.
+fn summary(t: &Timeline) -> String {
+    let mut errors: Vec<&str> = t.parse_errors.iter().map(|e| e.as_str()).collect();
+    errors.sort_unstable();
+    if errors.len() >= 64 {
+        errors.clear();
+    }
+    format!(
+        "{:?}",
+        (
+            (t.events, &t.tokens, &t.usage, &t.server),
+            (&t.model, errors, t.in_band_error, t.outcome),
+            (
+                t.bytes_out,
+                t.streamed,
+                t.first_token.is_some(),
+                t.first_output.is_some()
+            ),
+        )
+    )
+}
+
+/// The bytes `StripUsage` (stripping on) forwards for a stream whose
+/// frames are `pieces`.
+fn strip_usage(pieces: &[&[u8]]) -> Vec<u8> {
+    let frames = pieces.iter().map(|p| Bytes::copy_from_slice(p)).collect();
+    let mut body = StripUsage::new(Frames(frames), true);
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut out = Vec::new();
+    // Each poll consumes at least one frame: bounded by the frame count.
+    for _ in 0..=pieces.len() + 1 {
+        match Pin::new(&mut body).poll_frame(&mut cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Ok(data) = frame.into_data() {
+                    out.extend_from_slice(&data);
+                }
+            }
+            Poll::Ready(None) => return out,
+            Poll::Ready(Some(Err(never))) => match never {},
+            Poll::Pending => panic!("a body of ready frames is never pending"),
+        }
+    }
+    panic!("the stripper did not end after its input");
+}
+
+/// A body of frames that are all there already.
+struct Frames(VecDeque<Bytes>);
+
+impl Body for Frames {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        Poll::Ready(self.get_mut().0.pop_front().map(|b| Ok(Frame::data(b))))
+    }
+}
