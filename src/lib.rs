@@ -8,7 +8,10 @@
 //! The pipeline, in the order data flows:
 //!
 //! - [`config`]: the TOML file, environment and flags, validated once.
-//! - [`server`]: listeners, HTTP/1.1 + h2c connections, graceful shutdown.
+//! - [`server`]: listeners, HTTP/1.1 + h2c connections with deadlines and
+//!   a cap, graceful shutdown.
+//! - [`reload`]: SIGHUP re-reads the config file; what may change live is
+//!   swapped in for requests that start afterwards.
 //! - [`proxy`]: forwarding: rewriting the request for the upstream, header
 //!   rules, timeouts, and the one place errors become responses.
 //! - [`observe`]: the observing body wrapper, the only seam between
@@ -30,7 +33,8 @@
 //! - [`sim`]: a simulated model server for the demo, the tests and the
 //!   benchmarks.
 //!
-//! [`logging`] sets up `tracing`. The binary (`src/main.rs`) only parses
+//! [`logging`] sets up `tracing`, written by a thread of its own through a
+//! bounded, lossy queue. The binary (`src/main.rs`) only parses
 //! the command line and calls [`run`].
 
 #![forbid(unsafe_code)]
