@@ -38,12 +38,17 @@ impl Write for Broken {
     }
 }
 
-/// An output blocked until its sender sends or is dropped.
-struct Blocked(mpsc::Receiver<()>);
+/// An output that says when a write has begun, then blocks until its
+/// release sender sends or is dropped.
+struct Blocked {
+    entered: mpsc::Sender<()>,
+    release: mpsc::Receiver<()>,
+}
 
 impl Write for Blocked {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let _ = self.0.recv();
+        let _ = self.entered.send(());
+        let _ = self.release.recv();
         Ok(buf.len())
     }
 
@@ -86,13 +91,21 @@ fn a_failing_output_counts_its_lines_and_never_fails_the_caller() {
 #[test]
 fn a_blocked_output_drops_lines_instead_of_blocking() {
     let (release, blocked) = mpsc::channel();
+    let (entered, writing) = mpsc::channel();
     let counters = counters();
-    let (writer, guard) = spawn(Blocked(blocked), 4, counters).expect("spawn");
+    let output = Blocked {
+        entered,
+        release: blocked,
+    };
+    let (writer, guard) = spawn(output, 4, counters).expect("spawn");
+    (&writer).write_all(b"first\n").expect("never fails");
+    // The writer thread is now stuck in write(2), as on an undrained pipe.
+    writing.recv().expect("the writer began a write");
     for _ in 0..1000 {
         (&writer).write_all(b"line\n").expect("never fails");
     }
-    // At most the queue (4) and what the writer took before blocking got in.
-    assert!(counters.queue_full() > 900, "{}", counters.queue_full());
+    // Only the queue (4 lines) takes more; every other line is dropped.
+    assert!(counters.queue_full() >= 996, "{}", counters.queue_full());
     // The guard gives up after its budget instead of waiting for the output.
     drop(guard);
     drop(release);
