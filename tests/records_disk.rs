@@ -149,13 +149,20 @@ async fn requests(addr: SocketAddr, n: u64) {
     }
 }
 
-/// The file's complete lines; fails on a partial last line.
-fn lines(path: &Path) -> Vec<String> {
-    let text = match fs::read_to_string(path) {
+/// The file's text now: a writer may be between a short write and the
+/// cut back to the last whole line.
+fn read(path: &Path) -> String {
+    match fs::read_to_string(path) {
         Ok(text) => text,
         Err(e) if e.kind() == io::ErrorKind::NotFound => String::new(),
         Err(e) => panic!("read {}: {e}", path.display()),
-    };
+    }
+}
+
+/// The file's complete lines, once the writer has settled; fails on a
+/// partial last line.
+fn lines(path: &Path) -> Vec<String> {
+    let text = read(path);
     assert!(
         text.is_empty() || text.ends_with('\n'),
         "a partial line was left: {:?}",
@@ -174,9 +181,11 @@ async fn dropped(metrics: SocketAddr) -> u64 {
 async fn settle(metrics: SocketAddr, path: &Path, sent: u64) -> (u64, u64) {
     let mut seen = (0, 0);
     for _ in 0..100 {
-        seen = (lines(path).len() as u64, dropped(metrics).await);
-        if seen.0 + seen.1 == sent {
-            break;
+        let text = read(path);
+        let whole = text.bytes().filter(|&b| b == b'\n').count() as u64;
+        seen = (whole, dropped(metrics).await);
+        if seen.0 + seen.1 == sent && (text.is_empty() || text.ends_with('\n')) {
+            return (lines(path).len() as u64, seen.1);
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
