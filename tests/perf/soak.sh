@@ -106,13 +106,26 @@ load() {
         die "the $name load failed: $(tail -3 "$TMP/$name.log")"
 }
 
+fd_count() { find "/proc/$PROXY_PID/fd" -mindepth 1 -maxdepth 1 | wc -l; }
+
 # sample NAME: with no load running and the upstream pool idle-closed, the
 # proxy's RSS, open fds and metrics into TMP/NAME.*.
 sample() {
-    sleep 6
+    # hyper-util's pool reaper runs every pool_idle_timeout (4 s), so an idle
+    # upstream connection closes 4 to 8 s after its last request: wait past
+    # that, then until the fd count holds still for a second (10 s at most).
+    sleep 9
+    local before after
+    after=$(fd_count)
+    for _ in $(seq 10); do
+        before=$after
+        sleep 1
+        after=$(fd_count)
+        [[ $after == "$before" ]] && break
+    done
     python3 "$PERF_DIR/soak_check.py" scrape "http://127.0.0.1:$TC_METRICS/metrics" "$TMP/$1.metrics"
     rss_kib "$PROXY_PID" >"$TMP/$1.rss"
-    find "/proc/$PROXY_PID/fd" -mindepth 1 -maxdepth 1 | wc -l >"$TMP/$1.fds"
+    fd_count >"$TMP/$1.fds"
     kill -0 "$PROXY_PID" 2>/dev/null || die "tokenclock exited: $(tail -3 "$TMP/tokenclock.log")"
 }
 
