@@ -74,6 +74,12 @@ struct Envelope<'a, C> {
 impl<'a, C> Envelope<'a, C> {
     fn parsed(self) -> Parsed<'a> {
         let counts = self.choices.0;
+        // llama.cpp puts the cached prompt in `timings`, not in usage.
+        let cache_n = self.timings.as_ref().and_then(|t| t.cache_n);
+        let usage = self.usage.map(Usage::from).map(|u| Usage {
+            cached_input: u.cached_input.or(cache_n),
+            ..u
+        });
         let server = match (self.metrics, self.timings) {
             (Some(m), _) => Some(ServerTimings {
                 queue: ms(m.queue_time_ms),
@@ -85,8 +91,8 @@ impl<'a, C> Envelope<'a, C> {
             (None, None) => None,
         };
         Parsed {
-            cumulative: self.usage.is_some() && counts.items > 0,
-            usage: self.usage.map(Usage::from),
+            cumulative: usage.is_some() && counts.items > 0,
+            usage,
             server,
             model: self.model,
             error: self.error.is_some(),

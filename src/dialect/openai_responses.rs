@@ -18,6 +18,9 @@ struct Event<'a> {
     delta: TextLen,
     #[serde(default, borrow)]
     response: Option<Response<'a>>,
+    /// The item of `response.output_item.added` / `.done`.
+    #[serde(default, borrow)]
+    item: Option<Item<'a>>,
 }
 
 /// The response object: the payload of the end events, and the whole body.
@@ -34,7 +37,7 @@ struct Response<'a> {
 }
 
 /// An output item: `message` (output text, refusal), `reasoning` (summary
-/// and reasoning text) or `function_call` (arguments).
+/// and reasoning text) or `function_call` (name and arguments).
 #[derive(Deserialize)]
 struct Item<'a> {
     #[serde(default, borrow, rename = "type", deserialize_with = "cow")]
@@ -43,6 +46,8 @@ struct Item<'a> {
     content: Summed<Part>,
     #[serde(default)]
     summary: Summed<Part>,
+    #[serde(default)]
+    name: TextLen,
     #[serde(default)]
     arguments: TextLen,
 }
@@ -77,7 +82,7 @@ impl Tally for Item<'_> {
                 ..Counts::default()
             },
             Some("function_call") => Counts {
-                tool: self.arguments.0,
+                tool: self.name.0.saturating_add(self.arguments.0),
                 ..Counts::default()
             },
             _ => Counts::default(),
@@ -97,8 +102,23 @@ pub(super) fn event<'a>(name: &[u8], data: &'a [u8]) -> Result<Parsed<'a>, Parse
             output_bytes: delta,
             ..Parsed::default()
         },
-        "response.reasoning_text.delta" | "response.reasoning_summary_text.delta" => Parsed {
+        "response.reasoning_text.delta" => Parsed {
             reasoning_bytes: delta,
+            ..Parsed::default()
+        },
+        "response.reasoning_summary_text.delta" => Parsed {
+            reasoning_bytes: delta,
+            summary: true,
+            ..Parsed::default()
+        },
+        // A function call's name arrives with its item, before any
+        // argument delta: the first generated token of the call. The
+        // item's `.done` event repeats it and adds nothing.
+        "response.output_item.added" => Parsed {
+            tool_bytes: ev.item.map_or(0, |item| match item.kind.as_deref() {
+                Some("function_call") => item.tally().tool,
+                _ => 0,
+            }),
             ..Parsed::default()
         },
         "response.function_call_arguments.delta" => Parsed {

@@ -19,7 +19,7 @@ fn metrics(extra: &str) -> Metrics {
 fn request(model: &str, labels: Vec<Option<String>>, ttft_ms: u64) -> Timeline {
     let t0 = Instant::now();
     let mut t = Timeline::new(t0, Dialect::OpenAiChat);
-    t.model = Some(model.to_owned());
+    t.request.model = Some(model.to_owned());
     t.labels = labels;
     let token = Parsed {
         output_bytes: 2,
