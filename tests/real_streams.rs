@@ -21,10 +21,11 @@ mod replay;
 use std::{fmt::Debug, sync::Arc, time::Duration};
 
 use oracle::{Expected, Kind};
-use replay::{Entry, Run};
+use replay::{Entry, Run, Span};
 use tokio::{sync::Semaphore, task::JoinSet};
 
-/// How far a proxy timestamp may be from the upstream's write.
+/// How far a proxy timestamp may be from the upstream's write (from the
+/// instant it started to the instant it was seen to finish).
 const TOLERANCE: Duration = Duration::from_millis(2);
 
 /// Time between two events of a replay.
@@ -33,8 +34,11 @@ const GAP: Duration = Duration::from_millis(8);
 /// A replay's events take at most about this long (more events: a smaller gap).
 const LONGEST: Duration = Duration::from_secs(3);
 
+/// Replays of a fixture whose instants missed, at most.
+const ATTEMPTS: usize = 3;
+
 /// Replays running at once.
-const CONCURRENT: usize = 4;
+const CONCURRENT: usize = 2;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_real_stream_replays_to_the_figures_its_recording_implies() {
@@ -71,20 +75,41 @@ async fn every_real_stream_replays_to_the_figures_its_recording_implies() {
 }
 
 /// Replays one recording and checks it; returns its oracle row and failures.
+/// A replay whose only misses are instants is replayed again (up to
+/// `ATTEMPTS` in all): a busy machine can delay one read by milliseconds,
+/// a clock bug misses every time.
 async fn replay_one(entry: Entry, body: Vec<u8>) -> (String, Vec<String>) {
     let model = entry.request_model.as_deref();
     let exp = Expected::read(&entry.path, &entry.content_type, entry.status, model, &body);
+    let mut attempts = 0;
+    let c = loop {
+        attempts += 1;
+        let mut c = Checks {
+            fixture: entry.file.clone(),
+            failures: Vec::new(),
+            timing: Vec::new(),
+        };
+        replay_and_check(&entry, &body, &exp, &mut c).await;
+        if c.timing.is_empty() || attempts == ATTEMPTS {
+            break c;
+        }
+    };
+    let mut row = row(&entry, &exp);
+    if attempts > 1 {
+        row.push_str(&format!(" (replays: {attempts})"));
+    }
+    (row, [c.failures, c.timing].concat())
+}
+
+async fn replay_and_check(entry: &Entry, body: &[u8], exp: &Expected, c: &mut Checks) {
     let gap = GAP
         .min(LONGEST / exp.units.len().max(1) as u32)
         .max(Duration::from_millis(3));
-    let plan = replay::plan(entry.status, &entry.content_type, &body, &exp.units, gap);
+    let plan = replay::plan(entry.status, &entry.content_type, body, &exp.units, gap);
     let (completes, end) = (plan.completes.clone(), plan.end);
+    let model = entry.request_model.as_deref();
     let request = replay::request_body(model, exp.framing.streamed());
     let run = replay::run(&entry.path, request, plan).await;
-    let mut c = Checks {
-        fixture: entry.file.clone(),
-        failures: Vec::new(),
-    };
     let sourced = !entry.provider.is_empty()
         && !entry.source_repo.is_empty()
         && !entry.source_path.is_empty();
@@ -96,10 +121,10 @@ async fn replay_one(entry: Entry, body: Vec<u8>) -> (String, Vec<String>) {
     c.eq("status", entry.status, run.status);
     c.eq("body bytes", true, run.body == body);
     if c.eq("writes", end + 1, run.writes.len()) {
-        let at: Vec<Duration> = completes.iter().map(|&w| run.writes[w]).collect();
-        c.clock(&exp, &run, &at, run.writes[end]);
+        let at: Vec<Span> = completes.iter().map(|&w| run.writes[w]).collect();
+        c.clock(exp, &run, &at, run.writes[end]);
     }
-    c.counts(&exp, &run);
+    c.counts(exp, &run);
     let labels = [
         ("endpoint", exp.family.endpoint().to_owned()),
         ("outcome", exp.outcome.to_owned()),
@@ -107,14 +132,15 @@ async fn replay_one(entry: Entry, body: Vec<u8>) -> (String, Vec<String>) {
         ("model", exp.model_label()),
     ];
     c.requests_total(&run.metrics, &labels);
-    issue10_fields(&mut c, &exp, &run);
-    (row(&entry, &exp), c.failures)
+    issue10_fields(c, exp, &run);
 }
 
 /// Mismatches of one fixture, each naming the fixture and the figure.
 struct Checks {
     fixture: String,
     failures: Vec<String>,
+    /// Instants and gaps off by more than the tolerance.
+    timing: Vec<String>,
 }
 
 impl Checks {
@@ -135,25 +161,25 @@ impl Checks {
     fn near(
         &mut self,
         figure: &str,
-        expected: Option<Duration>,
+        expected: Option<Span>,
         actual: Option<Duration>,
         tolerance: Duration,
     ) {
-        let ok = match (expected, actual) {
-            (Some(e), Some(a)) => e.abs_diff(a) <= tolerance,
-            (e, a) => e.is_none() && a.is_none(),
-        };
-        if !ok {
-            self.fail(
-                figure,
-                format!("expected {expected:?} (±{tolerance:?}), got {actual:?}"),
-            );
+        let detail = format!("expected {expected:?} (±{tolerance:?}), got {actual:?}");
+        match (expected, actual) {
+            // Both measured: a miss may be a busy machine (see `replay_one`).
+            (Some(e), Some(a)) if !e.holds(a, tolerance) => {
+                let line = format!("{}: {figure}: {detail}", self.fixture);
+                self.timing.push(line);
+            }
+            (Some(_), Some(_)) | (None, None) => {}
+            _ => self.fail(figure, detail),
         }
     }
 
     /// The instants and gaps: `at[u]` is when unit `u` was completely
     /// written, `end` when the body ended, both from `t0`.
-    fn clock(&mut self, exp: &Expected, run: &Run, at: &[Duration], end: Duration) {
+    fn clock(&mut self, exp: &Expected, run: &Run, at: &[Span], end: Span) {
         let t = &run.timeline;
         let instant = |i: Option<usize>| i.and_then(|i| exp.tokens.get(i)).map(|e| at[e.unit]);
         let n = exp.tokens.len();
@@ -175,14 +201,14 @@ impl Checks {
         let gaps: Vec<Duration> = t.gaps.inter_event().collect();
         if self.eq("inter-event gaps", n.saturating_sub(1), gaps.len()) {
             for (i, gap) in gaps.into_iter().enumerate() {
-                let expected = at[exp.tokens[i + 1].unit] - at[exp.tokens[i].unit];
+                let expected = at[exp.tokens[i].unit].until(at[exp.tokens[i + 1].unit]);
                 self.near(&format!("gap {i}"), Some(expected), Some(gap), TOLERANCE);
             }
         }
         let streamed = exp.streamed_tokens();
         let tpot = (n >= 2 && streamed >= 2).then(|| {
-            let span = at[exp.tokens[n - 1].unit] - at[exp.tokens[0].unit];
-            span / (streamed - 1) as u32
+            let span = at[exp.tokens[0].unit].until(at[exp.tokens[n - 1].unit]);
+            span.per((streamed - 1) as u32)
         });
         let tolerance = (TOLERANCE * 2 / streamed.saturating_sub(1).max(1) as u32)
             .max(Duration::from_micros(20));
@@ -259,13 +285,38 @@ fn escape(value: &str) -> String {
         .replace('\n', "\\n")
 }
 
-/// The figures issue #10 adds (response model, finish reason, reasoning
-/// source, hidden reasoning, the `finish_reason` label). They are checked
-/// once those fields exist in `main` and `i10-finish`: until both are
-/// merged here this function is empty.
+/// The figures issue #10 adds to the timeline: the response's own model
+/// (A), where the reasoning count came from (D) and hidden reasoning (E).
 fn issue10_fields(c: &mut Checks, exp: &Expected, run: &Run) {
-    let _ = (c, exp, run);
+    let t = &run.timeline;
+    c.eq(
+        "response model",
+        exp.response_model.as_deref(),
+        t.response_model.as_deref(),
+    );
+    let source = t.tokens.reasoning_source.map(|s| s.as_str());
+    c.eq("reasoning source", exp.reasoning_source, source);
+    c.eq("hidden reasoning", exp.hidden, t.tokens.hidden_reasoning);
+    finish_reason(c, exp, run);
 }
+
+/// B: the finish reason as sent, and the `finish_reason` label. Built on
+/// branch `i10-finish`; compiled once that branch is merged here (the
+/// `cfg(any())` then goes).
+#[cfg(any())]
+fn finish_reason(c: &mut Checks, exp: &Expected, run: &Run) {
+    let t = &run.timeline;
+    c.eq(
+        "finish reason",
+        exp.finish_raw.as_deref(),
+        t.finish_reason.as_deref(),
+    );
+    let labels = [("finish_reason", exp.finish_label.to_owned())];
+    c.requests_total(&run.metrics, &labels);
+}
+
+#[cfg(not(any()))]
+fn finish_reason(_: &mut Checks, _: &Expected, _: &Run) {}
 
 const HEADER: &str = "fixture | token events | first token event | first output event | generated/source | reasoning/source | hidden | finish raw→label | response model | model label | outcome";
 

@@ -123,13 +123,39 @@ pub fn plan(
     }
 }
 
+/// From when a write started to when it finished (the upstream timestamps
+/// after `write_all` returns: a busy machine may deschedule it in between).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Span(pub Duration, pub Duration);
+
+impl Span {
+    /// The span of `later − self`: the shortest and longest time between the two.
+    pub fn until(self, later: Span) -> Span {
+        Span(
+            later.0.saturating_sub(self.1),
+            later.1.saturating_sub(self.0),
+        )
+    }
+
+    /// The span divided by `n`.
+    pub fn per(self, n: u32) -> Span {
+        Span(self.0 / n, self.1 / n)
+    }
+
+    /// Whether `at` lies within `tolerance` of the span.
+    pub fn holds(self, at: Duration, tolerance: Duration) -> bool {
+        self.0.saturating_sub(tolerance) <= at && at <= self.1 + tolerance
+    }
+}
+
 /// What one replay produced.
 pub struct Run {
     pub status: u16,
     pub body: Vec<u8>,
     pub timeline: Timeline,
-    /// When each write of the script finished, from the timeline's `t0`.
-    pub writes: Vec<Duration>,
+    /// When each write of the script started and finished, from the
+    /// timeline's `t0`.
+    pub writes: Vec<Span>,
     /// The `/metrics` exposition once the request was counted.
     pub metrics: String,
 }
@@ -157,11 +183,12 @@ pub async fn run(path: &str, request: Vec<u8>, plan: Plan) -> Run {
     let response = send(proxy.addr, request).await.expect("response head");
     let collected = collect(response).await.expect("whole body");
     let timeline = next_timeline(&mut timelines).await;
+    let since = |at: tokio::time::Instant| at.saturating_duration_since(timeline.start);
     let writes = upstream
-        .writes()
+        .write_spans()
         .await
-        .iter()
-        .map(|w| w.saturating_duration_since(timeline.start))
+        .into_iter()
+        .map(|(start, end)| Span(since(start), since(end)))
         .collect();
     let metrics = counted(&proxy).await;
     proxy.shutdown().await;

@@ -73,6 +73,8 @@ pub enum Event {
     PeerClosed(Instant),
     /// A flood stalled after this many bytes.
     Flooded(u64),
+    /// A `Write` step started at this instant.
+    Writing(Instant),
     /// A `Write` step finished at this instant.
     Wrote(Instant),
     /// The script finished.
@@ -140,12 +142,29 @@ impl Scripted {
         }
     }
 
+    /// When each `Write` step of the script started and finished, in order,
+    /// once the script is done (waiting up to 10 s). The bytes left between
+    /// the two instants: a test that may be descheduled between a write
+    /// and its timestamp (a busy machine) judges the proxy against both.
+    pub async fn write_spans(&mut self) -> Vec<(Instant, Instant)> {
+        let (mut spans, mut started) = (Vec::new(), None);
+        loop {
+            match tokio::time::timeout(Duration::from_secs(10), self.events.recv()).await {
+                Ok(Some(Event::Writing(at))) => started = Some(at),
+                Ok(Some(Event::Wrote(at))) => spans.push((started.take().unwrap_or(at), at)),
+                Ok(Some(Event::Done)) => return spans,
+                Ok(Some(_)) => continue,
+                _ => panic!("the script did not finish"),
+            }
+        }
+    }
+
     /// The next event other than a request, waiting up to `limit`.
     pub async fn next_event(&mut self, limit: Duration) -> Option<Event> {
         let deadline = Instant::now() + limit;
         loop {
             match tokio::time::timeout_at(deadline, self.events.recv()).await {
-                Ok(Some(Event::Request(_) | Event::Wrote(_))) => continue,
+                Ok(Some(Event::Request(_) | Event::Writing(_) | Event::Wrote(_))) => continue,
                 Ok(event) => return event,
                 Err(_) => return None,
             }
@@ -258,6 +277,7 @@ async fn run_step(
 ) -> bool {
     match step {
         Step::Write(bytes) => {
+            let _ = tx.send(Event::Writing(Instant::now()));
             let ok = writer.write_all(bytes).await.is_ok();
             let _ = tx.send(Event::Wrote(Instant::now()));
             ok

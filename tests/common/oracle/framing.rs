@@ -1,0 +1,153 @@
+//! Reading a recorded body the way a client does: the API family from the
+//! request path, the body cut into writes at event boundaries, and the SSE
+//! event (if any) each write completes (WHATWG event-stream rules).
+
+use std::ops::Range;
+
+/// The API family, from the request path (the README's dialect table).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Family {
+    Chat,
+    Completions,
+    Responses,
+    Anthropic,
+    Tgi,
+    Ollama,
+    LlamaCpp,
+    Unknown,
+}
+
+impl Family {
+    pub fn of_path(path: &str) -> Self {
+        let path = path
+            .split('?')
+            .next()
+            .unwrap_or_default()
+            .trim_end_matches('/');
+        let ends = |suffix: &str| path.ends_with(suffix);
+        match path {
+            _ if ends("/chat/completions") => Self::Chat,
+            _ if ends("/v1/completions") => Self::Completions,
+            _ if ends("/v1/responses") || ends("/openai/responses") => Self::Responses,
+            _ if ends("/v1/messages") => Self::Anthropic,
+            "/generate_stream" | "/generate" => Self::Tgi,
+            "/api/chat" | "/api/generate" => Self::Ollama,
+            "/completion" | "/completions" => Self::LlamaCpp,
+            _ => Self::Unknown,
+        }
+    }
+
+    /// The `endpoint` label value.
+    pub fn endpoint(self) -> &'static str {
+        match self {
+            Self::Chat => "openai_chat",
+            Self::Completions => "openai_completions",
+            Self::Responses => "openai_responses",
+            Self::Anthropic => "anthropic",
+            Self::Tgi => "tgi",
+            Self::Ollama => "ollama",
+            Self::LlamaCpp => "llamacpp",
+            Self::Unknown => "unknown",
+        }
+    }
+}
+
+/// How the body is cut into writes, by its content type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Framing {
+    Sse,
+    Ndjson,
+    Json,
+    Other,
+}
+
+impl Framing {
+    pub fn of(content_type: &str) -> Self {
+        let ct = content_type.trim().to_ascii_lowercase();
+        match () {
+            _ if ct.starts_with("text/event-stream") => Self::Sse,
+            _ if ct.starts_with("application/x-ndjson") => Self::Ndjson,
+            _ if ct.starts_with("application/json") => Self::Json,
+            _ => Self::Other,
+        }
+    }
+
+    pub fn streamed(self) -> bool {
+        matches!(self, Self::Sse | Self::Ndjson)
+    }
+}
+
+/// The body's write units: SSE cut after each blank line, NDJSON after each
+/// `\n`, anything else in one piece.
+pub fn units(body: &[u8], framing: Framing) -> Vec<Range<usize>> {
+    let mut units = Vec::new();
+    let mut start = 0;
+    let mut line_start = 0;
+    let mut i = 0;
+    while i < body.len() {
+        let end = match body[i] {
+            b'\r' if body.get(i + 1) == Some(&b'\n') => i + 2,
+            b'\r' | b'\n' => i + 1,
+            _ => {
+                i += 1;
+                continue;
+            }
+        };
+        let cut = match framing {
+            Framing::Ndjson => body[i] == b'\n' || end == i + 2,
+            Framing::Sse => i == line_start && line_start > start,
+            _ => false,
+        };
+        if cut {
+            units.push(start..end);
+            start = end;
+        }
+        line_start = end;
+        i = end;
+    }
+    if start < body.len() {
+        units.push(start..body.len());
+    }
+    units
+}
+
+/// The SSE event a unit dispatches: its `event:` name and joined data
+/// (WHATWG: no data, or no blank line before the end, dispatches nothing).
+pub fn sse_event(unit: &[u8]) -> Option<(String, Vec<u8>)> {
+    let unit = unit
+        .strip_prefix(b"\xEF\xBB\xBF".as_slice())
+        .unwrap_or(unit);
+    let ends_blank = strip_eol(unit).is_some_and(|rest| strip_eol(rest).is_some());
+    let (mut name, mut data) = (String::new(), None::<Vec<u8>>);
+    let text = unit
+        .split(|&b| b == b'\n')
+        .flat_map(|l| l.split(|&b| b == b'\r'));
+    for line in text.filter(|l| !l.is_empty() && l[0] != b':') {
+        let (field, value) = match line.iter().position(|&b| b == b':') {
+            Some(p) => (
+                &line[..p],
+                line[p + 1..].strip_prefix(b" ").unwrap_or(&line[p + 1..]),
+            ),
+            None => (line, &[][..]),
+        };
+        match field {
+            b"event" => name = String::from_utf8_lossy(value).into_owned(),
+            b"data" => {
+                let d = data.get_or_insert_with(Vec::new);
+                d.extend_from_slice(value);
+                d.push(b'\n');
+            }
+            _ => {}
+        }
+    }
+    let mut data = data.filter(|_| ends_blank)?;
+    data.pop();
+    Some((name, data))
+}
+
+/// `line` without its final line ending; `None` when it has none.
+fn strip_eol(line: &[u8]) -> Option<&[u8]> {
+    line.strip_suffix(b"\r\n")
+        .or_else(|| line.strip_suffix(b"\n"))
+        .or_else(|| line.strip_suffix(b"\r"))
+}
