@@ -28,11 +28,9 @@ use tokio::{sync::Semaphore, task::JoinSet};
 /// instant it started to the instant it was seen to finish).
 const TOLERANCE: Duration = Duration::from_millis(2);
 
-/// Time between two events of a replay.
+/// Time between two events of a replay; a split event's second frame comes
+/// half of it (4 ms, more than `TOLERANCE`) after its first.
 const GAP: Duration = Duration::from_millis(8);
-
-/// A replay's events take at most about this long (more events: a smaller gap).
-const LONGEST: Duration = Duration::from_secs(3);
 
 /// Replays of a fixture whose instants missed, at most.
 const ATTEMPTS: usize = 3;
@@ -102,10 +100,7 @@ async fn replay_one(entry: Entry, body: Vec<u8>) -> (String, Vec<String>) {
 }
 
 async fn replay_and_check(entry: &Entry, body: &[u8], exp: &Expected, c: &mut Checks) {
-    let gap = GAP
-        .min(LONGEST / exp.units.len().max(1) as u32)
-        .max(Duration::from_millis(3));
-    let plan = replay::plan(entry.status, &entry.content_type, body, &exp.units, gap);
+    let plan = replay::plan(entry.status, &entry.content_type, body, &exp.units, GAP);
     let (completes, end) = (plan.completes.clone(), plan.end);
     let model = entry.request_model.as_deref();
     let request = replay::request_body(model, exp.framing.streamed());
