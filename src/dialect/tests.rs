@@ -1,6 +1,7 @@
 //! Dialect tests: recorded-shape fixtures, edge cases, request bodies.
 
 mod edges;
+mod finish;
 mod fixtures;
 mod request;
 
