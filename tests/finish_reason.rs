@@ -15,20 +15,28 @@ use common::{
 };
 use http::Request;
 use http_body_util::{BodyExt, Full};
-use tokenclock::timeline::Outcome;
+use tokenclock::{dialect::Dialect, timeline::Outcome};
 
 const SSE: &str = "text/event-stream";
 
 /// One request: what the upstream answers, and what tokenclock must make of it.
 struct Case {
-    name: &'static str,
     path: &'static str,
     script: Vec<Step>,
-    endpoint: &'static str,
     /// The record's `finish_reason` (`None`: null).
     raw: Option<&'static str>,
     /// The `finish_reason` label.
     label: &'static str,
+}
+
+impl Case {
+    fn name(&self) -> String {
+        format!("{} {:?}", self.path, self.raw)
+    }
+
+    fn endpoint(&self) -> &'static str {
+        Dialect::from_path(self.path).as_str()
+    }
 }
 
 /// A chunked response of `content_type` carrying `body` in two writes.
@@ -90,7 +98,7 @@ const ANTHROPIC_TOOL_USE: &str = concat!(
     "data: {\"type\":\"message_stop\"}\n\n",
 );
 
-const RESPONSES_FUNCTION_CALL: &str = concat!(
+const RESPONSES_CALL: &str = concat!(
     "event: response.created\n",
     "data: {\"type\":\"response.created\",\"response\":{\"model\":\"gpt\",\"status\":\"in_progress\",\"output\":[]}}\n\n",
     "event: response.output_item.added\n",
@@ -113,81 +121,45 @@ const LLAMACPP_LIMIT: &str = concat!(
 
 const ANTHROPIC_BODY: &str = r#"{"type":"message","model":"claude","content":[{"type":"text","text":"Hi"}],"stop_reason":"max_tokens","usage":{"input_tokens":3,"output_tokens":1}}"#;
 
+const CHAT: &str = "/v1/chat/completions";
+const MESSAGES: &str = "/v1/messages";
+const RATE_LIMITED: &str = r#"{"error":{"type":"rate_limit"}}"#;
+
 fn cases() -> Vec<Case> {
-    let case = |name, path, script, endpoint, raw, label| Case {
-        name,
+    let case = |path, script, raw, label| Case {
         path,
         script,
-        endpoint,
         raw,
         label,
     };
-    let chat = "/v1/chat/completions";
+    let sse = |body: &str| streamed(SSE, body);
+    let ndjson = |body: &str| streamed("application/x-ndjson", body);
     vec![
+        case(CHAT, sse(&chat_stream("length")), Some("length"), "length"),
+        case(CHAT, sse(&chat_stream("abort")), Some("abort"), "other"),
         case(
-            "chat length",
-            chat,
-            streamed(SSE, &chat_stream("length")),
-            "openai_chat",
-            Some("length"),
-            "length",
-        ),
-        case(
-            "chat unknown value",
-            chat,
-            streamed(SSE, &chat_stream("abort")),
-            "openai_chat",
-            Some("abort"),
-            "other",
-        ),
-        case(
-            "anthropic tool_use",
-            "/v1/messages",
-            streamed(SSE, ANTHROPIC_TOOL_USE),
-            "anthropic",
+            MESSAGES,
+            sse(ANTHROPIC_TOOL_USE),
             Some("tool_use"),
             "tool_calls",
         ),
         case(
-            "responses function_call",
             "/v1/responses",
-            streamed(SSE, RESPONSES_FUNCTION_CALL),
-            "openai_responses",
+            sse(RESPONSES_CALL),
             Some("completed"),
             "tool_calls",
         ),
+        case("/api/chat", ndjson(OLLAMA_CHAT), Some("stop"), "stop"),
+        case("/completion", sse(LLAMACPP_LIMIT), Some("limit"), "length"),
         case(
-            "ollama stop",
-            "/api/chat",
-            streamed("application/x-ndjson", OLLAMA_CHAT),
-            "ollama",
-            Some("stop"),
-            "stop",
-        ),
-        case(
-            "llama.cpp limit",
-            "/completion",
-            streamed(SSE, LLAMACPP_LIMIT),
-            "llamacpp",
-            Some("limit"),
-            "length",
-        ),
-        case(
-            "anthropic body max_tokens",
-            "/v1/messages",
+            MESSAGES,
             whole("200 OK", ANTHROPIC_BODY),
-            "anthropic",
             Some("max_tokens"),
             "length",
         ),
         case(
-            "429",
-            chat,
-            whole(
-                "429 Too Many Requests",
-                r#"{"error":{"type":"rate_limit"}}"#,
-            ),
-            "openai_chat",
+            CHAT,
+            whole("429 Too Many Requests", RATE_LIMITED),
             None,
             "none",
         ),
@@ -208,7 +180,7 @@ fn records_path(name: &str) -> PathBuf {
     let file = format!(
         "tokenclock-finish-{}-{}.jsonl",
         std::process::id(),
-        name.replace([' ', '.'], "_")
+        name.replace(|c: char| !c.is_ascii_alphanumeric(), "_")
     );
     let path = std::env::temp_dir().join(file);
     let _ = std::fs::remove_file(&path);
@@ -265,8 +237,9 @@ fn check(
 #[tokio::test]
 async fn each_family_records_its_reason_and_labels_it_normalised() {
     for case in cases() {
+        let (name, endpoint) = (case.name(), case.endpoint());
         let upstream = Scripted::start(case.script).await;
-        let path = records_path(case.name);
+        let path = records_path(&name);
         let config = format!("[records]\npath = {:?}\n", path.display().to_string());
         let (proxy, mut timelines) = common::proxy_with_timelines(upstream.addr, &config).await;
         let response = send(proxy.addr, request(case.path))
@@ -274,17 +247,10 @@ async fn each_family_records_its_reason_and_labels_it_normalised() {
             .expect("response");
         collect(response).await.expect("whole body");
         let t = next_timeline(&mut timelines).await;
-        assert_eq!(t.parse_errors, vec![], "{}", case.name);
+        assert_eq!(t.parse_errors, vec![], "{name}");
         let record = first_record(&path).await;
         let series = counted(&proxy).await;
-        check(
-            case.name,
-            &series,
-            &record,
-            case.endpoint,
-            case.raw,
-            case.label,
-        );
+        check(&name, &series, &record, endpoint, case.raw, case.label);
         proxy.shutdown().await;
         let _ = std::fs::remove_file(&path);
     }

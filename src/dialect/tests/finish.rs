@@ -42,6 +42,13 @@ fn finishes(d: Dialect, frames: &[Frame]) -> Vec<(usize, String, FinishReason)> 
         .collect()
 }
 
+/// The finish of the one event of a stream that carried one.
+fn only(d: Dialect, frames: &[Frame]) -> Option<(String, FinishReason)> {
+    let all = finishes(d, frames);
+    assert_eq!(all.len(), 1, "{all:?}");
+    all.into_iter().next().map(|(_, raw, reason)| (raw, reason))
+}
+
 #[test]
 fn every_listed_value_maps_to_its_reason() {
     let table: [(&[&str], FinishReason); 4] = [
@@ -200,9 +207,10 @@ fn responses_end_events_give_the_incomplete_reason_else_the_status() {
     // Only end events say how the response ended.
     let progress = r#"{"status":"in_progress","output":[]}"#;
     assert_eq!(end("response.in_progress", progress), None);
-    let stream = finishes(r, &sse(fixture!("openai_responses.sse")));
-    assert_eq!(stream.len(), 1, "{stream:?}");
-    assert_eq!((stream[0].1.as_str(), stream[0].2), ("completed", Stop));
+    assert_eq!(
+        only(r, &sse(fixture!("openai_responses.sse"))),
+        want("completed", Stop)
+    );
     let with_call = fixture!("body_openai_responses.json");
     assert_eq!(body(r, with_call), want("completed", ToolCalls));
 }
@@ -223,9 +231,10 @@ fn anthropic_message_delta_and_body_give_stop_reason() {
     assert_eq!(delta("null"), None);
     let start = r#"{"type":"message_start","message":{"model":"m","stop_reason":null,"usage":{"input_tokens":3}}}"#;
     assert_eq!(event(a, "message_start", start), None);
-    let stream = finishes(a, &sse(fixture!("anthropic_thinking.sse")));
-    assert_eq!(stream.len(), 1, "{stream:?}");
-    assert_eq!((stream[0].1.as_str(), stream[0].2), ("end_turn", Stop));
+    assert_eq!(
+        only(a, &sse(fixture!("anthropic_thinking.sse"))),
+        want("end_turn", Stop)
+    );
     let tool = body(a, fixture!("body_anthropic.json"));
     assert_eq!(tool, want("tool_use", ToolCalls));
 }
@@ -237,9 +246,10 @@ fn tgi_details_give_finish_reason() {
     assert_eq!(event(t, "", last), want("length", Length));
     let token = r#"{"token":{"id":5,"text":"x","special":false},"details":null}"#;
     assert_eq!(event(t, "", token), None);
-    let stream = finishes(t, &sse(fixture!("tgi_generate_stream.sse")));
-    assert_eq!(stream.len(), 1, "{stream:?}");
-    assert_eq!((stream[0].1.as_str(), stream[0].2), ("eos_token", Stop));
+    assert_eq!(
+        only(t, &sse(fixture!("tgi_generate_stream.sse"))),
+        want("eos_token", Stop)
+    );
     assert_eq!(body(t, fixture!("body_tgi.json")), want("eos_token", Stop));
 }
 
@@ -261,9 +271,7 @@ fn ollama_done_reason() {
         &fixture!("ollama_chat.ndjson")[..],
         &fixture!("ollama_generate.ndjson")[..],
     ] {
-        let stream = finishes(o, &ndjson(bytes));
-        assert_eq!(stream.len(), 1, "{stream:?}");
-        assert_eq!((stream[0].1.as_str(), stream[0].2), ("stop", Stop));
+        assert_eq!(only(o, &ndjson(bytes)), want("stop", Stop));
     }
     assert_eq!(body(o, fixture!("body_ollama.json")), want("stop", Stop));
 }
@@ -290,9 +298,10 @@ fn llamacpp_stop_type_else_the_stopped_flags() {
     );
     assert_eq!(ev(r#""stop_type":"none""#), None);
     assert_eq!(ev(r#""stopped_eos":false"#), None);
-    let stream = finishes(l, &sse(fixture!("llamacpp_completion.sse")));
-    assert_eq!(stream.len(), 1, "{stream:?}");
-    assert_eq!((stream[0].1.as_str(), stream[0].2), ("limit", Length));
+    assert_eq!(
+        only(l, &sse(fixture!("llamacpp_completion.sse"))),
+        want("limit", Length)
+    );
     assert_eq!(
         body(l, fixture!("body_llamacpp.json")),
         want("limit", Length)
