@@ -284,7 +284,6 @@ fn issue10_fields(c: &mut Checks, exp: &Expected, run: &Run) {
 /// B: the finish reason as sent, and the `finish_reason` label. Built on
 /// branch `i10-finish`; compiled once that branch is merged here (the
 /// `cfg(any())` then goes).
-#[cfg(any())]
 fn finish_reason(c: &mut Checks, exp: &Expected, run: &Run) {
     let t = &run.timeline;
     let raw = t.finish_reason.as_deref();
@@ -294,9 +293,6 @@ fn finish_reason(c: &mut Checks, exp: &Expected, run: &Run) {
     let labels = [("finish_reason", exp.finish_label.to_owned())];
     c.requests_total(&run.metrics, &labels);
 }
-
-#[cfg(not(any()))]
-fn finish_reason(_: &mut Checks, _: &Expected, _: &Run) {}
 
 const HEADER: &str = "fixture | token events | first token event | first output event | generated/source | reasoning/source | hidden | finish raw→label | response model | model label | outcome";
 
