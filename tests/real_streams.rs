@@ -5,12 +5,14 @@
 //! the README's definitions (`common/oracle`), never tokenclock's dialects.
 //!
 //! Per fixture: the client gets the body byte for byte; TTFT, TTFO, TTST,
-//! to-last-token and E2E are within 2 ms of the instant the upstream
-//! finished writing the event that defines them (every fifth event goes out
-//! in two frames, so the instant is the frame that completed it); the gaps,
-//! TPOT, token counts and their sources, parse errors, model and outcome
-//! match; `tokenclock_requests_total` has the expected labels. Every
-//! mismatch is collected and reported with the fixture and the figure.
+//! to-last-token and E2E are within 2 ms of the upstream's write of the
+//! event that defines them (every fifth event goes out in two frames 4 ms
+//! apart, so the instant must be the frame that completed it); the gaps,
+//! TPOT, token counts and their sources (reasoning and hidden reasoning
+//! included), parse errors, model, response model, finish reason and
+//! outcome match; `tokenclock_requests_total` has the expected `model`,
+//! `finish_reason`, `outcome`, `code` and `endpoint`. Every mismatch is
+//! collected and reported with the fixture and the figure.
 
 mod common;
 #[path = "common/oracle/mod.rs"]
@@ -281,9 +283,8 @@ fn issue10_fields(c: &mut Checks, exp: &Expected, run: &Run) {
     finish_reason(c, exp, run);
 }
 
-/// B: the finish reason as sent, and the `finish_reason` label. Built on
-/// branch `i10-finish`; compiled once that branch is merged here (the
-/// `cfg(any())` then goes).
+/// B: the finish reason as sent (cut to 64 bytes), its class, and the
+/// `finish_reason` label of `tokenclock_requests_total`.
 fn finish_reason(c: &mut Checks, exp: &Expected, run: &Run) {
     let t = &run.timeline;
     let raw = t.finish_reason.as_deref();
