@@ -77,6 +77,9 @@ struct Item<'a> {
     name: TextLen,
     #[serde(default)]
     arguments: TextLen,
+    /// A `custom_tool_call`'s free-form input.
+    #[serde(default)]
+    input: TextLen,
 }
 
 #[derive(Deserialize)]
@@ -108,8 +111,12 @@ impl Tally for Item<'_> {
                 reasoning: text.saturating_add(self.summary.0.output),
                 ..Counts::default()
             },
-            Some("function_call") => Counts {
-                tool: self.name.0.saturating_add(self.arguments.0),
+            Some("function_call" | "custom_tool_call") => Counts {
+                tool: self
+                    .name
+                    .0
+                    .saturating_add(self.arguments.0)
+                    .saturating_add(self.input.0),
                 ..Counts::default()
             },
             _ => Counts::default(),
@@ -152,15 +159,17 @@ pub(super) fn event<'a>(name: &[u8], data: &'a [u8]) -> Result<Parsed<'a>, Parse
         // item's `.done` event repeats it and adds nothing.
         "response.output_item.added" => Parsed {
             tool_bytes: ev.item.map_or(0, |item| match item.kind.as_deref() {
-                Some("function_call") => item.tally().tool,
+                Some("function_call" | "custom_tool_call") => item.tally().tool,
                 _ => 0,
             }),
             ..Parsed::default()
         },
-        "response.function_call_arguments.delta" => Parsed {
-            tool_bytes: delta,
-            ..Parsed::default()
-        },
+        "response.function_call_arguments.delta" | "response.custom_tool_call_input.delta" => {
+            Parsed {
+                tool_bytes: delta,
+                ..Parsed::default()
+            }
+        }
         "response.completed" | "response.incomplete" | "response.failed" => Parsed {
             error: kind == "response.failed",
             ..ended(ev.response)

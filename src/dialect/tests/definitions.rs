@@ -134,3 +134,25 @@ fn llamacpp_chat_takes_the_cached_prompt_from_timings() {
         .expect("usage");
     assert_eq!((u.input, u.cached_input), (Some(120), Some(100)));
 }
+
+#[test]
+fn groq_usage_and_times_come_from_x_groq() {
+    let data = r#"{"id":"c","model":"llama3-8b-8192","choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"x_groq":{"id":"req_1","usage":{"queue_time":0.25,"prompt_tokens":18,"prompt_time":0.002,"completion_tokens":73,"completion_time":0.06,"total_tokens":91,"total_time":0.063}}}"#;
+    let p = Dialect::OpenAiChat
+        .parse_event(b"", data.as_bytes())
+        .expect("parses");
+    let usage = p.usage.expect("usage from x_groq");
+    assert_eq!((usage.input, usage.output), (Some(18), Some(73)));
+    let server = p.server.expect("Groq's own times");
+    assert_eq!(server.queue, Some(std::time::Duration::from_millis(250)));
+    assert_eq!(server.decode, Some(std::time::Duration::from_millis(60)));
+}
+
+#[test]
+fn a_custom_tool_call_counts_like_a_function_call() {
+    let d = Dialect::OpenAiResponses;
+    let added = r#"{"type":"response.output_item.added","output_index":1,"item":{"id":"ctc_1","type":"custom_tool_call","status":"in_progress","call_id":"call_1","input":"","name":"execute_sql"}}"#;
+    assert_eq!(named(d, "", added).tool_bytes, 11);
+    let delta = r#"{"type":"response.custom_tool_call_input.delta","output_index":1,"item_id":"ctc_1","delta":"SELECT"}"#;
+    assert_eq!(named(d, "", delta).tool_bytes, 6);
+}
