@@ -99,7 +99,11 @@ fn openai(v: &Value, streamed: bool) -> Facts {
     for c in choices {
         choice(c, &mut f);
     }
-    let u = &v["usage"];
+    // Groq puts its usage under `x_groq`.
+    let u = match &v["usage"] {
+        Value::Null => &v["x_groq"]["usage"],
+        usage => usage,
+    };
     f.usage = Usage {
         input: u["prompt_tokens"].as_u64(),
         // H: llama.cpp's OpenAI routes report the cached prompt in `timings`.
@@ -166,8 +170,15 @@ fn responses(name: &str, v: &Value) -> Facts {
             f.raw_reasoning = delta > 0;
         }
         "response.reasoning_summary_text.delta" => f.reasoning = delta,
-        "response.function_call_arguments.delta" => f.tool = delta,
-        "response.output_item.added" if v["item"]["type"] == "function_call" => {
+        "response.function_call_arguments.delta" | "response.custom_tool_call_input.delta" => {
+            f.tool = delta
+        }
+        "response.output_item.added"
+            if matches!(
+                v["item"]["type"].as_str(),
+                Some("function_call" | "custom_tool_call")
+            ) =>
+        {
             f.tool = text(&v["item"]["name"]);
             f.tool_start = true;
         }
