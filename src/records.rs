@@ -47,6 +47,10 @@ pub struct Record {
     /// `ok`, `http_error`, `upstream_error`, `client_cancelled`, `timeout` or
     /// `client_timeout`.
     pub outcome: String,
+    /// The last finish reason the server sent, as sent (at most 64 bytes);
+    /// `null` when it sent none.
+    #[serde(default)]
+    pub finish_reason: Option<String>,
     /// The response was an event stream whose events were read.
     pub streamed: bool,
     /// tokenclock asked the server for usage and hid the usage chunk.
@@ -178,6 +182,7 @@ impl Record {
             response_model: t.response_model.clone(),
             status: t.status.map(|s| s.as_u16()),
             outcome: t.outcome.as_str().to_owned(),
+            finish_reason: t.finish_reason.clone(),
             streamed: t.streamed,
             usage_injected: t.usage_injected,
             ttft_ms: t.ttft().map(ms),

@@ -42,7 +42,9 @@ pub use self::{
 };
 use crate::{
     config::Limits,
-    dialect::{Dialect, ParseError, Parsed, RequestInfo, ServerTimings, Usage},
+    dialect::{
+        Dialect, Finish, FinishReason, ParseError, Parsed, RequestInfo, ServerTimings, Usage,
+    },
 };
 
 /// How a request ended, as seen by the client.
@@ -147,6 +149,11 @@ pub struct Timeline {
     pub server: ServerTimings,
     /// The server reported an error inside a successful response.
     pub in_band_error: bool,
+    /// The last finish reason the server sent, as sent (at most
+    /// [`MAX_FINISH_BYTES`], cut at a char boundary).
+    pub finish_reason: Option<String>,
+    /// That reason normalised (the `finish_reason` label; `none` when absent).
+    pub finish_class: Option<FinishReason>,
     /// Payloads that could not be read, by reason.
     pub parse_errors: Vec<ParseError>,
     /// Request body bytes received from the client.
@@ -188,6 +195,8 @@ impl Timeline {
             usage: Usage::default(),
             server: ServerTimings::default(),
             in_band_error: false,
+            finish_reason: None,
+            finish_class: None,
             parse_errors: Vec::new(),
             bytes_in: 0,
             bytes_out: 0,
@@ -242,6 +251,20 @@ impl Timeline {
             self.response_model = parsed.model.as_deref().map(str::to_owned);
         }
         self.in_band_error |= parsed.error;
+        if let Some(finish) = &parsed.finish {
+            self.finished_for(finish);
+        }
+    }
+
+    /// Keeps the latest finish reason; allocates only when the value changes.
+    fn finished_for(&mut self, finish: &Finish<'_>) {
+        self.finish_class = Some(finish.reason);
+        let raw = cut(&finish.raw, MAX_FINISH_BYTES);
+        match &mut self.finish_reason {
+            Some(kept) if kept == raw => {}
+            Some(kept) => raw.clone_into(kept),
+            none => *none = Some(raw.to_owned()),
+        }
     }
 
     /// Closes the timeline at `at`: settles token counts against usage.
@@ -320,6 +343,18 @@ fn merge_usage(into: &mut Usage, from: &Usage) {
     into.cached_input = cached_input.or(into.cached_input);
     into.output = output.or(into.output);
     into.reasoning = reasoning.or(into.reasoning);
+}
+
+/// Longest raw finish reason kept (bytes): a server's value is not trusted to be short.
+pub const MAX_FINISH_BYTES: usize = 64;
+
+/// `s` cut to at most `max` bytes, at a char boundary.
+fn cut(s: &str, max: usize) -> &str {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
 }
 
 fn merge_server(into: &mut ServerTimings, from: &ServerTimings) {

@@ -6,7 +6,7 @@ use serde::Deserialize;
 
 use super::{
     common::{cow, event_type, json, ArgLen, Counts, Summed, Tally, TextLen},
-    ParseError, Parsed, Usage,
+    Finish, ParseError, Parsed, Usage,
 };
 
 #[derive(Deserialize)]
@@ -16,7 +16,7 @@ struct Event<'a> {
     #[serde(default, borrow)]
     message: Option<Message<'a>>,
     #[serde(default)]
-    delta: Option<Delta>,
+    delta: Option<Delta<'a>>,
     #[serde(default, borrow)]
     content_block: Option<StartBlock<'a>>,
     #[serde(default)]
@@ -55,18 +55,23 @@ struct Message<'a> {
     content: Summed<Block>,
     #[serde(default, borrow, rename = "type", deserialize_with = "cow")]
     kind: Option<Cow<'a, str>>,
+    /// The whole body's reason (null in `message_start`).
+    #[serde(default, borrow, deserialize_with = "cow")]
+    stop_reason: Option<Cow<'a, str>>,
 }
 
 /// A `content_block_delta` delta; `signature_delta` and `citations_delta`
-/// carry none of these fields.
+/// carry none of these fields. A `message_delta` delta carries `stop_reason`.
 #[derive(Deserialize)]
-struct Delta {
+struct Delta<'a> {
     #[serde(default)]
     text: TextLen,
     #[serde(default)]
     thinking: TextLen,
     #[serde(default)]
     partial_json: TextLen,
+    #[serde(default, borrow, deserialize_with = "cow")]
+    stop_reason: Option<Cow<'a, str>>,
 }
 
 /// A whole content block: `text`, `thinking`, or `tool_use` with its
@@ -147,6 +152,7 @@ pub(super) fn event<'a>(name: &[u8], data: &'a [u8]) -> Result<Parsed<'a>, Parse
         }),
         "message_delta" => Parsed {
             usage: ev.usage.map(Usage::from),
+            finish: Finish::new(ev.delta.and_then(|d| d.stop_reason)),
             cumulative: true,
             ..Parsed::default()
         },
@@ -167,6 +173,7 @@ pub(super) fn body(data: &[u8]) -> Result<Parsed<'_>, ParseError> {
     Ok(Parsed {
         usage: m.usage.map(Usage::from),
         model: m.model,
+        finish: Finish::new(m.stop_reason),
         end: true,
         error: m.kind.as_deref() == Some("error"),
         ..m.content.0.parsed()

@@ -239,25 +239,69 @@ impl<T> Default for Summed<T> {
 
 impl<'de, T: Deserialize<'de> + Tally> Deserialize<'de> for Summed<T> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<T>(PhantomData<T>);
-        impl<'de, T: Deserialize<'de> + Tally> Visitor<'de> for V<T> {
-            type Value = Summed<T>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("an array or null")
-            }
-            fn visit_unit<E: Error>(self) -> Result<Summed<T>, E> {
-                Ok(Summed::default())
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Summed<T>, A::Error> {
-                let mut sum = Counts::default();
-                while let Some(el) = seq.next_element::<T>()? {
-                    sum.add(el.tally());
-                }
-                Ok(Summed(sum, PhantomData))
-            }
-        }
-        d.deserialize_any(V(PhantomData))
+        fold(d, |sum: &mut Summed<T>, el: T| sum.0.add(el.tally()))
     }
+}
+
+/// An array element that may say why generation stopped (an OpenAI
+/// choice's `finish_reason`, a Responses `function_call` item).
+pub(super) trait Finishing<'a>: Tally {
+    /// Takes the element's finish reason, before it is tallied.
+    fn finish(&mut self) -> Option<Cow<'a, str>>;
+}
+
+/// Like [`Summed`], and the last finish reason an element gave (borrowed
+/// from the payload), so a choice's reason is kept without keeping the choice.
+pub(super) struct SummedFinish<'a, T>(
+    pub(super) Counts,
+    pub(super) Option<Cow<'a, str>>,
+    PhantomData<T>,
+);
+
+impl<T> Default for SummedFinish<'_, T> {
+    fn default() -> Self {
+        Self(Counts::default(), None, PhantomData)
+    }
+}
+
+impl<'de: 'a, 'a, T: Deserialize<'de> + Finishing<'a>> Deserialize<'de> for SummedFinish<'a, T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        fold(d, |sum: &mut SummedFinish<'a, T>, mut el: T| {
+            if let Some(finish) = el.finish() {
+                sum.1 = Some(finish);
+            }
+            sum.0.add(el.tally());
+        })
+    }
+}
+
+/// Folds the elements of a JSON array (null: none) into `S` as they are
+/// read, so the array is never collected.
+fn fold<'de, D, S, T, F>(d: D, step: F) -> Result<S, D::Error>
+where
+    D: Deserializer<'de>,
+    S: Default,
+    T: Deserialize<'de>,
+    F: FnMut(&mut S, T),
+{
+    struct V<S, T, F>(F, PhantomData<fn() -> (S, T)>);
+    impl<'de, S: Default, T: Deserialize<'de>, F: FnMut(&mut S, T)> Visitor<'de> for V<S, T, F> {
+        type Value = S;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("an array or null")
+        }
+        fn visit_unit<E: Error>(self) -> Result<S, E> {
+            Ok(S::default())
+        }
+        fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<S, A::Error> {
+            let mut acc = S::default();
+            while let Some(el) = seq.next_element::<T>()? {
+                (self.0)(&mut acc, el);
+            }
+            Ok(acc)
+        }
+    }
+    d.deserialize_any(V(step, PhantomData))
 }
 
 /// One tool call, OpenAI (`arguments` a string fragment) or Ollama

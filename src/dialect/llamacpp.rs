@@ -6,7 +6,7 @@ use serde::{de::IgnoredAny, Deserialize};
 
 use super::{
     common::{cow, json, ms, Count, TextLen},
-    ParseError, Parsed, ServerTimings, Usage,
+    Finish, ParseError, Parsed, ServerTimings, Usage,
 };
 
 /// llama.cpp `timings` (ms), on the final event of both its native and its
@@ -68,6 +68,16 @@ struct Event<'a> {
     model: Option<Cow<'a, str>>,
     #[serde(default)]
     error: Option<IgnoredAny>,
+    /// `eos`, `word`, `limit` (`none` while not stopped); newer servers.
+    #[serde(default, borrow, deserialize_with = "cow")]
+    stop_type: Option<Cow<'a, str>>,
+    /// Older servers' flags in place of `stop_type`.
+    #[serde(default)]
+    stopped_eos: bool,
+    #[serde(default)]
+    stopped_word: bool,
+    #[serde(default)]
+    stopped_limit: bool,
 }
 
 impl<'a> Event<'a> {
@@ -92,11 +102,26 @@ impl<'a> Event<'a> {
             cumulative: usage.is_some() && !self.stop,
             usage,
             server: self.timings.as_ref().map(Timings::server),
+            finish: self.finish(),
             model: self.model,
             end: self.stop,
             error: self.error.is_some(),
             ..Parsed::default()
         }
+    }
+}
+
+impl<'a> Event<'a> {
+    /// `stop_type`, else the first `stopped_*` flag set; `none` is no reason.
+    fn finish(&self) -> Option<Finish<'a>> {
+        let flags = [
+            (self.stopped_eos, "eos"),
+            (self.stopped_word, "word"),
+            (self.stopped_limit, "limit"),
+        ];
+        let flag = flags.into_iter().find(|(set, _)| *set).map(|(_, raw)| raw);
+        let raw = self.stop_type.clone().filter(|t| t != "none");
+        Finish::new(raw.or(flag.map(Cow::Borrowed)))
     }
 }
 

@@ -9,6 +9,7 @@
 
 mod anthropic;
 mod common;
+mod finish;
 mod llamacpp;
 mod ollama;
 mod openai;
@@ -22,7 +23,10 @@ mod tgi;
 
 use std::{borrow::Cow, time::Duration};
 
-pub use self::request::RequestInfo;
+pub use self::{
+    finish::{Finish, FinishReason},
+    request::RequestInfo,
+};
 
 /// The API family of a request, chosen from its path (or forced in config).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -200,6 +204,9 @@ pub struct Parsed<'a> {
     pub server: Option<ServerTimings>,
     /// The model the server says answered.
     pub model: Option<Cow<'a, str>>,
+    /// Why generation stopped, when this event says (a choice's
+    /// `finish_reason`, Anthropic's `stop_reason`, Ollama's `done_reason`, …).
+    pub finish: Option<Finish<'a>>,
     /// The event marks the end of the stream (`[DONE]`, `message_stop`,
     /// `done: true`, `response.completed`, TGI's `details`, llama.cpp `stop`).
     pub end: bool,

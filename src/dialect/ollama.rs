@@ -6,7 +6,7 @@ use serde::{de::IgnoredAny, Deserialize};
 
 use super::{
     common::{cow, json, ns, Summed, TextLen, ToolCall},
-    ParseError, Parsed, ServerTimings, Usage,
+    Finish, ParseError, Parsed, ServerTimings, Usage,
 };
 
 #[derive(Deserialize)]
@@ -24,6 +24,9 @@ struct Line<'a> {
     thinking: TextLen,
     #[serde(default)]
     done: bool,
+    /// On the `done` line: `stop`, `length`, `load`, `unload`.
+    #[serde(default, borrow, deserialize_with = "cow")]
+    done_reason: Option<Cow<'a, str>>,
     #[serde(default)]
     prompt_eval_count: Option<u64>,
     #[serde(default)]
@@ -73,6 +76,7 @@ impl<'a> Line<'a> {
             usage,
             server: (server != ServerTimings::default()).then_some(server),
             model: self.model,
+            finish: Finish::new(self.done_reason),
             end: self.done,
             error: self.error.is_some(),
             ..Parsed::default()

@@ -5,9 +5,9 @@ use std::borrow::Cow;
 use serde::{de::IgnoredAny, Deserialize};
 
 use super::{
-    common::{cow, done, is_done, json, ms, Summed, Tally},
+    common::{cow, done, is_done, json, ms, Finishing, SummedFinish},
     llamacpp::Timings,
-    ParseError, Parsed, ServerTimings, Usage,
+    Finish, ParseError, Parsed, ServerTimings, Usage,
 };
 
 /// OpenAI usage; the aliases read the Responses API's names.
@@ -97,10 +97,10 @@ impl GroqUsage {
 
 /// One chat or completions chunk (or whole body); `C` is one choice.
 #[derive(Deserialize)]
-#[serde(bound(deserialize = "C: Deserialize<'de> + Tally"))]
+#[serde(bound(deserialize = "C: Deserialize<'de> + Finishing<'a>"))]
 struct Envelope<'a, C> {
     #[serde(default)]
-    choices: Summed<C>,
+    choices: SummedFinish<'a, C>,
     #[serde(default)]
     usage: Option<OpenAiUsage>,
     #[serde(default)]
@@ -141,6 +141,7 @@ impl<'a, C> Envelope<'a, C> {
             usage,
             server,
             model: self.model,
+            finish: Finish::new(self.choices.1),
             error: self.error.is_some(),
             ..counts.parsed()
         }
@@ -148,7 +149,7 @@ impl<'a, C> Envelope<'a, C> {
 }
 
 /// Reads one streamed chunk whose choices are `C`.
-pub(super) fn event<'a, C: Deserialize<'a> + Tally>(
+pub(super) fn event<'a, C: Deserialize<'a> + Finishing<'a>>(
     data: &'a [u8],
 ) -> Result<Parsed<'a>, ParseError> {
     if is_done(data) {
@@ -158,7 +159,7 @@ pub(super) fn event<'a, C: Deserialize<'a> + Tally>(
 }
 
 /// Reads a whole non-streamed response whose choices are `C`.
-pub(super) fn body<'a, C: Deserialize<'a> + Tally>(
+pub(super) fn body<'a, C: Deserialize<'a> + Finishing<'a>>(
     data: &'a [u8],
 ) -> Result<Parsed<'a>, ParseError> {
     let parsed = json::<Envelope<'a, C>>(data)?.parsed();

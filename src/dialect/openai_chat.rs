@@ -1,18 +1,23 @@
 //! OpenAI Chat Completions: `choices[].delta` (streamed) or `choices[].message` (whole body).
 
+use std::borrow::Cow;
+
 use serde::Deserialize;
 
 use super::{
-    common::{Count, Counts, Summed, Tally, TextLen, ToolCall},
+    common::{cow, Count, Counts, Finishing, Summed, Tally, TextLen, ToolCall},
     openai, ParseError, Parsed,
 };
 
 #[derive(Deserialize)]
-struct Choice {
+struct Choice<'a> {
     #[serde(default, alias = "message")]
     delta: Delta,
     #[serde(default)]
     logprobs: Option<Logprobs>,
+    /// Null until the choice ends.
+    #[serde(default, borrow, deserialize_with = "cow")]
+    finish_reason: Option<Cow<'a, str>>,
 }
 
 /// `reasoning` (vLLM ≥ 0.11, OpenRouter, Ollama) and `reasoning_content`
@@ -38,7 +43,7 @@ struct Logprobs {
     content: Option<Count>,
 }
 
-impl Tally for Choice {
+impl Tally for Choice<'_> {
     fn tally(self) -> Counts {
         let d = self.delta;
         Counts {
@@ -52,10 +57,16 @@ impl Tally for Choice {
     }
 }
 
+impl<'a> Finishing<'a> for Choice<'a> {
+    fn finish(&mut self) -> Option<Cow<'a, str>> {
+        self.finish_reason.take()
+    }
+}
+
 pub(super) fn event(data: &[u8]) -> Result<Parsed<'_>, ParseError> {
-    openai::event::<Choice>(data)
+    openai::event::<Choice<'_>>(data)
 }
 
 pub(super) fn body(data: &[u8]) -> Result<Parsed<'_>, ParseError> {
-    openai::body::<Choice>(data)
+    openai::body::<Choice<'_>>(data)
 }

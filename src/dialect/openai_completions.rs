@@ -1,18 +1,23 @@
 //! OpenAI legacy Completions: `choices[].text`, legacy `logprobs.tokens`.
 
+use std::borrow::Cow;
+
 use serde::Deserialize;
 
 use super::{
-    common::{Count, Counts, Tally, TextLen},
+    common::{cow, Count, Counts, Finishing, Tally, TextLen},
     openai, ParseError, Parsed,
 };
 
 #[derive(Deserialize)]
-struct Choice {
+struct Choice<'a> {
     #[serde(default)]
     text: TextLen,
     #[serde(default)]
     logprobs: Option<Logprobs>,
+    /// Null until the choice ends.
+    #[serde(default, borrow, deserialize_with = "cow")]
+    finish_reason: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
@@ -22,7 +27,7 @@ struct Logprobs {
     tokens: Option<Count>,
 }
 
-impl Tally for Choice {
+impl Tally for Choice<'_> {
     fn tally(self) -> Counts {
         Counts {
             output: self.text.0,
@@ -32,10 +37,16 @@ impl Tally for Choice {
     }
 }
 
+impl<'a> Finishing<'a> for Choice<'a> {
+    fn finish(&mut self) -> Option<Cow<'a, str>> {
+        self.finish_reason.take()
+    }
+}
+
 pub(super) fn event(data: &[u8]) -> Result<Parsed<'_>, ParseError> {
-    openai::event::<Choice>(data)
+    openai::event::<Choice<'_>>(data)
 }
 
 pub(super) fn body(data: &[u8]) -> Result<Parsed<'_>, ParseError> {
-    openai::body::<Choice>(data)
+    openai::body::<Choice<'_>>(data)
 }

@@ -5,9 +5,12 @@ use std::borrow::Cow;
 use serde::Deserialize;
 
 use super::{
-    common::{cow, done, event_type, is_done, json, Counts, Summed, Tally, TextLen},
+    common::{
+        cow, done, event_type, is_done, json, Counts, Finishing, Summed, SummedFinish, Tally,
+        TextLen,
+    },
     openai::OpenAiUsage,
-    ParseError, Parsed, Usage,
+    Finish, ParseError, Parsed, Usage,
 };
 
 #[derive(Deserialize)]
@@ -31,9 +34,33 @@ struct Response<'a> {
     #[serde(default, borrow, deserialize_with = "cow")]
     model: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
-    output: Summed<Item<'a>>,
+    output: SummedFinish<'a, Item<'a>>,
     #[serde(default, borrow, deserialize_with = "cow")]
     status: Option<Cow<'a, str>>,
+    /// Why an incomplete response stopped (`max_output_tokens`, `content_filter`).
+    #[serde(default, borrow)]
+    incomplete_details: Option<Incomplete<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Incomplete<'a> {
+    #[serde(default, borrow, deserialize_with = "cow")]
+    reason: Option<Cow<'a, str>>,
+}
+
+impl<'a> Response<'a> {
+    /// The incomplete reason, else the status; a completed output that
+    /// holds a `function_call` item stopped for a tool call.
+    fn finish(&self) -> Option<Finish<'a>> {
+        let reason = self
+            .incomplete_details
+            .as_ref()
+            .and_then(|d| d.reason.clone());
+        Finish::of_response(
+            reason.or_else(|| self.status.clone()),
+            self.output.1.is_some(),
+        )
+    }
 }
 
 /// An output item: `message` (output text, refusal), `reasoning` (summary
@@ -97,6 +124,15 @@ impl Tally for Item<'_> {
     }
 }
 
+/// An item says how a completed response ended only by being a call: a
+/// `function_call` item means the model stopped to call a tool.
+impl<'a> Finishing<'a> for Item<'a> {
+    fn finish(&mut self) -> Option<Cow<'a, str>> {
+        let call = self.kind.as_deref() == Some("function_call");
+        call.then_some(Cow::Borrowed("function_call"))
+    }
+}
+
 pub(super) fn event<'a>(name: &[u8], data: &'a [u8]) -> Result<Parsed<'a>, ParseError> {
     if is_done(data) {
         return Ok(done());
@@ -148,10 +184,12 @@ pub(super) fn event<'a>(name: &[u8], data: &'a [u8]) -> Result<Parsed<'a>, Parse
 
 /// An end event: its usage and model, not its output (already streamed).
 fn ended(response: Option<Response<'_>>) -> Parsed<'_> {
+    let finish = response.as_ref().and_then(Response::finish);
     let (usage, model) = response.map_or((None, None), |r| (r.usage, r.model));
     Parsed {
         usage: usage.map(Usage::from),
         model,
+        finish,
         end: true,
         ..Parsed::default()
     }
@@ -160,6 +198,7 @@ fn ended(response: Option<Response<'_>>) -> Parsed<'_> {
 pub(super) fn body(data: &[u8]) -> Result<Parsed<'_>, ParseError> {
     let r: Response<'_> = json(data)?;
     Ok(Parsed {
+        finish: r.finish(),
         usage: r.usage.map(Usage::from),
         model: r.model,
         end: true,

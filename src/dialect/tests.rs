@@ -2,6 +2,7 @@
 
 mod definitions;
 mod edges;
+mod finish;
 mod fixtures;
 mod request;
 

@@ -1,19 +1,24 @@
 //! TGI native `/generate_stream` (one event per token, `details` on the last) and `/generate`.
 
+use std::borrow::Cow;
+
 use serde::{de::IgnoredAny, Deserialize};
 
-use super::{common::json, common::TextLen, ParseError, Parsed, Usage};
+use super::{
+    common::{cow, json, TextLen},
+    Finish, ParseError, Parsed, Usage,
+};
 
 #[derive(Deserialize)]
-struct Event {
+struct Event<'a> {
     #[serde(default)]
     token: Option<Token>,
     /// The whole text: on the last streamed event (already counted per
     /// token there), and in a `/generate` body.
     #[serde(default)]
     generated_text: TextLen,
-    #[serde(default)]
-    details: Option<Details>,
+    #[serde(default, borrow)]
+    details: Option<Details<'a>>,
     #[serde(default)]
     error: Option<IgnoredAny>,
 }
@@ -27,22 +32,29 @@ struct Token {
 }
 
 #[derive(Deserialize)]
-struct Details {
+struct Details<'a> {
     #[serde(default)]
     generated_tokens: Option<u64>,
     #[serde(default)]
     input_length: Option<u64>,
+    /// `length`, `eos_token` or `stop_sequence`.
+    #[serde(default, borrow, deserialize_with = "cow")]
+    finish_reason: Option<Cow<'a, str>>,
 }
 
-impl Event {
+impl<'a> Event<'a> {
     /// Counts and end; the generated text is the caller's choice.
-    fn parsed<'a>(self) -> Parsed<'a> {
-        let usage = self.details.map(|d| Usage {
-            input: d.input_length,
-            output: d.generated_tokens,
-            ..Usage::default()
+    fn parsed(self) -> Parsed<'a> {
+        let (usage, finish) = self.details.map_or((None, None), |d| {
+            let usage = Usage {
+                input: d.input_length,
+                output: d.generated_tokens,
+                ..Usage::default()
+            };
+            (Some(usage), Finish::new(d.finish_reason))
         });
         Parsed {
+            finish,
             end: usage.is_some(),
             usage,
             error: self.error.is_some(),
@@ -53,7 +65,7 @@ impl Event {
 
 /// A non-special token is exactly one generated token, even with empty text.
 pub(super) fn event(data: &[u8]) -> Result<Parsed<'_>, ParseError> {
-    let mut ev: Event = json(data)?;
+    let mut ev: Event<'_> = json(data)?;
     let token = ev.token.take().filter(|t| !t.special);
     Ok(Parsed {
         output_bytes: token.as_ref().map_or(0, |t| t.text.0),
@@ -63,7 +75,7 @@ pub(super) fn event(data: &[u8]) -> Result<Parsed<'_>, ParseError> {
 }
 
 pub(super) fn body(data: &[u8]) -> Result<Parsed<'_>, ParseError> {
-    let ev: Event = json(data)?;
+    let ev: Event<'_> = json(data)?;
     Ok(Parsed {
         output_bytes: ev.generated_text.0,
         end: true,

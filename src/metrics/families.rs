@@ -147,7 +147,7 @@ impl Families {
             output_tokens: b.histogram("request_output_tokens", "Generated tokens per request, reasoning included.", e)?,
             reasoning_tokens: b.histogram("request_reasoning_tokens", "Reasoning tokens per request.", e)?,
             event_tokens: b.histogram("event_tokens", "Tokens per token-bearing event.", e)?,
-            requests: b.counter("requests_total", "Finished requests by outcome and status code (000: no status reached the client).", &["endpoint", "outcome", "code"], true)?,
+            requests: b.counter("requests_total", "Finished requests by outcome, status code (000: no status reached the client) and normalised finish reason (none: the server sent none).", &["endpoint", "outcome", "code", "finish_reason"], true)?,
             in_flight,
             input_tokens_total: b.counter("input_tokens_total", "Prompt tokens of finished requests.", e, true)?,
             output_tokens_total: b.counter("output_tokens_total", "Generated tokens of finished requests, by kind (output or reasoning).", &["endpoint", "kind"], true)?,

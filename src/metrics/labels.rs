@@ -10,9 +10,10 @@
 //! The `prometheus` crate keys a series by a hash of its label values
 //! concatenated without a separator, so `{a="ab",b="c"}` and
 //! `{a="a",b="bc"}` would be one series. tokenclock puts every closed-set
-//! label (endpoint, outcome, phase…, whose values are prefix-free) before
-//! the free-form ones, so only the free-form tail could collide; a tuple
-//! whose concatenation equals an admitted one's is mapped to `other`.
+//! label (endpoint, outcome, code, finish_reason, phase…, whose values are
+//! prefix-free) before the free-form ones, so only the free-form tail could
+//! collide; a tuple whose concatenation equals an admitted one's is mapped
+//! to `other`.
 
 use std::{
     collections::{HashMap, HashSet},

@@ -23,7 +23,7 @@ pub use self::{
 };
 use crate::{
     config::{range_label, Export, Slo},
-    dialect::{Dialect, ServerTimings},
+    dialect::{Dialect, FinishReason, ServerTimings},
     slo,
     timeline::{Outcome, Timeline, TimelineSink},
 };
@@ -317,8 +317,9 @@ impl Metrics {
         let code = t
             .status
             .map_or_else(|| "000".to_owned(), |c| c.as_u16().to_string());
+        let finish = FinishReason::label(t.finish_class);
         f.requests
-            .with_label_values(&s.with(&[endpoint, outcome, &code]))
+            .with_label_values(&s.with(&[endpoint, outcome, &code, finish]))
             .inc();
         if let Some(e2e) = t.e2e() {
             let labels = s.with(&[endpoint, outcome]);

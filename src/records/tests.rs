@@ -152,3 +152,25 @@ fn the_documented_records_defaults() {
     assert_eq!(r.path, std::path::PathBuf::from("records.jsonl"));
     assert_eq!((r.max_bytes, r.keep, r.queue), (100 * 1024 * 1024, 5, 4096));
 }
+
+#[test]
+fn the_finish_reason_is_recorded_as_sent_and_null_without_one() {
+    let t0 = Instant::now();
+    let mut t = Timeline::new(t0, Dialect::Anthropic);
+    let r = Record::from_timeline(&t, &[], &[]);
+    let json = serde_json::to_value(&r).expect("json");
+    assert!(json["finish_reason"].is_null(), "{json}");
+    let delta = Parsed {
+        finish: crate::dialect::Finish::new(Some("max_tokens".into())),
+        ..Parsed::default()
+    };
+    t.record(&delta, t0 + ms_(5));
+    t.finish(Outcome::Ok, t0 + ms_(6));
+    let json = serde_json::to_value(Record::from_timeline(&t, &[], &[])).expect("json");
+    assert_eq!(json["finish_reason"], "max_tokens");
+    // Records written before the field existed still read.
+    let mut old = json;
+    old.as_object_mut().expect("object").remove("finish_reason");
+    let back: Record = serde_json::from_value(old).expect("an old record");
+    assert_eq!(back.finish_reason, None);
+}

@@ -365,3 +365,32 @@ fn the_request_names_the_model() {
         "an empty request model names nothing"
     );
 }
+
+#[test]
+fn the_last_finish_reason_is_kept_cut_to_64_bytes() {
+    let t0 = Instant::now();
+    let mut t = Timeline::new(t0, Dialect::OpenAiChat);
+    let finish = |raw: &str| Parsed {
+        finish: Finish::new(Some(raw.to_owned().into())),
+        ..Parsed::default()
+    };
+    t.record(&output(4), t0 + ms(10));
+    assert_eq!((t.finish_reason.as_deref(), t.finish_class), (None, None));
+    t.record(&finish("length"), t0 + ms(20));
+    let kept = t.finish_reason.as_ref().map(|s| s.as_ptr());
+    t.record(&finish("length"), t0 + ms(30));
+    assert_eq!(
+        t.finish_reason.as_ref().map(|s| s.as_ptr()),
+        kept,
+        "the same value again is not copied"
+    );
+    t.record(&finish("tool_use"), t0 + ms(40));
+    t.record(&output(4), t0 + ms(50)); // no finish: the last one stays
+    let kept = (t.finish_reason.as_deref(), t.finish_class);
+    assert_eq!(kept, (Some("tool_use"), Some(FinishReason::ToolCalls)));
+    // 81 bytes; a cut at 64 would split an `é`: 63 are kept.
+    let long = format!("x{}", "é".repeat(40));
+    t.record_body(&finish(&long));
+    assert_eq!(t.finish_reason.as_deref(), Some(&long[..63]));
+    assert_eq!(t.finish_class, Some(FinishReason::Other));
+}

@@ -2,7 +2,7 @@
 
 use std::borrow::Cow;
 
-use crate::dialect::{Dialect, ParseError, Parsed, Usage};
+use crate::dialect::{Dialect, Finish, ParseError, Parsed, Usage};
 
 fn ev(d: Dialect, data: &str) -> Parsed<'_> {
     d.parse_event(b"", data.as_bytes()).expect("parses")
@@ -41,7 +41,11 @@ fn role_only_and_finish_only_chunks_carry_nothing() {
     };
     assert_eq!(ev(Dialect::OpenAiChat, role), want);
     let finish = r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#;
-    assert_eq!(ev(Dialect::OpenAiChat, finish), Parsed::default());
+    let want = Parsed {
+        finish: Finish::new(Some("stop".into())),
+        ..Parsed::default()
+    };
+    assert_eq!(ev(Dialect::OpenAiChat, finish), want);
 }
 
 #[test]
@@ -215,6 +219,7 @@ fn anthropic_deltas() {
             reasoning: None,
         }),
         cumulative: true,
+        finish: Finish::new(Some("end_turn".into())),
         ..Parsed::default()
     };
     assert_eq!(ev(d, delta), want);

@@ -256,8 +256,13 @@ fn llamacpp_chat() {
     assert_eq!(s, want);
 }
 
+/// A body's counts; its finish reason is checked in `tests::finish`.
 fn body(dialect: Dialect, bytes: &[u8]) -> Parsed<'_> {
-    dialect.parse_body(bytes).expect("body parses")
+    let parsed = dialect.parse_body(bytes).expect("body parses");
+    Parsed {
+        finish: None,
+        ..parsed
+    }
 }
 
 fn ended(r: u32, o: u32, t: u32, usage: Usage, model: Option<&str>) -> Parsed<'_> {
