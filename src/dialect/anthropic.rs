@@ -111,6 +111,15 @@ struct AnthropicUsage {
     cache_read_input_tokens: Option<u64>,
     #[serde(default)]
     output_tokens: Option<u64>,
+    /// Newer responses say how many of `output_tokens` were thinking.
+    #[serde(default)]
+    output_tokens_details: Option<OutputDetails>,
+}
+
+#[derive(Deserialize)]
+struct OutputDetails {
+    #[serde(default)]
+    thinking_tokens: Option<u64>,
 }
 
 /// Anthropic's `input_tokens` leaves out cache reads and writes; the prompt
@@ -123,7 +132,7 @@ impl From<AnthropicUsage> for Usage {
             input: u.input_tokens.map(|n| n + cache),
             cached_input: u.cache_read_input_tokens,
             output: u.output_tokens,
-            reasoning: None,
+            reasoning: u.output_tokens_details.and_then(|d| d.thinking_tokens),
         }
     }
 }

@@ -91,7 +91,7 @@ impl<'a> Finish<'a> {
 
     /// The finish of a Responses object: its raw value (the incomplete
     /// reason, else the status), and `called` when its output holds a
-    /// `function_call` item, which makes a `completed` one [`FinishReason::ToolCalls`].
+    /// `function_call` or `custom_tool_call` item, which makes a `completed` one [`FinishReason::ToolCalls`].
     pub fn of_response(raw: Option<Cow<'a, str>>, called: bool) -> Option<Self> {
         Self::normalised(raw?, |raw| match raw {
             "completed" if called => FinishReason::ToolCalls,

@@ -125,10 +125,14 @@ impl Tally for Item<'_> {
 }
 
 /// An item says how a completed response ended only by being a call: a
-/// `function_call` item means the model stopped to call a tool.
+/// `function_call` (or `custom_tool_call`) item means the model stopped to
+/// call a tool.
 impl<'a> Finishing<'a> for Item<'a> {
     fn finish(&mut self) -> Option<Cow<'a, str>> {
-        let call = self.kind.as_deref() == Some("function_call");
+        let call = matches!(
+            self.kind.as_deref(),
+            Some("function_call" | "custom_tool_call")
+        );
         call.then_some(Cow::Borrowed("function_call"))
     }
 }

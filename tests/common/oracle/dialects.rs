@@ -210,10 +210,10 @@ fn response_object(r: &Value, streamed: bool) -> Facts {
             parts.map(|p| text(&p["text"]) + text(&p["refusal"])).sum()
         };
         match item["type"].as_str() {
-            Some("function_call") => {
+            Some("function_call" | "custom_tool_call") => {
                 f.function_call_item = true;
                 if !streamed {
-                    f.tool += text(&item["name"]) + text(&item["arguments"]);
+                    f.tool += text(&item["name"]) + text(&item["arguments"]) + text(&item["input"]);
                 }
             }
             Some("message") if !streamed => f.output += parts("content"),
@@ -236,7 +236,7 @@ fn anthropic_usage(u: &Value) -> Usage {
         input: u["input_tokens"].as_u64().map(|n| n + cache),
         cached: u["cache_read_input_tokens"].as_u64(),
         output: u["output_tokens"].as_u64(),
-        reasoning: None,
+        reasoning: u["output_tokens_details"]["thinking_tokens"].as_u64(),
     }
 }
 
