@@ -68,6 +68,14 @@ if [ "$status" -eq 0 ]; then
     failed=$((failed + 1))
   fi
 fi
+# Independent of the Rust build: runs whatever happened above.
+log "tests/deploy/prometheus.sh (promtool: scrape config, rules, rule unit tests and their mutations)"
+if bash tests/deploy/prometheus.sh; then
+  passed=$((passed + 1))
+else
+  status=1
+  failed=$((failed + 1))
+fi
 echo
 echo "tests: $passed passed, $failed failed"
 exit "$status"

@@ -38,6 +38,17 @@ pub struct Prometheus {
 impl Prometheus {
     /// Starts Prometheus on a free loopback port, scraping `targets`.
     pub async fn start(binary: PathBuf, targets: &[SocketAddr], interval: Duration) -> Self {
+        Self::start_with_rules(binary, targets, interval, &[]).await
+    }
+
+    /// Starts Prometheus on a free loopback port, scraping `targets` and
+    /// evaluating the rule files `rules` every `interval`.
+    pub async fn start_with_rules(
+        binary: PathBuf,
+        targets: &[SocketAddr],
+        interval: Duration,
+        rules: &[PathBuf],
+    ) -> Self {
         let dir = std::env::temp_dir().join(format!(
             "tokenclock-prometheus-{}-{}",
             std::process::id(),
@@ -45,10 +56,12 @@ impl Prometheus {
         ));
         std::fs::create_dir_all(&dir).expect("prometheus dir");
         let targets: Vec<String> = targets.iter().map(|t| format!("'{t}'")).collect();
+        let rules: Vec<String> = rules.iter().map(|r| format!("'{}'", r.display())).collect();
         let config = format!(
-            "global:\n  scrape_interval: {}ms\n  evaluation_interval: {}ms\nscrape_configs:\n  - job_name: tokenclock\n    static_configs:\n      - targets: [{}]\n",
+            "global:\n  scrape_interval: {}ms\n  evaluation_interval: {}ms\nrule_files: [{}]\nscrape_configs:\n  - job_name: tokenclock\n    static_configs:\n      - targets: [{}]\n",
             interval.as_millis(),
             interval.as_millis(),
+            rules.join(", "),
             targets.join(", ")
         );
         std::fs::write(dir.join("prometheus.yml"), config).expect("prometheus.yml");
@@ -93,6 +106,38 @@ impl Prometheus {
         let json: serde_json::Value = serde_json::from_slice(&response.body()).ok()?;
         let value = json["data"]["result"].get(0)?["value"].get(1)?.as_str()?;
         value.parse().ok()
+    }
+
+    /// The `data` of a GET on the HTTP API at `path_and_query` (e.g.
+    /// `/api/v1/rules`), `Null` unless Prometheus answered `success`.
+    pub async fn api(&self, path_and_query: &str) -> serde_json::Value {
+        let response = client::get(self.addr, path_and_query).await;
+        let json: serde_json::Value =
+            serde_json::from_slice(&response.body()).unwrap_or(serde_json::Value::Null);
+        if json["status"] == "success" {
+            json["data"].clone()
+        } else {
+            serde_json::Value::Null
+        }
+    }
+
+    /// Every sample of an instant query evaluated now: `(labels, value)`.
+    pub async fn query_all(&self, expr: &str) -> Vec<(serde_json::Value, f64)> {
+        let data = self
+            .api(&format!("/api/v1/query?query={}", encode(expr)))
+            .await;
+        data["result"]
+            .as_array()
+            .map(|result| {
+                result
+                    .iter()
+                    .filter_map(|sample| {
+                        let value = sample["value"].get(1)?.as_str()?.parse().ok()?;
+                        Some((sample["metric"].clone(), value))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 }
 
