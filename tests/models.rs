@@ -8,7 +8,7 @@ use bytes::Bytes;
 use common::{
     client::{self, collect, send},
     next_timeline,
-    upstream::{bytes, chunk, head, Scripted, Step},
+    upstream::{bytes, chunk, chunked_head, Scripted, Step},
 };
 use http::Request;
 use http_body_util::Full;
@@ -16,15 +16,7 @@ use tokenclock::records::Record;
 
 /// A one-response upstream streaming `events` as `content_type`.
 fn script(content_type: &str, events: &[&str]) -> Vec<Step> {
-    let content_type = format!("content-type: {content_type}");
-    let mut script = vec![Step::Write(head(
-        "200 OK",
-        &[
-            &content_type,
-            "transfer-encoding: chunked",
-            "connection: close",
-        ],
-    ))];
+    let mut script = vec![Step::Write(chunked_head(content_type))];
     script.extend(events.iter().map(|e| Step::Write(chunk(e.as_bytes()))));
     script.push(Step::Write(bytes("0\r\n\r\n")));
     script

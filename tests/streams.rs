@@ -10,7 +10,7 @@ use bytes::Bytes;
 use common::{
     client::{collect, send},
     next_timeline,
-    upstream::{bytes, chunk, head, Scripted, Step},
+    upstream::{bytes, chunk, chunked_head, Scripted, Step},
 };
 use http::Request;
 use http_body_util::Full;
@@ -175,15 +175,7 @@ fn fixture(name: &str) -> Vec<u8> {
 
 /// The stream in three writes, 30 ms apart, cut at arbitrary points.
 fn script(body: &[u8], content_type: &str) -> Vec<Step> {
-    let content_type = format!("content-type: {content_type}");
-    let mut script = vec![Step::Write(head(
-        "200 OK",
-        &[
-            &content_type,
-            "transfer-encoding: chunked",
-            "connection: close",
-        ],
-    ))];
+    let mut script = vec![Step::Write(chunked_head(content_type))];
     let cuts = [0, body.len() / 3, body.len() * 2 / 3 + 1, body.len()];
     for pair in cuts.windows(2) {
         script.push(Step::Pause(Duration::from_millis(30)));

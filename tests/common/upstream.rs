@@ -185,10 +185,16 @@ pub fn head(status_line: &str, headers: &[&str]) -> Bytes {
 
 /// The head of a chunked `text/event-stream` response that closes after it.
 pub fn sse_head() -> Bytes {
+    chunked_head("text/event-stream")
+}
+
+/// The head of a chunked `200` response of `content_type` that closes after it.
+pub fn chunked_head(content_type: &str) -> Bytes {
+    let content_type = format!("content-type: {content_type}");
     head(
         "200 OK",
         &[
-            "content-type: text/event-stream",
+            &content_type,
             "transfer-encoding: chunked",
             "connection: close",
         ],
