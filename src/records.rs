@@ -36,8 +36,12 @@ pub struct Record {
     pub start_unix_ms: f64,
     /// The API family (`openai_chat`, `anthropic`, … `unknown`).
     pub endpoint: String,
-    /// The model, from the request body or else the response.
+    /// The model the request named; else the response's, a path reduced to
+    /// its file name (the `model` label).
     pub model: Option<String>,
+    /// The first model the response named, as sent (`null`: none).
+    #[serde(default)]
+    pub response_model: Option<String>,
     /// The HTTP status the client received; `null` if it left first.
     pub status: Option<u16>,
     /// `ok`, `http_error`, `upstream_error`, `client_cancelled`, `timeout` or
@@ -121,6 +125,12 @@ pub struct Tokens {
     pub output: u64,
     /// Of `output`, reasoning tokens.
     pub reasoning: u64,
+    /// Where `reasoning` came from (`null`: no reasoning reported or seen).
+    #[serde(default)]
+    pub reasoning_source: Option<String>,
+    /// Of `reasoning`, tokens the server counted but never streamed.
+    #[serde(default)]
+    pub hidden_reasoning: u64,
     /// Where `output` came from.
     pub output_source: Option<String>,
     /// Token-bearing events.
@@ -169,6 +179,7 @@ impl Record {
             start_unix_ms: t.started_at.duration_since(UNIX_EPOCH).map_or(0.0, ms),
             endpoint: t.dialect.as_str().to_owned(),
             model: t.model.clone(),
+            response_model: t.response_model.clone(),
             status: t.status.map(|s| s.as_u16()),
             outcome: t.outcome.as_str().to_owned(),
             finish_reason: t.finish_reason.clone(),
@@ -256,6 +267,8 @@ impl Tokens {
             cached_input: t.cached_input,
             output: t.generated,
             reasoning: t.reasoning,
+            reasoning_source: source(t.reasoning_source),
+            hidden_reasoning: t.hidden_reasoning,
             output_source: source(t.generated_source),
             events: t.token_events,
             max_tokens,

@@ -140,7 +140,7 @@ mod tests {
         for i in 0..tokens {
             t.record(&token, t0 + Duration::from_millis(ttft_ms + gap_ms * i));
         }
-        t.model = Some("llama-3-8b".into());
+        t.request.model = Some("llama-3-8b".into());
         let end = t0 + Duration::from_millis(ttft_ms + gap_ms * tokens);
         t.finish(Outcome::Ok, end);
         t

@@ -8,17 +8,24 @@
 //!   reasoning included (AIPerf's `time_to_first_token`). Role-only chunks,
 //!   empty deltas, usage-only chunks, pings and `[DONE]` do not count.
 //! - **TTFO**: `t0` → the first event carrying a non-reasoning token (answer
-//!   text or tool-call arguments). Equal to TTFT without reasoning.
+//!   text, or a tool call: its name or arguments). Equal to TTFT without
+//!   reasoning.
 //! - **TTST**: `t0` → the second token-bearing event.
 //! - **Inter-event latency**: each gap between consecutive token-bearing events.
 //! - **Inter-token latency (ITL)**: each gap divided by the tokens of the later
 //!   event, observed once per token (three tokens 90 ms after the previous
 //!   event: three observations of 30 ms).
-//! - **TPOT**: `(last token − first token) / (tokens − 1)`, when tokens ≥ 2.
+//! - **TPOT**: `(last token − first token) / (streamed tokens − 1)`, when at
+//!   least two token-bearing events and two streamed tokens were seen;
+//!   streamed tokens are the generated ones less hidden reasoning.
 //! - **E2E**: `t0` → the last byte forwarded to the client;
 //!   **to last token**: `t0` → the last token-bearing event.
+//!
+//! An event's instant is the arrival of the frame that completed it (its
+//! last byte), whatever frames carried its earlier bytes.
 
 mod counts;
+mod model;
 mod phases;
 
 use std::{
@@ -84,8 +91,12 @@ impl fmt::Display for Outcome {
 pub struct Timeline {
     /// The API family, from the request path.
     pub dialect: Dialect,
-    /// The model: from the request body, else from the response.
+    /// The model the request named; only when it named none, the
+    /// response's, reduced to its file name when it is a path (set by
+    /// [`Timeline::finish`]).
     pub model: Option<String>,
+    /// The first model the response named, as sent.
+    pub response_model: Option<String>,
     /// What the request body said.
     pub request: RequestInfo,
     /// The status the client received (absent if the client left first).
@@ -159,6 +170,7 @@ impl Timeline {
         Self {
             dialect,
             model: None,
+            response_model: None,
             request: RequestInfo::default(),
             status: None,
             outcome: Outcome::Ok,
@@ -235,8 +247,8 @@ impl Timeline {
         if let Some(server) = &parsed.server {
             merge_server(&mut self.server, server);
         }
-        if self.model.is_none() {
-            self.model = parsed.model.as_deref().map(str::to_owned);
+        if self.response_model.is_none() {
+            self.response_model = parsed.model.as_deref().map(str::to_owned);
         }
         self.in_band_error |= parsed.error;
         if let Some(finish) = &parsed.finish {
@@ -262,9 +274,10 @@ impl Timeline {
             Outcome::Ok if self.in_band_error => Outcome::UpstreamError,
             other => other,
         };
-        if self.model.is_none() {
-            self.model = self.request.model.clone();
-        }
+        self.model = match self.request.model.as_deref() {
+            Some(named) if !named.is_empty() => Some(named.to_owned()),
+            _ => self.response_model.as_deref().map(model::label_of_response),
+        };
         self.tokens.settle(&self.usage, &self.request);
     }
 
@@ -293,11 +306,15 @@ impl Timeline {
         self.since_start(self.last_token)
     }
 
-    /// TPOT: `(last − first token) / (tokens − 1)`, when tokens ≥ 2.
+    /// TPOT: `(last − first token) / (streamed tokens − 1)`, over the
+    /// tokens the stream carried (hidden reasoning excluded); defined when
+    /// there were at least two token-bearing events and two streamed tokens.
     pub fn tpot(&self) -> Option<Duration> {
-        let tokens = self.tokens.generated();
+        let tokens = self.tokens.streamed();
         let (first, last) = (self.first_token?, self.last_token?);
-        (tokens >= 2).then(|| last.saturating_duration_since(first) / (tokens - 1) as u32)
+        let divisor = u32::try_from(tokens.saturating_sub(1)).unwrap_or(u32::MAX);
+        (self.tokens.token_events >= 2 && tokens >= 2)
+            .then(|| last.saturating_duration_since(first) / divisor)
     }
 
     /// Inter-token latencies: `(value, count)` pairs, one count per token.

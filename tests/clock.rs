@@ -299,3 +299,34 @@ async fn a_client_that_stops_reading_shows_as_delivery_stall() {
     );
     assert!(stall <= t.e2e().unwrap_or_default());
 }
+
+#[tokio::test]
+async fn an_event_split_across_frames_takes_the_instant_of_its_last_byte() {
+    // The first token's event arrives in three TCP writes 60 ms apart: its
+    // data line, the rest of its JSON, then the blank line that ends it. A
+    // client's SSE parser dispatches it on the blank line, and so does the
+    // clock: TTFT is the third write, not the first.
+    let event = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n";
+    let (head, rest) = event.split_at(20);
+    let (middle, end) = rest.split_at(rest.len() - 1);
+    let mut script = vec![
+        Step::Write(sse_head()),
+        Step::At(ms(100)),
+        Step::Write(chunk(head)),
+        Step::At(ms(160)),
+        Step::Write(chunk(middle)),
+        Step::At(ms(220)),
+        Step::Write(chunk(end)),
+        Step::At(ms(250)),
+        Step::Write(chat_chunk("{\"content\":\" there\"}")),
+    ];
+    script.extend(done());
+    let (t, w) = run(script).await;
+    // Writes: head, three parts (w[1]..=w[3]), the second token, [DONE], end.
+    near(t.ttft(), w[3]);
+    near(t.ttst(), w[4]);
+    assert!(
+        t.ttft().expect("ttft") >= w[2] + ms(30),
+        "not the instant of an earlier part"
+    );
+}

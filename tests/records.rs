@@ -66,7 +66,7 @@ fn request(i: u64, gap: u64) -> Timeline {
     let t0 = Instant::now();
     let mut t = Timeline::new(t0, Dialect::OpenAiChat);
     t.started_at = UNIX_EPOCH + Duration::from_secs(1_700_000_000 + i);
-    t.model = Some(if i % 2 == 0 { "even" } else { "odd" }.into());
+    t.request.model = Some(if i % 2 == 0 { "even" } else { "odd" }.into());
     t.status = http::StatusCode::from_u16(200).ok();
     t.streamed = true;
     let token = Parsed {
@@ -214,6 +214,7 @@ fn a_record_has_exactly_the_documented_keys() {
             "start_unix_ms",
             "endpoint",
             "model",
+            "response_model",
             "status",
             "outcome",
             "streamed",
@@ -251,6 +252,8 @@ fn a_record_has_exactly_the_documented_keys() {
             "cached_input",
             "output",
             "reasoning",
+            "reasoning_source",
+            "hidden_reasoning",
             "output_source",
             "events",
             "max_tokens"

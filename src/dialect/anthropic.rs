@@ -17,8 +17,31 @@ struct Event<'a> {
     message: Option<Message<'a>>,
     #[serde(default)]
     delta: Option<Delta<'a>>,
+    #[serde(default, borrow)]
+    content_block: Option<StartBlock<'a>>,
     #[serde(default)]
     usage: Option<AnthropicUsage>,
+}
+
+/// The block a `content_block_start` opens. A tool call's name arrives
+/// here, before any `input_json_delta`: it is the first generated token of
+/// the call. Text and thinking blocks start empty.
+#[derive(Deserialize)]
+struct StartBlock<'a> {
+    #[serde(default, borrow, rename = "type", deserialize_with = "cow")]
+    kind: Option<Cow<'a, str>>,
+    #[serde(default)]
+    name: TextLen,
+}
+
+impl StartBlock<'_> {
+    /// Bytes of tool-call name this block opens with (0 for other blocks).
+    fn tool_bytes(&self) -> u32 {
+        match self.kind.as_deref() {
+            Some("tool_use" | "server_tool_use" | "mcp_tool_use") => self.name.0,
+            _ => 0,
+        }
+    }
 }
 
 /// The message object: in `message_start`, and the whole body.
@@ -52,13 +75,15 @@ struct Delta<'a> {
 }
 
 /// A whole content block: `text`, `thinking`, or `tool_use` with its
-/// `input` object.
+/// `name` and `input` object.
 #[derive(Deserialize)]
 struct Block {
     #[serde(default)]
     text: TextLen,
     #[serde(default)]
     thinking: TextLen,
+    #[serde(default)]
+    name: TextLen,
     #[serde(default)]
     input: ArgLen,
 }
@@ -68,7 +93,7 @@ impl Tally for Block {
         Counts {
             reasoning: self.thinking.0,
             output: self.text.0,
-            tool: self.input.0,
+            tool: self.name.0.saturating_add(self.input.0),
             ..Counts::default()
         }
     }
@@ -115,6 +140,10 @@ pub(super) fn event<'a>(name: &[u8], data: &'a [u8]) -> Result<Parsed<'a>, Parse
                 ..Parsed::default()
             }
         }
+        "content_block_start" => Parsed {
+            tool_bytes: ev.content_block.as_ref().map_or(0, StartBlock::tool_bytes),
+            ..Parsed::default()
+        },
         "content_block_delta" => ev.delta.map_or_else(Parsed::default, |d| Parsed {
             reasoning_bytes: d.thinking.0,
             output_bytes: d.text.0,

@@ -17,12 +17,28 @@ pub(super) struct Timings {
     prompt_ms: Option<f64>,
     #[serde(default)]
     predicted_ms: Option<f64>,
+    /// Prompt tokens processed for this request: the prompt less the
+    /// part reused from the cache.
+    #[serde(default)]
+    prompt_n: Option<u64>,
     /// Prompt tokens reused from the slot's KV cache.
     #[serde(default)]
-    cache_n: Option<u64>,
+    pub(super) cache_n: Option<u64>,
 }
 
 impl Timings {
+    /// The whole prompt and its cached part, given `tokens_evaluated` (the
+    /// whole prompt, cache included). `prompt_n` is only the part processed
+    /// now: it is smaller than the prompt whenever the cache was hit.
+    fn prompt(&self, evaluated: Option<u64>) -> (Option<u64>, Option<u64>) {
+        let input = evaluated.or_else(|| Some(self.prompt_n? + self.cache_n.unwrap_or(0)));
+        let derived = || {
+            let cached = evaluated?.checked_sub(self.prompt_n?)?;
+            (cached > 0).then_some(cached)
+        };
+        (input, self.cache_n.or_else(derived))
+    }
+
     /// Prompt processing is prefill; prediction is decode.
     pub(super) fn server(&self) -> ServerTimings {
         ServerTimings {
@@ -68,10 +84,14 @@ impl<'a> Event<'a> {
     /// `tokens_cached` is not read: it is the slot's whole context (prompt
     /// and generated), not the cached prompt; `timings.cache_n` is.
     fn parsed(self) -> Parsed<'a> {
-        let counted = self.tokens_predicted.is_some() || self.tokens_evaluated.is_some();
-        let usage = counted.then(|| Usage {
-            input: self.tokens_evaluated,
-            cached_input: self.timings.as_ref().and_then(|t| t.cache_n),
+        let (input, cached_input) = match &self.timings {
+            Some(t) => t.prompt(self.tokens_evaluated),
+            None => (self.tokens_evaluated, None),
+        };
+        let counted = self.tokens_predicted.is_some() || input.is_some();
+        let usage = counted.then_some(Usage {
+            input,
+            cached_input,
             output: self.tokens_predicted,
             reasoning: None,
         });

@@ -183,6 +183,10 @@ pub struct ServerTimings {
 pub struct Parsed<'a> {
     /// Bytes of reasoning text generated in this event (0: none).
     pub reasoning_bytes: u32,
+    /// The reasoning text is a summary written about the reasoning
+    /// (Responses `reasoning_summary_text`), not the reasoning tokens: the
+    /// reasoning the server counts stays hidden.
+    pub summary: bool,
     /// Bytes of answer text (content, refusal) generated in this event.
     pub output_bytes: u32,
     /// Bytes of tool-call names and arguments generated in this event.

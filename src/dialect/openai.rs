@@ -53,6 +53,48 @@ struct VllmMetrics {
     queue_time_ms: Option<f64>,
 }
 
+/// Groq's `x_groq` object: on the last chunk of a stream it holds the usage
+/// (the top-level `usage` stays absent) and the server's own times, in s.
+#[derive(Deserialize)]
+struct XGroq {
+    #[serde(default)]
+    usage: Option<GroqUsage>,
+}
+
+#[derive(Deserialize)]
+struct GroqUsage {
+    #[serde(default)]
+    prompt_tokens: Option<u64>,
+    #[serde(default)]
+    completion_tokens: Option<u64>,
+    #[serde(default)]
+    queue_time: Option<f64>,
+    #[serde(default)]
+    prompt_time: Option<f64>,
+    #[serde(default)]
+    completion_time: Option<f64>,
+}
+
+impl GroqUsage {
+    fn usage(&self) -> Usage {
+        Usage {
+            input: self.prompt_tokens,
+            output: self.completion_tokens,
+            ..Usage::default()
+        }
+    }
+
+    fn server(&self) -> ServerTimings {
+        let s = |v: Option<f64>| ms(v.map(|s| s * 1e3));
+        ServerTimings {
+            queue: s(self.queue_time),
+            prefill: s(self.prompt_time),
+            decode: s(self.completion_time),
+            load: None,
+        }
+    }
+}
+
 /// One chat or completions chunk (or whole body); `C` is one choice.
 #[derive(Deserialize)]
 #[serde(bound(deserialize = "C: Deserialize<'de> + Finishing<'a>"))]
@@ -65,6 +107,8 @@ struct Envelope<'a, C> {
     metrics: Option<VllmMetrics>,
     #[serde(default)]
     timings: Option<Timings>,
+    #[serde(default)]
+    x_groq: Option<XGroq>,
     #[serde(default, borrow, deserialize_with = "cow")]
     model: Option<Cow<'a, str>>,
     #[serde(default)]
@@ -74,6 +118,14 @@ struct Envelope<'a, C> {
 impl<'a, C> Envelope<'a, C> {
     fn parsed(self) -> Parsed<'a> {
         let counts = self.choices.0;
+        // llama.cpp puts the cached prompt in `timings`, not in usage.
+        let cache_n = self.timings.as_ref().and_then(|t| t.cache_n);
+        let groq = self.x_groq.and_then(|x| x.usage);
+        let usage = self.usage.map(Usage::from).map(|u| Usage {
+            cached_input: u.cached_input.or(cache_n),
+            ..u
+        });
+        let usage = usage.or_else(|| groq.as_ref().map(GroqUsage::usage));
         let server = match (self.metrics, self.timings) {
             (Some(m), _) => Some(ServerTimings {
                 queue: ms(m.queue_time_ms),
@@ -82,11 +134,11 @@ impl<'a, C> Envelope<'a, C> {
                 load: None,
             }),
             (None, Some(t)) => Some(t.server()),
-            (None, None) => None,
+            (None, None) => groq.as_ref().map(GroqUsage::server),
         };
         Parsed {
-            cumulative: self.usage.is_some() && counts.items > 0,
-            usage: self.usage.map(Usage::from),
+            cumulative: usage.is_some() && counts.items > 0,
+            usage,
             server,
             model: self.model,
             finish: Finish::new(self.choices.1),

@@ -21,6 +21,9 @@ struct Event<'a> {
     delta: TextLen,
     #[serde(default, borrow)]
     response: Option<Response<'a>>,
+    /// The item of `response.output_item.added` / `.done`.
+    #[serde(default, borrow)]
+    item: Option<Item<'a>>,
 }
 
 /// The response object: the payload of the end events, and the whole body.
@@ -61,7 +64,7 @@ impl<'a> Response<'a> {
 }
 
 /// An output item: `message` (output text, refusal), `reasoning` (summary
-/// and reasoning text) or `function_call` (arguments).
+/// and reasoning text) or `function_call` (name and arguments).
 #[derive(Deserialize)]
 struct Item<'a> {
     #[serde(default, borrow, rename = "type", deserialize_with = "cow")]
@@ -71,7 +74,12 @@ struct Item<'a> {
     #[serde(default)]
     summary: Summed<Part>,
     #[serde(default)]
+    name: TextLen,
+    #[serde(default)]
     arguments: TextLen,
+    /// A `custom_tool_call`'s free-form input.
+    #[serde(default)]
+    input: TextLen,
 }
 
 #[derive(Deserialize)]
@@ -103,8 +111,12 @@ impl Tally for Item<'_> {
                 reasoning: text.saturating_add(self.summary.0.output),
                 ..Counts::default()
             },
-            Some("function_call") => Counts {
-                tool: self.arguments.0,
+            Some("function_call" | "custom_tool_call") => Counts {
+                tool: self
+                    .name
+                    .0
+                    .saturating_add(self.arguments.0)
+                    .saturating_add(self.input.0),
                 ..Counts::default()
             },
             _ => Counts::default(),
@@ -133,14 +145,31 @@ pub(super) fn event<'a>(name: &[u8], data: &'a [u8]) -> Result<Parsed<'a>, Parse
             output_bytes: delta,
             ..Parsed::default()
         },
-        "response.reasoning_text.delta" | "response.reasoning_summary_text.delta" => Parsed {
+        "response.reasoning_text.delta" => Parsed {
             reasoning_bytes: delta,
             ..Parsed::default()
         },
-        "response.function_call_arguments.delta" => Parsed {
-            tool_bytes: delta,
+        "response.reasoning_summary_text.delta" => Parsed {
+            reasoning_bytes: delta,
+            summary: true,
             ..Parsed::default()
         },
+        // A function call's name arrives with its item, before any
+        // argument delta: the first generated token of the call. The
+        // item's `.done` event repeats it and adds nothing.
+        "response.output_item.added" => Parsed {
+            tool_bytes: ev.item.map_or(0, |item| match item.kind.as_deref() {
+                Some("function_call" | "custom_tool_call") => item.tally().tool,
+                _ => 0,
+            }),
+            ..Parsed::default()
+        },
+        "response.function_call_arguments.delta" | "response.custom_tool_call_input.delta" => {
+            Parsed {
+                tool_bytes: delta,
+                ..Parsed::default()
+            }
+        }
         "response.completed" | "response.incomplete" | "response.failed" => Parsed {
             error: kind == "response.failed",
             ..ended(ev.response)

@@ -1,5 +1,6 @@
 //! Dialect tests: recorded-shape fixtures, edge cases, request bodies.
 
+mod definitions;
 mod edges;
 mod finish;
 mod fixtures;

@@ -25,7 +25,7 @@ use crate::{
     config::{range_label, Export, Slo},
     dialect::{Dialect, FinishReason, ServerTimings},
     slo,
-    timeline::{Timeline, TimelineSink},
+    timeline::{Outcome, Timeline, TimelineSink},
 };
 
 /// The exported families and what labels them; cheap to clone.
@@ -259,18 +259,17 @@ impl Metrics {
         }
     }
 
+    /// Token counters count what every request spent; the per-request
+    /// size histograms and the workload map only requests that ended `ok`
+    /// with a response that was read, so failures and refusals do not
+    /// pile up as zero-token requests.
     fn tokens(&self, s: &Series<'_>, endpoint: &str, t: &Timeline) {
         let f = &self.shared.families;
         let labels = s.with(&[endpoint]);
         let tokens = &t.tokens;
+        let sized = t.outcome == Outcome::Ok && tokens.generated_source.is_some();
         if let Some(source) = tokens.generated_source {
             f.count_source.with_label_values(&[source.as_str()]).inc();
-            f.output_tokens
-                .with_label_values(&labels)
-                .observe(tokens.generated as f64);
-            f.reasoning_tokens
-                .with_label_values(&labels)
-                .observe(tokens.reasoning as f64);
             let answer = tokens.generated.saturating_sub(tokens.reasoning);
             for (kind, n) in [("output", answer), ("reasoning", tokens.reasoning)] {
                 let labels = s.with(&[endpoint, kind]);
@@ -278,23 +277,33 @@ impl Metrics {
             }
         }
         if let Some(input) = tokens.input {
-            f.input_tokens
-                .with_label_values(&labels)
-                .observe(input as f64);
             f.input_tokens_total
                 .with_label_values(&labels)
                 .inc_by(input);
-        }
-        if let Some(cached) = tokens.cached_input {
-            f.cached_input_tokens
-                .with_label_values(&labels)
-                .observe(cached as f64);
         }
         for error in &t.parse_errors {
             f.parse_errors
                 .with_label_values(&[endpoint, error.as_str()])
                 .inc();
         }
+        if sized {
+            self.sizes(s, &labels, t);
+        }
+    }
+
+    /// The per-request token histograms and the workload map.
+    fn sizes(&self, s: &Series<'_>, labels: &[&str], t: &Timeline) {
+        let f = &self.shared.families;
+        let tokens = &t.tokens;
+        let observe = |vec: &prometheus::HistogramVec, n: Option<u64>| {
+            if let Some(n) = n {
+                vec.with_label_values(labels).observe(n as f64);
+            }
+        };
+        observe(&f.output_tokens, Some(tokens.generated));
+        observe(&f.reasoning_tokens, Some(tokens.reasoning));
+        observe(&f.input_tokens, tokens.input);
+        observe(&f.cached_input_tokens, tokens.cached_input);
         let input = self.view.input_ranges.label(tokens.input.unwrap_or(0));
         let output = self.view.output_ranges.label(tokens.generated);
         f.workload

@@ -19,7 +19,7 @@ fn metrics(extra: &str) -> Metrics {
 fn request(model: &str, labels: Vec<Option<String>>, ttft_ms: u64) -> Timeline {
     let t0 = Instant::now();
     let mut t = Timeline::new(t0, Dialect::OpenAiChat);
-    t.model = Some(model.to_owned());
+    t.request.model = Some(model.to_owned());
     t.labels = labels;
     let token = Parsed {
         output_bytes: 2,
@@ -90,6 +90,50 @@ fn distinct_models_past_the_cap_become_other_and_the_scrape_stays_bounded() {
     // Same series; only numbers grew a few digits.
     assert_eq!(text.lines().count(), before.lines().count());
     assert!(text.len() < before.len() + before.len() / 100);
+}
+
+/// The sample of the first line starting with `prefix` (0 when absent).
+fn value(text: &str, prefix: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[test]
+fn only_ok_requests_that_were_read_have_a_size() {
+    let m = metrics("");
+    let t0 = Instant::now();
+    // A 4xx whose body was not read, and a stream that failed with an
+    // in-band error after 3 tokens: counted, spent, but no size.
+    let mut refused = Timeline::new(t0, Dialect::OpenAiChat);
+    refused.status = Some(http::StatusCode::TOO_MANY_REQUESTS);
+    refused.finish(Outcome::HttpError, t0 + Duration::from_millis(5));
+    m.finished(&refused);
+    let mut failed = request("m", vec![], 100);
+    failed.outcome = Outcome::UpstreamError;
+    m.finished(&failed);
+    let text = scrape(&m);
+    assert_eq!(value(&text, "tokenclock_request_output_tokens_count"), 0.0);
+    assert_eq!(value(&text, "tokenclock_request_input_tokens_count"), 0.0);
+    assert_eq!(value(&text, "tokenclock_workload_requests_total"), 0.0);
+    assert_eq!(
+        value(
+            &text,
+            "tokenclock_output_tokens_total{endpoint=\"openai_chat\",kind=\"output\""
+        ),
+        3.0,
+        "spent tokens are still counted"
+    );
+    // An ok stream that generated nothing is a size: 0.
+    let mut empty = Timeline::new(t0, Dialect::OpenAiChat);
+    empty.record(&Parsed::default(), t0 + Duration::from_millis(5));
+    empty.finish(Outcome::Ok, t0 + Duration::from_millis(6));
+    m.finished(&empty);
+    let text = scrape(&m);
+    assert_eq!(value(&text, "tokenclock_request_output_tokens_count"), 1.0);
+    assert_eq!(value(&text, "tokenclock_request_output_tokens_sum"), 0.0);
+    assert_eq!(value(&text, "tokenclock_workload_requests_total"), 1.0);
 }
 
 #[test]

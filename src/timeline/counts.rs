@@ -43,6 +43,13 @@ pub struct TokenCounts {
     pub generated: u64,
     /// Of `generated`, reasoning tokens (settled).
     pub reasoning: u64,
+    /// Where `reasoning` came from; `None` when no reasoning was reported
+    /// or seen (`reasoning` is then 0).
+    pub reasoning_source: Option<CountSource>,
+    /// Of `reasoning`, tokens the server reported but never streamed as
+    /// reasoning text (OpenAI's hidden reasoning): they took time before the
+    /// first visible token, not between streamed ones.
+    pub hidden_reasoning: u64,
     /// Where `generated` came from; `None` when nothing was generated or seen.
     pub generated_source: Option<CountSource>,
     /// Prompt tokens.
@@ -53,6 +60,11 @@ pub struct TokenCounts {
     pub cached_input: Option<u64>,
     /// Token-bearing events.
     pub token_events: u64,
+    /// A response body or event was read (a read response that generated
+    /// nothing counts 0 tokens from `events`, rather than nothing).
+    read: bool,
+    /// Some event carried raw reasoning text (not a summary of it).
+    raw_reasoning: bool,
     event_tokens: u64,
     reasoning_event_tokens: u64,
     first_event_tokens: u64,
@@ -69,6 +81,7 @@ impl TokenCounts {
     /// `tokens`, or the growth of a cumulative usage count. Call for every
     /// event, token-bearing or not, so cumulative counts stay in step.
     pub fn exact_for_event(&mut self, parsed: &Parsed<'_>) -> Option<u32> {
+        self.read = true;
         let cumulative = parsed
             .usage
             .and_then(|u| u.output)
@@ -100,6 +113,7 @@ impl TokenCounts {
 
     /// Counts the text of a whole non-streamed body.
     pub fn count_body(&mut self, parsed: &Parsed<'_>) {
+        self.read = true;
         self.count_text(parsed);
     }
 
@@ -107,25 +121,18 @@ impl TokenCounts {
         self.text_bytes +=
             u64::from(parsed.reasoning_bytes + parsed.output_bytes + parsed.tool_bytes);
         self.reasoning_bytes += u64::from(parsed.reasoning_bytes);
+        self.raw_reasoning |= parsed.reasoning_bytes > 0 && !parsed.summary;
     }
 
     /// Fixes the totals from the best source available.
     pub fn settle(&mut self, usage: &Usage, request: &RequestInfo) {
-        let (generated, source) = match usage.output {
-            Some(n) => (n, Some(CountSource::Usage)),
-            None if self.token_events > 0 && self.all_exact => {
-                (self.event_tokens, Some(CountSource::PerEvent))
-            }
-            None if self.token_events > 0 => (self.event_tokens, Some(CountSource::Events)),
-            None if self.text_bytes > 0 => (
-                self.text_bytes.div_ceil(BYTES_PER_TOKEN),
-                Some(CountSource::Estimated),
-            ),
-            None => (0, None),
+        (self.generated, self.generated_source) = self.generated_total(usage);
+        (self.reasoning, self.reasoning_source) = self.reasoning_total(usage);
+        // Reasoning the server counted but no event carried as text.
+        self.hidden_reasoning = match usage.reasoning {
+            Some(r) if !self.raw_reasoning => r.min(self.generated),
+            _ => 0,
         };
-        self.generated = generated;
-        self.generated_source = source;
-        self.reasoning = usage.reasoning.unwrap_or_else(|| self.reasoning_share());
         (self.input, self.input_source) = match usage.input {
             Some(n) => (Some(n), Some(CountSource::Usage)),
             None if request.prompt_bytes > 0 => (
@@ -137,17 +144,54 @@ impl TokenCounts {
         self.cached_input = usage.cached_input;
     }
 
-    /// Reasoning tokens when the server did not say: the reasoning events'
-    /// share of the settled total, or the reasoning text's estimate.
-    fn reasoning_share(&self) -> u64 {
+    fn generated_total(&self, usage: &Usage) -> (u64, Option<CountSource>) {
+        match usage.output {
+            Some(n) => (n, Some(CountSource::Usage)),
+            None if self.token_events > 0 && self.all_exact => {
+                (self.event_tokens, Some(CountSource::PerEvent))
+            }
+            None if self.token_events > 0 => (self.event_tokens, Some(CountSource::Events)),
+            None if self.text_bytes > 0 => (
+                self.text_bytes.div_ceil(BYTES_PER_TOKEN),
+                Some(CountSource::Estimated),
+            ),
+            // Read, and nothing was generated: zero token-bearing events.
+            None if self.read => (0, Some(CountSource::Events)),
+            None => (0, None),
+        }
+    }
+
+    /// Reasoning tokens: the server's, else the reasoning-only events'
+    /// share of the total (exact only when the total came from the events
+    /// themselves), else the reasoning text's estimate.
+    fn reasoning_total(&self, usage: &Usage) -> (u64, Option<CountSource>) {
+        if let Some(n) = usage.reasoning {
+            return (n, Some(CountSource::Usage));
+        }
+        if self.reasoning_bytes == 0 {
+            return (0, None);
+        }
         match self.generated_source {
-            Some(CountSource::Estimated) => self.reasoning_bytes.div_ceil(BYTES_PER_TOKEN),
-            _ if self.event_tokens == 0 => 0,
-            _ => {
+            Some(CountSource::Estimated) | None => (
+                self.reasoning_bytes.div_ceil(BYTES_PER_TOKEN),
+                Some(CountSource::Estimated),
+            ),
+            Some(source @ (CountSource::PerEvent | CountSource::Events)) => {
+                (self.reasoning_event_tokens, Some(source))
+            }
+            Some(CountSource::Usage) if self.event_tokens == 0 => (0, None),
+            Some(CountSource::Usage) => {
                 let share = self.reasoning_event_tokens as f64 / self.event_tokens as f64;
-                (share * self.generated as f64).round() as u64
+                let n = (share * self.generated as f64).round() as u64;
+                (n, Some(CountSource::Estimated))
             }
         }
+    }
+
+    /// Tokens the stream carried: generated, less hidden reasoning. TPOT and
+    /// the per-token ITL are computed over these.
+    pub fn streamed(&self) -> u64 {
+        self.generated.saturating_sub(self.hidden_reasoning)
     }
 
     /// Settled generated tokens.
@@ -162,10 +206,12 @@ impl TokenCounts {
         }
         match self.generated_source {
             Some(CountSource::Usage) if self.token_events >= 2 => {
-                // Assume the events shared the total evenly, the first included.
-                let first = self.generated / self.token_events;
+                // Assume the events shared the streamed total evenly, the
+                // first included; hidden reasoning is in no gap.
+                let streamed = self.streamed();
+                let first = streamed / self.token_events;
                 Weights::Spread {
-                    total: self.generated.saturating_sub(first.max(1)),
+                    total: streamed.saturating_sub(first.max(1)),
                 }
             }
             _ => Weights::One,

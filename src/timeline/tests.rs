@@ -190,6 +190,182 @@ fn gaps_are_bounded() {
     assert_eq!(t.gaps.dropped, 10);
 }
 
+fn reasoning_usage(output: u64, reasoning: u64) -> Parsed<'static> {
+    Parsed {
+        usage: Some(Usage {
+            output: Some(output),
+            reasoning: Some(reasoning),
+            ..Usage::default()
+        }),
+        ..Parsed::default()
+    }
+}
+
+#[test]
+fn hidden_reasoning_is_not_in_tpot_or_itl() {
+    // A Responses stream: 469 output tokens, 448 of them reasoning that was
+    // never streamed; 21 answer events 10 ms apart.
+    let t0 = Instant::now();
+    let mut t = Timeline::new(t0, Dialect::OpenAiResponses);
+    for i in 0..21 {
+        t.record(&output(4), t0 + ms(2000 + 10 * i));
+    }
+    t.record(&reasoning_usage(469, 448), t0 + ms(2210));
+    t.finish(Outcome::Ok, t0 + ms(2210));
+    assert_eq!(t.tokens.generated, 469);
+    assert_eq!(t.tokens.reasoning, 448);
+    assert_eq!(t.tokens.reasoning_source, Some(CountSource::Usage));
+    assert_eq!(t.tokens.hidden_reasoning, 448);
+    assert_eq!(t.tokens.streamed(), 21);
+    assert_eq!(t.tpot(), Some(ms(10)), "200 ms over 20 streamed tokens");
+    let itl: Vec<_> = t.inter_token_latencies().collect();
+    assert_eq!(itl.iter().map(|(_, n)| n).sum::<u64>(), 20);
+    assert!(itl.iter().all(|(d, _)| *d == ms(10)), "{itl:?}");
+}
+
+#[test]
+fn a_reasoning_summary_does_not_unhide_the_reasoning() {
+    let t0 = Instant::now();
+    let mut t = Timeline::new(t0, Dialect::OpenAiResponses);
+    let summary = Parsed {
+        reasoning_bytes: 20,
+        summary: true,
+        ..Parsed::default()
+    };
+    t.record(&summary, t0 + ms(900));
+    t.record(&output(4), t0 + ms(1000));
+    t.record(&output(4), t0 + ms(1010));
+    t.record(&reasoning_usage(102, 100), t0 + ms(1010));
+    t.finish(Outcome::Ok, t0 + ms(1010));
+    assert_eq!(
+        t.ttft(),
+        Some(ms(900)),
+        "a summary is a token-bearing event"
+    );
+    assert_eq!(t.tokens.hidden_reasoning, 100);
+    assert_eq!(t.tokens.streamed(), 2);
+}
+
+#[test]
+fn streamed_reasoning_is_not_hidden() {
+    let t0 = Instant::now();
+    let mut t = Timeline::new(t0, Dialect::OpenAiChat);
+    t.record(&reasoning(8), t0 + ms(100));
+    t.record(&output(8), t0 + ms(200));
+    t.record(&reasoning_usage(10, 6), t0 + ms(200));
+    t.finish(Outcome::Ok, t0 + ms(200));
+    assert_eq!(t.tokens.hidden_reasoning, 0);
+    assert_eq!(t.tpot(), Some(ms(100) / 9));
+}
+
+#[test]
+fn one_token_bearing_event_has_no_tpot() {
+    // One event, usage says 3: there is no second instant to divide by.
+    let t0 = Instant::now();
+    let mut t = Timeline::new(t0, Dialect::OpenAiChat);
+    t.record(&output(12), t0 + ms(100));
+    t.record(&usage(3), t0 + ms(110));
+    t.finish(Outcome::Ok, t0 + ms(110));
+    assert_eq!(t.tokens.generated, 3);
+    assert_eq!(t.tpot(), None);
+}
+
+#[test]
+fn a_reasoning_split_from_event_counts_is_marked_estimated() {
+    // Anthropic reports one output total; the split comes from the events.
+    let t0 = Instant::now();
+    let mut t = Timeline::new(t0, Dialect::Anthropic);
+    for i in 0..3 {
+        t.record(&reasoning(10), t0 + ms(100 + 10 * i));
+    }
+    t.record(&output(10), t0 + ms(200));
+    t.record(&usage(40), t0 + ms(210));
+    t.finish(Outcome::Ok, t0 + ms(210));
+    assert_eq!(t.tokens.generated_source, Some(CountSource::Usage));
+    assert_eq!(t.tokens.reasoning, 30);
+    assert_eq!(t.tokens.reasoning_source, Some(CountSource::Estimated));
+}
+
+#[test]
+fn reasoning_sources_follow_the_count() {
+    let t0 = Instant::now();
+    let mut t = Timeline::new(t0, Dialect::OpenAiChat);
+    t.record(&reasoning(10), t0 + ms(100));
+    t.record(&output(10), t0 + ms(110));
+    t.finish(Outcome::Ok, t0 + ms(120));
+    assert_eq!(t.tokens.reasoning, 1);
+    assert_eq!(t.tokens.reasoning_source, Some(CountSource::Events));
+
+    let mut t = Timeline::new(t0, Dialect::OpenAiChat);
+    t.record(&output(10), t0 + ms(110));
+    t.record(&usage(5), t0 + ms(110));
+    t.finish(Outcome::Ok, t0 + ms(120));
+    assert_eq!(t.tokens.reasoning, 0);
+    assert_eq!(
+        t.tokens.reasoning_source, None,
+        "no reasoning seen or reported"
+    );
+}
+
+#[test]
+fn a_read_response_without_tokens_counts_zero_from_events() {
+    let t0 = Instant::now();
+    let mut t = Timeline::new(t0, Dialect::OpenAiChat);
+    t.record(&Parsed::default(), t0 + ms(10)); // role chunk, then [DONE]
+    t.finish(Outcome::Ok, t0 + ms(20));
+    assert_eq!(t.tokens.generated, 0);
+    assert_eq!(t.tokens.generated_source, Some(CountSource::Events));
+
+    let t = {
+        let mut t = Timeline::new(t0, Dialect::OpenAiChat);
+        t.finish(Outcome::HttpError, t0 + ms(20));
+        t
+    };
+    assert_eq!(t.tokens.generated_source, None, "nothing read: no count");
+}
+
+#[test]
+fn the_request_names_the_model() {
+    let t0 = Instant::now();
+    let answered = |request: Option<&str>, response: &'static str| {
+        let mut t = Timeline::new(t0, Dialect::OpenAiChat);
+        t.request.model = request.map(str::to_owned);
+        let named = Parsed {
+            model: Some(response.into()),
+            ..Parsed::default()
+        };
+        t.record(&named, t0 + ms(10));
+        t.record(
+            &Parsed {
+                model: Some("a-later-name".into()),
+                ..Parsed::default()
+            },
+            t0 + ms(11),
+        );
+        t.finish(Outcome::Ok, t0 + ms(20));
+        (t.model, t.response_model)
+    };
+    assert_eq!(
+        answered(Some("gpt-4o-mini"), "gpt-4o-mini-2024-07-18"),
+        (
+            Some("gpt-4o-mini".to_owned()),
+            Some("gpt-4o-mini-2024-07-18".to_owned())
+        )
+    );
+    assert_eq!(
+        answered(None, "/Users/me/.ollama/models/blobs/sha256-6a07"),
+        (
+            Some("sha256-6a07".to_owned()),
+            Some("/Users/me/.ollama/models/blobs/sha256-6a07".to_owned())
+        )
+    );
+    assert_eq!(
+        answered(Some(""), "tgi-model").0,
+        Some("tgi-model".to_owned()),
+        "an empty request model names nothing"
+    );
+}
+
 #[test]
 fn the_last_finish_reason_is_kept_cut_to_64_bytes() {
     let t0 = Instant::now();

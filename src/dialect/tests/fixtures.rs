@@ -242,7 +242,8 @@ fn llamacpp_chat() {
         kinds: ".rrrooo...".into(),
         reasoning: 12,
         output: 9,
-        usage: usage(Some(70), None, 7, None),
+        // `timings.cache_n: 0`: the prompt cache was not hit.
+        usage: usage(Some(70), Some(0), 7, None),
         server: Some(ServerTimings {
             prefill: ms(88.5),
             decode: ms(101.75),
@@ -304,17 +305,19 @@ fn bodies_openai() {
         fixture!("body_openai_responses.json"),
     );
     let usage = u(Some(60), Some(32), 120, Some(90));
-    assert_eq!(resp, ended(18, 21, 16, usage, Some("o4-mini-2025-04-16")));
+    // The function call counts its name (11 bytes) and arguments (16).
+    assert_eq!(resp, ended(18, 21, 27, usage, Some("o4-mini-2025-04-16")));
 }
 
 #[test]
 fn bodies_anthropic_tgi() {
     let msg = body(Dialect::Anthropic, fixture!("body_anthropic.json"));
     let usage = u(Some(410 + 2048), Some(2048), 95, None);
-    // The tool input object counts as its compact JSON `{"city":"Paris"}`.
+    // The tool's name counts, and its input object as its compact JSON
+    // `{"city":"Paris"}`.
     assert_eq!(
         msg,
-        ended(13, 13, 16, usage, Some("claude-sonnet-4-5-20250929"))
+        ended(13, 13, 11 + 16, usage, Some("claude-sonnet-4-5-20250929"))
     );
     let tgi = body(Dialect::Tgi, fixture!("body_tgi.json"));
     assert_eq!(tgi, ended(0, 17, 0, u(None, None, 7, None), None));
