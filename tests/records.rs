@@ -217,6 +217,7 @@ fn a_record_has_exactly_the_documented_keys() {
             "response_model",
             "status",
             "outcome",
+            "finish_reason",
             "streamed",
             "usage_injected",
             "ttft_ms",
