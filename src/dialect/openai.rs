@@ -61,6 +61,8 @@ struct XGroq {
     usage: Option<GroqUsage>,
 }
 
+/// Groq's `x_groq.usage` and Cerebras' `time_info`: the server's own
+/// times, in seconds (Groq's also holds the token counts).
 #[derive(Deserialize)]
 struct GroqUsage {
     #[serde(default)]
@@ -109,6 +111,9 @@ struct Envelope<'a, C> {
     timings: Option<Timings>,
     #[serde(default)]
     x_groq: Option<XGroq>,
+    /// Cerebras.
+    #[serde(default)]
+    time_info: Option<GroqUsage>,
     #[serde(default, borrow, deserialize_with = "cow")]
     model: Option<Cow<'a, str>>,
     #[serde(default)]
@@ -134,7 +139,7 @@ impl<'a, C> Envelope<'a, C> {
                 load: None,
             }),
             (None, Some(t)) => Some(t.server()),
-            (None, None) => groq.as_ref().map(GroqUsage::server),
+            (None, None) => groq.or(self.time_info).as_ref().map(GroqUsage::server),
         };
         Parsed {
             cumulative: usage.is_some() && counts.items > 0,

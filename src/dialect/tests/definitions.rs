@@ -156,3 +156,17 @@ fn a_custom_tool_call_counts_like_a_function_call() {
     let delta = r#"{"type":"response.custom_tool_call_input.delta","output_index":1,"item_id":"ctc_1","delta":"SELECT"}"#;
     assert_eq!(named(d, "", delta).tool_bytes, 6);
 }
+
+#[test]
+fn cerebras_reports_its_times_in_time_info() {
+    let data = r#"{"id":"c","model":"llama-3.3-70b","choices":[{"index":0,"delta":{},"finish_reason":"length"}],"usage":{"prompt_tokens":46,"completion_tokens":20,"total_tokens":66},"time_info":{"queue_time":0.002,"prompt_time":0.004,"completion_time":0.031,"total_time":0.036,"created":1741626612}}"#;
+    let p = Dialect::OpenAiChat
+        .parse_event(b"", data.as_bytes())
+        .expect("parses");
+    let server = p.server.expect("Cerebras' own times");
+    let ms = std::time::Duration::from_millis;
+    assert_eq!(
+        (server.queue, server.prefill, server.decode),
+        (Some(ms(2)), Some(ms(4)), Some(ms(31)))
+    );
+}
