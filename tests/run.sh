@@ -86,6 +86,13 @@ else
   status=1
   failed=$((failed + 1))
 fi
+log "tests/deploy/kubernetes.sh (manifests against the Kubernetes schemas, the PodMonitor, systemd-analyze verify, and their mutations)"
+if bash tests/deploy/kubernetes.sh; then
+  passed=$((passed + 1))
+else
+  status=1
+  failed=$((failed + 1))
+fi
 echo
 echo "tests: $passed passed, $failed failed"
 exit "$status"
