@@ -5,7 +5,7 @@
 #
 # 1. tests/deploy/manifests_check.py on every manifest: strict validation
 #    against the schemas kubernetes-validate bundles (PyPI, pinned, in
-#    target/venv-deploy; no network) for Kubernetes $k8s below; the PodMonitor
+#    target/venv-deploy; no network) for Kubernetes 1.33 and 1.37 (below); the PodMonitor
 #    (a CRD, no bundled schema) against the script's own schema of its fields
 #    and against the Deployment it selects; the tokenclock container's
 #    securityContext and requests;
@@ -19,10 +19,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-# Native sidecars and the preStop sleep action are on by default from 1.29
-# and 1.30; 1.33 is the oldest release still supported upstream at the time
-# of writing. The manifests use no field newer than 1.29.
+# Pinned: the oldest and the newest Kubernetes the examples are checked
+# against (kubernetes-validate 1.37.0 bundles 1.25 to 1.37). 1.33 stands for
+# the older clusters managed offerings still run; the manifests use no field
+# newer than it.
 k8s=1.33.0
+k8s_newest=1.37.0
 
 log() { printf -- '-- %s\n' "$*"; }
 fail() { printf 'FAILED: %s\n' "$*" >&2; exit 1; }
@@ -36,8 +38,10 @@ py="$deploy_venv/bin/python"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/tokenclock-kubernetes.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
-log "manifests_check.py $k8s deploy/kubernetes/*.yaml"
-"$py" tests/deploy/manifests_check.py "$k8s" deploy/kubernetes/*.yaml
+for version in "$k8s" "$k8s_newest"; do
+  log "manifests_check.py $version deploy/kubernetes/*.yaml"
+  "$py" tests/deploy/manifests_check.py "$version" deploy/kubernetes/*.yaml
+done
 
 # Each mutation: a name, the file, and a sed expression applied to a copy.
 mutations=(
