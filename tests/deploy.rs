@@ -67,10 +67,13 @@ fn kubernetes_sidecar_config_is_valid() {
         .next()
         .and_then(|v| v.parse::<u64>().ok())
         .expect("vLLM's preStop sleep");
-    let term = after(&yaml, "terminationGracePeriodSeconds: ")
-        .split_whitespace()
-        .next()
-        .and_then(|v| v.parse::<u64>().ok())
+    let term = yaml
+        .lines()
+        .find_map(|l| {
+            l.trim_start()
+                .strip_prefix("terminationGracePeriodSeconds: ")
+        })
+        .and_then(|v| v.trim().parse::<u64>().ok())
         .expect("terminationGracePeriodSeconds");
     assert!(
         grace < sleep && sleep < term,
