@@ -92,7 +92,7 @@ def problems(dockerfile, dockerignore):
             found.append("runtime stage: %s %s would win over the mounted config" % (word, rest))
 
     ignored = {l.strip().strip("/") for l in dockerignore.split("\n")}
-    if "target" not in ignored:
+    if not ignored & {"target", "**/target"}:
         found.append(".dockerignore does not exclude target/")
     return found
 

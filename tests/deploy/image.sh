@@ -52,7 +52,7 @@ mutations=(
   "ENTRYPOINT a shell|s|^ENTRYPOINT .*|ENTRYPOINT [\"/bin/sh\", \"-c\", \"tokenclock\"]|"
   "listen address from ENV|s|^EXPOSE |ENV TOKENCLOCK_LISTEN=0.0.0.0:8080\nEXPOSE |"
   "apt-get install unpinned|s|^WORKDIR /src|WORKDIR /src\nRUN apt-get update \&\& apt-get install -y binutils|"
-  "target/ in the build context|.dockerignore:/^target$/d"
+  "target/ in the build context|.dockerignore:/target$/d"
 )
 for m in "${mutations[@]}"; do
   name=${m%%|*}
