@@ -37,6 +37,10 @@ impl Admin {
                 Err(NotReady::UpstreamSilent) => {
                     text(StatusCode::SERVICE_UNAVAILABLE, "upstream not answering\n")
                 }
+                Err(NotReady::UpstreamUnhealthy) => text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "upstream health check failing\n",
+                ),
             },
             "/metrics" => match self.metrics.encode() {
                 Ok(body) => {

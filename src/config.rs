@@ -37,6 +37,8 @@ pub struct Config {
     pub upstream: Upstream,
     /// Forward the client's `Host` instead of the upstream's authority.
     pub preserve_host: bool,
+    /// How `/readyz` learns that the upstream is healthy.
+    pub upstream_health: UpstreamHealth,
     /// Timeouts on both sides of the proxy.
     pub timeouts: Timeouts,
     /// Caps on open client connections, per listener.
@@ -86,6 +88,19 @@ impl Reading {
             .copied()
             .unwrap_or_else(|| Dialect::from_path(path))
     }
+}
+
+/// The upstream's HTTP health check, which `/readyz` follows when set.
+#[derive(Clone, Debug)]
+pub struct UpstreamHealth {
+    /// Path (and query) of the upstream's health endpoint, sent as a `GET`
+    /// every `health::PROBE_INTERVAL`; `None` = a TCP connect probe, and any
+    /// proxied answer counts too.
+    pub path: Option<http::uri::PathAndQuery>,
+    /// Longest wait for the health endpoint's whole answer (connect, head
+    /// and body); exceeded counts as unhealthy. Unused without `path`: the
+    /// TCP probe keeps `connect_timeout`.
+    pub timeout: Duration,
 }
 
 /// Timeouts, each a span of time without progress.

@@ -24,7 +24,7 @@ pub(crate) use self::{
 use crate::{
     admin,
     config::Config,
-    health::Health,
+    health::{Health, Probe},
     metrics::Metrics,
     proxy::Proxy,
     reload::{Hangups, Reloader, Source},
@@ -144,8 +144,12 @@ impl Bound {
             sink,
             reloads,
         } = self;
-        let health = Health::new();
+        let health = match config.upstream_health.path {
+            Some(_) => Health::health_checked(),
+            None => Health::new(),
+        };
         let metrics = Metrics::new(&config.export)?;
+        let probe = Probe::new(health.clone(), &config, metrics.upstream_health())?;
         let (source, hangups) = reloads.map_or((None, None), |(s, h)| (Some(s), Some(h)));
         let reloader = Reloader::start(&config, metrics.clone(), sink, source)?;
         let live = reloader.live();
@@ -154,11 +158,7 @@ impl Bound {
         let listen = proxy.local_addr().map_or(config.listen, |a| a);
         let metrics_listen = admin.local_addr().map_or(config.metrics_listen, |a| a);
         let mut background = JoinSet::new();
-        background.spawn(
-            health
-                .clone()
-                .probe(config.upstream.clone(), config.timeouts.connect),
-        );
+        background.spawn(probe.run());
         let proxy = Listener::new(
             proxy,
             config.connections.max,

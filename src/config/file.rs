@@ -15,9 +15,9 @@ use super::{
     duration,
     export::{self, LabelFile, RecordsFile, SloFile, WorkloadFile},
     Config, ConfigError, Connections, LogFormat, Override, Overrides, Pool, Reading, Timeouts,
-    Upstream, UpstreamProtocol, UsageMode,
+    Upstream, UpstreamHealth, UpstreamProtocol, UsageMode,
 };
-use crate::dialect::Dialect;
+use crate::{dialect::Dialect, health::READY_WINDOW};
 
 /// The config file as written: every key optional, defaults filled in.
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -31,6 +31,10 @@ pub struct File {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) upstream_ca_file: Option<PathBuf>,
     pub(super) preserve_host: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) upstream_health_path: Option<String>,
+    #[serde(with = "duration")]
+    pub(super) upstream_health_timeout: Duration,
     #[serde(with = "duration")]
     pub(super) connect_timeout: Duration,
     #[serde(with = "duration")]
@@ -86,6 +90,8 @@ impl Default for File {
             upstream_protocol: UpstreamProtocol::Http1,
             upstream_ca_file: None,
             preserve_host: false,
+            upstream_health_path: None,
+            upstream_health_timeout: Duration::from_secs(1),
             connect_timeout: Duration::from_secs(5),
             response_header_timeout: Duration::from_secs(300),
             idle_timeout: Duration::from_secs(300),
@@ -195,6 +201,7 @@ impl File {
                 .with_ca_file(path)
                 .map_err(|m| ConfigError::invalid("upstream_ca_file", m))?;
         }
+        let upstream_health = self.upstream_health()?;
         if self.listen == self.metrics_listen && self.listen.port() != 0 {
             return Err(ConfigError::invalid(
                 "metrics_listen",
@@ -255,6 +262,7 @@ impl File {
             metrics_listen: self.metrics_listen,
             upstream,
             preserve_host: self.preserve_host,
+            upstream_health,
             timeouts: Timeouts {
                 connect: self.connect_timeout,
                 response_header: self.response_header_timeout,
@@ -284,6 +292,41 @@ impl File {
             log_format: self.log_format,
             log_filter: self.log_filter,
         })
+    }
+
+    /// The upstream health probe: a path of the upstream's own (so the
+    /// probe can only ever reach the configured upstream) and a timeout
+    /// short enough for a verdict inside the readiness window.
+    fn upstream_health(&self) -> Result<UpstreamHealth, ConfigError> {
+        let timeout = self.upstream_health_timeout;
+        if timeout.is_zero() || timeout > READY_WINDOW {
+            return Err(ConfigError::invalid(
+                "upstream_health_timeout",
+                format!(
+                    "must be greater than zero and at most {}s (the readiness window)",
+                    READY_WINDOW.as_secs()
+                ),
+            ));
+        }
+        let path = match &self.upstream_health_path {
+            None => None,
+            Some(text) => {
+                let bad = |why: &str| {
+                    ConfigError::invalid(
+                        "upstream_health_path",
+                        format!("`{text}`: {why}; write a path such as \"/health\""),
+                    )
+                };
+                if !text.starts_with('/') {
+                    return Err(bad("a path starts with `/`"));
+                }
+                Some(
+                    http::uri::PathAndQuery::try_from(text.as_str())
+                        .map_err(|e| bad(&e.to_string()))?,
+                )
+            }
+        };
+        Ok(UpstreamHealth { path, timeout })
     }
 
     fn dialect_overrides(&self) -> Result<HashMap<String, Dialect>, ConfigError> {

@@ -173,6 +173,19 @@ mod tests {
     }
 
     #[test]
+    fn the_upstream_health_check_needs_a_restart() {
+        let running = file("");
+        let new = file("upstream_health_path = \"/health\"\nupstream_health_timeout = \"2s\"\n");
+        let reload = plan(&running, new).expect("valid reload");
+        assert!(reload.applied.is_empty());
+        assert_eq!(
+            reload.needs_restart,
+            ["upstream_health_path", "upstream_health_timeout"]
+        );
+        assert!(reload.config.upstream_health.path.is_none());
+    }
+
+    #[test]
     fn an_unchanged_file_changes_nothing() {
         let running = file("[buckets]\nevent_tokens = [1.0, 2.0]\n");
         let reload = plan(&running, running.clone()).expect("valid reload");

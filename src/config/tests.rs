@@ -54,6 +54,30 @@ fn defaults_are_the_documented_ones() {
 }
 
 #[test]
+fn upstream_health_path_is_a_path_and_its_timeout_fits_the_window() {
+    let c = parse("upstream = \"http://127.0.0.1:8000\"").expect("valid");
+    assert!(c.upstream_health.path.is_none(), "default: the TCP probe");
+    assert_eq!(c.upstream_health.timeout, Duration::from_secs(1));
+    let c = parse("upstream = \"http://a:1\"\nupstream_health_path = \"/health?full=1\"\n")
+        .expect("valid");
+    let path = c.upstream_health.path.expect("set");
+    assert_eq!(path.as_str(), "/health?full=1");
+    for bad in ["health", "http://elsewhere/health", "", "/he alth"] {
+        let e = error(&format!(
+            "upstream = \"http://a:1\"\nupstream_health_path = \"{bad}\"\n"
+        ));
+        assert!(e.starts_with("upstream_health_path: "), "{bad}: {e}");
+        assert!(!e.contains('\n'), "one line: {e}");
+    }
+    for bad in ["0s", "11s"] {
+        let e = error(&format!(
+            "upstream = \"http://a:1\"\nupstream_health_timeout = \"{bad}\"\n"
+        ));
+        assert!(e.starts_with("upstream_health_timeout: "), "{bad}: {e}");
+    }
+}
+
+#[test]
 fn unknown_key_is_named() {
     let e = error("upstream = \"http://a:1\"\nconect_timeout = \"1s\"\n");
     assert!(e.contains("conect_timeout"), "{e}");

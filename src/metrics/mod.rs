@@ -11,15 +11,17 @@
 mod connections;
 mod families;
 mod labels;
+mod upstream;
 
 use std::{sync::Arc, time::Duration};
 
 use prometheus::{Encoder, IntCounter, IntGaugeVec, Opts, Registry, TextEncoder};
 
-use self::{connections::ConnectionFamilies, families::Families};
+use self::{connections::ConnectionFamilies, families::Families, upstream::UpstreamFamilies};
 pub use self::{
     connections::ConnectionMetrics,
     labels::{LabelCaps, LabelSpace, OTHER, UNKNOWN},
+    upstream::UpstreamHealthMetrics,
 };
 use crate::{
     config::{range_label, Export, Slo},
@@ -44,6 +46,7 @@ struct Shared {
     registry: Registry,
     families: Families,
     connections: ConnectionFamilies,
+    upstream: UpstreamFamilies,
     labels: LabelSpace,
 }
 
@@ -115,12 +118,14 @@ impl Metrics {
         registry.register(Box::new(crate::logging::DroppedLines::new()?))?;
         let families = Families::register(&registry, export)?;
         let connections = ConnectionFamilies::register(&registry)?;
+        let upstream = UpstreamFamilies::register(&registry)?;
         families.config_last_reload.set(unix_now());
         Ok(Self {
             shared: Arc::new(Shared {
                 registry,
                 families,
                 connections,
+                upstream,
                 labels: LabelSpace::new(1 + export.labels.len()),
             }),
             view: Arc::new(View::new(export)),
@@ -147,6 +152,11 @@ impl Metrics {
     /// The connection series of one listener (`proxy` or `metrics`).
     pub fn connections(&self, listener: &str) -> ConnectionMetrics {
         self.shared.connections.listener(listener)
+    }
+
+    /// The upstream health probe's series.
+    pub fn upstream_health(&self) -> UpstreamHealthMetrics {
+        self.shared.upstream.series()
     }
 
     /// Counts a config reload; a successful one also sets the time of the

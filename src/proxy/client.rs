@@ -20,11 +20,21 @@ use crate::{
 /// The body sent upstream: the client's, observed on its way.
 pub type UpstreamBody = ObservedBody<RequestBody, Upload>;
 
-/// The pooled upstream client.
-pub type UpstreamClient = Client<TimedConnector<HttpsConnector<HttpConnector>>, UpstreamBody>;
+/// How the proxy (and the health probe) connect to the upstream: TCP with
+/// the connect timeout, TLS with the configured roots for `https://`.
+pub type Connector = TimedConnector<HttpsConnector<HttpConnector>>;
 
-/// Builds the client from the validated config.
-pub fn build(config: &Config) -> Result<UpstreamClient, rustls::Error> {
+/// The pooled upstream client.
+pub type UpstreamClient = Client<Connector, UpstreamBody>;
+
+/// Builds a client from the validated config, sending bodies of type `B`:
+/// the proxy's own, or the health probe's empty one, so both reach the
+/// upstream over the same TCP, TLS and protocol settings.
+pub fn build<B>(config: &Config) -> Result<Client<Connector, B>, rustls::Error>
+where
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+{
     let mut http = HttpConnector::new();
     // Without it a small SSE write can wait ~40 ms for a delayed ACK.
     http.set_nodelay(true);

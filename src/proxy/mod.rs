@@ -32,6 +32,7 @@ use self::client::{UpstreamBody, UpstreamClient};
 use self::client_body::ClientFault;
 pub use self::{
     body::{BodyError, ResponseBody},
+    client::{build as upstream_client, Connector},
     client_body::{ClientBody, ClientBodyError},
     error::ProxyError,
     inject::{RequestBody, StripUsage},
