@@ -5,69 +5,45 @@
 //! request and response unchanged, byte for byte, and watches the bytes go
 //! by so it can time what the client experiences.
 //!
-//! The pipeline, in the order data flows:
+//! The source tree is the pipeline; each folder is one stage, in the order
+//! data flows:
 //!
-//! - [`config`]: the TOML file, environment and flags, validated once.
-//! - [`server`]: listeners, HTTP/1.1 + h2c connections with deadlines and
-//!   a cap, graceful shutdown.
-//! - [`reload`]: SIGHUP re-reads the config file; what may change live is
-//!   swapped in for requests that start afterwards.
-//! - [`proxy`]: forwarding: rewriting the request for the upstream, header
-//!   rules, timeouts, and the one place errors become responses.
-//! - [`observe`]: the observing body wrapper, the only seam between
-//!   forwarding and measurement.
-//! - [`exchange`]: the observer of one request/response: it reads a copy
-//!   of both bodies, feeds the stages below, and writes the access log.
-//! - [`sse`] and [`ndjson`]: incremental framing of the response stream
-//!   into events.
-//! - [`dialect`]: one file per API family, turning events into tokens,
-//!   usage and server timings.
-//! - [`timeline`]: one plain struct per request: instants, token counts,
-//!   phases and outcome; handed to a [`timeline::TimelineSink`].
-//! - [`records`]: the opt-in JSONL log of finished timelines.
-//! - [`report`]: offline summaries of record files.
-//! - [`metrics`]: the Prometheus families; [`admin`] serves them with
-//!   [`health`] on the metrics listener.
-//! - [`load`]: the load generator used by the demo and the benchmarks.
+//! - [`config`]: the TOML file, environment and flags, validated once at
+//!   start into a [`Config`].
+//! - [`proxy`]: the data path: listeners and connections ([`proxy::server`]),
+//!   forwarding with its header rules, timeouts and the one place errors
+//!   become responses ([`proxy::forward`]), config reloads and readiness.
+//! - [`measure`]: turns the bytes passing by into one timeline per request:
+//!   the observing body (the only seam with forwarding), framing of SSE and
+//!   NDJSON, one dialect per API family, the timeline and its SLO judgement.
+//!   It does no I/O and imports nothing from the other folders
+//!   (`tests/it/layers.rs` fails when it does).
+//! - [`export`]: what leaves the process on the side: Prometheus metrics and
+//!   the endpoint that serves them, JSONL records, and the logs, each through
+//!   a bounded, lossy path that can never stop a request.
+//! - [`tools`]: apart from the proxy, used by the command line, the tests and
+//!   the benchmarks: the simulated model server, the load generator, the demo
+//!   and the offline report of record files.
 //!
-//! - [`sim`]: a simulated model server for the demo, the tests and the
-//!   benchmarks.
-//!
-//! [`logging`] sets up `tracing`, written by a thread of its own through a
-//! bounded, lossy queue. The binary (`src/main.rs`) only parses
-//! the command line and calls [`run`].
+//! The binary (`src/main.rs`, with `src/cli/`) only parses the command line
+//! and calls [`run`] or a tool.
 
 #![forbid(unsafe_code)]
 
-pub mod admin;
 pub mod config;
-pub mod demo;
-pub mod dialect;
-pub mod exchange;
-pub mod health;
-pub mod load;
-pub mod logging;
-pub mod metrics;
-pub mod ndjson;
-pub mod observe;
+pub mod export;
+pub mod measure;
 pub mod proxy;
-pub mod records;
-pub mod reload;
-pub mod report;
-pub mod server;
-pub mod sim;
-pub mod slo;
-pub mod sse;
-pub mod timeline;
+pub mod tools;
 
 pub use crate::{
     config::Config,
-    server::{Bound, StartError},
+    proxy::server::{Bound, StartError},
 };
 
 /// Runs the proxy on its own runtime until SIGTERM or SIGINT, then drains;
 /// SIGHUP reloads the config file `source` names.
-pub fn run(config: Config, source: reload::Source) -> Result<(), StartError> {
+pub fn run(config: Config, source: proxy::reload::Source) -> Result<(), StartError> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(config.worker_threads)
         .enable_all()
@@ -77,7 +53,7 @@ pub fn run(config: Config, source: reload::Source) -> Result<(), StartError> {
         // Handlers first: a signal that arrives once we listen must drain us,
         // not kill us with the default action.
         let shutdown = termination();
-        let hangups = reload::Hangups::install();
+        let hangups = proxy::reload::Hangups::install();
         let bound = Bound::bind(config).await?.with_reloads(source, hangups);
         bound.run(shutdown).await
     })

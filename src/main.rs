@@ -7,15 +7,10 @@ use clap::{
 };
 use tokenclock::{
     config::{self, Origin, Override, Overrides},
-    reload::Source,
+    proxy::reload::Source,
 };
 
-#[path = "cli/demo.rs"]
-mod demo_cli;
-#[path = "cli/load.rs"]
-mod load_cli;
-#[path = "cli/sim.rs"]
-mod sim_cli;
+mod cli;
 
 /// A transparent timing proxy for LLM model servers.
 #[derive(Parser)]
@@ -39,11 +34,11 @@ enum Command {
     /// Summarize record files (JSONL from `[records]`) like AIPerf's console.
     Report(ReportFlags),
     /// Send chat-completion traffic and measure it from the client's side.
-    Load(load_cli::LoadFlags),
+    Load(cli::load::LoadFlags),
     /// Run a simulated model server (queueing, batching, faults; not a model).
-    Sim(sim_cli::SimFlags),
+    Sim(cli::sim::SimFlags),
     /// Simulator, proxy and load together, with a live view: see tokenclock work.
-    Demo(demo_cli::DemoFlags),
+    Demo(cli::demo::DemoFlags),
 }
 
 #[derive(Args)]
@@ -118,14 +113,14 @@ fn main() -> ExitCode {
             }
         }
         Command::Report(flags) => report(flags),
-        Command::Load(flags) => load_cli::run(flags),
-        Command::Sim(flags) => sim_cli::run(flags),
-        Command::Demo(flags) => demo_cli::run(flags),
+        Command::Load(flags) => cli::load::run(flags),
+        Command::Sim(flags) => cli::sim::run(flags),
+        Command::Demo(flags) => cli::demo::run(flags),
     }
 }
 
 fn report(flags: ReportFlags) -> ExitCode {
-    use tokenclock::report;
+    use tokenclock::tools::report;
     let args = report::ReportArgs {
         files: flags.files,
         slos: flags.slo,
@@ -145,7 +140,7 @@ fn report(flags: ReportFlags) -> ExitCode {
 }
 
 fn serve(config: tokenclock::Config, source: Source) -> ExitCode {
-    let logs = match tokenclock::logging::init(config.log_format, &config.log_filter) {
+    let logs = match tokenclock::export::logging::init(config.log_format, &config.log_filter) {
         Ok(logs) => logs,
         Err(e) => return fail(1, &format!("cannot start the log writer: {e}")),
     };

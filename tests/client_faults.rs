@@ -11,7 +11,7 @@ use common::{
     next_timeline,
     upstream::{Event, Scripted, Step},
 };
-use tokenclock::timeline::Outcome;
+use tokenclock::measure::timeline::Outcome;
 use tokio::{io::AsyncWriteExt, net::TcpStream};
 
 /// The head of a chunked chat-completions upload.

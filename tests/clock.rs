@@ -22,7 +22,7 @@ use common::{
 };
 use http::Request;
 use http_body_util::Full;
-use tokenclock::timeline::{CountSource, Outcome, Phase, Timeline};
+use tokenclock::measure::timeline::{CountSource, Outcome, Phase, Timeline};
 
 /// How far a proxy timestamp may be from the upstream's write.
 const TOLERANCE: Duration = Duration::from_millis(2);

@@ -15,7 +15,7 @@ use common::{
 };
 use http::Request;
 use http_body_util::{BodyExt, Full};
-use tokenclock::{dialect::Dialect, timeline::Outcome};
+use tokenclock::{measure::dialect::Dialect, measure::timeline::Outcome};
 
 const SSE: &str = "text/event-stream";
 

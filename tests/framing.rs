@@ -12,7 +12,7 @@ use common::{
 };
 use http::Request;
 use http_body_util::Full;
-use tokenclock::timeline::Outcome;
+use tokenclock::measure::timeline::Outcome;
 
 /// A chunked 12-byte body whose head also claims `Content-Length: 3`.
 fn length_and_chunked() -> Vec<Step> {

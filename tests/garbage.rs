@@ -12,7 +12,7 @@ use common::{
 };
 use http::Request;
 use http_body_util::Full;
-use tokenclock::dialect::ParseError;
+use tokenclock::measure::dialect::ParseError;
 
 const MIB: usize = 1024 * 1024;
 
@@ -32,7 +32,7 @@ fn stream(parts: Vec<Vec<u8>>) -> (Vec<Step>, Vec<u8>) {
 
 const GOOD: &[u8] = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"ok\"}}]}\n\n";
 
-async fn through_proxy(parts: Vec<Vec<u8>>) -> tokenclock::timeline::Timeline {
+async fn through_proxy(parts: Vec<Vec<u8>>) -> tokenclock::measure::timeline::Timeline {
     let (script, expected) = stream(parts);
     let upstream = Scripted::start(script).await;
     let (proxy, mut timelines) = common::proxy_with_timelines(upstream.addr, "").await;

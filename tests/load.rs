@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use common::upstream::{chunk, head, sse_head, Event, Scripted, Step};
-use tokenclock::load::{self, LoadConfig, Summary};
+use tokenclock::tools::load::{self, LoadConfig, Summary};
 
 /// Content events per scripted stream; each stream also has a role event
 /// and a usage event, so `EVENTS` events in all ([DONE] is not one).

@@ -15,7 +15,7 @@ use common::{
 };
 use http::Request;
 use http_body_util::Full;
-use tokenclock::sim::SimConfig;
+use tokenclock::tools::sim::SimConfig;
 
 async fn one_request_with_secrets(addr: std::net::SocketAddr) {
     let request = Request::post("/v1/chat/completions?key=SECRET-query&stream=true")

@@ -254,7 +254,10 @@ async fn a_request_cancelled_before_its_head_is_counted_and_leaves_the_gauge() {
     drop(client);
 
     let t = next_timeline(&mut timelines).await;
-    assert_eq!(t.outcome, tokenclock::timeline::Outcome::ClientCancelled);
+    assert_eq!(
+        t.outcome,
+        tokenclock::measure::timeline::Outcome::ClientCancelled
+    );
     assert_eq!(t.status, None);
     assert_eq!(t.model.as_deref(), Some("queued"));
     let text = scrape(&proxy).await;

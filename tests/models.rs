@@ -12,7 +12,7 @@ use common::{
 };
 use http::Request;
 use http_body_util::Full;
-use tokenclock::records::Record;
+use tokenclock::export::records::Record;
 
 /// A one-response upstream streaming `events` as `content_type`.
 fn script(content_type: &str, events: &[&str]) -> Vec<Step> {

@@ -148,14 +148,14 @@ async fn prometheus_computes_ttft_throughput_and_goodput() {
     // bucket resolution for the quantiles.
     proxy.shutdown().await;
     let (mut read, mut warnings) = (Vec::new(), Vec::new());
-    tokenclock::report::read(&records, &mut read, &mut warnings).expect("records file");
+    tokenclock::tools::report::read(&records, &mut read, &mut warnings).expect("records file");
     assert!(warnings.is_empty(), "{warnings:?}");
     assert_eq!(read.len(), 30);
-    let figures = tokenclock::report::figures(&read, None, &[]);
+    let figures = tokenclock::tools::report::figures(&read, None, &[]);
     let ttft = figures[0]
         .metrics
         .iter()
-        .find(|(m, _)| *m == tokenclock::report::Metric::Ttft)
+        .find(|(m, _)| *m == tokenclock::tools::report::Metric::Ttft)
         .and_then(|(_, s)| *s)
         .expect("TTFT summary");
     let bucket = 0.05;

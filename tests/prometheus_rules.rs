@@ -9,7 +9,7 @@ mod common;
 use std::{path::PathBuf, time::Duration};
 
 use common::prom::{self, Prometheus};
-use tokenclock::load::{self, LoadConfig, Workload};
+use tokenclock::tools::load::{self, LoadConfig, Workload};
 
 /// The recording rules shipped in `deploy/prometheus/`.
 fn rules_file() -> PathBuf {

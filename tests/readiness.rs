@@ -20,7 +20,7 @@ use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::{body::Incoming, service::service_fn};
 use hyper_util::rt::TokioIo;
-use tokenclock::health::PROBE_INTERVAL;
+use tokenclock::proxy::health::PROBE_INTERVAL;
 use tokio::{net::TcpListener, sync::mpsc, time::Instant};
 
 /// What the upstream's `/health` does.

@@ -289,7 +289,7 @@ fn finish_reason(c: &mut Checks, exp: &Expected, run: &Run) {
     let t = &run.timeline;
     let raw = t.finish_reason.as_deref();
     c.eq("finish reason", exp.finish_raw.as_deref(), raw);
-    let class = tokenclock::dialect::FinishReason::label(t.finish_class);
+    let class = tokenclock::measure::dialect::FinishReason::label(t.finish_class);
     c.eq("finish reason class", exp.finish_label, class);
     let labels = [("finish_reason", exp.finish_label.to_owned())];
     c.requests_total(&run.metrics, &labels);

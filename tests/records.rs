@@ -8,11 +8,12 @@ use std::{
 
 use prometheus::IntCounter;
 use tokenclock::{
-    config::{Limits, Records, Slo},
-    dialect::{Dialect, Parsed, Usage},
-    records::{Record, RecordLog, RecordWriter, DROPPED_HELP, DROPPED_NAME},
-    report::{self, Format, Metric, ReportArgs},
-    timeline::{Outcome, Timeline, TimelineSink},
+    config::Records,
+    export::records::{Record, RecordLog, RecordWriter, DROPPED_HELP, DROPPED_NAME},
+    measure::dialect::{Dialect, Parsed, Usage},
+    measure::slo::{Limits, Slo},
+    measure::timeline::{Outcome, Timeline, TimelineSink},
+    tools::report::{self, Format, Metric, ReportArgs},
 };
 use tokio::time::Instant;
 

@@ -12,9 +12,9 @@ use common::{
     sim::{fast, payloads, post, start},
 };
 use tokenclock::{
-    dialect::Dialect,
-    sim::SimConfig,
-    timeline::{CountSource, Outcome, Phase},
+    measure::dialect::Dialect,
+    measure::timeline::{CountSource, Outcome, Phase},
+    tools::sim::SimConfig,
 };
 
 const CHAT: &str = "/v1/chat/completions";

@@ -15,8 +15,8 @@ use common::{
     sim::{fast, payloads, post, start},
 };
 use tokenclock::{
-    sim::SimConfig,
-    timeline::{CountSource, Outcome},
+    measure::timeline::{CountSource, Outcome},
+    tools::sim::SimConfig,
 };
 
 const CHAT: &str = "/v1/chat/completions";

@@ -15,8 +15,8 @@ use common::{
 use http::Request;
 use http_body_util::Full;
 use tokenclock::{
-    dialect::Dialect,
-    timeline::{CountSource, Outcome},
+    measure::dialect::Dialect,
+    measure::timeline::{CountSource, Outcome},
 };
 
 struct Case {

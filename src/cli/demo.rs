@@ -3,7 +3,7 @@
 use std::{net::SocketAddr, process::ExitCode, time::Duration};
 
 use clap::Args;
-use tokenclock::demo::{self, DemoArgs};
+use tokenclock::tools::demo::{self, DemoArgs};
 
 use crate::fail;
 

@@ -3,7 +3,7 @@
 use std::{process::ExitCode, time::Duration};
 
 use clap::Args;
-use tokenclock::load::{self, LoadConfig, Summary, Workload};
+use tokenclock::tools::load::{self, LoadConfig, Summary, Workload};
 
 use crate::fail;
 
@@ -29,7 +29,7 @@ pub(crate) struct LoadFlags {
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     duration: Option<std::time::Duration>,
     /// Workload preset, repeatable for a mix: summaries, generation, reasoning, chat [default: chat]
-    #[arg(long, value_name = "NAME", value_parser = tokenclock::load::PRESETS)]
+    #[arg(long, value_name = "NAME", value_parser = tokenclock::tools::load::PRESETS)]
     workload: Vec<String>,
     /// Sent as x-sim-schedule on every request, e.g. "ttft_ms=450,gap_ms=25,tokens=120"
     #[arg(long, value_name = "SCHEDULE")]

@@ -1,4 +1,4 @@
-//! `tokenclock sim`: flags into a [`SimConfig`](tokenclock::sim::SimConfig), then the simulator until a signal.
+//! `tokenclock sim`: flags into a [`SimConfig`](tokenclock::tools::sim::SimConfig), then the simulator until a signal.
 
 use std::process::ExitCode;
 
@@ -47,7 +47,7 @@ pub(crate) struct SimFlags {
 
 /// Runs the simulator until SIGTERM or SIGINT.
 pub(crate) fn run(flags: SimFlags) -> ExitCode {
-    use tokenclock::sim::{self, SimConfig};
+    use tokenclock::tools::sim::{self, SimConfig};
     let d = SimConfig::default();
     let config = SimConfig {
         max_batch: flags.max_batch.unwrap_or(d.max_batch),
@@ -64,7 +64,7 @@ pub(crate) fn run(flags: SimFlags) -> ExitCode {
     if let Err(e) = config.validate() {
         return fail(2, &format!("sim: {e}"));
     }
-    let _logs = match tokenclock::logging::init(LogFormat::Text, "info") {
+    let _logs = match tokenclock::export::logging::init(LogFormat::Text, "info") {
         Ok(logs) => logs,
         Err(e) => return fail(1, &format!("sim: cannot start the log writer: {e}")),
     };

@@ -11,7 +11,10 @@ use http::HeaderName;
 use serde::{Deserialize, Serialize};
 
 use super::{buckets::validate_buckets, duration, ConfigError};
-use crate::dialect::Dialect;
+use crate::measure::{
+    dialect::Dialect,
+    slo::{Limits, Slo, REQUEST_SLO},
+};
 
 /// `[[labels]]`: an extra metric label taken from a request header.
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -111,36 +114,6 @@ fn default_queue() -> usize {
     4096
 }
 
-/// The objectives of one SLO; a request meets it when it ended `ok` and
-/// met every objective set.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Limits {
-    /// Longest TTFT.
-    pub ttft: Option<Duration>,
-    /// Longest TTFO.
-    pub ttfo: Option<Duration>,
-    /// Longest TPOT.
-    pub tpot: Option<Duration>,
-    /// Longest E2E.
-    pub e2e: Option<Duration>,
-}
-
-/// A validated SLO.
-#[derive(Clone, Debug)]
-pub struct Slo {
-    /// The `slo` label value.
-    pub name: String,
-    /// Model globs it applies to; empty: every model.
-    pub models: Vec<String>,
-    /// Endpoints it applies to; empty: every endpoint.
-    pub endpoints: Vec<Dialect>,
-    /// Its objectives.
-    pub limits: Limits,
-}
-
-/// The `slo` label of requests judged against their own header limits.
-pub const REQUEST_SLO: &str = "request";
-
 /// An extra label from a request header.
 #[derive(Clone, Debug)]
 pub struct ExtraLabel {
@@ -165,7 +138,7 @@ pub struct Records {
 
 /// Everything about export, validated.
 #[derive(Clone, Debug)]
-pub struct Export {
+pub struct ExportSettings {
     /// Distinct values kept per free-form label (`model`, extra labels).
     pub max_values: usize,
     /// Longest free-form label value kept, in bytes; longer ones are `other`.
@@ -216,7 +189,7 @@ pub(super) fn validate(
     buckets: &BTreeMap<String, Vec<f64>>,
     workload: &WorkloadFile,
     records: &Option<RecordsFile>,
-) -> Result<Export, ConfigError> {
+) -> Result<ExportSettings, ConfigError> {
     if max_models == 0 {
         return Err(ConfigError::invalid("max_models", "must be at least 1"));
     }
@@ -226,7 +199,7 @@ pub(super) fn validate(
             "must be at least 1",
         ));
     }
-    Ok(Export {
+    Ok(ExportSettings {
         max_values: max_models,
         max_value_bytes,
         models: (!models.is_empty()).then(|| models.iter().cloned().collect()),

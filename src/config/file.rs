@@ -11,13 +11,14 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
+use super::READY_WINDOW;
 use super::{
     duration,
     export::{self, LabelFile, RecordsFile, SloFile, WorkloadFile},
-    Config, ConfigError, Connections, LogFormat, Override, Overrides, Pool, Reading, Timeouts,
-    Upstream, UpstreamHealth, UpstreamProtocol, UsageMode,
+    Config, ConfigError, Connections, LogFormat, Override, Overrides, Pool, Timeouts, Upstream,
+    UpstreamHealth, UpstreamProtocol, UsageMode,
 };
-use crate::{dialect::Dialect, health::READY_WINDOW};
+use crate::measure::{dialect::Dialect, read::ReadSettings};
 
 /// The config file as written: every key optional, defaults filled in.
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -249,7 +250,7 @@ impl File {
             &self.workload,
             &self.records,
         )?;
-        let reading = Reading {
+        let reading = ReadSettings {
             max_event_bytes: self.max_event_bytes,
             request_capture_bytes: self.request_capture_bytes,
             dialects: self.dialect_overrides()?,

@@ -12,7 +12,8 @@ use std::collections::BTreeSet;
 
 use toml::{Table, Value};
 
-use super::{Config, ConfigError, File, REQUEST_SLO};
+use super::{Config, ConfigError, File};
+use crate::measure::slo::REQUEST_SLO;
 
 /// Keys a reload applies live, to requests that start afterwards.
 pub const LIVE: [&str; 12] = [

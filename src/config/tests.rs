@@ -13,7 +13,10 @@ fn error(text: &str) -> String {
 
 #[test]
 fn the_shipped_example_is_complete_and_valid() {
-    let text = include_str!("../../config/tokenclock.toml");
+    let text = include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/config/tokenclock.toml"
+    ));
     let file = File::parse(text, "tokenclock.toml").expect("example parses");
     let config = file.clone().validate().expect("example validates");
     assert_eq!(config.upstream.url(), "http://127.0.0.1:8000");

@@ -26,13 +26,14 @@ use bytes::Bytes;
 use criterion::{BatchSize, Criterion, Throughput};
 use http_body::{Body, Frame};
 use tokenclock::{
-    config::{File, Reading},
-    dialect::Dialect,
-    exchange::Exchange,
-    ndjson::NdjsonFramer,
-    observe::{End, Observe, ObservedBody},
-    sse::SseFramer,
-    timeline::Timeline,
+    config::File,
+    measure::dialect::Dialect,
+    measure::exchange::Exchange,
+    measure::frame::ndjson::NdjsonFramer,
+    measure::frame::sse::SseFramer,
+    measure::observe::{End, Observe, ObservedBody},
+    measure::read::ReadSettings,
+    measure::timeline::Timeline,
 };
 use tokio::time::Instant;
 
@@ -398,7 +399,7 @@ fn drain<B: Body<Data = Bytes, Error = Infallible>>(body: B) -> u64 {
 }
 
 /// The proxy's default reading settings, through the config parser.
-fn reading() -> Reading {
+fn reading() -> ReadSettings {
     File::parse("upstream = \"http://127.0.0.1:8000\"\n", "bench.toml")
         .and_then(File::validate)
         .expect("a config with only an upstream is valid")
@@ -407,7 +408,7 @@ fn reading() -> Reading {
 
 /// An exchange for a streamed chat completion whose response head has
 /// arrived: the state the proxy is in when the body's first frame comes.
-fn chat_exchange(reading: &Reading) -> Exchange {
+fn chat_exchange(reading: &ReadSettings) -> Exchange {
     let start = Instant::now();
     let request = http::Request::post("/v1/chat/completions")
         .header(http::header::CONTENT_TYPE, "application/json")

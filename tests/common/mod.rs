@@ -15,7 +15,7 @@ use std::{net::SocketAddr, sync::Arc};
 
 use tokenclock::{
     config,
-    timeline::{Timeline, TimelineSink},
+    measure::timeline::{Timeline, TimelineSink},
     Bound, StartError,
 };
 use tokio::{sync::oneshot, task::JoinHandle};

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use http::Request;
 use http_body_util::Full;
 use serde::Deserialize;
-use tokenclock::timeline::Timeline;
+use tokenclock::measure::timeline::Timeline;
 
 use crate::common::{
     client::{self, collect, send},

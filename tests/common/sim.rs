@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use bytes::Bytes;
 use http::Request;
 use http_body_util::Full;
-use tokenclock::sim::{self, SimConfig};
+use tokenclock::tools::sim::{self, SimConfig};
 use tokio::sync::oneshot;
 
 use super::client::{collect, send, Collected};

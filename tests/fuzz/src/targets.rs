@@ -21,14 +21,15 @@ use bytes::Bytes;
 use http::{Method, Request, Response};
 use http_body::{Body, Frame};
 use tokenclock::{
-    config::{File, Reading},
-    dialect::{Dialect, RequestInfo},
-    exchange::Exchange,
-    ndjson::NdjsonFramer,
-    observe::{End, Observe},
-    proxy::StripUsage,
-    sse::SseFramer,
-    timeline::{Timeline, TimelineSink},
+    config::File,
+    measure::dialect::{Dialect, RequestInfo},
+    measure::exchange::Exchange,
+    measure::frame::ndjson::NdjsonFramer,
+    measure::frame::sse::SseFramer,
+    measure::observe::{End, Observe},
+    measure::read::ReadSettings,
+    measure::timeline::{Timeline, TimelineSink},
+    proxy::forward::StripUsage,
 };
 use tokio::time::Instant;
 
@@ -236,8 +237,8 @@ impl Keep {
 
 /// The reading config with `max_event_bytes` and `request_capture_bytes`
 /// both `limit`, built through the config file like the binary's.
-fn reading(limit: usize) -> &'static Reading {
-    static READINGS: OnceLock<Vec<Reading>> = OnceLock::new();
+fn reading(limit: usize) -> &'static ReadSettings {
+    static READINGS: OnceLock<Vec<ReadSettings>> = OnceLock::new();
     let readings = READINGS.get_or_init(|| {
         LIMITS
             .iter()

@@ -1,0 +1,167 @@
+//! Every exported family, created and registered in one place. Closed-set
+//! labels come first and free-form ones (`model`, extra labels) last; see
+//! [`super::labels`] for why.
+
+use prometheus::{
+    Gauge, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
+};
+
+use crate::{config::ExportSettings, export::records};
+
+/// The families; each `*Vec` takes its closed labels, then the free ones.
+#[derive(Clone)]
+pub struct Families {
+    pub ttft: HistogramVec,
+    pub ttfo: HistogramVec,
+    pub itl: HistogramVec,
+    pub inter_event: HistogramVec,
+    pub tpot: HistogramVec,
+    pub duration: HistogramVec,
+    pub phase: HistogramVec,
+    pub server_phase: HistogramVec,
+    pub input_tokens: HistogramVec,
+    pub cached_input_tokens: HistogramVec,
+    pub output_tokens: HistogramVec,
+    pub reasoning_tokens: HistogramVec,
+    pub event_tokens: HistogramVec,
+    pub requests: IntCounterVec,
+    pub in_flight: IntGaugeVec,
+    pub input_tokens_total: IntCounterVec,
+    pub output_tokens_total: IntCounterVec,
+    pub count_source: IntCounterVec,
+    pub parse_errors: IntCounterVec,
+    pub slo_requests: IntCounterVec,
+    pub slo_violations: IntCounterVec,
+    pub workload: IntCounterVec,
+    pub records_dropped: IntCounter,
+    pub config_reloads: IntCounterVec,
+    pub config_last_reload: Gauge,
+}
+
+struct Builder<'a> {
+    registry: &'a Registry,
+    export: &'a ExportSettings,
+    free: Vec<String>,
+}
+
+impl Builder<'_> {
+    fn labels(&self, closed: &[&str]) -> Vec<String> {
+        closed
+            .iter()
+            .map(|s| s.to_string())
+            .chain(self.free.iter().cloned())
+            .collect()
+    }
+
+    fn histogram(
+        &self,
+        family: &str,
+        help: &str,
+        closed: &[&str],
+    ) -> Result<HistogramVec, prometheus::Error> {
+        self.histogram_with(family, family, help, closed)
+    }
+
+    fn histogram_with(
+        &self,
+        name: &str,
+        buckets: &str,
+        help: &str,
+        closed: &[&str],
+    ) -> Result<HistogramVec, prometheus::Error> {
+        let bounds = self
+            .export
+            .buckets
+            .get(buckets)
+            .cloned()
+            .unwrap_or_default();
+        let opts = HistogramOpts::new(format!("tokenclock_{name}"), help).buckets(bounds);
+        let labels = self.labels(closed);
+        let names: Vec<&str> = labels.iter().map(String::as_str).collect();
+        let vec = HistogramVec::new(opts, &names)?;
+        self.registry.register(Box::new(vec.clone()))?;
+        Ok(vec)
+    }
+
+    fn counter(
+        &self,
+        name: &str,
+        help: &str,
+        closed: &[&str],
+        free: bool,
+    ) -> Result<IntCounterVec, prometheus::Error> {
+        let labels = if free {
+            self.labels(closed)
+        } else {
+            closed.iter().map(|s| s.to_string()).collect()
+        };
+        let names: Vec<&str> = labels.iter().map(String::as_str).collect();
+        let vec = IntCounterVec::new(Opts::new(format!("tokenclock_{name}"), help), &names)?;
+        self.registry.register(Box::new(vec.clone()))?;
+        Ok(vec)
+    }
+}
+
+impl Families {
+    /// Creates and registers every family on `registry`.
+    pub fn register(
+        registry: &Registry,
+        export: &ExportSettings,
+    ) -> Result<Self, prometheus::Error> {
+        let free = std::iter::once("model".to_owned())
+            .chain(export.labels.iter().map(|l| l.name.clone()))
+            .collect();
+        let b = Builder {
+            registry,
+            export,
+            free,
+        };
+        let e = &["endpoint"][..];
+        let in_flight = IntGaugeVec::new(
+            Opts::new(
+                "tokenclock_requests_in_flight",
+                "Requests whose response has not ended yet.",
+            ),
+            &["endpoint"],
+        )?;
+        registry.register(Box::new(in_flight.clone()))?;
+        let records_dropped = IntCounter::new(records::DROPPED_NAME, records::DROPPED_HELP)?;
+        registry.register(Box::new(records_dropped.clone()))?;
+        let config_reloads = b.counter("config_reloads_total", "Config reloads (SIGHUP) by result: ok (applied, perhaps partly) or error (refused, the running config stays).", &["result"], false)?;
+        for result in ["ok", "error"] {
+            config_reloads.with_label_values(&[result]);
+        }
+        let config_last_reload = Gauge::new(
+            "tokenclock_config_last_reload_success_timestamp_seconds",
+            "Unix time (s) of the last successful config load: the start, or a SIGHUP reload.",
+        )?;
+        registry.register(Box::new(config_last_reload.clone()))?;
+        Ok(Self {
+            ttft: b.histogram("time_to_first_token_seconds", "Request head received → first event carrying a generated token of any kind, reasoning included (AIPerf's TTFT).", e)?,
+            ttfo: b.histogram("time_to_first_output_token_seconds", "Request head received → first event carrying a non-reasoning token (answer text or tool call).", e)?,
+            itl: b.histogram("inter_token_latency_seconds", "Gap between token-bearing events divided by the tokens of the later event; observed once per token.", e)?,
+            inter_event: b.histogram("inter_event_latency_seconds", "Gap between consecutive token-bearing events; observed once per gap.", e)?,
+            tpot: b.histogram("time_per_output_token_seconds", "(last token − first token) / (tokens − 1), once per request with at least 2 tokens.", e)?,
+            duration: b.histogram("request_duration_seconds", "E2E: request head received → last byte forwarded to the client (or the failure).", &["endpoint", "outcome"])?,
+            phase: b.histogram("phase_seconds", "Phases of a request as seen from the proxy; see the README for each phase.", &["endpoint", "phase"])?,
+            server_phase: b.histogram("server_phase_seconds", "Phases the upstream server reported about itself (vLLM metrics, llama.cpp timings, Ollama durations, TGI headers).", &["endpoint", "phase"])?,
+            input_tokens: b.histogram("request_input_tokens", "Prompt tokens per request (usage, else estimated from the request body).", e)?,
+            cached_input_tokens: b.histogram("request_cached_input_tokens", "Prompt tokens served from the server's cache, per request, when reported.", e)?,
+            output_tokens: b.histogram("request_output_tokens", "Generated tokens per request, reasoning included.", e)?,
+            reasoning_tokens: b.histogram("request_reasoning_tokens", "Reasoning tokens per request.", e)?,
+            event_tokens: b.histogram("event_tokens", "Tokens per token-bearing event.", e)?,
+            requests: b.counter("requests_total", "Finished requests by outcome, status code (000: no status reached the client) and normalised finish reason (none: the server sent none).", &["endpoint", "outcome", "code", "finish_reason"], true)?,
+            in_flight,
+            input_tokens_total: b.counter("input_tokens_total", "Prompt tokens of finished requests.", e, true)?,
+            output_tokens_total: b.counter("output_tokens_total", "Generated tokens of finished requests, by kind (output or reasoning).", &["endpoint", "kind"], true)?,
+            count_source: b.counter("token_count_source_total", "Requests by where their output token count came from: usage, per_event, events or estimated.", &["source"], false)?,
+            parse_errors: b.counter("parse_errors_total", "Payloads that could not be read (traffic forwarded unchanged), by reason.", &["endpoint", "reason"], false)?,
+            slo_requests: b.counter("slo_requests_total", "Requests judged against each SLO; goodput is rate(...{result=\"met\"}).", &["endpoint", "slo", "result"], true)?,
+            slo_violations: b.counter("slo_violations_total", "Missed objectives per SLO.", &["endpoint", "slo", "objective"], true)?,
+            workload: b.counter("workload_requests_total", "Requests by input and output token range: the workload map.", &["input_tokens_range", "output_tokens_range"], true)?,
+            records_dropped,
+            config_reloads,
+            config_last_reload,
+        })
+    }
+}

@@ -1,0 +1,354 @@
+//! Prometheus export: each finished [`Timeline`] becomes observations in
+//! the families of [`families`], goodput counters per SLO, and the workload
+//! map, served at `GET /metrics` (text format 0.0.4).
+//!
+//! Every family lives in one [`Metrics`] value registered on an explicit
+//! [`Registry`] (never the crate's global one). Label values come from
+//! closed sets (enums, config) and the capped free-form [`LabelSpace`].
+//! A request's series are resolved once, when it finishes; nothing here
+//! runs per event.
+
+mod connections;
+mod families;
+mod labels;
+mod upstream;
+
+use std::{sync::Arc, time::Duration};
+
+use prometheus::{Encoder, IntCounter, IntGaugeVec, Opts, Registry, TextEncoder};
+
+use self::{connections::ConnectionFamilies, families::Families, upstream::UpstreamFamilies};
+pub use self::{
+    connections::ConnectionMetrics,
+    labels::{LabelCaps, LabelSpace, OTHER, UNKNOWN},
+    upstream::UpstreamHealthMetrics,
+};
+use crate::{
+    config::{range_label, ExportSettings},
+    measure::dialect::{Dialect, FinishReason, ServerTimings},
+    measure::slo,
+    measure::slo::Slo,
+    measure::timeline::{Outcome, Timeline, TimelineSink},
+};
+
+/// The exported families and what labels them; cheap to clone.
+///
+/// The families and the admitted label values are registered once and
+/// shared for the life of the process; the [`View`] (caps, SLOs, ranges)
+/// comes from the config and a reload replaces it for requests that start
+/// afterwards, so no counter resets and no series is lost.
+#[derive(Clone)]
+pub struct Metrics {
+    shared: Arc<Shared>,
+    view: Arc<View>,
+}
+
+struct Shared {
+    registry: Registry,
+    families: Families,
+    connections: ConnectionFamilies,
+    upstream: UpstreamFamilies,
+    labels: LabelSpace,
+}
+
+/// What a config reload may change about how requests are labelled.
+struct View {
+    caps: LabelCaps,
+    slos: Vec<Slo>,
+    input_ranges: Ranges,
+    output_ranges: Ranges,
+}
+
+impl View {
+    fn new(export: &ExportSettings) -> Self {
+        Self {
+            caps: LabelCaps::of(export),
+            slos: export.slos.clone(),
+            input_ranges: Ranges::new(&export.input_ranges),
+            output_ranges: Ranges::new(&export.output_ranges),
+        }
+    }
+}
+
+/// Token-count ranges with their labels made once.
+struct Ranges {
+    bounds: Vec<u64>,
+    labels: Vec<String>,
+}
+
+impl Ranges {
+    fn new(bounds: &[u64]) -> Self {
+        let labels = bounds.iter().map(|&b| range_label(bounds, b)).collect();
+        Self {
+            bounds: bounds.to_vec(),
+            labels,
+        }
+    }
+
+    fn label(&self, value: u64) -> &str {
+        let i = self
+            .bounds
+            .partition_point(|&b| b <= value)
+            .saturating_sub(1);
+        self.labels.get(i).map_or(OTHER, String::as_str)
+    }
+}
+
+// === impl Metrics ===
+
+impl Metrics {
+    /// Registers every family on a fresh registry.
+    pub fn new(export: &ExportSettings) -> Result<Self, prometheus::Error> {
+        let registry = Registry::new();
+        let build_info = IntGaugeVec::new(
+            Opts::new(
+                "tokenclock_build_info",
+                "Always 1; the running version in `version`.",
+            ),
+            &["version"],
+        )?;
+        registry.register(Box::new(build_info.clone()))?;
+        build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION")])
+            .set(1);
+        #[cfg(target_os = "linux")]
+        registry.register(Box::new(
+            prometheus::process_collector::ProcessCollector::for_self(),
+        ))?;
+        // Counted since start by the log writer, which predates the registry.
+        registry.register(Box::new(crate::export::logging::DroppedLines::new()?))?;
+        let families = Families::register(&registry, export)?;
+        let connections = ConnectionFamilies::register(&registry)?;
+        let upstream = UpstreamFamilies::register(&registry)?;
+        families.config_last_reload.set(unix_now());
+        Ok(Self {
+            shared: Arc::new(Shared {
+                registry,
+                families,
+                connections,
+                upstream,
+                labels: LabelSpace::new(1 + export.labels.len()),
+            }),
+            view: Arc::new(View::new(export)),
+        })
+    }
+
+    /// The same families labelled by `export`'s caps, SLOs and ranges: what
+    /// a config reload hands to requests that start afterwards. Label names
+    /// and buckets stay those registered at start.
+    pub fn reconfigured(&self, export: &ExportSettings) -> Self {
+        Self {
+            shared: self.shared.clone(),
+            view: Arc::new(View::new(export)),
+        }
+    }
+
+    /// The text exposition (format 0.0.4) of every family.
+    pub fn encode(&self) -> Result<Vec<u8>, prometheus::Error> {
+        let mut buffer = Vec::with_capacity(64 * 1024);
+        TextEncoder::new().encode(&self.shared.registry.gather(), &mut buffer)?;
+        Ok(buffer)
+    }
+
+    /// The connection series of one listener (`proxy` or `metrics`).
+    pub fn connections(&self, listener: &str) -> ConnectionMetrics {
+        self.shared.connections.listener(listener)
+    }
+
+    /// The upstream health probe's series.
+    pub fn upstream_health(&self) -> UpstreamHealthMetrics {
+        self.shared.upstream.series()
+    }
+
+    /// Counts a config reload; a successful one also sets the time of the
+    /// last successful load (the start counts as one).
+    pub fn config_reloaded(&self, ok: bool) {
+        let f = &self.shared.families;
+        f.config_reloads
+            .with_label_values(&[if ok { "ok" } else { "error" }])
+            .inc();
+        if ok {
+            f.config_last_reload.set(unix_now());
+        }
+    }
+
+    /// The counter of records dropped by the record writer.
+    pub fn records_dropped(&self) -> IntCounter {
+        self.shared.families.records_dropped.clone()
+    }
+}
+
+impl TimelineSink for Metrics {
+    fn started(&self, dialect: Dialect) {
+        let f = &self.shared.families;
+        f.in_flight.with_label_values(&[dialect.as_str()]).inc();
+    }
+
+    fn finished(&self, t: &Timeline) {
+        let free = (self.shared.labels).admit(&self.view.caps, t.model.as_deref(), &t.labels);
+        let endpoint = t.dialect.as_str();
+        let series = Series { free: &free };
+        let f = &self.shared.families;
+        f.in_flight.with_label_values(&[endpoint]).dec();
+        self.latencies(&series, endpoint, t);
+        self.phases(&series, endpoint, t);
+        self.tokens(&series, endpoint, t);
+        self.outcome(&series, endpoint, t);
+    }
+}
+
+/// Now, in seconds since the Unix epoch.
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// One request's free-form label values, appended to closed ones.
+struct Series<'a> {
+    free: &'a [String],
+}
+
+impl Series<'_> {
+    fn with<'b>(&'b self, closed: &[&'b str]) -> Vec<&'b str> {
+        closed
+            .iter()
+            .copied()
+            .chain(self.free.iter().map(String::as_str))
+            .collect()
+    }
+}
+
+// === impl Metrics ===
+
+impl Metrics {
+    fn latencies(&self, s: &Series<'_>, endpoint: &str, t: &Timeline) {
+        let f = &self.shared.families;
+        let labels = s.with(&[endpoint]);
+        let observe = |vec: &prometheus::HistogramVec, d: Option<Duration>| {
+            if let Some(d) = d {
+                vec.with_label_values(&labels).observe(d.as_secs_f64());
+            }
+        };
+        observe(&f.ttft, t.ttft());
+        observe(&f.ttfo, t.ttfo());
+        observe(&f.tpot, t.tpot());
+        let inter_event = f.inter_event.with_label_values(&labels);
+        t.gaps
+            .inter_event()
+            .for_each(|gap| inter_event.observe(gap.as_secs_f64()));
+        let itl = f.itl.with_label_values(&labels);
+        let per_event = f.event_tokens.with_label_values(&labels);
+        if t.tokens.token_events > 0 {
+            per_event.observe(t.tokens.first_event_tokens() as f64);
+        }
+        for (value, count) in t.inter_token_latencies() {
+            per_event.observe(count as f64);
+            (0..count).for_each(|_| itl.observe(value.as_secs_f64()));
+        }
+    }
+
+    fn phases(&self, s: &Series<'_>, endpoint: &str, t: &Timeline) {
+        let f = &self.shared.families;
+        for (phase, d) in t.phases().iter() {
+            let labels = s.with(&[endpoint, phase.as_str()]);
+            f.phase.with_label_values(&labels).observe(d.as_secs_f64());
+        }
+        let ServerTimings {
+            queue,
+            load: _,
+            prefill,
+            decode,
+        } = t.server;
+        for (name, d) in [("queue", queue), ("prefill", prefill), ("decode", decode)] {
+            if let Some(d) = d {
+                let labels = s.with(&[endpoint, name]);
+                f.server_phase
+                    .with_label_values(&labels)
+                    .observe(d.as_secs_f64());
+            }
+        }
+    }
+
+    /// Token counters count what every request spent; the per-request
+    /// size histograms and the workload map only requests that ended `ok`
+    /// with a response that was read, so failures and refusals do not
+    /// pile up as zero-token requests.
+    fn tokens(&self, s: &Series<'_>, endpoint: &str, t: &Timeline) {
+        let f = &self.shared.families;
+        let labels = s.with(&[endpoint]);
+        let tokens = &t.tokens;
+        let sized = t.outcome == Outcome::Ok && tokens.generated_source.is_some();
+        if let Some(source) = tokens.generated_source {
+            f.count_source.with_label_values(&[source.as_str()]).inc();
+            let answer = tokens.generated.saturating_sub(tokens.reasoning);
+            for (kind, n) in [("output", answer), ("reasoning", tokens.reasoning)] {
+                let labels = s.with(&[endpoint, kind]);
+                f.output_tokens_total.with_label_values(&labels).inc_by(n);
+            }
+        }
+        if let Some(input) = tokens.input {
+            f.input_tokens_total
+                .with_label_values(&labels)
+                .inc_by(input);
+        }
+        for error in &t.parse_errors {
+            f.parse_errors
+                .with_label_values(&[endpoint, error.as_str()])
+                .inc();
+        }
+        if sized {
+            self.sizes(s, &labels, t);
+        }
+    }
+
+    /// The per-request token histograms and the workload map.
+    fn sizes(&self, s: &Series<'_>, labels: &[&str], t: &Timeline) {
+        let f = &self.shared.families;
+        let tokens = &t.tokens;
+        let observe = |vec: &prometheus::HistogramVec, n: Option<u64>| {
+            if let Some(n) = n {
+                vec.with_label_values(labels).observe(n as f64);
+            }
+        };
+        observe(&f.output_tokens, Some(tokens.generated));
+        observe(&f.reasoning_tokens, Some(tokens.reasoning));
+        observe(&f.input_tokens, tokens.input);
+        observe(&f.cached_input_tokens, tokens.cached_input);
+        let input = self.view.input_ranges.label(tokens.input.unwrap_or(0));
+        let output = self.view.output_ranges.label(tokens.generated);
+        f.workload
+            .with_label_values(&s.with(&[input, output]))
+            .inc();
+    }
+
+    fn outcome(&self, s: &Series<'_>, endpoint: &str, t: &Timeline) {
+        let f = &self.shared.families;
+        let outcome = t.outcome.as_str();
+        let code = t
+            .status
+            .map_or_else(|| "000".to_owned(), |c| c.as_u16().to_string());
+        let finish = FinishReason::label(t.finish_class);
+        f.requests
+            .with_label_values(&s.with(&[endpoint, outcome, &code, finish]))
+            .inc();
+        if let Some(e2e) = t.e2e() {
+            let labels = s.with(&[endpoint, outcome]);
+            f.duration
+                .with_label_values(&labels)
+                .observe(e2e.as_secs_f64());
+        }
+        for judgement in slo::judge_all(&self.view.slos, t) {
+            let result = if judgement.met { "met" } else { "missed" };
+            let labels = s.with(&[endpoint, judgement.slo, result]);
+            f.slo_requests.with_label_values(&labels).inc();
+            for objective in judgement.violated {
+                let labels = s.with(&[endpoint, judgement.slo, objective.as_str()]);
+                f.slo_violations.with_label_values(&labels).inc();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,217 @@
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::*;
+use crate::{
+    config::File,
+    measure::dialect::Parsed,
+    measure::timeline::{Outcome, Timeline},
+};
+
+fn metrics(extra: &str) -> Metrics {
+    let text = format!("upstream = \"http://127.0.0.1:1\"\n{extra}");
+    let config = File::parse(&text, "t").and_then(File::validate);
+    let config = config.unwrap_or_else(|e| panic!("{e}"));
+    Metrics::new(&config.export).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn request(model: &str, labels: Vec<Option<String>>, ttft_ms: u64) -> Timeline {
+    let t0 = Instant::now();
+    let mut t = Timeline::new(t0, Dialect::OpenAiChat);
+    t.request.model = Some(model.to_owned());
+    t.labels = labels;
+    let token = Parsed {
+        output_bytes: 2,
+        ..Parsed::default()
+    };
+    for i in 0..3 {
+        t.record(&token, t0 + Duration::from_millis(ttft_ms + 10 * i));
+    }
+    t.finish(Outcome::Ok, t0 + Duration::from_millis(ttft_ms + 30));
+    t
+}
+
+fn scrape(m: &Metrics) -> String {
+    String::from_utf8(m.encode().unwrap_or_default()).unwrap_or_default()
+}
+
+/// `_count` lines of the TTFT histogram.
+fn ttft_counts(text: &str) -> Vec<String> {
+    text.lines()
+        .filter(|l| l.starts_with("tokenclock_time_to_first_token_seconds_count"))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn label_tuples_with_equal_concatenations_stay_distinct_series() {
+    let m = metrics("[[labels]]\nname = \"tenant\"\nheader = \"x-tenant\"\n");
+    m.finished(&request("ab", vec![Some("c".into())], 100));
+    m.finished(&request("a", vec![Some("bc".into())], 100));
+    let counts = ttft_counts(&scrape(&m));
+    assert_eq!(counts.len(), 2, "{counts:#?}");
+    assert!(
+        counts.iter().all(|l| l.ends_with(" 1")),
+        "no series got both: {counts:#?}"
+    );
+    assert!(counts
+        .iter()
+        .any(|l| l.contains("model=\"ab\"") && l.contains("tenant=\"c\"")));
+}
+
+#[test]
+fn model_names_that_end_like_endpoints_stay_distinct() {
+    let m = metrics("");
+    for model in ["m", "mopenai_chat", "openai_chat", "m-", "chat"] {
+        m.finished(&request(model, vec![], 100));
+    }
+    let counts = ttft_counts(&scrape(&m));
+    assert_eq!(counts.len(), 5, "{counts:#?}");
+    assert!(counts.iter().all(|l| l.ends_with(" 1")));
+}
+
+#[test]
+fn distinct_models_past_the_cap_become_other_and_the_scrape_stays_bounded() {
+    let m = metrics("max_models = 4");
+    for i in 0..1_000 {
+        m.finished(&request(&format!("model-{i}"), vec![], 100));
+    }
+    let before = scrape(&m);
+    for i in 1_000..100_000 {
+        m.finished(&request(&format!("model-{i}"), vec![], 100));
+    }
+    let text = scrape(&m);
+    let counts = ttft_counts(&text);
+    assert_eq!(counts.len(), 5, "4 models and other: {counts:#?}");
+    assert!(counts
+        .iter()
+        .any(|l| l.contains("model=\"other\"") && l.ends_with(" 99996")));
+    // Same series; only numbers grew a few digits.
+    assert_eq!(text.lines().count(), before.lines().count());
+    assert!(text.len() < before.len() + before.len() / 100);
+}
+
+/// The sample of the first line starting with `prefix` (0 when absent).
+fn value(text: &str, prefix: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[test]
+fn only_ok_requests_that_were_read_have_a_size() {
+    let m = metrics("");
+    let t0 = Instant::now();
+    // A 4xx whose body was not read, and a stream that failed with an
+    // in-band error after 3 tokens: counted, spent, but no size.
+    let mut refused = Timeline::new(t0, Dialect::OpenAiChat);
+    refused.status = Some(http::StatusCode::TOO_MANY_REQUESTS);
+    refused.finish(Outcome::HttpError, t0 + Duration::from_millis(5));
+    m.finished(&refused);
+    let mut failed = request("m", vec![], 100);
+    failed.outcome = Outcome::UpstreamError;
+    m.finished(&failed);
+    let text = scrape(&m);
+    assert_eq!(value(&text, "tokenclock_request_output_tokens_count"), 0.0);
+    assert_eq!(value(&text, "tokenclock_request_input_tokens_count"), 0.0);
+    assert_eq!(value(&text, "tokenclock_workload_requests_total"), 0.0);
+    assert_eq!(
+        value(
+            &text,
+            "tokenclock_output_tokens_total{endpoint=\"openai_chat\",kind=\"output\""
+        ),
+        3.0,
+        "spent tokens are still counted"
+    );
+    // An ok stream that generated nothing is a size: 0.
+    let mut empty = Timeline::new(t0, Dialect::OpenAiChat);
+    empty.record(&Parsed::default(), t0 + Duration::from_millis(5));
+    empty.finish(Outcome::Ok, t0 + Duration::from_millis(6));
+    m.finished(&empty);
+    let text = scrape(&m);
+    assert_eq!(value(&text, "tokenclock_request_output_tokens_count"), 1.0);
+    assert_eq!(value(&text, "tokenclock_request_output_tokens_sum"), 0.0);
+    assert_eq!(value(&text, "tokenclock_workload_requests_total"), 1.0);
+}
+
+#[test]
+fn buckets_place_each_observation() {
+    let m = metrics("");
+    for _ in 0..20 {
+        m.finished(&request("m", vec![], 450));
+    }
+    let text = scrape(&m);
+    let bucket = |le: &str| {
+        text.lines()
+            .find(|l| {
+                l.starts_with("tokenclock_time_to_first_token_seconds_bucket")
+                    && l.contains(&format!("le=\"{le}\""))
+            })
+            .map(|l| l.rsplit(' ').next().unwrap_or_default().to_owned())
+    };
+    assert_eq!(bucket("0.4").as_deref(), Some("0"));
+    assert_eq!(bucket("0.5").as_deref(), Some("20"));
+    assert_eq!(bucket("+Inf").as_deref(), Some("20"));
+}
+
+#[test]
+fn goodput_counts_met_and_missed_per_slo() {
+    let m = metrics("[[slo]]\nname = \"interactive\"\nttft = \"500ms\"\n");
+    for ttft in [100, 200, 300, 400, 450, 480, 499, 600, 700, 800] {
+        m.finished(&request("m", vec![], ttft));
+    }
+    let text = scrape(&m);
+    let line = |result: &str| {
+        text.lines()
+            .find(|l| {
+                l.starts_with("tokenclock_slo_requests_total")
+                    && l.contains(&format!("result=\"{result}\""))
+            })
+            .map(|l| l.rsplit(' ').next().unwrap_or_default().to_owned())
+    };
+    assert_eq!(line("met").as_deref(), Some("7"));
+    assert_eq!(line("missed").as_deref(), Some("3"));
+    assert!(text.contains("tokenclock_slo_violations_total{endpoint=\"openai_chat\",model=\"m\",objective=\"ttft\",slo=\"interactive\"} 3")
+        || text.lines().any(|l| l.starts_with("tokenclock_slo_violations_total") && l.contains("objective=\"ttft\"") && l.ends_with(" 3")));
+}
+
+mod properties {
+    use std::collections::HashMap;
+
+    use proptest::{prelude::*, test_runner::FileFailurePersistence};
+
+    use super::*;
+
+    proptest! {
+        // Seeds of past failures live beside this file, not in a top-level
+    // `proptest-regressions/`.
+    #![proptest_config(ProptestConfig {
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
+        ..ProptestConfig::with_cases(64)
+    })]
+
+        /// Short values over a tiny alphabet make equal concatenations common.
+        #[test]
+        fn every_admitted_tuple_is_its_own_series(
+            tuples in proptest::collection::vec(("[ab]{1,3}", "[ab]{1,3}"), 1..30)
+        ) {
+            let m = metrics("max_models = 1000\n[[labels]]\nname = \"tenant\"\nheader = \"x-tenant\"\n");
+            let space = LabelSpace::new(2);
+            let caps = LabelCaps { max_values: 1000, allowlist: None, max_value_bytes: 128 };
+            let mut expected: HashMap<Vec<String>, u64> = HashMap::new();
+            for (model, tenant) in &tuples {
+                m.finished(&request(model, vec![Some(tenant.clone())], 100));
+                *expected.entry(space.admit(&caps, Some(model), &[Some(tenant.clone())])).or_default() += 1;
+            }
+            let text = scrape(&m);
+            let counts = ttft_counts(&text);
+            prop_assert_eq!(counts.len(), expected.len(), "{:#?}", counts);
+            for (tuple, n) in expected {
+                let line = format!("model=\"{}\",tenant=\"{}\"}} {n}", tuple[0], tuple[1]);
+                prop_assert!(counts.iter().any(|l| l.ends_with(&line)), "{} not in {:#?}", line, counts);
+            }
+        }
+    }
+}

@@ -1,0 +1,16 @@
+//! What leaves the process on the side of the data path. Each exporter may
+//! lose its own output (and counts what it loses); none can stop a request.
+//!
+//! - [`metrics`]: the Prometheus families, updated from finished timelines
+//!   and live connection counts.
+//! - [`admin`]: serves `/metrics`, `/healthz` and `/readyz` on the metrics
+//!   listener.
+//! - [`records`]: the opt-in JSONL log of finished timelines, written by a
+//!   thread of its own.
+//! - [`logging`]: `tracing` output, written by a thread of its own through a
+//!   bounded, lossy queue.
+
+pub mod admin;
+pub mod logging;
+pub mod metrics;
+pub mod records;

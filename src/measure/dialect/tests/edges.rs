@@ -1,0 +1,263 @@
+//! Edge cases per dialect: sentinels, empty chunks, escapes, in-band errors, garbage, paths.
+
+use std::borrow::Cow;
+
+use crate::measure::dialect::{Dialect, Finish, ParseError, Parsed, Usage};
+
+fn ev(d: Dialect, data: &str) -> Parsed<'_> {
+    d.parse_event(b"", data.as_bytes()).expect("parses")
+}
+
+fn named<'a>(d: Dialect, name: &str, data: &'a str) -> Parsed<'a> {
+    d.parse_event(name.as_bytes(), data.as_bytes())
+        .expect("parses")
+}
+
+fn end() -> Parsed<'static> {
+    Parsed {
+        end: true,
+        ..Parsed::default()
+    }
+}
+
+#[test]
+fn done_sentinel_ends() {
+    for d in [
+        Dialect::OpenAiChat,
+        Dialect::OpenAiCompletions,
+        Dialect::OpenAiResponses,
+    ] {
+        assert_eq!(ev(d, "[DONE]"), end(), "{d:?}");
+        assert_eq!(ev(d, " [DONE]\n"), end(), "{d:?}");
+    }
+}
+
+#[test]
+fn role_only_and_finish_only_chunks_carry_nothing() {
+    let role = r#"{"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}"#;
+    let want = Parsed {
+        model: Some("m".into()),
+        ..Parsed::default()
+    };
+    assert_eq!(ev(Dialect::OpenAiChat, role), want);
+    let finish = r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#;
+    let want = Parsed {
+        finish: Finish::new(Some("stop".into())),
+        ..Parsed::default()
+    };
+    assert_eq!(ev(Dialect::OpenAiChat, finish), want);
+}
+
+#[test]
+fn usage_chunk_with_null_choices() {
+    let data = r#"{"choices":null,"usage":{"prompt_tokens":3,"completion_tokens":9,"completion_tokens_details":{"reasoning_tokens":4}}}"#;
+    let want = Parsed {
+        usage: Some(Usage {
+            input: Some(3),
+            output: Some(9),
+            reasoning: Some(4),
+            cached_input: None,
+        }),
+        ..Parsed::default()
+    };
+    assert_eq!(ev(Dialect::OpenAiChat, data), want);
+    assert_eq!(ev(Dialect::OpenAiCompletions, data), want);
+}
+
+#[test]
+fn escaped_text_counts_unescaped_bytes() {
+    let chat = r#"{"choices":[{"delta":{"content":"\n\u00e9"}}]}"#;
+    assert_eq!(ev(Dialect::OpenAiChat, chat).output_bytes, 3);
+    let anth = r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"\n\u00e9"}}"#;
+    assert_eq!(ev(Dialect::Anthropic, anth).output_bytes, 3);
+    assert_eq!(
+        ev(Dialect::Ollama, r#"{"response":"\n\u00e9"}"#).output_bytes,
+        3
+    );
+}
+
+#[test]
+fn chat_kinds_and_choices() {
+    let d = Dialect::OpenAiChat;
+    assert_eq!(
+        ev(d, r#"{"choices":[{"delta":{"reasoning":"abc"}}]}"#).reasoning_bytes,
+        3
+    );
+    assert_eq!(
+        ev(d, r#"{"choices":[{"delta":{"reasoning_content":"ab"}}]}"#).reasoning_bytes,
+        2
+    );
+    assert_eq!(
+        ev(d, r#"{"choices":[{"delta":{"refusal":"No."}}]}"#).output_bytes,
+        3
+    );
+    let two = r#"{"choices":[
+        {"index":0,"delta":{"content":"ab"},"logprobs":{"content":[{},{}]}},
+        {"index":1,"delta":{"content":"c"},"logprobs":{"content":[{}]}}]}"#;
+    let p = ev(d, two);
+    assert_eq!((p.output_bytes, p.tokens), (3, Some(3)));
+    let odd = r#"{"choices":[{"delta":{"content":[{"type":"text","text":"x"}]}}]}"#;
+    assert_eq!(ev(d, odd), Parsed::default());
+}
+
+#[test]
+fn model_is_borrowed_unless_escaped() {
+    let p = ev(Dialect::OpenAiChat, r#"{"model":"qwen","choices":[]}"#);
+    assert!(matches!(p.model, Some(Cow::Borrowed("qwen"))));
+    let p = ev(Dialect::Ollama, r#"{"model":"q\u0077en","done":false}"#);
+    assert!(matches!(p.model, Some(Cow::Owned(ref m)) if m == "qwen"));
+}
+
+#[test]
+fn vllm_metrics_reject_negative_ms() {
+    let data = r#"{"choices":[],"metrics":{"time_to_first_token_ms":-1,"generation_time_ms":2}}"#;
+    let server = ev(Dialect::OpenAiChat, data)
+        .server
+        .expect("server timings");
+    assert_eq!(server.prefill, None);
+    assert_eq!(server.decode, Some(std::time::Duration::from_millis(2)));
+}
+
+#[test]
+fn in_band_errors() {
+    let openai = r#"{"error":{"message":"boom","type":"internal_error","code":500}}"#;
+    let cases = [
+        (Dialect::OpenAiChat, "", openai),
+        (Dialect::OpenAiCompletions, "", openai),
+        (
+            Dialect::OpenAiResponses,
+            "",
+            r#"{"type":"error","code":"server_error","message":"x"}"#,
+        ),
+        (
+            Dialect::OpenAiResponses,
+            "error",
+            r#"{"code":"server_error","message":"x"}"#,
+        ),
+        (
+            Dialect::Anthropic,
+            "error",
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+        ),
+        (
+            Dialect::Tgi,
+            "",
+            r#"{"error":"Request failed during generation","error_type":"generation"}"#,
+        ),
+        (
+            Dialect::Ollama,
+            "",
+            r#"{"error":"model runner has unexpectedly stopped"}"#,
+        ),
+        (
+            Dialect::LlamaCpp,
+            "",
+            r#"{"error":{"code":500,"message":"x","type":"server_error"}}"#,
+        ),
+    ];
+    for (d, name, data) in cases {
+        let p = named(d, name, data);
+        assert!(p.error && !p.has_token(), "{d:?} {data}");
+    }
+    assert!(!ev(Dialect::OpenAiChat, r#"{"error":null,"choices":[]}"#).error);
+    let failed = r#"{"type":"response.failed","response":{"status":"failed","usage":null}}"#;
+    let p = ev(Dialect::OpenAiResponses, failed);
+    assert!(p.error && p.end);
+}
+
+#[test]
+fn garbage_is_a_json_error() {
+    for d in Dialect::ALL.into_iter().filter(|d| *d != Dialect::Unknown) {
+        for bad in ["not json", r#"{"choices":"#, ""] {
+            assert_eq!(
+                d.parse_event(b"", bad.as_bytes()),
+                Err(ParseError::Json),
+                "{d:?} {bad}"
+            );
+            assert_eq!(
+                d.parse_body(bad.as_bytes()),
+                Err(ParseError::Json),
+                "{d:?} {bad}"
+            );
+        }
+    }
+    assert_eq!(
+        Dialect::Unknown.parse_event(b"", b"not json"),
+        Ok(Parsed::default())
+    );
+}
+
+#[test]
+fn responses_falls_back_to_event_name() {
+    let p = named(
+        Dialect::OpenAiResponses,
+        "response.output_text.delta",
+        r#"{"delta":"hi"}"#,
+    );
+    assert_eq!(p.output_bytes, 2);
+    let p = named(
+        Dialect::OpenAiResponses,
+        "response.refusal.delta",
+        r#"{"type":"response.function_call_arguments.delta","delta":"{}"}"#,
+    );
+    assert_eq!((p.output_bytes, p.tool_bytes), (0, 2), "the JSON type wins");
+}
+
+#[test]
+fn anthropic_deltas() {
+    let d = Dialect::Anthropic;
+    let tool = r#"{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"city\": "}}"#;
+    assert_eq!(ev(d, tool).tool_bytes, 9);
+    let cite = r#"{"type":"content_block_delta","index":0,"delta":{"type":"citations_delta","citation":{"cited_text":"x"}}}"#;
+    assert_eq!(ev(d, cite), Parsed::default());
+    let delta = r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"input_tokens":30,"cache_read_input_tokens":5,"output_tokens":12}}"#;
+    let want = Parsed {
+        usage: Some(Usage {
+            input: Some(35), // input_tokens + cache reads
+            cached_input: Some(5),
+            output: Some(12),
+            reasoning: None,
+        }),
+        cumulative: true,
+        finish: Finish::new(Some("end_turn".into())),
+        ..Parsed::default()
+    };
+    assert_eq!(ev(d, delta), want);
+    assert_eq!(named(d, "ping", r#"{"type": "ping"}"#), Parsed::default());
+}
+
+#[test]
+fn ollama_tool_calls_count_name_and_arguments_json() {
+    let line = r#"{"model":"qwen3:8b","message":{"role":"assistant","content":"","tool_calls":[{"function":{"name":"get_weather","arguments":{"city": "Paris"}}}]},"done":false}"#;
+    let p = ev(Dialect::Ollama, line);
+    assert_eq!((p.tool_bytes, p.output_bytes, p.end), (11 + 16, 0, false));
+}
+
+#[test]
+fn tgi_special_token_carries_nothing() {
+    let data = r#"{"index":1,"token":{"id":1,"text":"<s>","logprob":0.0,"special":true},"generated_text":null,"details":null}"#;
+    assert_eq!(ev(Dialect::Tgi, data), Parsed::default());
+}
+
+#[test]
+fn from_path_every_family() {
+    let cases = [
+        ("/v1/chat/completions", Dialect::OpenAiChat),
+        ("/openai/v1/chat/completions/", Dialect::OpenAiChat),
+        ("/api/v1/chat/completions", Dialect::OpenAiChat),
+        ("/v1/completions", Dialect::OpenAiCompletions),
+        ("/v1/responses", Dialect::OpenAiResponses),
+        ("/v1/messages", Dialect::Anthropic),
+        ("/generate_stream", Dialect::Tgi),
+        ("/generate", Dialect::Tgi),
+        ("/api/chat", Dialect::Ollama),
+        ("/api/generate", Dialect::Ollama),
+        ("/completion", Dialect::LlamaCpp),
+        ("/completions", Dialect::LlamaCpp),
+        ("/v1/models", Dialect::Unknown),
+        ("/", Dialect::Unknown),
+    ];
+    for (path, want) in cases {
+        assert_eq!(Dialect::from_path(path), want, "{path}");
+    }
+}

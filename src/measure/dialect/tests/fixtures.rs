@@ -1,0 +1,359 @@
+//! Each recorded-shape fixture, summarized event by event.
+
+use std::time::Duration;
+
+use super::{ms, ndjson, sse, summarize, usage, Summary};
+use crate::measure::dialect::{Dialect, Parsed, ServerTimings, Usage};
+
+macro_rules! fixture {
+    ($name:literal) => {
+        include_bytes!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/dialects/",
+            $name
+        ))
+    };
+}
+
+fn model(m: &str) -> Option<String> {
+    Some(m.to_owned())
+}
+
+#[test]
+fn vllm_chat_reasoning() {
+    let s = summarize(
+        Dialect::OpenAiChat,
+        &sse(fixture!("vllm_chat_reasoning.sse")),
+    );
+    let want = Summary {
+        kinds: ".rrrrooooooo..".into(),
+        // Sent under both `reasoning` and `reasoning_content`: counted once.
+        reasoning: 25,
+        // Includes a lone U+FFFD (3 bytes) and escaped `é`s.
+        output: 27,
+        usage: usage(Some(18), None, 22, None),
+        server: Some(ServerTimings {
+            queue: ms(0.75),
+            prefill: ms(41.5),
+            decode: ms(312.25),
+            load: None,
+        }),
+        model: model("Qwen/Qwen3-8B"),
+        ends: vec![13],
+        ..Summary::default()
+    };
+    assert_eq!(s, want);
+}
+
+#[test]
+fn vllm_chat_continuous_usage() {
+    let s = summarize(
+        Dialect::OpenAiChat,
+        &sse(fixture!("vllm_chat_continuous_usage.sse")),
+    );
+    let want = Summary {
+        kinds: ".oooooo..".into(),
+        output: 22,
+        usage: usage(Some(12), None, 7, None),
+        cumulative: (0..=6).collect(),
+        model: model("meta-llama/Llama-3.1-8B-Instruct"),
+        ends: vec![8],
+        ..Summary::default()
+    };
+    assert_eq!(s, want);
+}
+
+#[test]
+fn vllm_chat_logprobs() {
+    let s = summarize(
+        Dialect::OpenAiChat,
+        &sse(fixture!("vllm_chat_logprobs.sse")),
+    );
+    let want = Summary {
+        kinds: ".ooo.".into(),
+        output: 13,
+        tokens: Some(4),
+        model: model("meta-llama/Llama-3.1-8B-Instruct"),
+        ends: vec![4],
+        ..Summary::default()
+    };
+    assert_eq!(s, want);
+}
+
+#[test]
+fn sglang_chat() {
+    let s = summarize(Dialect::OpenAiChat, &sse(fixture!("sglang_chat.sse")));
+    let want = Summary {
+        kinds: ".rrrooo...".into(),
+        reasoning: 12,
+        output: 11,
+        usage: usage(Some(9), Some(4), 8, None),
+        model: model("deepseek-ai/DeepSeek-R1-Distill-Qwen-7B"),
+        ends: vec![9],
+        ..Summary::default()
+    };
+    assert_eq!(s, want);
+}
+
+#[test]
+fn openai_chat_tools() {
+    let s = summarize(Dialect::OpenAiChat, &sse(fixture!("openai_chat_tools.sse")));
+    let want = Summary {
+        kinds: "tttttt...".into(),
+        // `get_weather` and `{"location":"Paris"}`.
+        tool: 11 + 20,
+        usage: usage(Some(81), Some(64), 15, Some(0)),
+        model: model("gpt-4o-mini-2024-07-18"),
+        ends: vec![8],
+        ..Summary::default()
+    };
+    assert_eq!(s, want);
+}
+
+#[test]
+fn openai_completions() {
+    let s = summarize(
+        Dialect::OpenAiCompletions,
+        &sse(fixture!("openai_completions.sse")),
+    );
+    let want = Summary {
+        kinds: "oooo..".into(),
+        output: 16,
+        tokens: Some(4),
+        usage: usage(Some(5), None, 4, None),
+        model: model("meta-llama/Llama-3.1-8B"),
+        ends: vec![5],
+        ..Summary::default()
+    };
+    assert_eq!(s, want);
+}
+
+#[test]
+fn openai_responses() {
+    let s = summarize(
+        Dialect::OpenAiResponses,
+        &sse(fixture!("openai_responses.sse")),
+    );
+    let want = Summary {
+        kinds: "....rrr.....ooo....".into(),
+        reasoning: 25,
+        output: 10,
+        usage: usage(Some(14), Some(0), 85, Some(64)),
+        model: model("o4-mini-2025-04-16"),
+        ends: vec![18],
+        ..Summary::default()
+    };
+    assert_eq!(s, want);
+}
+
+#[test]
+fn anthropic_thinking() {
+    let s = summarize(Dialect::Anthropic, &sse(fixture!("anthropic_thinking.sse")));
+    let want = Summary {
+        kinds: "...rrr...ooo...".into(),
+        reasoning: 29,
+        output: 21,
+        usage: usage(Some(27 + 1024), Some(1024), 96, None),
+        cumulative: vec![13],
+        model: model("claude-sonnet-4-5-20250929"),
+        ends: vec![14],
+        ..Summary::default()
+    };
+    assert_eq!(s, want);
+}
+
+#[test]
+fn tgi_generate_stream() {
+    let s = summarize(Dialect::Tgi, &sse(fixture!("tgi_generate_stream.sse")));
+    let want = Summary {
+        // An empty non-special token is still a token; the EOS is not.
+        kinds: "oookoo.".into(),
+        output: 17,
+        tokens: Some(6),
+        usage: usage(Some(12), None, 7, None),
+        ends: vec![6],
+        ..Summary::default()
+    };
+    assert_eq!(s, want);
+}
+
+#[test]
+fn ollama_chat() {
+    let s = summarize(Dialect::Ollama, &ndjson(fixture!("ollama_chat.ndjson")));
+    let want = Summary {
+        kinds: "rrrroooo.".into(),
+        reasoning: 16,
+        output: 18,
+        usage: usage(Some(15), None, 42, None),
+        server: Some(ServerTimings {
+            load: Some(Duration::from_nanos(21_456_789)),
+            prefill: Some(Duration::from_nanos(45_678_901)),
+            decode: Some(Duration::from_nanos(701_234_567)),
+            queue: None,
+        }),
+        model: model("qwen3:8b"),
+        ends: vec![8],
+        ..Summary::default()
+    };
+    assert_eq!(s, want);
+}
+
+#[test]
+fn ollama_generate() {
+    let s = summarize(Dialect::Ollama, &ndjson(fixture!("ollama_generate.ndjson")));
+    let want = Summary {
+        kinds: "ooooo.".into(),
+        output: 16,
+        usage: usage(Some(26), None, 5, None),
+        server: Some(ServerTimings {
+            load: Some(Duration::from_secs(1)),
+            prefill: Some(Duration::from_millis(130)),
+            decode: Some(Duration::from_millis(350)),
+            queue: None,
+        }),
+        model: model("llama3.2:3b"),
+        ends: vec![5],
+        ..Summary::default()
+    };
+    assert_eq!(s, want);
+}
+
+#[test]
+fn llamacpp_completion() {
+    let s = summarize(Dialect::LlamaCpp, &sse(fixture!("llamacpp_completion.sse")));
+    let want = Summary {
+        kinds: "oooo.".into(),
+        output: 21,
+        // The cached prompt is `timings.cache_n`, not `tokens_cached`.
+        usage: usage(Some(6), Some(2), 4, None),
+        cumulative: vec![0, 1, 2, 3],
+        server: Some(ServerTimings {
+            prefill: ms(12.5),
+            decode: ms(48.25),
+            ..ServerTimings::default()
+        }),
+        model: model("gpt-3.5-turbo"),
+        ends: vec![4],
+        ..Summary::default()
+    };
+    assert_eq!(s, want);
+}
+
+#[test]
+fn llamacpp_chat() {
+    let s = summarize(Dialect::OpenAiChat, &sse(fixture!("llamacpp_chat.sse")));
+    let want = Summary {
+        kinds: ".rrrooo...".into(),
+        reasoning: 12,
+        output: 9,
+        // `timings.cache_n: 0`: the prompt cache was not hit.
+        usage: usage(Some(70), Some(0), 7, None),
+        server: Some(ServerTimings {
+            prefill: ms(88.5),
+            decode: ms(101.75),
+            ..ServerTimings::default()
+        }),
+        model: model("gpt-oss-20b"),
+        ends: vec![9],
+        ..Summary::default()
+    };
+    assert_eq!(s, want);
+}
+
+/// A body's counts; its finish reason is checked in `tests::finish`.
+fn body(dialect: Dialect, bytes: &[u8]) -> Parsed<'_> {
+    let parsed = dialect.parse_body(bytes).expect("body parses");
+    Parsed {
+        finish: None,
+        ..parsed
+    }
+}
+
+fn ended(r: u32, o: u32, t: u32, usage: Usage, model: Option<&str>) -> Parsed<'_> {
+    Parsed {
+        reasoning_bytes: r,
+        output_bytes: o,
+        tool_bytes: t,
+        usage: Some(usage),
+        model: model.map(Into::into),
+        end: true,
+        ..Parsed::default()
+    }
+}
+
+fn u(input: Option<u64>, cached: Option<u64>, output: u64, reasoning: Option<u64>) -> Usage {
+    Usage {
+        input,
+        cached_input: cached,
+        output: Some(output),
+        reasoning,
+    }
+}
+
+#[test]
+fn bodies_openai() {
+    let chat = body(Dialect::OpenAiChat, fixture!("body_openai_chat.json"));
+    let usage = u(Some(20), Some(16), 25, None);
+    assert_eq!(chat, ended(5, 16, 3 + 16, usage, Some("Qwen/Qwen3-8B")));
+    let compl = body(
+        Dialect::OpenAiCompletions,
+        fixture!("body_openai_completions.json"),
+    );
+    let usage = u(Some(5), None, 6, None);
+    assert_eq!(
+        compl,
+        ended(0, 21, 0, usage, Some("meta-llama/Llama-3.1-8B"))
+    );
+    let resp = body(
+        Dialect::OpenAiResponses,
+        fixture!("body_openai_responses.json"),
+    );
+    let usage = u(Some(60), Some(32), 120, Some(90));
+    // The function call counts its name (11 bytes) and arguments (16).
+    assert_eq!(resp, ended(18, 21, 27, usage, Some("o4-mini-2025-04-16")));
+}
+
+#[test]
+fn bodies_anthropic_tgi() {
+    let msg = body(Dialect::Anthropic, fixture!("body_anthropic.json"));
+    let usage = u(Some(410 + 2048), Some(2048), 95, None);
+    // The tool's name counts, and its input object as its compact JSON
+    // `{"city":"Paris"}`.
+    assert_eq!(
+        msg,
+        ended(13, 13, 11 + 16, usage, Some("claude-sonnet-4-5-20250929"))
+    );
+    let tgi = body(Dialect::Tgi, fixture!("body_tgi.json"));
+    assert_eq!(tgi, ended(0, 17, 0, u(None, None, 7, None), None));
+}
+
+#[test]
+fn bodies_ollama_llamacpp() {
+    let ollama = body(Dialect::Ollama, fixture!("body_ollama.json"));
+    let want = Parsed {
+        server: Some(ServerTimings {
+            load: Some(Duration::from_millis(12)),
+            prefill: Some(Duration::from_millis(40)),
+            decode: Some(Duration::from_millis(800)),
+            queue: None,
+        }),
+        ..ended(3, 8, 0, u(Some(15), None, 12, None), Some("qwen3:8b"))
+    };
+    assert_eq!(ollama, want);
+    let llama = body(Dialect::LlamaCpp, fixture!("body_llamacpp.json"));
+    let want = Parsed {
+        server: Some(ServerTimings {
+            prefill: ms(15.0),
+            decode: ms(50.0),
+            ..ServerTimings::default()
+        }),
+        ..ended(
+            0,
+            21,
+            0,
+            u(Some(6), Some(0), 4, None),
+            Some("gpt-3.5-turbo"),
+        )
+    };
+    assert_eq!(llama, want);
+}

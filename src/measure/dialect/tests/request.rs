@@ -1,0 +1,110 @@
+//! `RequestInfo::parse` per dialect.
+
+use crate::measure::dialect::{Dialect, RequestInfo};
+
+fn info(d: Dialect, body: &str) -> RequestInfo {
+    RequestInfo::parse(d, body.as_bytes())
+}
+
+#[test]
+fn chat_request() {
+    let body = r#"{"model":"Qwen/Qwen3-8B","stream":true,
+        "stream_options":{"include_usage":true,"continuous_usage_stats":false},
+        "max_completion_tokens":256,
+        "messages":[{"role":"system","content":"Be brief."},
+                    {"role":"user","content":[{"type":"text","text":"Hi \u00e9"},{"type":"image_url","image_url":{"url":"data:x"}}]}]}"#;
+    let want = RequestInfo {
+        model: Some("Qwen/Qwen3-8B".into()),
+        stream: Some(true),
+        include_usage: Some(true),
+        continuous_usage: Some(false),
+        max_tokens: Some(256),
+        prompt_bytes: 9 + 5,
+    };
+    assert_eq!(info(Dialect::OpenAiChat, body), want);
+}
+
+#[test]
+fn max_tokens_wins_over_later_names() {
+    let body = r#"{"max_tokens":10,"max_completion_tokens":20,"prompt":"abc"}"#;
+    let got = info(Dialect::OpenAiChat, body);
+    assert_eq!((got.max_tokens, got.prompt_bytes), (Some(10), 3));
+}
+
+#[test]
+fn completions_prompt_array() {
+    let body = r#"{"model":"m","prompt":["ab","cde"],"max_tokens":5,"stream":false}"#;
+    let got = info(Dialect::OpenAiCompletions, body);
+    assert_eq!(
+        (got.prompt_bytes, got.max_tokens, got.stream),
+        (5, Some(5), Some(false))
+    );
+}
+
+#[test]
+fn responses_input() {
+    let s = info(
+        Dialect::OpenAiResponses,
+        r#"{"input":"hello","max_output_tokens":64}"#,
+    );
+    assert_eq!((s.prompt_bytes, s.max_tokens), (5, Some(64)));
+    let items = r#"{"input":[{"role":"user","content":[{"type":"input_text","text":"abcd"}]},{"role":"user","content":"ef"}]}"#;
+    assert_eq!(info(Dialect::OpenAiResponses, items).prompt_bytes, 6);
+}
+
+#[test]
+fn anthropic_system_and_messages() {
+    let body = r#"{"model":"claude-sonnet-4-5","max_tokens":1024,"stream":true,
+        "system":[{"type":"text","text":"Sys."}],
+        "messages":[{"role":"user","content":"Hello"},{"role":"assistant","content":[{"type":"text","text":"Hi"}]}]}"#;
+    let got = info(Dialect::Anthropic, body);
+    assert_eq!(got.prompt_bytes, 4 + 5 + 2);
+    assert_eq!((got.max_tokens, got.stream), (Some(1024), Some(true)));
+}
+
+#[test]
+fn tgi_inputs_and_parameters() {
+    let body = r#"{"inputs":"What is AI?","parameters":{"max_new_tokens":20}}"#;
+    let got = info(Dialect::Tgi, body);
+    assert_eq!(
+        (got.prompt_bytes, got.max_tokens, got.model),
+        (11, Some(20), None)
+    );
+}
+
+#[test]
+fn ollama_options_and_system() {
+    let body = r#"{"model":"qwen3:8b","system":"S","prompt":"Why?","options":{"num_predict":100}}"#;
+    let got = info(Dialect::Ollama, body);
+    assert_eq!((got.prompt_bytes, got.max_tokens), (5, Some(100)));
+    let unlimited = info(
+        Dialect::Ollama,
+        r#"{"messages":[{"role":"user","content":"x"}],"options":{"num_predict":-1}}"#,
+    );
+    assert_eq!((unlimited.prompt_bytes, unlimited.max_tokens), (1, None));
+}
+
+#[test]
+fn llamacpp_n_predict() {
+    let got = info(
+        Dialect::LlamaCpp,
+        r#"{"prompt":"Paris is","n_predict":8,"stream":true}"#,
+    );
+    assert_eq!(
+        (got.prompt_bytes, got.max_tokens, got.stream),
+        (8, Some(8), Some(true))
+    );
+}
+
+#[test]
+fn garbage_and_unknown_give_default() {
+    assert_eq!(
+        info(Dialect::OpenAiChat, "not json"),
+        RequestInfo::default()
+    );
+    assert_eq!(info(Dialect::OpenAiChat, "[1,2]"), RequestInfo::default());
+    assert_eq!(
+        info(Dialect::Unknown, r#"{"model":"m"}"#),
+        RequestInfo::default()
+    );
+}

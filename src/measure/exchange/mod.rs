@@ -1,0 +1,274 @@
+//! One request/response exchange as the proxy saw it. [`Exchange`] observes
+//! the response body on its way to the client, reads a copy of it into a
+//! [`Timeline`], writes one access-log line when it ends and hands the
+//! finished timeline to the [`TimelineSink`].
+//!
+//! The log line never holds bodies, query strings or headers, so no prompt,
+//! completion, API key or cookie can reach the logs.
+
+mod reader;
+mod upload;
+
+use std::{sync::Arc, time::Duration};
+
+use bytes::Bytes;
+use http::{response, Method, Request, StatusCode, Version};
+use tokio::time::Instant;
+
+pub use self::upload::Upload;
+use self::{reader::Reader, upload::UploadShared};
+use crate::{
+    measure::dialect::ServerTimings,
+    measure::observe::{End, Observe},
+    measure::read::ReadSettings,
+    measure::slo::Limits,
+    measure::timeline::{Outcome, Timeline, TimelineSink},
+};
+
+/// The response side of an exchange; observes the body sent to the client.
+pub struct Exchange {
+    timeline: Timeline,
+    method: Method,
+    /// Path only: query strings may carry keys (`?key=…`).
+    path: String,
+    version: Version,
+    reader: Reader,
+    /// Set when the proxy answered itself: the failure's outcome.
+    local_failure: Option<Outcome>,
+    upload: Arc<UploadShared>,
+    max_event_bytes: usize,
+    /// The access log cuts `model` to this many bytes.
+    max_logged_model_bytes: usize,
+    sink: Option<Arc<dyn TimelineSink>>,
+    /// The timeline has been finished and handed over.
+    done: bool,
+}
+
+// === impl Exchange ===
+
+impl Exchange {
+    /// Starts an exchange for a request whose head arrived at `start`, and
+    /// the observer of its body on the way upstream.
+    pub fn start<B>(
+        start: Instant,
+        request: &Request<B>,
+        reading: &ReadSettings,
+        sink: Option<Arc<dyn TimelineSink>>,
+    ) -> (Self, Upload) {
+        let path = request.uri().path();
+        let dialect = reading.dialect(path);
+        let upload = Upload::new(dialect, request.method(), reading.request_capture_bytes);
+        let mut timeline = Timeline::new(start, dialect);
+        let headers = request.headers();
+        timeline.labels = reading
+            .label_headers
+            .iter()
+            .map(|name| header_text(headers, name))
+            .collect();
+        if reading.slo_headers {
+            timeline.request_slo = request_slo(headers);
+        }
+        if let Some(sink) = &sink {
+            sink.started(dialect);
+        }
+        let exchange = Self {
+            timeline,
+            method: request.method().clone(),
+            path: path.to_owned(),
+            version: request.version(),
+            reader: Reader::Skip,
+            local_failure: None,
+            upload: upload.shared(),
+            max_event_bytes: reading.max_event_bytes,
+            max_logged_model_bytes: reading.max_logged_model_bytes,
+            sink,
+            done: false,
+        };
+        (exchange, upload)
+    }
+
+    /// The upstream's response head arrived at `at`.
+    pub fn on_response_head(&mut self, head: &response::Parts, at: Instant) {
+        self.timeline.status = Some(head.status);
+        self.timeline.response_head = Some(at);
+        self.timeline.server = tgi_header_timings(&head.headers);
+        let (reader, error) = Reader::for_response(
+            self.timeline.dialect,
+            head.status,
+            &head.headers,
+            self.max_event_bytes,
+        );
+        self.reader = reader;
+        self.timeline.streamed = self.reader.is_stream();
+        if let Some(error) = error {
+            self.timeline.parse_error(error);
+        }
+    }
+
+    /// The dialect of the request.
+    pub fn dialect(&self) -> crate::measure::dialect::Dialect {
+        self.timeline.dialect
+    }
+
+    /// The proxy added `stream_options.include_usage` to the request.
+    pub fn set_usage_injected(&mut self) {
+        self.timeline.usage_injected = true;
+    }
+
+    /// Whether the proxy added `stream_options.include_usage`.
+    pub fn usage_injected(&self) -> bool {
+        self.timeline.usage_injected
+    }
+
+    /// Whether the response is an SSE or NDJSON stream being read.
+    pub fn streamed(&self) -> bool {
+        self.timeline.streamed
+    }
+
+    /// Time spent opening a new upstream connection (zero when pooled).
+    pub fn set_connect(&mut self, connect: Duration) {
+        self.timeline.connect = Some(connect);
+    }
+
+    /// Records that the proxy answered itself because forwarding failed.
+    pub fn set_local_failure(&mut self, status: StatusCode, outcome: Outcome) {
+        self.timeline.status = Some(status);
+        self.local_failure = Some(outcome);
+    }
+
+    fn outcome(&self, end: End) -> Outcome {
+        let status = self.timeline.status.map_or(0, |s| s.as_u16());
+        match (self.local_failure, end) {
+            (Some(failure), _) => failure,
+            (None, End::Dropped) => Outcome::ClientCancelled,
+            (None, End::Failed { timeout: true }) => Outcome::Timeout,
+            (None, End::Failed { timeout: false }) => Outcome::UpstreamError,
+            (None, End::Complete) if status >= 400 => Outcome::HttpError,
+            (None, End::Complete) => Outcome::Ok,
+        }
+    }
+
+    fn log(&self) {
+        let t = &self.timeline;
+        let ms = |d: Option<Duration>| d.map(|d| d.as_secs_f64() * 1e3);
+        let model = t
+            .model
+            .as_deref()
+            .map(|m| cut(m, self.max_logged_model_bytes));
+        tracing::info!(
+            target: "tokenclock::access",
+            method = %self.method,
+            path = %self.path,
+            version = ?self.version,
+            status = t.status.map_or(0, |s| s.as_u16()),
+            outcome = t.outcome.as_str(),
+            dialect = t.dialect.as_str(),
+            model = model.as_deref(),
+            duration_ms = ms(t.e2e()),
+            ttft_ms = ms(t.ttft()),
+            ttfo_ms = ms(t.ttfo()),
+            output_tokens = t.tokens.generated,
+            token_source = t.tokens.generated_source.map(|s| s.as_str()),
+            bytes_in = t.bytes_in,
+            bytes_out = t.bytes_out,
+            "Request finished."
+        );
+    }
+}
+
+impl Observe for Exchange {
+    fn on_data(&mut self, data: &Bytes, at: Instant) {
+        self.timeline.bytes_out += data.len() as u64;
+        self.reader.feed(data, at, &mut self.timeline);
+    }
+
+    fn on_delivery_stall(&mut self, waited: Duration) {
+        self.timeline.delivery_stall += waited;
+    }
+
+    fn on_end(mut self, end: End, at: Instant) {
+        self.complete(end, at);
+    }
+}
+
+impl Exchange {
+    /// Finishes the timeline, logs it and hands it over; once.
+    fn complete(&mut self, end: End, at: Instant) {
+        if std::mem::replace(&mut self.done, true) {
+            return;
+        }
+        self.reader.finish(&mut self.timeline);
+        self.upload.fill(&mut self.timeline);
+        let outcome = self.outcome(end);
+        self.timeline.finish(outcome, at);
+        self.log();
+        if let Some(sink) = &self.sink {
+            sink.finished(&self.timeline);
+        }
+    }
+}
+
+/// A request whose client left before the response head (queued or in
+/// prefill at the model server) never gets a response body to observe: it
+/// ends here, as `client_cancelled`.
+impl Drop for Exchange {
+    fn drop(&mut self) {
+        self.complete(End::Dropped, Instant::now());
+    }
+}
+
+/// `text` cut to at most `max` bytes at a character boundary, marked with
+/// a trailing `…` when cut: a long model name is the client's to choose,
+/// and a log line must stay small.
+fn cut(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if text.len() <= max {
+        return text.into();
+    }
+    let end = (0..=max)
+        .rev()
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(0);
+    format!("{}…", &text[..end]).into()
+}
+
+fn header_text(headers: &http::HeaderMap, name: &http::HeaderName) -> Option<String> {
+    let value = headers.get(name)?.to_str().ok()?.trim();
+    (!value.is_empty()).then(|| value.to_owned())
+}
+
+/// Limits a request carries itself (Gateway API inference extension
+/// convention): `x-slo-ttft-ms`, `x-slo-tpot-ms`.
+fn request_slo(headers: &http::HeaderMap) -> Option<Limits> {
+    let ms = |name: &str| {
+        let value: f64 = headers.get(name)?.to_str().ok()?.trim().parse().ok()?;
+        (value.is_finite() && value > 0.0).then(|| Duration::from_secs_f64(value / 1e3))
+    };
+    let limits = Limits {
+        ttft: ms("x-slo-ttft-ms"),
+        tpot: ms("x-slo-tpot-ms"),
+        ..Limits::default()
+    };
+    (limits != Limits::default()).then_some(limits)
+}
+
+/// TGI reports its queue and inference time in response headers (ms).
+fn tgi_header_timings(headers: &http::HeaderMap) -> ServerTimings {
+    let ms = |name: &str| {
+        let value = headers
+            .get(name)?
+            .to_str()
+            .ok()?
+            .trim()
+            .parse::<f64>()
+            .ok()?;
+        (value.is_finite() && value >= 0.0).then(|| Duration::from_secs_f64(value / 1e3))
+    };
+    ServerTimings {
+        queue: ms("x-queue-time"),
+        decode: ms("x-inference-time"),
+        ..ServerTimings::default()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,93 @@
+//! The request side of an exchange: counts the request body on its way
+//! upstream and reads a capped copy of it to learn `model`, `stream`,
+//! `max_tokens`…, without delaying a byte.
+
+use std::sync::{
+    atomic::{AtomicU64, Ordering},
+    Arc, Mutex,
+};
+
+use bytes::Bytes;
+use http::Method;
+use tokio::time::Instant;
+
+use crate::{
+    measure::dialect::{Dialect, RequestInfo},
+    measure::observe::{End, Observe},
+    measure::timeline::Timeline,
+};
+
+/// Observes the request body on its way to the upstream.
+pub struct Upload {
+    shared: Arc<UploadShared>,
+    dialect: Dialect,
+    /// The copy being read; dropped (and capture stopped) past `cap`.
+    capture: Option<Vec<u8>>,
+    cap: usize,
+}
+
+/// What the request side hands to the response side.
+#[derive(Debug, Default)]
+pub(super) struct UploadShared {
+    bytes: AtomicU64,
+    /// When the body was fully sent upstream, and what it said.
+    done: Mutex<Option<(Option<Instant>, RequestInfo)>>,
+}
+
+// === impl Upload ===
+
+impl Upload {
+    pub(super) fn new(dialect: Dialect, method: &Method, cap: usize) -> Self {
+        let readable = dialect != Dialect::Unknown && *method == Method::POST && cap > 0;
+        Self {
+            shared: Arc::default(),
+            dialect,
+            capture: readable.then(Vec::new),
+            cap,
+        }
+    }
+
+    pub(super) fn shared(&self) -> Arc<UploadShared> {
+        self.shared.clone()
+    }
+}
+
+impl Observe for Upload {
+    fn on_data(&mut self, data: &Bytes, _at: Instant) {
+        self.shared
+            .bytes
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
+        if let Some(copy) = &mut self.capture {
+            if copy.len() + data.len() <= self.cap {
+                copy.extend_from_slice(data);
+            } else {
+                self.capture = None;
+            }
+        }
+    }
+
+    fn on_end(self, end: End, at: Instant) {
+        let complete = end == End::Complete;
+        let info = match (&self.capture, complete) {
+            (Some(copy), true) => RequestInfo::parse(self.dialect, copy),
+            _ => RequestInfo::default(),
+        };
+        if let Ok(mut done) = self.shared.done.lock() {
+            *done = Some((complete.then_some(at), info));
+        }
+    }
+}
+
+// === impl UploadShared ===
+
+impl UploadShared {
+    /// Moves what the request side learned into the timeline.
+    pub(super) fn fill(&self, timeline: &mut Timeline) {
+        timeline.bytes_in = self.bytes.load(Ordering::Relaxed);
+        let done = self.done.lock().ok().and_then(|mut d| d.take());
+        if let Some((sent, info)) = done {
+            timeline.request_sent = sent;
+            timeline.request = info;
+        }
+    }
+}

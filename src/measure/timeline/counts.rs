@@ -1,0 +1,308 @@
+//! Counting tokens honestly: the best source available per request, and
+//! the gaps between token events weighted by the tokens they carried.
+
+use std::time::Duration;
+
+use crate::measure::dialect::{Parsed, RequestInfo, Usage};
+
+/// Where a token count came from, best first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CountSource {
+    /// The server's `usage` totals.
+    Usage,
+    /// Exact per-event counts carried by the stream (logprobs entries, TGI's
+    /// one token per event, cumulative usage on every event).
+    PerEvent,
+    /// One token per token-bearing event: exact only when the server sends
+    /// one token per event.
+    Events,
+    /// Text bytes / 4: a rough estimate.
+    Estimated,
+}
+
+impl CountSource {
+    /// The label value: `usage`, `per_event`, `events`, `estimated`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Usage => "usage",
+            Self::PerEvent => "per_event",
+            Self::Events => "events",
+            Self::Estimated => "estimated",
+        }
+    }
+}
+
+/// Bytes of text per estimated token (the common chars/4 rule of thumb).
+const BYTES_PER_TOKEN: u64 = 4;
+
+/// Token counts of one request. While the stream runs only the running
+/// counts move; [`TokenCounts::settle`] fixes the totals and their sources.
+#[derive(Clone, Debug, Default)]
+pub struct TokenCounts {
+    /// Generated tokens, reasoning included (settled).
+    pub generated: u64,
+    /// Of `generated`, reasoning tokens (settled).
+    pub reasoning: u64,
+    /// Where `reasoning` came from; `None` when no reasoning was reported
+    /// or seen (`reasoning` is then 0).
+    pub reasoning_source: Option<CountSource>,
+    /// Of `reasoning`, tokens the server reported but never streamed as
+    /// reasoning text (OpenAI's hidden reasoning): they took time before the
+    /// first visible token, not between streamed ones.
+    pub hidden_reasoning: u64,
+    /// Where `generated` came from; `None` when nothing was generated or seen.
+    pub generated_source: Option<CountSource>,
+    /// Prompt tokens.
+    pub input: Option<u64>,
+    /// Where `input` came from.
+    pub input_source: Option<CountSource>,
+    /// Prompt tokens served from the server's cache, when reported.
+    pub cached_input: Option<u64>,
+    /// Token-bearing events.
+    pub token_events: u64,
+    /// A response body or event was read (a read response that generated
+    /// nothing counts 0 tokens from `events`, rather than nothing).
+    read: bool,
+    /// Some event carried raw reasoning text (not a summary of it).
+    raw_reasoning: bool,
+    event_tokens: u64,
+    reasoning_event_tokens: u64,
+    first_event_tokens: u64,
+    all_exact: bool,
+    last_cumulative: Option<u64>,
+    text_bytes: u64,
+    reasoning_bytes: u64,
+}
+
+// === impl TokenCounts ===
+
+impl TokenCounts {
+    /// The exact token count of an event, when the stream tells it: its own
+    /// `tokens`, or the growth of a cumulative usage count. Call for every
+    /// event, token-bearing or not, so cumulative counts stay in step.
+    pub fn exact_for_event(&mut self, parsed: &Parsed<'_>) -> Option<u32> {
+        self.read = true;
+        let cumulative = parsed
+            .usage
+            .and_then(|u| u.output)
+            .filter(|_| parsed.cumulative);
+        let from_usage = cumulative.map(|now| {
+            let before = self.last_cumulative.replace(now).unwrap_or(0);
+            now.saturating_sub(before) as u32
+        });
+        parsed.tokens.or(from_usage)
+    }
+
+    /// Counts a token-bearing event carrying `exact` tokens, if known.
+    pub fn count_event(&mut self, parsed: &Parsed<'_>, exact: Option<u32>) {
+        if self.token_events == 0 {
+            self.all_exact = true;
+        }
+        self.all_exact &= exact.is_some();
+        let n = u64::from(exact.unwrap_or(1));
+        if self.token_events == 0 {
+            self.first_event_tokens = n;
+        }
+        self.token_events += 1;
+        self.event_tokens += n;
+        if parsed.reasoning_bytes > 0 && !parsed.has_output() {
+            self.reasoning_event_tokens += n;
+        }
+        self.count_text(parsed);
+    }
+
+    /// Counts the text of a whole non-streamed body.
+    pub fn count_body(&mut self, parsed: &Parsed<'_>) {
+        self.read = true;
+        self.count_text(parsed);
+    }
+
+    fn count_text(&mut self, parsed: &Parsed<'_>) {
+        self.text_bytes +=
+            u64::from(parsed.reasoning_bytes + parsed.output_bytes + parsed.tool_bytes);
+        self.reasoning_bytes += u64::from(parsed.reasoning_bytes);
+        self.raw_reasoning |= parsed.reasoning_bytes > 0 && !parsed.summary;
+    }
+
+    /// Fixes the totals from the best source available.
+    pub fn settle(&mut self, usage: &Usage, request: &RequestInfo) {
+        (self.generated, self.generated_source) = self.generated_total(usage);
+        (self.reasoning, self.reasoning_source) = self.reasoning_total(usage);
+        // Reasoning the server counted but no event carried as text.
+        self.hidden_reasoning = match usage.reasoning {
+            Some(r) if !self.raw_reasoning => r.min(self.generated),
+            _ => 0,
+        };
+        (self.input, self.input_source) = match usage.input {
+            Some(n) => (Some(n), Some(CountSource::Usage)),
+            None if request.prompt_bytes > 0 => (
+                Some(request.prompt_bytes.div_ceil(BYTES_PER_TOKEN)),
+                Some(CountSource::Estimated),
+            ),
+            None => (None, None),
+        };
+        self.cached_input = usage.cached_input;
+    }
+
+    fn generated_total(&self, usage: &Usage) -> (u64, Option<CountSource>) {
+        match usage.output {
+            Some(n) => (n, Some(CountSource::Usage)),
+            None if self.token_events > 0 && self.all_exact => {
+                (self.event_tokens, Some(CountSource::PerEvent))
+            }
+            None if self.token_events > 0 => (self.event_tokens, Some(CountSource::Events)),
+            None if self.text_bytes > 0 => (
+                self.text_bytes.div_ceil(BYTES_PER_TOKEN),
+                Some(CountSource::Estimated),
+            ),
+            // Read, and nothing was generated: zero token-bearing events.
+            None if self.read => (0, Some(CountSource::Events)),
+            None => (0, None),
+        }
+    }
+
+    /// Reasoning tokens: the server's, else the reasoning-only events'
+    /// share of the total (exact only when the total came from the events
+    /// themselves), else the reasoning text's estimate.
+    fn reasoning_total(&self, usage: &Usage) -> (u64, Option<CountSource>) {
+        if let Some(n) = usage.reasoning {
+            return (n, Some(CountSource::Usage));
+        }
+        if self.reasoning_bytes == 0 {
+            return (0, None);
+        }
+        match self.generated_source {
+            Some(CountSource::Estimated) | None => (
+                self.reasoning_bytes.div_ceil(BYTES_PER_TOKEN),
+                Some(CountSource::Estimated),
+            ),
+            Some(source @ (CountSource::PerEvent | CountSource::Events)) => {
+                (self.reasoning_event_tokens, Some(source))
+            }
+            Some(CountSource::Usage) if self.event_tokens == 0 => (0, None),
+            Some(CountSource::Usage) => {
+                let share = self.reasoning_event_tokens as f64 / self.event_tokens as f64;
+                let n = (share * self.generated as f64).round() as u64;
+                (n, Some(CountSource::Estimated))
+            }
+        }
+    }
+
+    /// Tokens the stream carried: generated, less hidden reasoning. TPOT and
+    /// the per-token ITL are computed over these.
+    pub fn streamed(&self) -> u64 {
+        self.generated.saturating_sub(self.hidden_reasoning)
+    }
+
+    /// Settled generated tokens.
+    pub fn generated(&self) -> u64 {
+        self.generated
+    }
+
+    /// How the tokens after the first event are spread over the gaps.
+    pub fn after_first_event(&self) -> Weights {
+        if self.all_exact && self.token_events > 0 {
+            return Weights::Exact;
+        }
+        match self.generated_source {
+            Some(CountSource::Usage) if self.token_events >= 2 => {
+                // Assume the events shared the streamed total evenly, the
+                // first included; hidden reasoning is in no gap.
+                let streamed = self.streamed();
+                let first = streamed / self.token_events;
+                Weights::Spread {
+                    total: streamed.saturating_sub(first.max(1)),
+                }
+            }
+            _ => Weights::One,
+        }
+    }
+
+    /// Tokens carried by the first token-bearing event.
+    pub fn first_event_tokens(&self) -> u64 {
+        self.first_event_tokens
+    }
+}
+
+/// How many tokens each gap stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Weights {
+    /// Each event's exact count.
+    Exact,
+    /// `total` tokens spread evenly over the gaps (usage total, per-event split unknown).
+    Spread {
+        /// Tokens after the first event.
+        total: u64,
+    },
+    /// One token per event.
+    One,
+}
+
+/// At most this many gaps are kept per request (8 bytes each); later gaps
+/// are counted in [`Gaps::dropped`] and not observed.
+pub const MAX_GAPS: usize = 16 * 1024;
+
+/// Gaps between consecutive token-bearing events, in arrival order.
+#[derive(Clone, Debug, Default)]
+pub struct Gaps {
+    gaps: Vec<Gap>,
+    /// Gaps beyond [`MAX_GAPS`], not kept.
+    pub dropped: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Gap {
+    micros: u32,
+    /// Exact tokens of the later event; 0 when unknown.
+    tokens: u32,
+}
+
+// === impl Gaps ===
+
+impl Gaps {
+    /// Records a gap before an event carrying `tokens` (if known).
+    pub fn push(&mut self, gap: Duration, tokens: Option<u32>) {
+        if self.gaps.len() >= MAX_GAPS {
+            self.dropped += 1;
+            return;
+        }
+        self.gaps.push(Gap {
+            micros: u32::try_from(gap.as_micros()).unwrap_or(u32::MAX),
+            tokens: tokens.unwrap_or(0),
+        });
+    }
+
+    /// Number of gaps kept.
+    pub fn len(&self) -> usize {
+        self.gaps.len()
+    }
+
+    /// Whether no gap was kept.
+    pub fn is_empty(&self) -> bool {
+        self.gaps.is_empty()
+    }
+
+    /// Inter-event latencies, in order.
+    pub fn inter_event(&self) -> impl Iterator<Item = Duration> + '_ {
+        self.gaps
+            .iter()
+            .map(|g| Duration::from_micros(u64::from(g.micros)))
+    }
+
+    /// Inter-token latencies as `(gap / tokens, tokens)` pairs.
+    pub fn per_token(&self, weights: Weights) -> impl Iterator<Item = (Duration, u64)> + '_ {
+        let n = self.gaps.len() as u64;
+        self.gaps.iter().enumerate().filter_map(move |(i, gap)| {
+            let tokens = match weights {
+                Weights::Exact => u64::from(gap.tokens),
+                Weights::One => 1,
+                Weights::Spread { total } => {
+                    let i = i as u64;
+                    (i + 1) * total / n - i * total / n
+                }
+            };
+            let value = Duration::from_micros(u64::from(gap.micros)) / tokens.max(1) as u32;
+            (tokens > 0).then_some((value, tokens))
+        })
+    }
+}

@@ -1,0 +1,268 @@
+//! The forwarding proxy: one tower [`Service`] that sends each request to
+//! the upstream and streams the response back, frame by frame.
+//!
+//! Request and response bodies are forwarded as they arrive, never
+//! collected; each is wrapped in an [`ObservedBody`], the seam where
+//! measurement sees the bytes pass.
+
+mod admit;
+mod body;
+mod client;
+mod client_body;
+mod connect;
+mod error;
+mod headers;
+mod inject;
+
+use std::{
+    convert::Infallible,
+    future::Future,
+    pin::Pin,
+    sync::Arc,
+    task::{Context, Poll},
+};
+
+use http::{header, uri::PathAndQuery, HeaderValue, Request, Response, StatusCode, Uri, Version};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::connect::capture_connection;
+use tokio::time::Instant;
+use tower::Service;
+
+use self::client::{UpstreamBody, UpstreamClient};
+use self::client_body::ClientFault;
+pub use self::{
+    body::{BodyError, ResponseBody},
+    client::{build as upstream_client, Connector},
+    client_body::{ClientBody, ClientBodyError},
+    error::ProxyError,
+    inject::{RequestBody, StripUsage},
+};
+use crate::{
+    config::{Config, Upstream, UpstreamProtocol, UsageMode},
+    measure::dialect::Dialect,
+    measure::exchange::{Exchange, Upload},
+    measure::observe::ObservedBody,
+    proxy::health::Health,
+    proxy::reload::Live,
+};
+
+/// The body of every response the proxy sends.
+pub type ProxyBody = StripUsage<ObservedBody<ResponseBody, Exchange>>;
+
+/// The proxy service; cheap to clone, one per connection.
+#[derive(Clone)]
+pub struct Proxy {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: UpstreamClient,
+    upstream: Upstream,
+    upstream_host: HeaderValue,
+    preserve_host: bool,
+    timeouts: crate::config::Timeouts,
+    inject_usage: bool,
+    health: Health,
+    /// How requests are read and where their timelines go; a config reload
+    /// replaces it, each request reads it once.
+    live: Live,
+}
+
+// === impl Proxy ===
+
+impl Proxy {
+    /// Builds the proxy and its upstream connection pool. Each request is
+    /// read, and its finished timeline sent, as `live` says when it starts.
+    pub fn new(config: &Config, health: Health, live: Live) -> Result<Self, rustls::Error> {
+        let upstream_host = HeaderValue::from_str(config.upstream.authority.as_str())
+            .unwrap_or_else(|_| HeaderValue::from_static("localhost"));
+        Ok(Self {
+            inner: Arc::new(Inner {
+                client: client::build(config)?,
+                upstream: config.upstream.clone(),
+                upstream_host,
+                preserve_host: config.preserve_host,
+                timeouts: config.timeouts,
+                inject_usage: config.usage_mode == UsageMode::Inject,
+                health,
+                live,
+            }),
+        })
+    }
+}
+
+impl Service<Request<Incoming>> for Proxy {
+    type Response = Response<ProxyBody>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<ProxyBody>, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<Incoming>) -> Self::Future {
+        let inner = self.inner.clone();
+        Box::pin(async move { Ok(inner.forward(request).await) })
+    }
+}
+
+// === impl Inner ===
+
+impl Inner {
+    async fn forward(&self, request: Request<Incoming>) -> Response<ProxyBody> {
+        let start = Instant::now();
+        let live = self.live.current();
+        let (mut exchange, upload) =
+            Exchange::start(start, &request, &live.reading, live.sink.clone());
+        if let Err(e) = admit::admit(&request) {
+            return local_response(e, exchange);
+        }
+        let (mut parts, body) = request.into_parts();
+        let fault = ClientFault::default();
+        let body = ClientBody::new(body, self.timeouts.request_body, fault.clone());
+        let cap = live.reading.request_capture_bytes;
+        let body = match self.prepare(&mut parts, body, cap, &mut exchange).await {
+            Ok(body) => body,
+            Err(e) => return local_response(e, exchange),
+        };
+        let mut upstream_request = match self.rewrite(parts, body, upload) {
+            Ok(r) => r,
+            Err(e) => return local_response(e, exchange),
+        };
+        let connection = capture_connection(&mut upstream_request);
+        let response = match self.send(upstream_request, &fault).await {
+            Ok(response) => response,
+            Err(e) => return local_response(e, exchange),
+        };
+        if let Some(connect) = connection
+            .connection_metadata()
+            .as_ref()
+            .and_then(|c| connect::paid_by(start, c))
+        {
+            exchange.set_connect(connect);
+        }
+        self.respond(response, exchange)
+    }
+
+    /// The body to send upstream: the client's as it comes, or read whole
+    /// first when `usage_mode = "inject"` applies.
+    async fn prepare(
+        &self,
+        parts: &mut http::request::Parts,
+        body: ClientBody,
+        cap: usize,
+        exchange: &mut Exchange,
+    ) -> Result<RequestBody, ProxyError> {
+        if !self.injects(parts, exchange.dialect()) {
+            return Ok(RequestBody::Streaming(body));
+        }
+        let (body, rewritten) = inject::read_and_inject(body, cap).await?;
+        if rewritten {
+            parts.headers.remove(header::CONTENT_LENGTH);
+            exchange.set_usage_injected();
+        }
+        Ok(body)
+    }
+
+    /// Sends the request and waits for the response head. A failure is the
+    /// client's when its body failed first (`fault`), else the upstream's.
+    async fn send(
+        &self,
+        request: Request<UpstreamBody>,
+        fault: &ClientFault,
+    ) -> Result<Response<Incoming>, ProxyError> {
+        let sent = self.client.request(request);
+        match tokio::time::timeout(self.timeouts.response_header, sent).await {
+            Ok(Ok(response)) if response.status() == StatusCode::SWITCHING_PROTOCOLS => {
+                Err(ProxyError::UnsolicitedUpgrade)
+            }
+            Ok(Ok(response)) => Ok(response),
+            Ok(Err(e)) => Err(match fault.get() {
+                Some(client) => ProxyError::ClientBody(client.clone()),
+                None => ProxyError::from_client(&e, self.timeouts.connect),
+            }),
+            Err(_) => Err(ProxyError::HeaderTimeout(self.timeouts.response_header)),
+        }
+    }
+
+    /// The upstream's response, addressed to the client and observed.
+    fn respond(&self, response: Response<Incoming>, mut exchange: Exchange) -> Response<ProxyBody> {
+        let at = Instant::now();
+        self.health.upstream_answered();
+        let (mut parts, body) = response.into_parts();
+        exchange.on_response_head(&parts, at);
+        // The client's connection has its own version; hyper frames for it.
+        parts.version = Version::default();
+        headers::strip_response(&mut parts.headers);
+        let strip = exchange.usage_injected() && exchange.streamed();
+        let body = ResponseBody::upstream(body, self.timeouts.idle);
+        let body = StripUsage::new(ObservedBody::new(body, exchange), strip);
+        Response::from_parts(parts, body)
+    }
+
+    /// Whether to add `stream_options.include_usage` to this request.
+    fn injects(&self, parts: &http::request::Parts, dialect: Dialect) -> bool {
+        self.inject_usage
+            && parts.method == http::Method::POST
+            && matches!(dialect, Dialect::OpenAiChat | Dialect::OpenAiCompletions)
+    }
+
+    /// The client's request, addressed to the upstream.
+    fn rewrite(
+        &self,
+        mut parts: http::request::Parts,
+        body: RequestBody,
+        upload: Upload,
+    ) -> Result<Request<UpstreamBody>, ProxyError> {
+        let client_host = parts
+            .headers
+            .get(header::HOST)
+            .cloned()
+            .or_else(|| authority_header(&parts.uri));
+        let path = parts
+            .uri
+            .path_and_query()
+            .cloned()
+            .unwrap_or_else(|| PathAndQuery::from_static("/"));
+        parts.uri = Uri::builder()
+            .scheme(self.upstream.scheme.clone())
+            .authority(self.upstream.authority.clone())
+            .path_and_query(path)
+            .build()
+            .map_err(|_| ProxyError::BadRequest("its target is not a valid URI path"))?;
+        parts.version = match self.upstream.protocol {
+            UpstreamProtocol::Http1 => Version::HTTP_11,
+            UpstreamProtocol::Http2 => Version::HTTP_2,
+        };
+        headers::strip_request(&mut parts.headers);
+        match (self.preserve_host, client_host, self.upstream.protocol) {
+            (true, Some(host), _) => {
+                parts.headers.insert(header::HOST, host);
+            }
+            // HTTP/2 carries the upstream authority in `:authority`, from the URI.
+            (_, _, UpstreamProtocol::Http2) => {
+                parts.headers.remove(header::HOST);
+            }
+            (_, _, UpstreamProtocol::Http1) => {
+                parts
+                    .headers
+                    .insert(header::HOST, self.upstream_host.clone());
+            }
+        }
+        Ok(Request::from_parts(parts, ObservedBody::new(body, upload)))
+    }
+}
+
+fn authority_header(uri: &Uri) -> Option<HeaderValue> {
+    uri.authority()
+        .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+}
+
+/// The one place a [`ProxyError`] becomes the client's response.
+fn local_response(error: ProxyError, mut exchange: Exchange) -> Response<ProxyBody> {
+    tracing::debug!(error = %error, "Forwarding failed.");
+    exchange.set_local_failure(error.status(), error.outcome());
+    let (parts, body) = error.to_response().into_parts();
+    let body = ObservedBody::new(ResponseBody::local(body), exchange);
+    Response::from_parts(parts, StripUsage::new(body, false))
+}

@@ -1,0 +1,131 @@
+//! The client's request body on its way upstream: timed between frames, and
+//! its failures kept apart from the upstream's.
+//!
+//! When the body fails, the upstream client call fails too, and its error
+//! alone cannot say whose fault it was. [`ClientBody`] leaves its own
+//! failure in a [`ClientFault`] before it returns it, so the proxy can
+//! answer `400` or `408` (a client fault) instead of `502` or `504`.
+
+use std::{
+    io,
+    pin::Pin,
+    sync::{Arc, OnceLock},
+    task::{Context, Poll},
+    time::Duration,
+};
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use hyper::body::Incoming;
+
+use super::{
+    body::{IdleError, IdleTimeout},
+    error::source_chain,
+};
+use crate::measure::observe::Failure;
+
+/// Why the client's request body stopped before its end.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum ClientBodyError {
+    /// The body broke HTTP/1 framing (a bad chunk size line, say).
+    #[error("the request body is malformed: {0}")]
+    Malformed(String),
+    /// The client closed or reset its connection (or stream) mid-body.
+    #[error("the client went away while sending the request body: {0}")]
+    Gone(String),
+    /// No body frame for `request_body_timeout` while the upstream waited.
+    #[error("the client sent no request body bytes for {0:?}")]
+    Stalled(Duration),
+}
+
+impl From<hyper::Error> for ClientBodyError {
+    /// hyper reports a framing error as an `io::Error` of kind
+    /// `InvalidData` or `InvalidInput` under the body error; anything else
+    /// (end of stream, reset, a closed connection) is the client leaving.
+    fn from(err: hyper::Error) -> Self {
+        let malformed = source_chain(&err).any(|e| {
+            e.downcast_ref::<io::Error>().is_some_and(|e| {
+                matches!(
+                    e.kind(),
+                    io::ErrorKind::InvalidData | io::ErrorKind::InvalidInput
+                )
+            })
+        });
+        let message = source_chain(&err)
+            .last()
+            .map_or_else(String::new, |e| e.to_string());
+        if malformed {
+            Self::Malformed(message)
+        } else {
+            Self::Gone(message)
+        }
+    }
+}
+
+impl IdleError for ClientBodyError {
+    fn idle(after: Duration) -> Self {
+        Self::Stalled(after)
+    }
+}
+
+impl Failure for ClientBodyError {
+    fn is_timeout(&self) -> bool {
+        matches!(self, Self::Stalled(_))
+    }
+}
+
+/// Where a [`ClientBody`] leaves its failure, for the proxy to find when
+/// the upstream call fails. Set once, before the error is returned.
+#[derive(Clone, Debug, Default)]
+pub struct ClientFault(Arc<OnceLock<ClientBodyError>>);
+
+impl ClientFault {
+    /// The client's failure, if its body failed.
+    pub fn get(&self) -> Option<&ClientBodyError> {
+        self.0.get()
+    }
+}
+
+/// The client's body, failed after `request_body_timeout` without a frame
+/// while it is being read, and reporting its failures. `Unpin` (its timer is
+/// boxed, once per request), so it can be read with `BodyExt::frame`.
+pub struct ClientBody {
+    inner: Pin<Box<IdleTimeout<Incoming, ClientBodyError>>>,
+    fault: ClientFault,
+}
+
+impl ClientBody {
+    /// Wraps the client's body; its failure goes to `fault`.
+    pub fn new(body: Incoming, timeout: Duration, fault: ClientFault) -> Self {
+        Self {
+            inner: Box::pin(IdleTimeout::new(body, timeout)),
+            fault,
+        }
+    }
+}
+
+impl Body for ClientBody {
+    type Data = Bytes;
+    type Error = ClientBodyError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, ClientBodyError>>> {
+        let this = self.get_mut();
+        let polled = this.inner.as_mut().poll_frame(cx);
+        if let Poll::Ready(Some(Err(e))) = &polled {
+            // Only the first failure counts; a body fails once.
+            let _ = this.fault.0.set(e.clone());
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}

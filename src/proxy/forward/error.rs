@@ -1,0 +1,183 @@
+//! Why a request could not be forwarded, and the one place such failures
+//! become HTTP responses.
+
+use std::{io, time::Duration};
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Response, StatusCode};
+use http_body_util::Full;
+
+use super::client_body::ClientBodyError;
+use crate::measure::timeline::Outcome;
+
+/// The methods a `405` names in `Allow`: every method tokenclock forwards.
+const ALLOW: &str = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS";
+
+/// A failure before the upstream's response head reached the proxy, or a
+/// request the proxy refuses to forward.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    /// The upstream refused or could not be reached.
+    #[error("cannot connect to the upstream: {0}")]
+    Unavailable(String),
+    /// The TCP or TLS connect did not finish within `connect_timeout`.
+    #[error("connecting to the upstream timed out after {0:?}")]
+    ConnectTimeout(Duration),
+    /// No response head within `response_header_timeout`.
+    #[error("the upstream sent no response head within {0:?}")]
+    HeaderTimeout(Duration),
+    /// The connection failed after the request was sent, before a response head.
+    #[error("the upstream failed before responding: {0}")]
+    Upstream(String),
+    /// The upstream answered `101 Switching Protocols`, which no forwarded
+    /// request asks for: tokenclock never forwards `Upgrade`.
+    #[error("the upstream switched protocols (101) for a request that did not ask to upgrade")]
+    UnsolicitedUpgrade,
+    /// The request is malformed (HTTP/1.1 without exactly one `Host`) or
+    /// cannot be expressed to the upstream.
+    #[error("the request cannot be forwarded: {0}")]
+    BadRequest(&'static str),
+    /// `CONNECT`: tokenclock is a reverse proxy, not a tunnel.
+    #[error("CONNECT is not supported by this reverse proxy")]
+    MethodNotAllowed,
+    /// The client's request body failed: malformed, cut, or stalled.
+    #[error(transparent)]
+    ClientBody(#[from] ClientBodyError),
+}
+
+// === impl ProxyError ===
+
+impl ProxyError {
+    /// Classifies an error from the upstream client.
+    pub fn from_client(err: &hyper_util::client::legacy::Error, connect: Duration) -> Self {
+        if err.is_connect() {
+            if source_chain(err).any(|e| {
+                e.downcast_ref::<io::Error>()
+                    .is_some_and(|e| e.kind() == io::ErrorKind::TimedOut)
+            }) {
+                return Self::ConnectTimeout(connect);
+            }
+            return Self::Unavailable(innermost(err));
+        }
+        Self::Upstream(innermost(err))
+    }
+
+    /// Whether this is one of the timeouts.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Self::ConnectTimeout(_) | Self::HeaderTimeout(_))
+    }
+
+    /// How a request that failed this way ended: the upstream's faults are
+    /// `upstream_error` or `timeout`, the client's never are.
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            Self::ConnectTimeout(_) | Self::HeaderTimeout(_) => Outcome::Timeout,
+            Self::Unavailable(_) | Self::Upstream(_) | Self::UnsolicitedUpgrade => {
+                Outcome::UpstreamError
+            }
+            Self::BadRequest(_)
+            | Self::MethodNotAllowed
+            | Self::ClientBody(ClientBodyError::Malformed(_)) => Outcome::HttpError,
+            Self::ClientBody(ClientBodyError::Gone(_)) => Outcome::ClientCancelled,
+            Self::ClientBody(ClientBodyError::Stalled(_)) => Outcome::ClientTimeout,
+        }
+    }
+
+    /// The status the client receives.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::Unavailable(_) | Self::Upstream(_) | Self::UnsolicitedUpgrade => {
+                StatusCode::BAD_GATEWAY
+            }
+            Self::ConnectTimeout(_) | Self::HeaderTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Self::ClientBody(ClientBodyError::Stalled(_)) => StatusCode::REQUEST_TIMEOUT,
+            Self::BadRequest(_) | Self::ClientBody(_) => StatusCode::BAD_REQUEST,
+        }
+    }
+
+    /// The `error.type` of the JSON body, stable for clients to match on.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Unavailable(_) => "upstream_unavailable",
+            Self::ConnectTimeout(_) | Self::HeaderTimeout(_) => "upstream_timeout",
+            Self::Upstream(_) | Self::UnsolicitedUpgrade => "upstream_error",
+            Self::MethodNotAllowed => "method_not_allowed",
+            Self::ClientBody(ClientBodyError::Stalled(_)) => "request_timeout",
+            Self::BadRequest(_) | Self::ClientBody(_) => "bad_request",
+        }
+    }
+
+    /// The response the client sees: `{"error":{"type":…,"message":…}}`.
+    pub fn to_response(&self) -> Response<Full<Bytes>> {
+        let body = serde_json::json!({
+            "error": { "type": self.kind(), "message": self.to_string() }
+        });
+        let mut response = Response::new(Full::new(Bytes::from(body.to_string())));
+        *response.status_mut() = self.status();
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        if let Self::MethodNotAllowed = self {
+            headers.insert(header::ALLOW, HeaderValue::from_static(ALLOW));
+        }
+        response
+    }
+}
+
+pub(super) fn source_chain<'a>(
+    err: &'a (dyn std::error::Error + 'static),
+) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
+    std::iter::successors(Some(err), |e| (*e).source())
+}
+
+/// The most specific message in the chain ("Connection refused (os error 111)").
+fn innermost(err: &hyper_util::client::legacy::Error) -> String {
+    source_chain(err)
+        .last()
+        .map_or_else(|| err.to_string(), |e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+
+    #[tokio::test]
+    async fn error_body_is_small_json() {
+        let response = ProxyError::Unavailable("Connection refused".into()).to_response();
+        assert_eq!(response.status(), StatusCode::BAD_GATEWAY);
+        let bytes = response.into_body().collect().await.map(|c| c.to_bytes());
+        let json: serde_json::Value =
+            serde_json::from_slice(&bytes.unwrap_or_default()).unwrap_or_default();
+        assert_eq!(json["error"]["type"], "upstream_unavailable");
+        assert!(json["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("Connection refused")));
+    }
+
+    #[test]
+    fn client_faults_are_never_upstream_failures() {
+        let stalled = ProxyError::from(ClientBodyError::Stalled(Duration::from_secs(30)));
+        assert_eq!(stalled.status(), StatusCode::REQUEST_TIMEOUT);
+        assert_eq!(stalled.outcome(), Outcome::ClientTimeout);
+        let gone = ProxyError::from(ClientBodyError::Gone("reset".into()));
+        assert_eq!(gone.outcome(), Outcome::ClientCancelled);
+        let malformed = ProxyError::from(ClientBodyError::Malformed("chunk".into()));
+        assert_eq!(malformed.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(malformed.outcome(), Outcome::HttpError);
+        let connect = ProxyError::MethodNotAllowed.to_response();
+        assert_eq!(connect.status(), StatusCode::METHOD_NOT_ALLOWED);
+        assert!(connect.headers().get(header::ALLOW).is_some());
+    }
+
+    #[test]
+    fn timeouts_are_504() {
+        let e = ProxyError::HeaderTimeout(Duration::from_secs(1));
+        assert_eq!(e.status(), StatusCode::GATEWAY_TIMEOUT);
+        assert!(e.is_timeout());
+        assert!(!ProxyError::Upstream("reset".into()).is_timeout());
+    }
+}

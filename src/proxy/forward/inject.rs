@@ -1,0 +1,281 @@
+//! Opt-in `usage_mode = "inject"`: ask OpenAI-style servers for the usage
+//! chunk the client did not ask for, and take it out again on the way back,
+//! so the client still receives what it asked for and tokenclock gets exact
+//! token totals.
+//!
+//! This is the one place tokenclock changes bytes, and only when configured:
+//! the request body is read whole (up to `request_capture_bytes`) before it
+//! is forwarded, and the response stream is cut at event boundaries.
+
+use std::{
+    collections::VecDeque,
+    pin::Pin,
+    task::{Context, Poll},
+};
+
+use bytes::{Bytes, BytesMut};
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::BodyExt;
+use pin_project_lite::pin_project;
+use serde::{de::IgnoredAny, Deserialize};
+
+use super::client_body::{ClientBody, ClientBodyError};
+use crate::measure::frame::sse::SseFramer;
+
+/// A request body on its way upstream: streamed as it comes, or read first.
+pub enum RequestBody {
+    /// The client's body, frame by frame.
+    Streaming(ClientBody),
+    /// Frames already read (rewritten or not), then the rest of the body.
+    Replayed {
+        /// Frames to send first.
+        frames: VecDeque<Bytes>,
+        /// What the client has not sent yet, if anything.
+        rest: Option<ClientBody>,
+    },
+}
+
+impl Body for RequestBody {
+    type Data = Bytes;
+    type Error = ClientBodyError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, ClientBodyError>>> {
+        match self.get_mut() {
+            Self::Streaming(body) => Pin::new(body).poll_frame(cx),
+            Self::Replayed { frames, rest } => match (frames.pop_front(), rest) {
+                (Some(frame), _) => Poll::Ready(Some(Ok(Frame::data(frame)))),
+                (None, Some(rest)) => Pin::new(rest).poll_frame(cx),
+                (None, None) => Poll::Ready(None),
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            Self::Streaming(body) => body.is_end_stream(),
+            Self::Replayed { frames, rest } => {
+                frames.is_empty() && rest.as_ref().is_none_or(|r| r.is_end_stream())
+            }
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            Self::Streaming(body) => body.size_hint(),
+            Self::Replayed { frames, rest } => {
+                let buffered: u64 = frames.iter().map(|f| f.len() as u64).sum();
+                let rest = rest
+                    .as_ref()
+                    .map_or_else(|| SizeHint::with_exact(0), |r| r.size_hint());
+                let mut hint = SizeHint::new();
+                hint.set_lower(buffered + rest.lower());
+                if let Some(upper) = rest.upper() {
+                    hint.set_upper(buffered + upper);
+                }
+                hint
+            }
+        }
+    }
+}
+
+/// Reads the body (up to `cap` bytes) and, for a streamed request without
+/// `stream_options.include_usage`, adds it. Returns the body to forward and
+/// whether it was rewritten. Bodies over `cap`, or not such JSON, are
+/// forwarded unchanged; a body the client fails to send is an error.
+pub async fn read_and_inject(
+    mut body: ClientBody,
+    cap: usize,
+) -> Result<(RequestBody, bool), ClientBodyError> {
+    let mut frames = VecDeque::new();
+    let mut total = 0usize;
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame?.into_data() {
+            total += data.len();
+            frames.push_back(data);
+        }
+        if total > cap {
+            let rest = Some(body);
+            return Ok((RequestBody::Replayed { frames, rest }, false));
+        }
+    }
+    let whole: Vec<u8> = frames.iter().flat_map(|f| f.iter().copied()).collect();
+    match with_include_usage(&whole) {
+        Some(rewritten) => {
+            let frames = VecDeque::from([Bytes::from(rewritten)]);
+            Ok((RequestBody::Replayed { frames, rest: None }, true))
+        }
+        None => Ok((RequestBody::Replayed { frames, rest: None }, false)),
+    }
+}
+
+/// The request JSON with `stream_options.include_usage = true`, if it
+/// streams and does not ask for usage already.
+fn with_include_usage(json: &[u8]) -> Option<Vec<u8>> {
+    let mut value: serde_json::Value = serde_json::from_slice(json).ok()?;
+    let object = value.as_object_mut()?;
+    if object.get("stream").and_then(|s| s.as_bool()) != Some(true) {
+        return None;
+    }
+    let options = object
+        .entry("stream_options")
+        .or_insert_with(|| serde_json::json!({}));
+    let options = options.as_object_mut()?;
+    if options.get("include_usage").and_then(|u| u.as_bool()) == Some(true) {
+        return None;
+    }
+    options.insert("include_usage".to_owned(), serde_json::Value::Bool(true));
+    serde_json::to_vec(&value).ok()
+}
+
+pin_project! {
+    /// Forwards an SSE stream without its usage-only chunk (`choices` empty
+    /// or null, `usage` set), when the proxy asked for that chunk itself.
+    pub struct StripUsage<B> {
+        #[pin]
+        inner: B,
+        cutter: Option<Box<Cutter>>,
+    }
+}
+
+impl<B> StripUsage<B> {
+    /// Strips when `strip`, else passes every frame through untouched.
+    pub fn new(inner: B, strip: bool) -> Self {
+        let cutter = strip.then(|| Box::new(Cutter::default()));
+        Self { inner, cutter }
+    }
+}
+
+impl<B: Body<Data = Bytes>> Body for StripUsage<B> {
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        let mut this = self.project();
+        let Some(cutter) = this.cutter.as_mut() else {
+            return this.inner.poll_frame(cx);
+        };
+        loop {
+            let frame = match std::task::ready!(this.inner.as_mut().poll_frame(cx)) {
+                Some(Ok(frame)) => frame,
+                None => return Poll::Ready(cutter.flush().map(|b| Ok(Frame::data(b)))),
+                other => return Poll::Ready(other),
+            };
+            let data = match frame.into_data() {
+                Ok(data) => data,
+                Err(frame) => return Poll::Ready(Some(Ok(frame))),
+            };
+            let out = cutter.cut(data);
+            if !out.is_empty() {
+                return Poll::Ready(Some(Ok(Frame::data(out))));
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream() && self.cutter.as_ref().is_none_or(|c| c.pending.is_empty())
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self.cutter {
+            Some(_) => SizeHint::new(),
+            None => self.inner.size_hint(),
+        }
+    }
+}
+
+/// Splits a byte stream at SSE event boundaries (blank lines) and drops
+/// usage-only events.
+#[derive(Default)]
+struct Cutter {
+    /// Bytes of the event not yet complete.
+    pending: BytesMut,
+    /// The last byte seen ended a line.
+    at_line_start: bool,
+    /// The last byte seen was a CR, whose LF may follow.
+    after_cr: bool,
+}
+
+impl Cutter {
+    /// The bytes of `data` that may be forwarded now.
+    fn cut(&mut self, data: Bytes) -> Bytes {
+        let ends = self.event_ends(&data);
+        let Some(&last) = ends.last() else {
+            self.pending.extend_from_slice(&data);
+            return Bytes::new();
+        };
+        let mut out = BytesMut::new();
+        let mut from = 0;
+        for end in ends {
+            let event = if self.pending.is_empty() {
+                data.slice(from..end)
+            } else {
+                self.pending.extend_from_slice(&data[from..end]);
+                self.pending.split().freeze()
+            };
+            if !is_usage_only(&event) {
+                if out.is_empty() && from == 0 && end == data.len() {
+                    return event;
+                }
+                out.extend_from_slice(&event);
+            }
+            from = end;
+        }
+        self.pending.extend_from_slice(&data[last..]);
+        out.freeze()
+    }
+
+    /// Offsets just past each blank line that ends an event in `data`.
+    fn event_ends(&mut self, data: &[u8]) -> Vec<usize> {
+        let mut ends = Vec::new();
+        for (i, &b) in data.iter().enumerate() {
+            let after_cr = std::mem::take(&mut self.after_cr);
+            match b {
+                b'\n' if after_cr => {
+                    if let Some(end) = ends.last_mut().filter(|e| **e == i) {
+                        *end = i + 1;
+                    }
+                }
+                b'\r' | b'\n' => {
+                    if self.at_line_start {
+                        ends.push(i + 1);
+                    }
+                    self.at_line_start = true;
+                    self.after_cr = b == b'\r';
+                }
+                _ => self.at_line_start = false,
+            }
+        }
+        ends
+    }
+
+    /// What is left at the end of the stream.
+    fn flush(&mut self) -> Option<Bytes> {
+        (!self.pending.is_empty()).then(|| self.pending.split().freeze())
+    }
+}
+
+/// Whether an SSE event is an OpenAI usage-only chunk.
+fn is_usage_only(event: &[u8]) -> bool {
+    #[derive(Deserialize)]
+    struct Chunk {
+        #[serde(default)]
+        choices: Option<Vec<IgnoredAny>>,
+        usage: Option<IgnoredAny>,
+    }
+    let mut usage_only = false;
+    SseFramer::new(event.len() + 1).feed(event, &mut |e| {
+        if let Ok(chunk) = serde_json::from_slice::<Chunk>(e.data) {
+            usage_only = chunk.usage.is_some() && chunk.choices.is_none_or(|c| c.is_empty());
+        }
+    });
+    usage_only
+}
+
+#[cfg(test)]
+mod tests;

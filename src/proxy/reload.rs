@@ -1,0 +1,285 @@
+//! SIGHUP: re-read the config file and apply what can change without
+//! dropping a request.
+//!
+//! The settings a request is measured with (how it is read, labelled,
+//! judged and recorded) form one [`Settings`] generation. A request reads
+//! the current generation once, when it starts, and keeps it to the end; a
+//! reload builds the next generation and swaps it in. Metric families stay
+//! registered across generations (counters never reset); only the view of
+//! them (caps, SLOs, ranges) changes. What is baked into a socket, the
+//! upstream client or a registered family is reported as needing a
+//! restart and keeps its running value; see [`config::reload`].
+
+use std::{
+    collections::BTreeSet,
+    io,
+    path::PathBuf,
+    sync::{Arc, RwLock},
+};
+
+use tokio::{signal::unix::Signal, sync::oneshot};
+
+use crate::{
+    config::{self, reload::Reload, Config, ConfigError, File, Overrides},
+    export::logging::{self, FilterChange},
+    export::metrics::Metrics,
+    export::records::RecordLog,
+    measure::read::ReadSettings,
+    measure::timeline::TimelineSink,
+    proxy::server::StartError,
+};
+
+/// Where the running config came from, to read it again the same way.
+pub struct Source {
+    /// The config file; `None` when started without one (nothing to reload).
+    pub path: Option<PathBuf>,
+    /// Flag and environment values, which still win over the file.
+    pub overrides: Overrides,
+    /// The running effective settings (file, overrides, defaults).
+    pub running: File,
+}
+
+/// A config reload that was refused; the running config stays in force.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    /// The new file is unreadable or invalid: one line naming the key.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The new record log cannot be opened.
+    #[error("records.path: cannot open {path}: {source}")]
+    Records {
+        /// The file.
+        path: String,
+        /// Why.
+        source: io::Error,
+    },
+}
+
+/// One config generation: what a request reads once, when it starts.
+pub struct Settings {
+    /// How its bodies are read and which headers label it.
+    pub reading: ReadSettings,
+    /// Where its finished timeline goes: metrics, records and extra sinks.
+    pub sink: Option<Arc<dyn TimelineSink>>,
+}
+
+/// The current [`Settings`]; cheap to clone. Read once per request, never
+/// held across an await.
+#[derive(Clone)]
+pub struct Live(Arc<RwLock<Arc<Settings>>>);
+
+impl Live {
+    fn new(settings: Settings) -> Self {
+        Self(Arc::new(RwLock::new(Arc::new(settings))))
+    }
+
+    /// The settings for a request starting now.
+    pub fn current(&self) -> Arc<Settings> {
+        match self.0.read() {
+            Ok(current) => current.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    fn replace(&self, settings: Settings) {
+        let settings = Arc::new(settings);
+        match self.0.write() {
+            Ok(mut current) => *current = settings,
+            Err(poisoned) => *poisoned.into_inner() = settings,
+        }
+    }
+}
+
+/// SIGHUP, installed when made: a signal that arrives once we listen must
+/// reload, not kill the process with the default action.
+pub struct Hangups(Option<Signal>);
+
+impl Hangups {
+    /// Installs the SIGHUP handler now. Must be called within a Tokio runtime.
+    pub fn install() -> Self {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::hangup()) {
+            Ok(signal) => Self(Some(signal)),
+            Err(e) => {
+                tracing::error!(error = %e, "Cannot install the SIGHUP handler; SIGHUP will stop the process.");
+                Self(None)
+            }
+        }
+    }
+
+    async fn recv(&mut self) {
+        if let Some(signal) = &mut self.0 {
+            if signal.recv().await.is_some() {
+                return;
+            }
+        }
+        std::future::pending().await
+    }
+}
+
+/// Owns what a generation is built from, and builds the next one.
+pub struct Reloader {
+    source: Option<Source>,
+    metrics: Metrics,
+    records: RecordLog,
+    extra: Option<Arc<dyn TimelineSink>>,
+    live: Live,
+    /// Every SLO name used since start: their series stay registered.
+    slo_names: BTreeSet<String>,
+}
+
+// === impl Reloader ===
+
+impl Reloader {
+    /// Opens the record log and builds the first generation from `config`.
+    /// `extra` receives every finished timeline too, in every generation.
+    pub fn start(
+        config: &Config,
+        metrics: Metrics,
+        extra: Option<Arc<dyn TimelineSink>>,
+        source: Option<Source>,
+    ) -> Result<Self, StartError> {
+        let records = config.export.records.as_ref();
+        let records = RecordLog::open(records, metrics.records_dropped()).map_err(|source| {
+            StartError::Records {
+                path: path_of(records),
+                source,
+            }
+        })?;
+        let settings = generation(&metrics, &records, extra.clone(), config);
+        Ok(Self {
+            source,
+            metrics,
+            records,
+            extra,
+            live: Live::new(settings),
+            slo_names: slo_names(config).collect(),
+        })
+    }
+
+    /// The current settings, for the proxy.
+    pub fn live(&self) -> Live {
+        self.live.clone()
+    }
+
+    /// Reloads on each SIGHUP until `stop` fires, then hands itself back.
+    /// Without `hangups` it only waits for `stop`.
+    pub async fn serve(
+        mut self,
+        hangups: Option<Hangups>,
+        mut stop: oneshot::Receiver<()>,
+    ) -> Self {
+        let mut hangups = hangups.unwrap_or(Hangups(None));
+        loop {
+            tokio::select! {
+                _ = &mut stop => return self,
+                () = hangups.recv() => self.reload(),
+            }
+        }
+    }
+
+    /// Writes the records still queued and ends the record writers.
+    pub async fn close(self) {
+        self.records.close().await;
+    }
+
+    /// Re-reads the config file and applies it, or refuses it whole.
+    pub fn reload(&mut self) {
+        let Some(path) = self.source.as_ref().and_then(|s| s.path.clone()) else {
+            tracing::warn!(
+                "SIGHUP received, but no config file was given at start: nothing to reload."
+            );
+            return;
+        };
+        let path = path.display().to_string();
+        tracing::info!(%path, "SIGHUP received; reloading the configuration.");
+        match self.apply() {
+            Ok(()) => self.metrics.config_reloaded(true),
+            Err(e) => {
+                self.metrics.config_reloaded(false);
+                tracing::error!(%path, error = %e, "Configuration reload refused; the running configuration stays in force.");
+            }
+        }
+    }
+
+    fn apply(&mut self) -> Result<(), ReloadError> {
+        let Some(source) = &self.source else {
+            return Ok(());
+        };
+        let (new, _) = config::load(source.path.as_deref(), &source.overrides)?;
+        let Reload {
+            file,
+            config,
+            applied,
+            needs_restart,
+        } = config::reload::plan(&source.running, new)?;
+        config::reload::check_slo_names(&config, &self.slo_names)?;
+        let records = config.export.records.as_ref();
+        self.records
+            .replace(records)
+            .map_err(|e| ReloadError::Records {
+                path: path_of(records),
+                source: e,
+            })?;
+        let settings = generation(&self.metrics, &self.records, self.extra.clone(), &config);
+        self.live.replace(settings);
+        self.slo_names.extend(slo_names(&config));
+        if let Some(source) = &mut self.source {
+            source.running = file;
+        }
+        for key in &needs_restart {
+            tracing::warn!(%key, "Changed setting needs restart; its running value stays in force.");
+        }
+        tracing::info!(
+            applied = %applied.join(","),
+            "Configuration reloaded; requests that start from now on use it."
+        );
+        // Last, so the lines above pass the filter they were written under.
+        if applied.iter().any(|k| k == "log_filter") {
+            log_filter(&config.log_filter);
+        }
+        Ok(())
+    }
+}
+
+/// The generation `config` describes, sharing families and writers.
+fn generation(
+    metrics: &Metrics,
+    records: &RecordLog,
+    extra: Option<Arc<dyn TimelineSink>>,
+    config: &Config,
+) -> Settings {
+    let export = &config.export;
+    let mut sinks: Vec<Arc<dyn TimelineSink>> = vec![Arc::new(metrics.reconfigured(export))];
+    sinks.extend(extra);
+    if export.records.is_some() {
+        let labels = export.labels.iter().map(|l| l.name.clone()).collect();
+        sinks.push(Arc::new(records.writer(export.slos.clone(), labels)));
+    }
+    Settings {
+        reading: config.reading.clone(),
+        sink: Some(Arc::new(sinks)),
+    }
+}
+
+fn path_of(records: Option<&config::Records>) -> String {
+    records
+        .map(|r| r.path.display().to_string())
+        .unwrap_or_default()
+}
+
+fn slo_names(config: &Config) -> impl Iterator<Item = String> + '_ {
+    config.export.slos.iter().map(|s| s.name.clone())
+}
+
+fn log_filter(filter: &str) {
+    match logging::set_filter(filter) {
+        FilterChange::Applied | FilterChange::NotInstalled => {}
+        FilterChange::EnvWins => {
+            tracing::info!("log_filter changed, but RUST_LOG is set and stays in force.");
+        }
+        FilterChange::Failed(e) => {
+            tracing::warn!(error = %e, "Cannot replace the log filter; the running one stays.");
+        }
+    }
+}

@@ -1,0 +1,217 @@
+//! Listeners and connections: accept, serve HTTP/1.1 and h2c on one port,
+//! and drain gracefully on shutdown.
+//!
+//! Connections are bounded in number ([`accept`]: `max_connections`, with
+//! the file descriptor limit checked at start by [`fds`]) and in time
+//! ([`conn`]: `header_read_timeout`, `client_idle_timeout`, h2 keep-alive).
+
+mod accept;
+mod activity;
+mod conn;
+mod fds;
+
+use std::{future::Future, io, net::SocketAddr, sync::Arc, time::Duration};
+
+use hyper_util::service::TowerToHyperService;
+use tokio::{net::TcpListener, sync::oneshot, task::JoinSet};
+
+pub use self::fds::TooFewDescriptors;
+pub(crate) use self::{
+    accept::Listener,
+    conn::{Drain, Serve},
+};
+
+use crate::{
+    config::Config,
+    export::admin,
+    export::metrics::Metrics,
+    measure::timeline::TimelineSink,
+    proxy::forward::Proxy,
+    proxy::health::{Health, Probe},
+    proxy::reload::{Hangups, Reloader, Source},
+};
+
+/// A failure to start serving. Bind failures name the config key.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A listener could not be bound (port in use, no permission).
+    #[error("{key}: cannot listen on {addr}: {source}")]
+    Bind {
+        /// `listen` or `metrics_listen`.
+        key: &'static str,
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: io::Error,
+    },
+    /// The metrics registry refused a family (a bug).
+    #[error("cannot register metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+    /// The record log could not be opened.
+    #[error("records.path: cannot open {path}: {source}")]
+    Records {
+        /// The file.
+        path: String,
+        /// Why.
+        source: io::Error,
+    },
+    /// TLS for the upstream could not be set up.
+    #[error("cannot set up TLS for the upstream: {0}")]
+    Tls(#[from] rustls::Error),
+    /// The runtime could not start.
+    #[error("cannot start the runtime: {0}")]
+    Runtime(io::Error),
+    /// The connection caps do not fit in the file descriptor limit.
+    #[error(transparent)]
+    Descriptors(#[from] TooFewDescriptors),
+}
+
+impl StartError {
+    /// Whether the fault is in the configuration (exit code 2).
+    pub fn is_config(&self) -> bool {
+        matches!(
+            self,
+            Self::Bind { .. } | Self::Records { .. } | Self::Descriptors(_)
+        )
+    }
+}
+
+/// Both listeners, bound and ready to serve.
+pub struct Bound {
+    config: Config,
+    proxy: TcpListener,
+    admin: TcpListener,
+    sink: Option<Arc<dyn TimelineSink>>,
+    reloads: Option<(Source, Hangups)>,
+}
+
+// === impl Bound ===
+
+impl Bound {
+    /// Binds the proxy and metrics listeners; fails before serving anything,
+    /// also when the connection caps do not fit in the file descriptor limit.
+    pub async fn bind(config: Config) -> Result<Self, StartError> {
+        let limit = fds::reserve(&config)?;
+        tracing::debug!(
+            limit = limit.map_or_else(|| "unlimited".to_owned(), |l| l.to_string()),
+            needed = fds::needed(&config),
+            "File descriptors."
+        );
+        let proxy = bind("listen", config.listen).await?;
+        let admin = bind("metrics_listen", config.metrics_listen).await?;
+        Ok(Self {
+            config,
+            proxy,
+            admin,
+            sink: None,
+            reloads: None,
+        })
+    }
+
+    /// Reloads the config `source` names on each of `hangups` (SIGHUP).
+    pub fn with_reloads(self, source: Source, hangups: Hangups) -> Self {
+        Self {
+            reloads: Some((source, hangups)),
+            ..self
+        }
+    }
+
+    /// Sends every finished request's timeline to `sink` too.
+    pub fn with_sink(self, sink: Arc<dyn TimelineSink>) -> Self {
+        Self {
+            sink: Some(sink),
+            ..self
+        }
+    }
+
+    /// The address clients connect to.
+    pub fn proxy_addr(&self) -> io::Result<SocketAddr> {
+        self.proxy.local_addr()
+    }
+
+    /// The address of `/metrics`, `/healthz` and `/readyz`.
+    pub fn metrics_addr(&self) -> io::Result<SocketAddr> {
+        self.admin.local_addr()
+    }
+
+    /// Serves until `shutdown` resolves, then stops accepting, lets
+    /// in-flight requests finish for up to `shutdown_grace`, and returns.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), StartError> {
+        let Self {
+            config,
+            proxy,
+            admin,
+            sink,
+            reloads,
+        } = self;
+        let health = match config.upstream_health.path {
+            Some(_) => Health::health_checked(),
+            None => Health::new(),
+        };
+        let metrics = Metrics::new(&config.export)?;
+        let probe = Probe::new(health.clone(), &config, metrics.upstream_health())?;
+        let (source, hangups) = reloads.map_or((None, None), |(s, h)| (Some(s), Some(h)));
+        let reloader = Reloader::start(&config, metrics.clone(), sink, source)?;
+        let live = reloader.live();
+        let (stop_reloads, reloads_stopped) = oneshot::channel();
+        let reloads = tokio::spawn(reloader.serve(hangups, reloads_stopped));
+        let listen = proxy.local_addr().map_or(config.listen, |a| a);
+        let metrics_listen = admin.local_addr().map_or(config.metrics_listen, |a| a);
+        let mut background = JoinSet::new();
+        background.spawn(probe.run());
+        let proxy = Listener::new(
+            proxy,
+            config.connections.max,
+            Serve::new(&config.timeouts, metrics.connections("proxy")),
+        );
+        let admin = Listener::new(
+            admin,
+            config.connections.metrics_max,
+            Serve::new(&config.timeouts, metrics.connections("metrics")),
+        );
+        let admin_service = admin::Admin::new(health.clone(), metrics);
+        background.spawn(async move {
+            // Never drained: it serves /readyz = 503 until the process exits.
+            let drain = Drain::new();
+            admin
+                .accept(admin_service, &drain, std::future::pending())
+                .await;
+        });
+
+        let service = TowerToHyperService::new(Proxy::new(&config, health.clone(), live)?);
+        let drain = Drain::new();
+        tracing::info!(
+            %listen,
+            %metrics_listen,
+            upstream = %config.upstream.url(),
+            "Proxy listening."
+        );
+        proxy.accept(service, &drain, shutdown).await;
+
+        health.start_draining();
+        let _ = stop_reloads.send(());
+        finish(drain, config.shutdown_grace).await;
+        match reloads.await {
+            Ok(reloader) => reloader.close().await,
+            Err(e) => tracing::warn!(error = %e, "The config reloader ended abnormally."),
+        }
+        background.shutdown().await;
+        Ok(())
+    }
+}
+
+async fn bind(key: &'static str, addr: SocketAddr) -> Result<TcpListener, StartError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartError::Bind { key, addr, source })
+}
+
+/// Lets in-flight requests finish for up to `grace`; idle and head-less
+/// connections are closed at once.
+async fn finish(drain: Drain, grace: Duration) {
+    tracing::info!(grace = ?grace, "Shutting down: draining in-flight requests.");
+    tokio::select! {
+        () = drain.shutdown() => tracing::info!("All connections closed."),
+        () = tokio::time::sleep(grace) => tracing::warn!("Grace period over; closing the remaining connections."),
+    }
+}

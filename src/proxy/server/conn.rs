@@ -1,0 +1,188 @@
+//! One client connection, served by hyper under tokenclock's own deadlines.
+//!
+//! hyper's auto builder reads a new connection's first bytes to choose
+//! HTTP/1.1 or h2 with no deadline, and an h2 connection with no stream
+//! open is never closed. So every connection is driven here until its first
+//! request head reaches the service (within `header_read_timeout`), and
+//! then closed whenever it has had no request in flight for
+//! `client_idle_timeout`. On shutdown, idle and head-less connections are
+//! closed at once; busy ones finish their requests first.
+
+use std::{sync::Arc, time::Duration};
+
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper_util::{
+    rt::{TokioExecutor, TokioIo, TokioTimer},
+    server::conn::auto,
+};
+use tokio::{net::TcpStream, sync::watch, time::Instant};
+
+use super::activity::{Activity, Tracked};
+use crate::{config::Timeouts, export::metrics::ConnectionMetrics};
+
+/// After shutdown begins, an idle connection gets this long to finish on
+/// its own (flush its last frames, answer the h2 GOAWAY's PING) before it
+/// is dropped. Short: a client that answers at all answers within an RTT.
+const SHUTDOWN_LINGER: Duration = Duration::from_secs(1);
+
+/// How one listener serves its connections; shared by all of them.
+pub(crate) struct Serve {
+    builder: auto::Builder<TokioExecutor>,
+    header_read: Duration,
+    idle: Duration,
+    pub(super) metrics: ConnectionMetrics,
+}
+
+impl Serve {
+    /// HTTP/1.1 and h2c on one port, with the client-side `timeouts`.
+    pub(crate) fn new(timeouts: &Timeouts, metrics: ConnectionMetrics) -> Self {
+        let mut builder = auto::Builder::new(TokioExecutor::new());
+        builder
+            .http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(timeouts.header_read);
+        builder
+            .http2()
+            .timer(TokioTimer::new())
+            .keep_alive_interval(timeouts.keep_alive_interval)
+            .keep_alive_timeout(timeouts.keep_alive_timeout);
+        Self {
+            builder,
+            header_read: timeouts.header_read,
+            idle: timeouts.client_idle,
+            metrics,
+        }
+    }
+}
+
+/// Tells connections to finish, and learns when they all have.
+#[derive(Debug)]
+pub(crate) struct Drain {
+    signal: watch::Sender<bool>,
+}
+
+impl Drain {
+    pub(crate) fn new() -> Self {
+        Self {
+            signal: watch::channel(false).0,
+        }
+    }
+
+    /// What a connection watches; it holds the drain open until dropped.
+    pub(super) fn watch(&self) -> watch::Receiver<bool> {
+        self.signal.subscribe()
+    }
+
+    /// Signals every connection, then waits until all are closed.
+    pub(crate) async fn shutdown(self) {
+        self.signal.send_replace(true);
+        self.signal.closed().await;
+    }
+}
+
+/// Why a connection is waited on, when no request is in flight.
+#[derive(Clone, Copy)]
+enum Wait {
+    /// The first request head has not reached the service yet.
+    Head,
+    /// Between requests.
+    Idle,
+    /// Shutdown began; the connection may finish on its own.
+    Linger,
+}
+
+/// Serves `stream` until it closes, a deadline passes, or shutdown ends it.
+pub(super) async fn serve<S, B>(
+    stream: TcpStream,
+    service: S,
+    serve: &Serve,
+    mut drain: watch::Receiver<bool>,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
+where
+    S: hyper::service::Service<Request<Incoming>, Response = Response<B>>
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let activity = Arc::new(Activity::default());
+    let conn = serve.builder.serve_connection(
+        TokioIo::new(stream),
+        Tracked::new(service, activity.clone()),
+    );
+    tokio::pin!(conn);
+    let mut wait = Wait::Head;
+    let mut deadline = Instant::now() + serve.header_read;
+    // False once shutdown began, or if the drain went away without one.
+    let mut watching = true;
+    loop {
+        let idle = activity.is_idle();
+        tokio::select! {
+            biased;
+            result = conn.as_mut() => return result,
+            () = activity.changed() => {
+                if activity.is_idle() {
+                    if matches!(wait, Wait::Head) && activity.has_started() {
+                        wait = Wait::Idle;
+                    }
+                    deadline = Instant::now() + serve.limit(wait);
+                }
+            }
+            () = tokio::time::sleep_until(deadline), if idle => {
+                // A request may have started while the connection was polled.
+                if !activity.is_idle() || (matches!(wait, Wait::Head) && activity.has_started()) {
+                    continue;
+                }
+                match wait {
+                    Wait::Head => serve.metrics.head_timeout.inc(),
+                    Wait::Idle => serve.metrics.idle_timeout.inc(),
+                    Wait::Linger => {}
+                }
+                return Ok(());
+            }
+            changed = drain.changed(), if watching => {
+                watching = false;
+                if changed.is_err() {
+                    continue;
+                }
+                if activity.is_idle() {
+                    serve.metrics.shutdown.inc();
+                }
+                wait = Wait::Linger;
+                deadline = Instant::now() + SHUTDOWN_LINGER;
+                conn.as_mut().graceful_shutdown();
+            }
+        }
+    }
+}
+
+impl Serve {
+    fn limit(&self, wait: Wait) -> Duration {
+        match wait {
+            Wait::Head => self.header_read,
+            Wait::Idle => self.idle,
+            Wait::Linger => SHUTDOWN_LINGER,
+        }
+    }
+}
+
+/// Logs how a connection ended, at debug: clients close connections
+/// in every way, none of them tokenclock's fault.
+pub(super) fn closed(
+    peer: std::net::SocketAddr,
+    result: Result<(), Box<dyn std::error::Error + Send + Sync>>,
+) {
+    if let Err(e) = result {
+        let timeout = e
+            .downcast_ref::<hyper::Error>()
+            .is_some_and(hyper::Error::is_timeout);
+        let cause = e.source().map(ToString::to_string).unwrap_or_default();
+        tracing::debug!(%peer, error = %e, %cause, timeout, "Connection closed with an error.");
+    }
+}

@@ -1,0 +1,14 @@
+//! Tools that sit apart from the proxy and serve the command line, the tests,
+//! the benchmarks and the demo. Nothing in the proxy, the measurement core
+//! or the exporters imports them.
+//!
+//! - [`sim`]: a simulated model server speaking the real wire formats.
+//! - [`load`]: the load generator: an independent client that times what it
+//!   receives.
+//! - [`demo`]: simulator, proxy and load together, with a live terminal view.
+//! - [`report`]: offline summaries of record files.
+
+pub mod demo;
+pub mod load;
+pub mod report;
+pub mod sim;

@@ -1,0 +1,191 @@
+//! `tokenclock report`: offline summaries of record files, like AIPerf's console summary.
+//!
+//! Reads one or more JSONL record files (malformed lines are skipped and
+//! reported), groups the records (all together, by model or by endpoint)
+//! and prints, per group, avg/min/p50/p90/p99/max of TTFT, TTFO, ITL, TPOT,
+//! E2E, input and output tokens; request and output-token throughput;
+//! goodput per SLO; and the input × output token map. See [`stats`] for
+//! the percentile method.
+
+pub mod render;
+pub mod stats;
+
+use std::{
+    collections::BTreeMap,
+    fs::File,
+    io::{self, BufRead, BufReader},
+    path::{Path, PathBuf},
+    str::FromStr,
+};
+
+pub use self::stats::{Figures, Goodput, Grid, Metric, SloSpec, Summary};
+use crate::export::records::Record;
+
+/// Malformed lines reported one by one per file; the rest are only counted.
+const MALFORMED_SHOWN: usize = 5;
+
+/// Why a report could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    /// A record file could not be opened or read.
+    #[error("{}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// A `--slo` objective could not be understood.
+    #[error("--slo `{objective}`: {why}")]
+    Slo {
+        /// The objective as given.
+        objective: String,
+        /// Why it is wrong.
+        why: String,
+    },
+}
+
+/// How records are grouped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GroupBy {
+    /// One group per model (`unknown` when absent).
+    Model,
+    /// One group per endpoint (dialect).
+    Endpoint,
+}
+
+impl FromStr for GroupBy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "model" => Ok(Self::Model),
+            "endpoint" => Ok(Self::Endpoint),
+            other => Err(format!("expected `model` or `endpoint`, got `{other}`")),
+        }
+    }
+}
+
+/// The output format.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Format {
+    /// An aligned table per group, for people.
+    #[default]
+    Text,
+    /// One JSON object.
+    Json,
+    /// One row per group × metric, with a header row.
+    Csv,
+}
+
+impl FromStr for Format {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "text" => Ok(Self::Text),
+            "json" => Ok(Self::Json),
+            "csv" => Ok(Self::Csv),
+            other => Err(format!("expected `text`, `json` or `csv`, got `{other}`")),
+        }
+    }
+}
+
+/// What to report on.
+#[derive(Clone, Debug, Default)]
+pub struct ReportArgs {
+    /// Record files (JSONL), read in order.
+    pub files: Vec<PathBuf>,
+    /// SLOs like `ttft:500ms tpot:50ms`; empty: the results in the records.
+    pub slos: Vec<String>,
+    /// Grouping; `None`: one group, `all`.
+    pub by: Option<GroupBy>,
+    /// Output format.
+    pub format: Format,
+}
+
+/// A finished report.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Output {
+    /// The report, for stdout.
+    pub stdout: String,
+    /// Malformed lines and the like, one message per line, for stderr.
+    pub warnings: Vec<String>,
+}
+
+/// Reads the files and renders the report.
+pub fn run(args: &ReportArgs) -> Result<Output, ReportError> {
+    let slos = args
+        .slos
+        .iter()
+        .map(|s| SloSpec::parse(s))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut records = Vec::new();
+    let mut warnings = Vec::new();
+    for path in &args.files {
+        read(path, &mut records, &mut warnings).map_err(|source| ReportError::Read {
+            path: path.clone(),
+            source,
+        })?;
+    }
+    let figures = figures(&records, args.by, &slos);
+    let stdout = match args.format {
+        Format::Text => render::text(&figures, records.len()),
+        Format::Json => render::json(&figures),
+        Format::Csv => render::csv(&figures),
+    };
+    Ok(Output { stdout, warnings })
+}
+
+/// The figures of each group, groups in name order.
+pub fn figures(records: &[Record], by: Option<GroupBy>, slos: &[SloSpec]) -> Vec<Figures> {
+    let mut groups: BTreeMap<&str, Vec<&Record>> = BTreeMap::new();
+    for r in records {
+        let key = match by {
+            None => "all",
+            Some(GroupBy::Model) => r.model.as_deref().unwrap_or("unknown"),
+            Some(GroupBy::Endpoint) => &r.endpoint,
+        };
+        groups.entry(key).or_default().push(r);
+    }
+    groups
+        .iter()
+        .map(|(name, records)| Figures::of(name, records, slos))
+        .collect()
+}
+
+/// Appends the records of one file; malformed lines become warnings.
+pub fn read(path: &Path, into: &mut Vec<Record>, warnings: &mut Vec<String>) -> io::Result<()> {
+    let mut reader = BufReader::new(File::open(path)?);
+    let (mut line, mut number, mut malformed) = (Vec::new(), 0usize, 0usize);
+    loop {
+        line.clear();
+        if reader.read_until(b'\n', &mut line)? == 0 {
+            break;
+        }
+        number += 1;
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        match serde_json::from_slice::<Record>(&line) {
+            Ok(record) => into.push(record),
+            Err(e) => {
+                malformed += 1;
+                if malformed <= MALFORMED_SHOWN {
+                    warnings.push(format!(
+                        "{}:{number}: malformed record: {e}",
+                        path.display()
+                    ));
+                }
+            }
+        }
+    }
+    if malformed > MALFORMED_SHOWN {
+        warnings.push(format!(
+            "{}: {malformed} malformed lines skipped",
+            path.display()
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,256 @@
+//! One response from arrival to last event: plan the steps, pace them with
+//! the engine (or the schedule), and hand them to the wire encoder.
+
+use std::{future::Future, sync::Arc};
+
+use serde_json::Value;
+use tokio::time::Instant;
+
+use super::{
+    body::{Emitter, Event},
+    engine::{Engine, Pacer},
+    fault::Fault,
+    request::SimRequest,
+    schedule::Schedule,
+    text::Rng,
+    wire::{self, Encoder, Kind, Step, Text, Totals},
+    SimConfig,
+};
+
+/// Everything about one request the generator needs.
+pub(crate) struct Job {
+    /// The parsed request.
+    pub request: SimRequest,
+    /// Faults to inject.
+    pub fault: Fault,
+    /// An exact schedule, bypassing the queue model.
+    pub schedule: Option<Schedule>,
+    /// The token text source.
+    pub rng: Rng,
+    /// When the request head arrived.
+    pub arrival: Instant,
+    /// A unique number for response ids.
+    pub id: u64,
+}
+
+/// The steps of a response: kind and tokens per event, reasoning first.
+fn plan(job: &Job, config: &SimConfig, reasoning_ok: bool) -> Vec<(Kind, u64)> {
+    if let Some(schedule) = job.schedule {
+        return scheduled(&schedule, reasoning_ok);
+    }
+    let total = job
+        .request
+        .max_tokens
+        .unwrap_or_else(|| drawn_length(job.rng.clone(), config.output_tokens))
+        .max(1);
+    let share = match config.reasoning_share {
+        share if share > 0.0 => share,
+        _ if job.request.reasoning_model() => 0.5,
+        _ => 0.0,
+    };
+    let reasoning = if reasoning_ok {
+        ((total as f64 * share).round() as u64).min(total)
+    } else {
+        0
+    };
+    let per = config.stream_interval as u64;
+    let chunks = |kind, mut left: u64| {
+        std::iter::from_fn(move || {
+            let n = left.min(per);
+            left -= n;
+            (n > 0).then_some((kind, n))
+        })
+    };
+    chunks(Kind::Reasoning, reasoning)
+        .chain(chunks(Kind::Output, total - reasoning))
+        .collect()
+}
+
+/// An output length when the request sets none: exponentially distributed
+/// with mean `mean` (most answers short, a few long, as real traffic),
+/// capped at 8× the mean; drawn from the request's own seeded generator,
+/// so the same seed and request give the same length.
+fn drawn_length(mut rng: crate::tools::sim::text::Rng, mean: u64) -> u64 {
+    let u = rng.unit().max(f64::MIN_POSITIVE);
+    let length = (-u.ln() * mean as f64).round() as u64;
+    length.clamp(1, mean.saturating_mul(8).max(1))
+}
+
+/// The steps of a scheduled response: `per_event` tokens each (the last
+/// may have fewer), reasoning while the schedule says so.
+fn scheduled(s: &Schedule, reasoning_ok: bool) -> Vec<(Kind, u64)> {
+    let kind = |i| match reasoning_ok && s.is_reasoning(i) {
+        true => Kind::Reasoning,
+        false => Kind::Output,
+    };
+    (0..s.events())
+        .map(|i| (kind(i), s.per_event.min(s.tokens - i * s.per_event)))
+        .collect()
+}
+
+/// Generates one response. Streaming (`out` given): events go to the body
+/// and `None` is returned; otherwise the whole body is returned. `None`
+/// also when the client went away.
+pub(crate) async fn run(job: Job, engine: Arc<Engine>, out: Option<Emitter>) -> Option<Value> {
+    let encoder = wire::encoder(&job.request, job.id);
+    let steps = plan(&job, &engine.config, encoder.supports_reasoning());
+    let pacer = match job.schedule {
+        Some(schedule) => Pacer::Schedule {
+            schedule,
+            base: job.arrival,
+        },
+        None => Pacer::Model {
+            engine: engine.clone(),
+            admission: None,
+            next: job.arrival,
+        },
+    };
+    let mut generation = Generation {
+        totals: Totals {
+            input: job.request.input_tokens,
+            ..Totals::default()
+        },
+        job,
+        engine,
+        encoder,
+        pacer,
+        out,
+        text: Text::default(),
+    };
+    generation.start().await?;
+    let first = generation.steps(&steps).await?;
+    generation.totals.decode = first.elapsed();
+    generation.finish().await
+}
+
+/// One response being generated.
+struct Generation {
+    job: Job,
+    engine: Arc<Engine>,
+    encoder: Box<dyn Encoder>,
+    pacer: Pacer,
+    out: Option<Emitter>,
+    totals: Totals,
+    text: Text,
+}
+
+impl Generation {
+    /// Waits for `future` unless the client leaves first.
+    async fn unless_gone<T>(out: &Option<Emitter>, future: impl Future<Output = T>) -> Option<T> {
+        match out {
+            Some(out) => tokio::select! {
+                value = future => Some(value),
+                () = out.closed() => None,
+            },
+            None => Some(future.await),
+        }
+    }
+
+    /// Queue and prefill.
+    async fn start(&mut self) -> Option<()> {
+        let (arrival, input) = (self.job.arrival, self.job.request.input_tokens);
+        let start = Self::unless_gone(&self.out, self.pacer.start(arrival, input)).await??;
+        self.totals.queue = start.queue;
+        self.totals.prefill = start.prefill;
+        Some(())
+    }
+
+    /// Every step, paced; returns when the first token went out.
+    async fn steps(&mut self, steps: &[(Kind, u64)]) -> Option<Instant> {
+        let mut first = None;
+        let malformed_at = self.job.fault.malformed.then_some(steps.len() / 2);
+        for (i, &(kind, n)) in steps.iter().enumerate() {
+            Self::unless_gone(&self.out, self.pacer.wait(i as u64)).await?;
+            let words: Vec<&'static str> = (0..n).map(|_| self.job.rng.word()).collect();
+            let step = Step {
+                kind,
+                words: &words,
+                last: i + 1 == steps.len(),
+            };
+            self.emit(&step, i == 0, malformed_at == Some(i)).await?;
+            self.engine.metrics.tokens.inc_by(n);
+            if first.is_none() {
+                first = Some(Instant::now());
+                let ttft = self.job.arrival.elapsed().as_secs_f64();
+                self.engine.metrics.ttft.observe(ttft);
+                if let Some(stall) = self.job.fault.stall {
+                    Self::unless_gone(&self.out, tokio::time::sleep(stall)).await?;
+                    self.pacer.shift(stall);
+                }
+            }
+        }
+        first
+    }
+
+    /// Counts one step and streams its events (or keeps its text).
+    async fn emit(&mut self, step: &Step<'_>, first: bool, malformed: bool) -> Option<()> {
+        let mut events = match (&self.out, first) {
+            (Some(_), true) => self.encoder.prologue(&self.totals),
+            _ => Vec::new(),
+        };
+        add(&mut self.totals, &mut self.text, step, self.out.is_none());
+        let Some(out) = &mut self.out else {
+            return Some(());
+        };
+        if malformed {
+            events.push(Event::Malformed);
+        }
+        events.extend(self.encoder.step(step, &self.totals));
+        out.send_all(events).await.ok()
+    }
+
+    /// The closing events, or the whole body; the batch slot is freed first.
+    async fn finish(self) -> Option<Value> {
+        let Self {
+            pacer,
+            mut encoder,
+            out,
+            totals,
+            text,
+            ..
+        } = self;
+        drop(pacer);
+        match out {
+            Some(mut out) => {
+                let _ = out.send_all(encoder.epilogue(&totals)).await;
+                None
+            }
+            None => Some(encoder.body(&text, &totals)),
+        }
+    }
+}
+
+/// Counts a step's tokens, and keeps its text for a whole body.
+fn add(totals: &mut Totals, text: &mut Text, step: &Step<'_>, keep: bool) {
+    let n = step.words.len() as u64;
+    let (count, buffer) = match step.kind {
+        Kind::Reasoning => (&mut totals.reasoning, &mut text.reasoning),
+        Kind::Output => (&mut totals.output, &mut text.output),
+    };
+    *count += n;
+    if keep {
+        buffer.push_str(&step.text());
+    }
+}
+
+#[cfg(test)]
+mod length_tests {
+    use super::drawn_length;
+    use crate::tools::sim::text::Rng;
+
+    #[test]
+    fn drawn_lengths_average_the_mean_and_repeat_for_the_same_request() {
+        let draws: Vec<u64> = (0..4000u64)
+            .map(|i| drawn_length(Rng::for_request(1, &i.to_le_bytes()), 128))
+            .collect();
+        let mean = draws.iter().sum::<u64>() as f64 / draws.len() as f64;
+        assert!((115.0..141.0).contains(&mean), "mean {mean}");
+        assert!(draws.iter().all(|&n| (1..=1024).contains(&n)));
+        assert!(
+            draws.iter().filter(|&&n| n < 128).count() > draws.len() / 2,
+            "mostly short"
+        );
+        let again = drawn_length(Rng::for_request(1, &7u64.to_le_bytes()), 128);
+        assert_eq!(again, draws[7]);
+    }
+}
