@@ -1,6 +1,6 @@
 //! Tests of the NDJSON framer: lines, splits, limits, and split-invariance properties against a reference.
 
-use proptest::{prelude::*, test_runner::FileFailurePersistence};
+use proptest::prelude::*;
 
 use super::*;
 use crate::measure::frame::sse::tests::{noise, properties::split};
@@ -172,12 +172,7 @@ fn arb_stream() -> impl Strategy<Value = Vec<u8>> {
 }
 
 proptest! {
-    // Seeds of past failures live beside this file, not in a top-level
-    // `proptest-regressions/`.
-    #![proptest_config(ProptestConfig {
-        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
-        ..ProptestConfig::with_cases(256)
-    })]
+    #![proptest_config(crate::measure::frame::proptest_config(256))]
 
     #[test]
     fn any_split_gives_the_lines_of_the_reference(

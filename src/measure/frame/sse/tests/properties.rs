@@ -1,6 +1,6 @@
 //! Split-invariance properties of the SSE framer, checked against a reference framer.
 
-use proptest::{prelude::*, test_runner::FileFailurePersistence};
+use proptest::prelude::*;
 
 use super::{feed_all, Ev, BIG};
 use crate::measure::frame::sse::{SseStats, BOM};
@@ -134,12 +134,7 @@ pub(crate) fn split<'a>(input: &'a [u8], cuts: &[prop::sample::Index]) -> Vec<&'
 }
 
 proptest! {
-    // Seeds of past failures live beside this file, not in a top-level
-    // `proptest-regressions/`.
-    #![proptest_config(ProptestConfig {
-        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
-        ..ProptestConfig::with_cases(256)
-    })]
+    #![proptest_config(crate::measure::frame::proptest_config(256))]
 
     #[test]
     fn any_split_gives_the_events_of_the_reference(
