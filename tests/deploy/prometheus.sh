@@ -118,6 +118,9 @@ mutations=(
   "alerts.rules.yml%increase(tokenclock_records_dropped_total[10m]) > 0%increase(tokenclock_records_dropped_total[10m]) > 10%alerts_test.yml"
   "alerts.rules.yml%increase(tokenclock_log_lines_dropped_total[10m]) > 0%rate(tokenclock_log_lines_dropped_total{reason=\"write_error\"}[10m]) > 0%alerts_test.yml"
   "alerts.rules.yml%up{job=~\".*tokenclock.*\"} == 0%up == 0%alerts_test.yml"
+  "alerts.rules.yml%expr: tokenclock_upstream_healthy == 0
+        for: 2m%expr: tokenclock_upstream_healthy == 0
+        for: 0m%alerts_test.yml"
   "recording.rules.yml%histogram_quantile(0.99, sum by (le, model)%histogram_quantile(0.99, sum by (le, model, instance)%recording_test.yml"
   "recording.rules.yml%histogram_quantile(0.5,%histogram_quantile(0.6,%recording_test.yml"
   "recording.rules.yml%(rate(tokenclock_slo_requests_total{result=\"met\"}[5m])) or 0 *%(rate(tokenclock_slo_requests_total{result=\"met\"}[5m])) and 0 *%recording_test.yml"
