@@ -125,6 +125,22 @@ fn bad_config_exits_2_with_one_line_naming_the_key() {
             "pool_max_idle_per_host",
         ),
         ("listen = \"127.0.0.1:8080\"\n", "upstream"),
+        (
+            "upstream = \"http://127.0.0.1:8000\"\nupstream_health_path = \"health\"\n",
+            "upstream_health_path",
+        ),
+        (
+            "upstream = \"http://127.0.0.1:8000\"\nupstream_health_path = \"/he alth\"\n",
+            "upstream_health_path",
+        ),
+        (
+            "upstream = \"http://127.0.0.1:8000\"\nupstream_health_timeout = \"0s\"\n",
+            "upstream_health_timeout",
+        ),
+        (
+            "upstream = \"http://127.0.0.1:8000\"\nupstream_health_timeout = \"11s\"\n",
+            "upstream_health_timeout",
+        ),
     ] {
         let (code, stdout, stderr) = check_config(text);
         assert_eq!(code, Some(2), "{key}: {stderr}");
