@@ -16,10 +16,10 @@ use std::{
 
 use bytes::Bytes;
 use common::{client, process::sample, tls::TlsEcho};
-use http::{Request, Response, StatusCode};
+use http::{Request, Response, StatusCode, Version};
 use http_body_util::Full;
 use hyper::{body::Incoming, service::service_fn};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokenclock::proxy::health::PROBE_INTERVAL;
 use tokio::{net::TcpListener, sync::mpsc, time::Instant};
 
@@ -32,18 +32,31 @@ enum Mode {
     Hanging = 2,
 }
 
+/// One `/health` request as the upstream saw it.
+struct Seen {
+    path: String,
+    host: Option<String>,
+    version: Version,
+}
+
 /// An upstream whose `/health` follows a [`Mode`] and whose every other
 /// path answers `500`, like a model server whose engine has died: it
 /// accepts TCP and answers, only not well.
 struct Engine {
     addr: SocketAddr,
     mode: Arc<AtomicU8>,
-    /// `(path, Host)` of each `/health` request.
-    probes: mpsc::UnboundedReceiver<(String, Option<String>)>,
+    probes: mpsc::UnboundedReceiver<Seen>,
 }
 
 impl Engine {
+    /// An HTTP/1.1 upstream.
     async fn start(mode: Mode) -> Self {
+        Self::serving(mode, false).await
+    }
+
+    /// An upstream that speaks only HTTP/2 (h2c, prior knowledge) when
+    /// `h2`, else only HTTP/1.1.
+    async fn serving(mode: Mode, h2: bool) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let state = Arc::new(AtomicU8::new(mode as u8));
@@ -56,10 +69,17 @@ impl Engine {
                     let (mode, tx) = (mode.clone(), tx.clone());
                     async move { Ok::<_, Infallible>(answer(&request, &mode, &tx).await) }
                 });
-                tokio::spawn(
-                    hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service),
-                );
+                let io = TokioIo::new(stream);
+                if h2 {
+                    tokio::spawn(
+                        hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                            .serve_connection(io, service),
+                    );
+                } else {
+                    tokio::spawn(
+                        hyper::server::conn::http1::Builder::new().serve_connection(io, service),
+                    );
+                }
             }
         });
         Self {
@@ -74,7 +94,7 @@ impl Engine {
     }
 
     /// The next `/health` request, waiting up to two probe intervals.
-    async fn next_probe(&mut self) -> (String, Option<String>) {
+    async fn next_probe(&mut self) -> Seen {
         tokio::time::timeout(PROBE_INTERVAL * 2, self.probes.recv())
             .await
             .ok()
@@ -86,7 +106,7 @@ impl Engine {
 async fn answer(
     request: &Request<Incoming>,
     mode: &AtomicU8,
-    probes: &mpsc::UnboundedSender<(String, Option<String>)>,
+    probes: &mpsc::UnboundedSender<Seen>,
 ) -> Response<Full<Bytes>> {
     let reply = |status: StatusCode, body: &'static str| {
         let mut response = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
@@ -104,7 +124,16 @@ async fn answer(
         .get(http::header::HOST)
         .and_then(|h| h.to_str().ok())
         .map(str::to_owned);
-    let _ = probes.send((request.uri().to_string(), host));
+    let _ = probes.send(Seen {
+        // HTTP/2 carries scheme and authority in the URI; the path is what
+        // the upstream routes on.
+        path: request
+            .uri()
+            .path_and_query()
+            .map_or_else(String::new, |p| p.to_string()),
+        host,
+        version: request.version(),
+    });
     match mode.load(Ordering::SeqCst) {
         0 => reply(StatusCode::OK, ""),
         1 => reply(StatusCode::SERVICE_UNAVAILABLE, "engine dead"),
@@ -154,7 +183,7 @@ async fn a_failing_health_endpoint_turns_readyz_red_though_requests_flow() {
     let mut engine = Engine::start(Mode::Healthy).await;
     let proxy = common::proxy(engine.addr, HEALTH).await;
     until_readyz(&proxy, 200).await;
-    let (path, host) = engine.next_probe().await;
+    let Seen { path, host, .. } = engine.next_probe().await;
     assert_eq!(path, "/health");
     assert_eq!(host, Some(engine.addr.to_string()), "the upstream's Host");
     assert_eq!(metric(&proxy, "tokenclock_upstream_healthy").await, 1.0);
@@ -217,6 +246,24 @@ async fn without_the_key_any_answer_keeps_readyz_green() {
     until_readyz(&proxy, 200).await;
     let ok = "tokenclock_upstream_health_probes_total{result=\"ok\"}";
     assert!(metric(&proxy, ok).await >= 1.0, "the TCP probe is counted");
+}
+
+/// With `upstream_protocol = "http2"` the probe speaks HTTP/2 like the
+/// proxied requests: an upstream that speaks only h2c turns `/readyz` green,
+/// and red when its `/health` fails.
+#[tokio::test]
+async fn the_probe_speaks_http2_to_an_http2_upstream() {
+    let mut engine = Engine::serving(Mode::Healthy, true).await;
+    let extra = format!("{HEALTH}\nupstream_protocol = \"http2\"");
+    let proxy = common::proxy(engine.addr, &extra).await;
+    until_readyz(&proxy, 200).await;
+    let seen = engine.next_probe().await;
+    assert_eq!(seen.path, "/health");
+    assert_eq!(seen.version, Version::HTTP_2);
+    engine.set(Mode::Failing);
+    until_readyz(&proxy, 503).await;
+    let bad = "tokenclock_upstream_health_probes_total{result=\"bad_status\"}";
+    assert!(metric(&proxy, bad).await >= 1.0);
 }
 
 #[tokio::test]
