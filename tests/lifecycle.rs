@@ -141,6 +141,10 @@ fn bad_config_exits_2_with_one_line_naming_the_key() {
             "upstream = \"http://127.0.0.1:8000\"\nupstream_health_timeout = \"11s\"\n",
             "upstream_health_timeout",
         ),
+        (
+            "upstream = \"http://127.0.0.1:8000\"\n[metrics]\ndisable = [\"phase_seconds:nope\"]\n",
+            "metrics.disable",
+        ),
     ] {
         let (code, stdout, stderr) = check_config(text);
         assert_eq!(code, Some(2), "{key}: {stderr}");

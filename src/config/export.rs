@@ -159,6 +159,8 @@ pub struct ExportSettings {
     pub output_ranges: Vec<u64>,
     /// The record log, if enabled.
     pub records: Option<Records>,
+    /// Families and phases left out of `/metrics` (`[metrics] disable`).
+    pub disabled: super::Disabled,
 }
 
 /// Label names tokenclock uses itself; extra labels may not take them.
@@ -189,6 +191,7 @@ pub(super) fn validate(
     buckets: &BTreeMap<String, Vec<f64>>,
     workload: &WorkloadFile,
     records: &Option<RecordsFile>,
+    metrics: &super::MetricsFile,
 ) -> Result<ExportSettings, ConfigError> {
     if max_models == 0 {
         return Err(ConfigError::invalid("max_models", "must be at least 1"));
@@ -210,6 +213,7 @@ pub(super) fn validate(
         input_ranges: validate_ranges("workload.input_ranges", &workload.input_ranges)?,
         output_ranges: validate_ranges("workload.output_ranges", &workload.output_ranges)?,
         records: records.as_ref().map(validate_records).transpose()?,
+        disabled: super::disable::validate(metrics)?,
     })
 }
 

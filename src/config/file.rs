@@ -15,8 +15,8 @@ use super::READY_WINDOW;
 use super::{
     duration,
     export::{self, LabelFile, RecordsFile, SloFile, WorkloadFile},
-    Config, ConfigError, Connections, LogFormat, Override, Overrides, Pool, Timeouts, Upstream,
-    UpstreamHealth, UpstreamProtocol, UsageMode,
+    Config, ConfigError, Connections, LogFormat, MetricsFile, Override, Overrides, Pool, Timeouts,
+    Upstream, UpstreamHealth, UpstreamProtocol, UsageMode,
 };
 use crate::measure::{dialect::Dialect, read::ReadSettings};
 
@@ -78,6 +78,8 @@ pub struct File {
     pub(super) buckets: BTreeMap<String, Vec<f64>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) records: Option<RecordsFile>,
+    #[serde(skip_serializing_if = "MetricsFile::is_empty")]
+    pub(super) metrics: MetricsFile,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub(super) dialects: BTreeMap<String, String>,
 }
@@ -121,6 +123,7 @@ impl Default for File {
             workload: WorkloadFile::default(),
             buckets: BTreeMap::new(),
             records: None,
+            metrics: MetricsFile::default(),
             dialects: BTreeMap::new(),
         }
     }
@@ -249,6 +252,7 @@ impl File {
             &self.buckets,
             &self.workload,
             &self.records,
+            &self.metrics,
         )?;
         let reading = ReadSettings {
             max_event_bytes: self.max_event_bytes,

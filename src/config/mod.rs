@@ -6,6 +6,7 @@
 //! [`File::validate`]. A bad value is a [`ConfigError`] naming its key.
 
 mod buckets;
+mod disable;
 mod duration;
 mod error;
 mod export;
@@ -19,6 +20,7 @@ use serde::{Deserialize, Serialize};
 
 pub use self::{
     buckets::{default_buckets, BUCKET_FAMILIES},
+    disable::{Disabled, MetricsFile},
     error::{ConfigError, Origin, Override, Overrides},
     export::{range_label, ExportSettings, ExtraLabel, Records, DEFAULT_RANGES},
     file::File,

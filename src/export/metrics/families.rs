@@ -9,21 +9,23 @@ use prometheus::{
 use crate::{config::ExportSettings, export::records};
 
 /// The families; each `*Vec` takes its closed labels, then the free ones.
+/// A family is `None` when `[metrics] disable` leaves it out: it is neither
+/// registered nor observed.
 #[derive(Clone)]
 pub struct Families {
-    pub ttft: HistogramVec,
-    pub ttfo: HistogramVec,
-    pub itl: HistogramVec,
-    pub inter_event: HistogramVec,
-    pub tpot: HistogramVec,
-    pub duration: HistogramVec,
-    pub phase: HistogramVec,
-    pub server_phase: HistogramVec,
-    pub input_tokens: HistogramVec,
-    pub cached_input_tokens: HistogramVec,
-    pub output_tokens: HistogramVec,
-    pub reasoning_tokens: HistogramVec,
-    pub event_tokens: HistogramVec,
+    pub ttft: Option<HistogramVec>,
+    pub ttfo: Option<HistogramVec>,
+    pub itl: Option<HistogramVec>,
+    pub inter_event: Option<HistogramVec>,
+    pub tpot: Option<HistogramVec>,
+    pub duration: Option<HistogramVec>,
+    pub phase: Option<HistogramVec>,
+    pub server_phase: Option<HistogramVec>,
+    pub input_tokens: Option<HistogramVec>,
+    pub cached_input_tokens: Option<HistogramVec>,
+    pub output_tokens: Option<HistogramVec>,
+    pub reasoning_tokens: Option<HistogramVec>,
+    pub event_tokens: Option<HistogramVec>,
     pub requests: IntCounterVec,
     pub in_flight: IntGaugeVec,
     pub input_tokens_total: IntCounterVec,
@@ -32,7 +34,7 @@ pub struct Families {
     pub parse_errors: IntCounterVec,
     pub slo_requests: IntCounterVec,
     pub slo_violations: IntCounterVec,
-    pub workload: IntCounterVec,
+    pub workload: Option<IntCounterVec>,
     pub records_dropped: IntCounter,
     pub config_reloads: IntCounterVec,
     pub config_last_reload: Gauge,
@@ -53,34 +55,23 @@ impl Builder<'_> {
             .collect()
     }
 
+    /// The histogram family `name`, registered, unless it is disabled.
     fn histogram(
         &self,
-        family: &str,
-        help: &str,
-        closed: &[&str],
-    ) -> Result<HistogramVec, prometheus::Error> {
-        self.histogram_with(family, family, help, closed)
-    }
-
-    fn histogram_with(
-        &self,
         name: &str,
-        buckets: &str,
         help: &str,
         closed: &[&str],
-    ) -> Result<HistogramVec, prometheus::Error> {
-        let bounds = self
-            .export
-            .buckets
-            .get(buckets)
-            .cloned()
-            .unwrap_or_default();
+    ) -> Result<Option<HistogramVec>, prometheus::Error> {
+        if self.export.disabled.family(name) {
+            return Ok(None);
+        }
+        let bounds = self.export.buckets.get(name).cloned().unwrap_or_default();
         let opts = HistogramOpts::new(format!("tokenclock_{name}"), help).buckets(bounds);
         let labels = self.labels(closed);
         let names: Vec<&str> = labels.iter().map(String::as_str).collect();
         let vec = HistogramVec::new(opts, &names)?;
         self.registry.register(Box::new(vec.clone()))?;
-        Ok(vec)
+        Ok(Some(vec))
     }
 
     fn counter(
@@ -99,6 +90,22 @@ impl Builder<'_> {
         let vec = IntCounterVec::new(Opts::new(format!("tokenclock_{name}"), help), &names)?;
         self.registry.register(Box::new(vec.clone()))?;
         Ok(vec)
+    }
+}
+
+impl Builder<'_> {
+    /// The counter family `name` (with the free labels), unless disabled.
+    fn optional_counter(
+        &self,
+        name: &str,
+        help: &str,
+        closed: &[&str],
+        free: bool,
+    ) -> Result<Option<IntCounterVec>, prometheus::Error> {
+        if self.export.disabled.family(name) {
+            return Ok(None);
+        }
+        self.counter(name, help, closed, free).map(Some)
     }
 }
 
@@ -158,7 +165,7 @@ impl Families {
             parse_errors: b.counter("parse_errors_total", "Payloads that could not be read (traffic forwarded unchanged), by reason.", &["endpoint", "reason"], false)?,
             slo_requests: b.counter("slo_requests_total", "Requests judged against each SLO; goodput is rate(...{result=\"met\"}).", &["endpoint", "slo", "result"], true)?,
             slo_violations: b.counter("slo_violations_total", "Missed objectives per SLO.", &["endpoint", "slo", "objective"], true)?,
-            workload: b.counter("workload_requests_total", "Requests by input and output token range: the workload map.", &["input_tokens_range", "output_tokens_range"], true)?,
+            workload: b.optional_counter("workload_requests_total", "Requests by input and output token range: the workload map.", &["input_tokens_range", "output_tokens_range"], true)?,
             records_dropped,
             config_reloads,
             config_last_reload,

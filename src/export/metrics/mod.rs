@@ -15,7 +15,7 @@ mod upstream;
 
 use std::{sync::Arc, time::Duration};
 
-use prometheus::{Encoder, IntCounter, IntGaugeVec, Opts, Registry, TextEncoder};
+use prometheus::{Encoder, HistogramVec, IntCounter, IntGaugeVec, Opts, Registry, TextEncoder};
 
 use self::{connections::ConnectionFamilies, families::Families, upstream::UpstreamFamilies};
 pub use self::{
@@ -24,8 +24,8 @@ pub use self::{
     upstream::UpstreamHealthMetrics,
 };
 use crate::{
-    config::{range_label, ExportSettings},
-    measure::dialect::{Dialect, FinishReason, ServerTimings},
+    config::{range_label, Disabled, ExportSettings},
+    measure::dialect::{Dialect, FinishReason},
     measure::slo,
     measure::slo::Slo,
     measure::timeline::{Outcome, Timeline, TimelineSink},
@@ -49,6 +49,8 @@ struct Shared {
     connections: ConnectionFamilies,
     upstream: UpstreamFamilies,
     labels: LabelSpace,
+    /// Phases left out of their families (fixed at start, like families).
+    disabled: Disabled,
 }
 
 /// What a config reload may change about how requests are labelled.
@@ -128,6 +130,7 @@ impl Metrics {
                 connections,
                 upstream,
                 labels: LabelSpace::new(1 + export.labels.len()),
+                disabled: export.disabled.clone(),
             }),
             view: Arc::new(View::new(export)),
         })
@@ -225,47 +228,52 @@ impl Metrics {
     fn latencies(&self, s: &Series<'_>, endpoint: &str, t: &Timeline) {
         let f = &self.shared.families;
         let labels = s.with(&[endpoint]);
-        let observe = |vec: &prometheus::HistogramVec, d: Option<Duration>| {
-            if let Some(d) = d {
+        let observe = |vec: &Option<HistogramVec>, d: Option<Duration>| {
+            if let (Some(vec), Some(d)) = (vec, d) {
                 vec.with_label_values(&labels).observe(d.as_secs_f64());
             }
         };
         observe(&f.ttft, t.ttft());
         observe(&f.ttfo, t.ttfo());
         observe(&f.tpot, t.tpot());
-        let inter_event = f.inter_event.with_label_values(&labels);
-        t.gaps
-            .inter_event()
-            .for_each(|gap| inter_event.observe(gap.as_secs_f64()));
-        let itl = f.itl.with_label_values(&labels);
-        let per_event = f.event_tokens.with_label_values(&labels);
-        if t.tokens.token_events > 0 {
+        let series =
+            |vec: &Option<HistogramVec>| vec.as_ref().map(|v| v.with_label_values(&labels));
+        if let Some(inter_event) = series(&f.inter_event) {
+            t.gaps
+                .inter_event()
+                .for_each(|gap| inter_event.observe(gap.as_secs_f64()));
+        }
+        let (itl, per_event) = (series(&f.itl), series(&f.event_tokens));
+        if let (Some(per_event), true) = (&per_event, t.tokens.token_events > 0) {
             per_event.observe(t.tokens.first_event_tokens() as f64);
         }
         for (value, count) in t.inter_token_latencies() {
-            per_event.observe(count as f64);
-            (0..count).for_each(|_| itl.observe(value.as_secs_f64()));
+            if let Some(per_event) = &per_event {
+                per_event.observe(count as f64);
+            }
+            if let Some(itl) = &itl {
+                (0..count).for_each(|_| itl.observe(value.as_secs_f64()));
+            }
         }
     }
 
     fn phases(&self, s: &Series<'_>, endpoint: &str, t: &Timeline) {
         let f = &self.shared.families;
-        for (phase, d) in t.phases().iter() {
-            let labels = s.with(&[endpoint, phase.as_str()]);
-            f.phase.with_label_values(&labels).observe(d.as_secs_f64());
+        let off = &self.shared.disabled;
+        if let Some(family) = &f.phase {
+            for (phase, d) in t.phases().iter() {
+                if !off.phase("phase_seconds", phase.as_str()) {
+                    let labels = s.with(&[endpoint, phase.as_str()]);
+                    family.with_label_values(&labels).observe(d.as_secs_f64());
+                }
+            }
         }
-        let ServerTimings {
-            queue,
-            load: _,
-            prefill,
-            decode,
-        } = t.server;
-        for (name, d) in [("queue", queue), ("prefill", prefill), ("decode", decode)] {
-            if let Some(d) = d {
-                let labels = s.with(&[endpoint, name]);
-                f.server_phase
-                    .with_label_values(&labels)
-                    .observe(d.as_secs_f64());
+        if let Some(family) = &f.server_phase {
+            for (name, d) in t.server.phases() {
+                if let (Some(d), false) = (d, off.phase("server_phase_seconds", name)) {
+                    let labels = s.with(&[endpoint, name]);
+                    family.with_label_values(&labels).observe(d.as_secs_f64());
+                }
             }
         }
     }
@@ -306,8 +314,8 @@ impl Metrics {
     fn sizes(&self, s: &Series<'_>, labels: &[&str], t: &Timeline) {
         let f = &self.shared.families;
         let tokens = &t.tokens;
-        let observe = |vec: &prometheus::HistogramVec, n: Option<u64>| {
-            if let Some(n) = n {
+        let observe = |vec: &Option<HistogramVec>, n: Option<u64>| {
+            if let (Some(vec), Some(n)) = (vec, n) {
                 vec.with_label_values(labels).observe(n as f64);
             }
         };
@@ -315,11 +323,11 @@ impl Metrics {
         observe(&f.reasoning_tokens, Some(tokens.reasoning));
         observe(&f.input_tokens, tokens.input);
         observe(&f.cached_input_tokens, tokens.cached_input);
-        let input = self.view.input_ranges.label(tokens.input.unwrap_or(0));
-        let output = self.view.output_ranges.label(tokens.generated);
-        f.workload
-            .with_label_values(&s.with(&[input, output]))
-            .inc();
+        if let Some(workload) = &f.workload {
+            let input = self.view.input_ranges.label(tokens.input.unwrap_or(0));
+            let output = self.view.output_ranges.label(tokens.generated);
+            workload.with_label_values(&s.with(&[input, output])).inc();
+        }
     }
 
     fn outcome(&self, s: &Series<'_>, endpoint: &str, t: &Timeline) {
@@ -332,9 +340,9 @@ impl Metrics {
         f.requests
             .with_label_values(&s.with(&[endpoint, outcome, &code, finish]))
             .inc();
-        if let Some(e2e) = t.e2e() {
+        if let (Some(duration), Some(e2e)) = (&f.duration, t.e2e()) {
             let labels = s.with(&[endpoint, outcome]);
-            f.duration
+            duration
                 .with_label_values(&labels)
                 .observe(e2e.as_secs_f64());
         }

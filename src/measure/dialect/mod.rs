@@ -178,6 +178,22 @@ pub struct ServerTimings {
     pub decode: Option<Duration>,
 }
 
+impl ServerTimings {
+    /// The `phase` label values of the exported server phases, in order.
+    pub const PHASES: [&'static str; 3] = ["queue", "prefill", "decode"];
+
+    /// The exported phases with what the server reported of each; `load`
+    /// is not exported (it is not per-request work).
+    pub fn phases(&self) -> [(&'static str, Option<Duration>); 3] {
+        let [queue, prefill, decode] = Self::PHASES;
+        [
+            (queue, self.queue),
+            (prefill, self.prefill),
+            (decode, self.decode),
+        ]
+    }
+}
+
 /// What one event means. `Default` is an event that carries nothing.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Parsed<'a> {
