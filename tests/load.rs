@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use common::upstream::{chunk, head, sse_head, Event, Scripted, Step};
-use tokenclock::tools::load::{self, LoadConfig, Summary};
+use tokenclock::tools::load::{self, LoadConfig, RunSummary};
 
 /// Content events per scripted stream; each stream also has a role event
 /// and a usage event, so `EVENTS` events in all ([DONE] is not one).
@@ -57,7 +57,7 @@ fn config(addr: std::net::SocketAddr, concurrency: usize, requests: Option<u64>)
     config
 }
 
-async fn run(config: LoadConfig) -> Summary {
+async fn run(config: LoadConfig) -> RunSummary {
     tokio::time::timeout(Duration::from_secs(20), load::run(config, |_| {}))
         .await
         .expect("the run ends by itself")

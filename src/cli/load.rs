@@ -3,7 +3,7 @@
 use std::{process::ExitCode, time::Duration};
 
 use clap::Args;
-use tokenclock::tools::load::{self, LoadConfig, Summary, Workload};
+use tokenclock::tools::load::{self, LoadConfig, RunSummary, Workload};
 
 use crate::fail;
 
@@ -133,7 +133,7 @@ fn mix(workloads: Vec<Workload>, paths: &[String], faults: &[String]) -> Vec<Wor
     out
 }
 
-fn print(summary: &Summary, format: &str) -> ExitCode {
+fn print(summary: &RunSummary, format: &str) -> ExitCode {
     if format != "json" {
         print!("{summary}");
         return ExitCode::SUCCESS;

@@ -7,8 +7,11 @@
 //!   receives.
 //! - [`demo`]: simulator, proxy and load together, with a live terminal view.
 //! - [`report`]: offline summaries of record files.
+//! - [`stats`]: the distribution of a quantity, exact or in bounded memory,
+//!   for all of them.
 
 pub mod demo;
 pub mod load;
 pub mod report;
 pub mod sim;
+pub mod stats;

@@ -4,11 +4,12 @@
 //! reported), groups the records (all together, by model or by endpoint)
 //! and prints, per group, avg/min/p50/p90/p99/max of TTFT, TTFO, ITL, TPOT,
 //! E2E, input and output tokens; request and output-token throughput;
-//! goodput per SLO; and the input × output token map. See [`stats`] for
-//! the percentile method.
+//! goodput per SLO; and the input × output token map. Percentiles are
+//! exact nearest-rank (see [`crate::tools::stats`]).
 
+mod figures;
 pub mod render;
-pub mod stats;
+mod slo;
 
 use std::{
     collections::BTreeMap,
@@ -18,7 +19,10 @@ use std::{
     str::FromStr,
 };
 
-pub use self::stats::{Figures, Goodput, Grid, Metric, SloSpec, Summary};
+pub use self::{
+    figures::{Figures, Goodput, Grid, Metric, Tally},
+    slo::SloSpec,
+};
 use crate::export::records::Record;
 
 /// Malformed lines reported one by one per file; the rest are only counted.

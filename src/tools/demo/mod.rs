@@ -27,7 +27,6 @@ use crate::{
     config::{self, ConfigError},
     measure::timeline::TimelineSink,
     tools::load::{self, LoadConfig, Workload},
-    tools::report::{self, GroupBy},
     tools::sim::{self, SimConfig},
     Bound, StartError,
 };
@@ -107,8 +106,7 @@ pub async fn run(args: DemoArgs) -> Result<(), DemoError> {
     let _ = stop_tx.send(true);
     let _ = proxy.await;
     let _ = sim.await;
-    let figures = report::figures(&live.records(), Some(GroupBy::Model), &[]);
-    print!("\n{}", report::render::text(&figures, live.records().len()));
+    print!("\n{}", live.summary());
     Ok(())
 }
 

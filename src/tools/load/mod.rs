@@ -10,8 +10,8 @@
 
 mod events;
 mod request;
+mod results;
 mod rng;
-mod stats;
 mod text;
 mod traffic;
 mod workload;
@@ -25,8 +25,8 @@ use http::Uri;
 use tokio::{sync::watch, time::Instant};
 
 pub use self::{
+    results::{Measured, Outcome, RunSummary, Snapshot, WorkloadSummary},
     rng::Rng,
-    stats::{Measured, Outcome, Percentiles, Snapshot, Summary, WorkloadSummary},
     workload::{Workload, BYTES_PER_TOKEN, PRESETS},
 };
 
@@ -126,7 +126,7 @@ impl LoadConfig {
 pub async fn run(
     config: LoadConfig,
     mut progress: impl FnMut(&Snapshot),
-) -> Result<Summary, LoadError> {
+) -> Result<RunSummary, LoadError> {
     config.validate()?;
     let shared = Arc::new(traffic::Shared::new(&config)?);
     let (stop_tx, stop) = watch::channel(false);

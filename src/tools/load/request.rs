@@ -16,7 +16,7 @@ use tokio::{sync::watch, time::Instant};
 
 use super::{
     events::{self, DataLines},
-    stats::{Measured, Outcome},
+    results::{Measured, Outcome},
 };
 
 /// The pooled HTTP/1.1 client every request goes through.

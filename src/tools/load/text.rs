@@ -2,9 +2,9 @@
 
 use std::fmt::{self, Display, Formatter};
 
-use super::stats::{Summary, WorkloadSummary};
+use super::results::{RunSummary, WorkloadSummary};
 
-impl Display for Summary {
+impl Display for RunSummary {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
         writeln!(
             f,

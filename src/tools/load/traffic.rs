@@ -15,8 +15,8 @@ use tokio::{sync::watch, task::JoinSet, time::Instant};
 
 use super::{
     request::{self, HttpClient, Live},
+    results::{Measured, Outcome, Recorder},
     rng::Rng,
-    stats::{Measured, Outcome, Recorder},
     LoadConfig, LoadError,
 };
 

@@ -4,7 +4,8 @@ use std::fmt::Write;
 
 use serde_json::{json, Map, Value};
 
-use super::stats::{Figures, Summary};
+use super::Figures;
+use crate::tools::stats::Distribution;
 
 /// Width of the metric-name column of the text table.
 const NAME: usize = 32;
@@ -174,7 +175,7 @@ pub fn csv(groups: &[Figures]) -> String {
     out
 }
 
-fn cells(s: Summary) -> String {
+fn cells(s: Distribution) -> String {
     format!(
         "{},{},{},{},{},{},{}",
         s.count, s.avg, s.min, s.p50, s.p90, s.p99, s.max

@@ -1,29 +1,8 @@
-//! Unit tests of report: nearest-rank percentiles, SLO parsing, the grid.
+//! Unit tests of report: SLO parsing, the grid, formats, malformed lines
+//! (the percentiles: `tools::stats`).
 
 use super::*;
 use crate::config::range_label;
-
-#[test]
-fn nearest_rank_percentiles_on_exact_values() {
-    let values: Vec<(f64, u64)> = (1..=100).rev().map(|v| (f64::from(v), 1)).collect();
-    let s = stats::summarize(values).expect("values");
-    assert_eq!((s.count, s.avg, s.min, s.max), (100, 50.5, 1.0, 100.0));
-    assert_eq!((s.p50, s.p90, s.p99), (50.0, 90.0, 99.0));
-    // Three values: ranks ceil(1.5)=2, ceil(2.7)=3, ceil(2.97)=3.
-    let s = stats::summarize(vec![(3.0, 1), (1.0, 1), (2.0, 1)]).expect("values");
-    assert_eq!((s.p50, s.p90, s.p99), (2.0, 3.0, 3.0));
-    assert_eq!(stats::summarize(vec![]), None);
-}
-
-#[test]
-fn weights_count_as_repeated_observations() {
-    // 30 ms for 9 tokens, 90 ms for 1: avg 36, p90 is the 9th value, p99 the 10th.
-    let s = stats::summarize(vec![(90.0, 1), (30.0, 9)]).expect("values");
-    assert_eq!(
-        (s.count, s.avg, s.p50, s.p90, s.p99),
-        (10, 36.0, 30.0, 30.0, 90.0)
-    );
-}
 
 #[test]
 fn slo_specs_parse_units_and_name_bad_objectives() {
