@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use super::ConfigError;
 
 /// Histogram families whose buckets can be set by name, with defaults.
-pub const BUCKET_FAMILIES: [&str; 13] = [
+pub(crate) const BUCKET_FAMILIES: [&str; 13] = [
     "time_to_first_token_seconds",
     "time_to_first_output_token_seconds",
     "inter_token_latency_seconds",
@@ -44,7 +44,7 @@ const TOKENS: &[f64] = &[
 ];
 
 /// The default buckets of a family.
-pub fn default_buckets(family: &str) -> &'static [f64] {
+pub(crate) fn default_buckets(family: &str) -> &'static [f64] {
     match family {
         "time_to_first_token_seconds" | "time_to_first_output_token_seconds" => TTFT,
         "inter_token_latency_seconds"

@@ -11,7 +11,7 @@ use crate::measure::{dialect::ServerTimings, timeline::Phase};
 /// `[metrics]`: what is left out of `/metrics`.
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct MetricsFile {
+pub(crate) struct MetricsFile {
     /// Family names without `tokenclock_`, or `family:phase` for one phase
     /// of `phase_seconds` or `server_phase_seconds`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -19,7 +19,7 @@ use crate::measure::{
 /// `[[labels]]`: an extra metric label taken from a request header.
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct LabelFile {
+pub(super) struct LabelFile {
     name: String,
     header: String,
 }
@@ -27,7 +27,7 @@ pub struct LabelFile {
 /// `[[slo]]`: objectives fixed before traffic.
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct SloFile {
+pub(super) struct SloFile {
     name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     models: Option<Vec<String>>,
@@ -62,13 +62,13 @@ pub struct SloFile {
 /// `[workload]`: lower bounds of the token-count ranges.
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct WorkloadFile {
+pub(super) struct WorkloadFile {
     input_ranges: Vec<u64>,
     output_ranges: Vec<u64>,
 }
 
 /// Default lower bounds of the input and output token ranges (tokens).
-pub const DEFAULT_RANGES: [u64; 6] = [0, 128, 512, 2048, 8192, 32768];
+pub(crate) const DEFAULT_RANGES: [u64; 6] = [0, 128, 512, 2048, 8192, 32768];
 
 impl Default for WorkloadFile {
     fn default() -> Self {
@@ -82,7 +82,7 @@ impl Default for WorkloadFile {
 /// The label of the range `value` (tokens) falls in, given validated lower
 /// `bounds`: `128-511`, or `32768+` for the last; shared by metrics and
 /// reports so both name ranges alike.
-pub fn range_label(bounds: &[u64], value: u64) -> String {
+pub(crate) fn range_label(bounds: &[u64], value: u64) -> String {
     let i = bounds.partition_point(|&b| b <= value).saturating_sub(1);
     let low = bounds.get(i).copied().unwrap_or(0);
     match bounds.get(i + 1) {
@@ -94,7 +94,7 @@ pub fn range_label(bounds: &[u64], value: u64) -> String {
 /// `[records]`: the per-request record log.
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct RecordsFile {
+pub(super) struct RecordsFile {
     path: PathBuf,
     #[serde(default = "default_max_bytes")]
     max_bytes: u64,

@@ -164,7 +164,7 @@ impl File {
     }
 
     /// Applies flag and environment values, which win over the file.
-    pub fn apply(&mut self, overrides: &Overrides) -> Result<(), ConfigError> {
+    pub(crate) fn apply(&mut self, overrides: &Overrides) -> Result<(), ConfigError> {
         if let Some(o) = &overrides.listen {
             self.listen = parse_override("listen", o)?;
         }

@@ -18,13 +18,17 @@ use std::{net::SocketAddr, path::Path, str::FromStr, time::Duration};
 
 use serde::{Deserialize, Serialize};
 
-pub use self::{
-    buckets::{default_buckets, BUCKET_FAMILIES},
+pub(crate) use self::{
     disable::{Disabled, MetricsFile},
-    error::{ConfigError, Origin, Override, Overrides},
-    export::{range_label, ExportSettings, ExtraLabel, Records, DEFAULT_RANGES},
+    error::ConfigError,
+    export::{range_label, ExportSettings, DEFAULT_RANGES},
+    upstream::UpstreamProtocol,
+};
+pub use self::{
+    error::{Origin, Override, Overrides},
+    export::Records,
     file::File,
-    upstream::{Upstream, UpstreamProtocol},
+    upstream::Upstream,
 };
 use crate::measure::read::ReadSettings;
 

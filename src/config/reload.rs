@@ -16,7 +16,7 @@ use super::{Config, ConfigError, File};
 use crate::measure::slo::REQUEST_SLO;
 
 /// Keys a reload applies live, to requests that start afterwards.
-pub const LIVE: [&str; 12] = [
+pub(crate) const LIVE: [&str; 12] = [
     "log_filter",
     "max_event_bytes",
     "request_capture_bytes",
@@ -33,7 +33,7 @@ pub const LIVE: [&str; 12] = [
 
 /// A validated reload: the settings to run with and what changed.
 #[derive(Debug)]
-pub struct Reload {
+pub(crate) struct Reload {
     /// The new effective file, restart-only keys kept at their running values.
     pub file: File,
     /// The configuration built from `file`.
@@ -46,7 +46,7 @@ pub struct Reload {
 
 /// Plans a reload from the running effective file to `new`, which has been
 /// validated on its own (so a bad file is refused before anything else).
-pub fn plan(running: &File, new: File) -> Result<Reload, ConfigError> {
+pub(crate) fn plan(running: &File, new: File) -> Result<Reload, ConfigError> {
     let running_table = table(running)?;
     let mut merged = table(&new)?;
     let mut keys: Vec<String> = running_table.keys().chain(merged.keys()).cloned().collect();
@@ -83,7 +83,10 @@ pub fn plan(running: &File, new: File) -> Result<Reload, ConfigError> {
 /// Checks `config`'s SLO names against every name whose series exist
 /// (`registered`): as within one file, a name that is the start of another
 /// could make two series one (see `metrics::labels`).
-pub fn check_slo_names(config: &Config, registered: &BTreeSet<String>) -> Result<(), ConfigError> {
+pub(crate) fn check_slo_names(
+    config: &Config,
+    registered: &BTreeSet<String>,
+) -> Result<(), ConfigError> {
     for (i, slo) in config.export.slos.iter().enumerate() {
         let name = slo.name.as_str();
         let clash = registered.iter().map(String::as_str).find(|other| {

@@ -78,13 +78,13 @@ impl Upstream {
     }
 
     /// The same upstream spoken to with `protocol`.
-    pub fn with_protocol(self, protocol: UpstreamProtocol) -> Self {
+    pub(crate) fn with_protocol(self, protocol: UpstreamProtocol) -> Self {
         Self { protocol, ..self }
     }
 
     /// The same upstream, also trusting every certificate in the PEM file
     /// at `path` (a private CA for an internal model server).
-    pub fn with_ca_file(self, path: &Path) -> Result<Self, String> {
+    pub(crate) fn with_ca_file(self, path: &Path) -> Result<Self, String> {
         let mut roots = webpki_roots();
         let certs = CertificateDer::pem_file_iter(path)
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?;

@@ -14,14 +14,14 @@ use crate::{
 
 /// Serves the operational endpoints.
 #[derive(Clone)]
-pub struct Admin {
+pub(crate) struct Admin {
     health: Health,
     metrics: Metrics,
 }
 
 impl Admin {
     /// The endpoints over shared health state and metrics.
-    pub fn new(health: Health, metrics: Metrics) -> Self {
+    pub(crate) fn new(health: Health, metrics: Metrics) -> Self {
         Self { health, metrics }
     }
 

@@ -19,9 +19,8 @@ use tracing_subscriber::{
     Layer, Registry,
 };
 
-pub use self::writer::{
-    spawn, Counters, DroppedLines, LogGuard, NonBlocking, COUNTERS, DROPPED_HELP, DROPPED_NAME,
-};
+pub use self::writer::{spawn, DROPPED_HELP, DROPPED_NAME};
+pub(crate) use self::writer::{DroppedLines, LogGuard, NonBlocking};
 use crate::config::LogFormat;
 
 /// Log lines the writer queues, at most (lines). A line is a few hundred
@@ -29,7 +28,7 @@ use crate::config::LogFormat;
 /// bursts and scheduling delays of the writer thread; a sink slower than
 /// the logs for longer overflows any queue, so a bigger one would only
 /// cost memory.
-pub const QUEUE_LINES: usize = 1024;
+pub(crate) const QUEUE_LINES: usize = 1024;
 
 /// How the filter of the installed subscriber is replaced at run time.
 static FILTER: OnceLock<(reload::Handle<EnvFilter, Registry>, FilterSource)> = OnceLock::new();
@@ -45,7 +44,7 @@ enum FilterSource {
 
 /// What [`set_filter`] did.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum FilterChange {
+pub(crate) enum FilterChange {
     /// The new filter is in force.
     Applied,
     /// `RUST_LOG` is set and stays in force.
@@ -90,7 +89,7 @@ fn filter(default_filter: &str) -> (EnvFilter, FilterSource) {
 
 /// Replaces the log filter with `filter` (already validated by the
 /// config), unless `RUST_LOG` set it at start.
-pub fn set_filter(filter: &str) -> FilterChange {
+pub(crate) fn set_filter(filter: &str) -> FilterChange {
     let Some((handle, source)) = FILTER.get() else {
         return FilterChange::NotInstalled;
     };

@@ -10,7 +10,7 @@
 //! - [`logging`]: `tracing` output, written by a thread of its own through a
 //!   bounded, lossy queue.
 
-pub mod admin;
+pub(crate) mod admin;
 pub mod logging;
-pub mod metrics;
+pub(crate) mod metrics;
 pub mod records;

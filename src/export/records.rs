@@ -18,7 +18,7 @@ use std::{
 use serde::{Deserialize, Serialize};
 
 pub use self::log::RecordLog;
-pub use self::writer::{RecordWriter, WriterHandle, DROPPED_HELP, DROPPED_NAME};
+pub use self::writer::{RecordWriter, DROPPED_HELP, DROPPED_NAME};
 use crate::{
     measure::dialect::ServerTimings,
     measure::slo::Slo,
@@ -213,7 +213,7 @@ impl Record {
     }
 
     /// When the request ended (ms since the Unix epoch): start + E2E.
-    pub fn end_unix_ms(&self) -> f64 {
+    pub(crate) fn end_unix_ms(&self) -> f64 {
         self.start_unix_ms + self.e2e_ms.unwrap_or(0.0)
     }
 }

@@ -33,7 +33,7 @@ pub enum End {
 }
 
 /// What an observer may learn of a body's error without owning it.
-pub trait Failure {
+pub(crate) trait Failure {
     /// Whether the body failed because something took too long.
     fn is_timeout(&self) -> bool;
 }

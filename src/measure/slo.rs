@@ -39,7 +39,7 @@ pub struct Slo {
 }
 
 /// The `slo` label of requests judged against their own header limits.
-pub const REQUEST_SLO: &str = "request";
+pub(crate) const REQUEST_SLO: &str = "request";
 
 /// One objective of an SLO.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -89,7 +89,7 @@ impl Objective {
 
 /// A request judged against one SLO.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Judgement<'a> {
+pub(crate) struct Judgement<'a> {
     /// The SLO's name (`request` for header limits).
     pub slo: &'a str,
     /// Whether the request met it.
@@ -99,7 +99,7 @@ pub struct Judgement<'a> {
 }
 
 /// Judges `t` against `limits`.
-pub fn judge<'a>(slo: &'a str, limits: &Limits, t: &Timeline) -> Judgement<'a> {
+pub(crate) fn judge<'a>(slo: &'a str, limits: &Limits, t: &Timeline) -> Judgement<'a> {
     let violated: Vec<Objective> = Objective::ALL
         .into_iter()
         .filter(|o| {
@@ -116,7 +116,7 @@ pub fn judge<'a>(slo: &'a str, limits: &Limits, t: &Timeline) -> Judgement<'a> {
 
 /// Every SLO that applies to `t`, judged: the configured ones whose model
 /// globs and endpoints match, then its own header limits, if any.
-pub fn judge_all<'a>(slos: &'a [Slo], t: &'a Timeline) -> Vec<Judgement<'a>> {
+pub(crate) fn judge_all<'a>(slos: &'a [Slo], t: &'a Timeline) -> Vec<Judgement<'a>> {
     let model = t.model.as_deref().unwrap_or_default();
     let mut out: Vec<_> = slos
         .iter()
@@ -131,7 +131,7 @@ pub fn judge_all<'a>(slos: &'a [Slo], t: &'a Timeline) -> Vec<Judgement<'a>> {
 }
 
 /// Shell-style matching: `*` any run, `?` one character.
-pub fn glob(pattern: &str, text: &str) -> bool {
+pub(crate) fn glob(pattern: &str, text: &str) -> bool {
     let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
     let (mut pi, mut ti, mut star, mut mark) = (0, 0, None, 0);
     while ti < t.len() {

@@ -36,9 +36,10 @@ use std::{
 use http::StatusCode;
 use tokio::time::Instant;
 
-pub use self::{
-    counts::{CountSource, Gaps, TokenCounts, Weights, MAX_GAPS},
-    phases::{Phase, Phases},
+pub use self::{counts::CountSource, phases::Phase};
+pub(crate) use self::{
+    counts::{Gaps, TokenCounts},
+    phases::Phases,
 };
 use crate::{
     measure::dialect::{
@@ -227,7 +228,7 @@ impl Timeline {
     }
 
     /// Records a whole non-streamed body: its usage and text, no token times.
-    pub fn record_body(&mut self, parsed: &Parsed<'_>) {
+    pub(crate) fn record_body(&mut self, parsed: &Parsed<'_>) {
         self.absorb(parsed);
         self.tokens.count_body(parsed);
     }
@@ -346,7 +347,7 @@ fn merge_usage(into: &mut Usage, from: &Usage) {
 }
 
 /// Longest raw finish reason kept (bytes): a server's value is not trusted to be short.
-pub const MAX_FINISH_BYTES: usize = 64;
+pub(crate) const MAX_FINISH_BYTES: usize = 64;
 
 /// `s` cut to at most `max` bytes, at a char boundary.
 fn cut(s: &str, max: usize) -> &str {

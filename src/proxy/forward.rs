@@ -30,12 +30,13 @@ use tower::Service;
 
 use self::client::{UpstreamBody, UpstreamClient};
 use self::client_body::ClientFault;
-pub use self::{
-    body::{BodyError, ResponseBody},
+pub use self::inject::StripUsage;
+pub(crate) use self::{
+    body::ResponseBody,
     client::{build as upstream_client, Connector},
-    client_body::{ClientBody, ClientBodyError},
+    client_body::ClientBody,
     error::ProxyError,
-    inject::{RequestBody, StripUsage},
+    inject::RequestBody,
 };
 use crate::{
     config::{Config, Upstream, UpstreamProtocol, UsageMode},
@@ -47,7 +48,7 @@ use crate::{
 };
 
 /// The body of every response the proxy sends.
-pub type ProxyBody = StripUsage<ObservedBody<ResponseBody, Exchange>>;
+pub(crate) type ProxyBody = StripUsage<ObservedBody<ResponseBody, Exchange>>;
 
 /// The proxy service; cheap to clone, one per connection.
 #[derive(Clone)]

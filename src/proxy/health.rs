@@ -22,7 +22,7 @@ use std::{
 
 use tokio::time::Instant;
 
-pub use self::probe::{Probe, ProbeFailure};
+pub(crate) use self::probe::Probe;
 
 pub use crate::config::READY_WINDOW;
 
@@ -48,7 +48,7 @@ struct Inner {
 
 /// Why the proxy is not ready.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum NotReady {
+pub(crate) enum NotReady {
     /// Shutting down: no new work.
     Draining,
     /// The upstream has not answered within [`READY_WINDOW`].
@@ -73,7 +73,7 @@ impl Health {
     }
 
     /// A health state decided by the HTTP health check alone.
-    pub fn health_checked() -> Self {
+    pub(crate) fn health_checked() -> Self {
         Self::with(true)
     }
 
@@ -88,14 +88,9 @@ impl Health {
         }
     }
 
-    /// Whether only the HTTP health check decides readiness.
-    pub fn is_health_checked(&self) -> bool {
-        self.inner.checked
-    }
-
     /// A forwarded request got a response head just now. Ignored when the
     /// health check decides: a 5xx from a dead engine is an answer too.
-    pub fn upstream_answered(&self) {
+    pub(crate) fn upstream_answered(&self) {
         if !self.inner.checked {
             self.answered_now();
         }
@@ -103,7 +98,7 @@ impl Health {
 
     /// A probe ended: `ok` when it passed. A failed health check makes the
     /// proxy not ready at once; a failed TCP probe only lets the window run out.
-    pub fn probed(&self, ok: bool) {
+    pub(crate) fn probed(&self, ok: bool) {
         match (ok, self.inner.checked) {
             (true, _) => self.answered_now(),
             (false, true) => self.inner.last_answer_ms.store(0, Ordering::Relaxed),
@@ -124,12 +119,12 @@ impl Health {
     }
 
     /// From now on, not ready: shutdown has begun.
-    pub fn start_draining(&self) {
+    pub(crate) fn start_draining(&self) {
         self.inner.draining.store(true, Ordering::Relaxed);
     }
 
     /// `Ok` when ready, else why not.
-    pub fn readiness(&self) -> Result<(), NotReady> {
+    pub(crate) fn readiness(&self) -> Result<(), NotReady> {
         if self.inner.draining.load(Ordering::Relaxed) {
             return Err(NotReady::Draining);
         }

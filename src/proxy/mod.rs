@@ -13,4 +13,4 @@
 pub mod forward;
 pub mod health;
 pub mod reload;
-pub mod server;
+pub(crate) mod server;

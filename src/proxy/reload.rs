@@ -41,7 +41,7 @@ pub struct Source {
 
 /// A config reload that was refused; the running config stays in force.
 #[derive(Debug, thiserror::Error)]
-pub enum ReloadError {
+pub(crate) enum ReloadError {
     /// The new file is unreadable or invalid: one line naming the key.
     #[error(transparent)]
     Config(#[from] ConfigError),
@@ -92,7 +92,7 @@ impl Live {
 
 /// SIGHUP, installed when made: a signal that arrives once we listen must
 /// reload, not kill the process with the default action.
-pub struct Hangups(Option<Signal>);
+pub(crate) struct Hangups(Option<Signal>);
 
 impl Hangups {
     /// Installs the SIGHUP handler now. Must be called within a Tokio runtime.
@@ -118,7 +118,7 @@ impl Hangups {
 }
 
 /// Owns what a generation is built from, and builds the next one.
-pub struct Reloader {
+pub(crate) struct Reloader {
     source: Option<Source>,
     metrics: Metrics,
     records: RecordLog,

@@ -15,7 +15,7 @@ use std::{future::Future, io, net::SocketAddr, sync::Arc, time::Duration};
 use hyper_util::service::TowerToHyperService;
 use tokio::{net::TcpListener, sync::oneshot, task::JoinSet};
 
-pub use self::fds::TooFewDescriptors;
+pub(crate) use self::fds::TooFewDescriptors;
 pub(crate) use self::{
     accept::Listener,
     conn::{Drain, Serve},
@@ -109,7 +109,7 @@ impl Bound {
     }
 
     /// Reloads the config `source` names on each of `hangups` (SIGHUP).
-    pub fn with_reloads(self, source: Source, hangups: Hangups) -> Self {
+    pub(crate) fn with_reloads(self, source: Source, hangups: Hangups) -> Self {
         Self {
             reloads: Some((source, hangups)),
             ..self

@@ -52,7 +52,7 @@ pub struct Counters {
 }
 
 /// The counters of the process's log writer.
-pub static COUNTERS: Counters = Counters::new();
+pub(crate) static COUNTERS: Counters = Counters::new();
 
 impl Counters {
     /// Zero counters.
@@ -104,7 +104,7 @@ pub struct LogGuard {
 /// A writer thread for stderr, queueing up to `lines` lines. The thread
 /// writes to its own duplicate of fd 2, so a write blocked there never
 /// holds the lock `eprintln!` takes.
-pub fn stderr(lines: usize) -> io::Result<(NonBlocking, LogGuard)> {
+pub(super) fn stderr(lines: usize) -> io::Result<(NonBlocking, LogGuard)> {
     match io::stderr().as_fd().try_clone_to_owned() {
         Ok(fd) => spawn(std::fs::File::from(fd), lines, &COUNTERS),
         Err(_) => spawn(io::stderr(), lines, &COUNTERS),
@@ -230,7 +230,7 @@ impl Drop for LogGuard {
 
 /// Exports [`COUNTERS`] as `tokenclock_log_lines_dropped_total{reason}`,
 /// read at each scrape. Register one per registry.
-pub struct DroppedLines {
+pub(crate) struct DroppedLines {
     vec: IntCounterVec,
     /// Serialises scrapes, so the catch-up below never counts twice.
     sync: Mutex<()>,

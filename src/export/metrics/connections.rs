@@ -59,7 +59,7 @@ impl ConnectionFamilies {
 
 /// One listener's connection series; cheap to clone.
 #[derive(Clone)]
-pub struct ConnectionMetrics {
+pub(crate) struct ConnectionMetrics {
     /// Connections open now.
     pub open: IntGauge,
     /// Connections closed at accept because the listener was full.
@@ -75,7 +75,7 @@ pub struct ConnectionMetrics {
 impl ConnectionMetrics {
     /// Series on a registry of their own, for servers whose connections are
     /// not exported (the simulator).
-    pub fn unexported() -> Result<Self, prometheus::Error> {
+    pub(crate) fn unexported() -> Result<Self, prometheus::Error> {
         ConnectionFamilies::register(&Registry::new()).map(|f| f.listener("unexported"))
     }
 }

@@ -12,7 +12,7 @@ use crate::{config::ExportSettings, export::records};
 /// A family is `None` when `[metrics] disable` leaves it out: it is neither
 /// registered nor observed.
 #[derive(Clone)]
-pub struct Families {
+pub(super) struct Families {
     pub ttft: Option<HistogramVec>,
     pub ttfo: Option<HistogramVec>,
     pub itl: Option<HistogramVec>,
@@ -111,7 +111,7 @@ impl Builder<'_> {
 
 impl Families {
     /// Creates and registers every family on `registry`.
-    pub fn register(
+    pub(super) fn register(
         registry: &Registry,
         export: &ExportSettings,
     ) -> Result<Self, prometheus::Error> {

@@ -21,23 +21,23 @@ use std::{
 };
 
 /// The value that stands for every value past the cap.
-pub const OTHER: &str = "other";
+pub(crate) const OTHER: &str = "other";
 
 /// The value of a free-form label that was absent.
-pub const UNKNOWN: &str = "unknown";
+pub(crate) const UNKNOWN: &str = "unknown";
 
 /// Admits free-form label tuples: `model` first, then the extra labels.
 /// The values admitted so far outlive a config reload (their series stay
 /// registered); the caps come with each admission, from the settings the
 /// request started with.
 #[derive(Debug)]
-pub struct LabelSpace {
+pub(crate) struct LabelSpace {
     inner: RwLock<Admitted>,
 }
 
 /// The caps on free-form label values; a config reload replaces them.
 #[derive(Clone, Debug)]
-pub struct LabelCaps {
+pub(crate) struct LabelCaps {
     /// Distinct values kept per free-form label (`max_models`).
     pub max_values: usize,
     /// When set, the only `model` values kept (`models`); the rest are `other`.
@@ -49,7 +49,7 @@ pub struct LabelCaps {
 
 impl LabelCaps {
     /// The caps set in the config.
-    pub fn of(export: &crate::config::ExportSettings) -> Self {
+    pub(crate) fn of(export: &crate::config::ExportSettings) -> Self {
         Self {
             max_values: export.max_values,
             allowlist: export.models.clone(),
@@ -78,7 +78,7 @@ struct Admitted {
 
 impl LabelSpace {
     /// A space for `width` free-form labels (model + extras).
-    pub fn new(width: usize) -> Self {
+    pub(crate) fn new(width: usize) -> Self {
         let mut admitted = Admitted {
             values: vec![HashSet::new(); width],
             tuples: HashMap::new(),
@@ -93,7 +93,7 @@ impl LabelSpace {
     /// The tuple to label a request with: each value kept, capped to
     /// `other`, and the whole tuple `other` if it would share a series with
     /// a different admitted tuple.
-    pub fn admit(
+    pub(crate) fn admit(
         &self,
         caps: &LabelCaps,
         model: Option<&str>,

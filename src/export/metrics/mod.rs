@@ -18,9 +18,9 @@ use std::{sync::Arc, time::Duration};
 use prometheus::{Encoder, HistogramVec, IntCounter, IntGaugeVec, Opts, Registry, TextEncoder};
 
 use self::{connections::ConnectionFamilies, families::Families, upstream::UpstreamFamilies};
-pub use self::{
+pub(crate) use self::{
     connections::ConnectionMetrics,
-    labels::{LabelCaps, LabelSpace, OTHER, UNKNOWN},
+    labels::{LabelCaps, LabelSpace, OTHER},
     upstream::UpstreamHealthMetrics,
 };
 use crate::{
@@ -139,7 +139,7 @@ impl Metrics {
     /// The same families labelled by `export`'s caps, SLOs and ranges: what
     /// a config reload hands to requests that start afterwards. Label names
     /// and buckets stay those registered at start.
-    pub fn reconfigured(&self, export: &ExportSettings) -> Self {
+    pub(crate) fn reconfigured(&self, export: &ExportSettings) -> Self {
         Self {
             shared: self.shared.clone(),
             view: Arc::new(View::new(export)),
@@ -159,13 +159,13 @@ impl Metrics {
     }
 
     /// The upstream health probe's series.
-    pub fn upstream_health(&self) -> UpstreamHealthMetrics {
+    pub(crate) fn upstream_health(&self) -> UpstreamHealthMetrics {
         self.shared.upstream.series()
     }
 
     /// Counts a config reload; a successful one also sets the time of the
     /// last successful load (the start counts as one).
-    pub fn config_reloaded(&self, ok: bool) {
+    pub(crate) fn config_reloaded(&self, ok: bool) {
         let f = &self.shared.families;
         f.config_reloads
             .with_label_values(&[if ok { "ok" } else { "error" }])
@@ -176,7 +176,7 @@ impl Metrics {
     }
 
     /// The counter of records dropped by the record writer.
-    pub fn records_dropped(&self) -> IntCounter {
+    pub(crate) fn records_dropped(&self) -> IntCounter {
         self.shared.families.records_dropped.clone()
     }
 }

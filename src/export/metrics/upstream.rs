@@ -44,7 +44,7 @@ impl UpstreamFamilies {
 
 /// The upstream probe's series; cheap to clone.
 #[derive(Clone)]
-pub struct UpstreamHealthMetrics {
+pub(crate) struct UpstreamHealthMetrics {
     /// 1 after a successful probe, 0 after a failed one.
     pub healthy: IntGauge,
     /// Probes that succeeded.
@@ -55,12 +55,4 @@ pub struct UpstreamHealthMetrics {
     pub timeout: IntCounter,
     /// Probes that failed otherwise: refused, reset, TLS, protocol.
     pub error: IntCounter,
-}
-
-impl UpstreamHealthMetrics {
-    /// Series on a registry of their own, for a [`crate::proxy::health::Health`]
-    /// whose probe is not exported (unit tests).
-    pub fn unexported() -> Result<Self, prometheus::Error> {
-        UpstreamFamilies::register(&Registry::new()).map(|f| f.series())
-    }
 }

@@ -30,10 +30,11 @@ pub enum FinishReason {
 
 impl FinishReason {
     /// The label value of a request whose server sent no finish reason.
-    pub const NONE: &'static str = "none";
+    pub(crate) const NONE: &'static str = "none";
 
     /// Every label value, [`FinishReason::NONE`] included.
-    pub const LABELS: [&'static str; 6] = [
+    #[cfg(test)]
+    pub(crate) const LABELS: [&'static str; 6] = [
         "stop",
         "length",
         "tool_calls",
@@ -92,7 +93,7 @@ impl<'a> Finish<'a> {
     /// The finish of a Responses object: its raw value (the incomplete
     /// reason, else the status), and `called` when its output holds a
     /// `function_call` or `custom_tool_call` item, which makes a `completed` one [`FinishReason::ToolCalls`].
-    pub fn of_response(raw: Option<Cow<'a, str>>, called: bool) -> Option<Self> {
+    pub(crate) fn of_response(raw: Option<Cow<'a, str>>, called: bool) -> Option<Self> {
         Self::normalised(raw?, |raw| match raw {
             "completed" if called => FinishReason::ToolCalls,
             raw => FinishReason::of(raw),

@@ -23,10 +23,8 @@ mod tgi;
 
 use std::{borrow::Cow, time::Duration};
 
-pub use self::{
-    finish::{Finish, FinishReason},
-    request::RequestInfo,
-};
+pub(crate) use self::finish::Finish;
+pub use self::{finish::FinishReason, request::RequestInfo};
 
 /// The API family of a request, chosen from its path (or forced in config).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -102,7 +100,7 @@ impl Dialect {
     ];
 
     /// The dialect named `name` (as in [`Dialect::as_str`]).
-    pub fn from_name(name: &str) -> Option<Self> {
+    pub(crate) fn from_name(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|d| d.as_str() == name)
     }
 
@@ -122,7 +120,7 @@ impl Dialect {
     }
 
     /// Reads a whole non-streamed JSON response body.
-    pub fn parse_body(self, body: &[u8]) -> Result<Parsed<'_>, ParseError> {
+    pub(crate) fn parse_body(self, body: &[u8]) -> Result<Parsed<'_>, ParseError> {
         match self {
             Self::OpenAiChat => openai_chat::body(body),
             Self::OpenAiCompletions => openai_completions::body(body),
@@ -134,17 +132,6 @@ impl Dialect {
             Self::Unknown => Ok(Parsed::default()),
         }
     }
-}
-
-/// The kind of a generated token.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum TokenKind {
-    /// Reasoning ("thinking") tokens, before the answer.
-    Reasoning,
-    /// Answer text (including refusals).
-    Output,
-    /// Tool-call names and arguments.
-    ToolCall,
 }
 
 /// Token usage as reported by the server. Every field is optional: servers
@@ -180,7 +167,7 @@ pub struct ServerTimings {
 
 impl ServerTimings {
     /// The `phase` label values of the exported server phases, in order.
-    pub const PHASES: [&'static str; 3] = ["queue", "prefill", "decode"];
+    pub(crate) const PHASES: [&'static str; 3] = ["queue", "prefill", "decode"];
 
     /// The exported phases with what the server reported of each; `load`
     /// is not exported (it is not per-request work).
@@ -233,13 +220,13 @@ pub struct Parsed<'a> {
 
 impl Parsed<'_> {
     /// Whether the event carries at least one generated token of any kind.
-    pub fn has_token(&self) -> bool {
+    pub(crate) fn has_token(&self) -> bool {
         self.reasoning_bytes + self.output_bytes + self.tool_bytes > 0
             || self.tokens.is_some_and(|n| n > 0)
     }
 
     /// Whether the event carries a non-reasoning token (answer or tool call).
-    pub fn has_output(&self) -> bool {
+    pub(crate) fn has_output(&self) -> bool {
         self.output_bytes + self.tool_bytes > 0
     }
 }

@@ -15,7 +15,7 @@ use bytes::Bytes;
 use http::{response, Method, Request, StatusCode, Version};
 use tokio::time::Instant;
 
-pub use self::upload::Upload;
+pub(crate) use self::upload::Upload;
 use self::{reader::Reader, upload::UploadShared};
 use crate::{
     measure::dialect::ServerTimings,
@@ -111,7 +111,7 @@ impl Exchange {
     }
 
     /// The proxy added `stream_options.include_usage` to the request.
-    pub fn set_usage_injected(&mut self) {
+    pub(crate) fn set_usage_injected(&mut self) {
         self.timeline.usage_injected = true;
     }
 
@@ -126,12 +126,12 @@ impl Exchange {
     }
 
     /// Time spent opening a new upstream connection (zero when pooled).
-    pub fn set_connect(&mut self, connect: Duration) {
+    pub(crate) fn set_connect(&mut self, connect: Duration) {
         self.timeline.connect = Some(connect);
     }
 
     /// Records that the proxy answered itself because forwarding failed.
-    pub fn set_local_failure(&mut self, status: StatusCode, outcome: Outcome) {
+    pub(crate) fn set_local_failure(&mut self, status: StatusCode, outcome: Outcome) {
         self.timeline.status = Some(status);
         self.local_failure = Some(outcome);
     }

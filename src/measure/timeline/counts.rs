@@ -80,7 +80,7 @@ impl TokenCounts {
     /// The exact token count of an event, when the stream tells it: its own
     /// `tokens`, or the growth of a cumulative usage count. Call for every
     /// event, token-bearing or not, so cumulative counts stay in step.
-    pub fn exact_for_event(&mut self, parsed: &Parsed<'_>) -> Option<u32> {
+    pub(crate) fn exact_for_event(&mut self, parsed: &Parsed<'_>) -> Option<u32> {
         self.read = true;
         let cumulative = parsed
             .usage
@@ -94,7 +94,7 @@ impl TokenCounts {
     }
 
     /// Counts a token-bearing event carrying `exact` tokens, if known.
-    pub fn count_event(&mut self, parsed: &Parsed<'_>, exact: Option<u32>) {
+    pub(crate) fn count_event(&mut self, parsed: &Parsed<'_>, exact: Option<u32>) {
         if self.token_events == 0 {
             self.all_exact = true;
         }
@@ -112,7 +112,7 @@ impl TokenCounts {
     }
 
     /// Counts the text of a whole non-streamed body.
-    pub fn count_body(&mut self, parsed: &Parsed<'_>) {
+    pub(crate) fn count_body(&mut self, parsed: &Parsed<'_>) {
         self.read = true;
         self.count_text(parsed);
     }
@@ -194,13 +194,8 @@ impl TokenCounts {
         self.generated.saturating_sub(self.hidden_reasoning)
     }
 
-    /// Settled generated tokens.
-    pub fn generated(&self) -> u64 {
-        self.generated
-    }
-
     /// How the tokens after the first event are spread over the gaps.
-    pub fn after_first_event(&self) -> Weights {
+    pub(crate) fn after_first_event(&self) -> Weights {
         if self.all_exact && self.token_events > 0 {
             return Weights::Exact;
         }
@@ -219,14 +214,14 @@ impl TokenCounts {
     }
 
     /// Tokens carried by the first token-bearing event.
-    pub fn first_event_tokens(&self) -> u64 {
+    pub(crate) fn first_event_tokens(&self) -> u64 {
         self.first_event_tokens
     }
 }
 
 /// How many tokens each gap stands for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Weights {
+pub(crate) enum Weights {
     /// Each event's exact count.
     Exact,
     /// `total` tokens spread evenly over the gaps (usage total, per-event split unknown).
@@ -240,7 +235,7 @@ pub enum Weights {
 
 /// At most this many gaps are kept per request (8 bytes each); later gaps
 /// are counted in [`Gaps::dropped`] and not observed.
-pub const MAX_GAPS: usize = 16 * 1024;
+pub(crate) const MAX_GAPS: usize = 16 * 1024;
 
 /// Gaps between consecutive token-bearing events, in arrival order.
 #[derive(Clone, Debug, Default)]
@@ -273,13 +268,9 @@ impl Gaps {
     }
 
     /// Number of gaps kept.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.gaps.len()
-    }
-
-    /// Whether no gap was kept.
-    pub fn is_empty(&self) -> bool {
-        self.gaps.is_empty()
     }
 
     /// Inter-event latencies, in order.
@@ -290,7 +281,7 @@ impl Gaps {
     }
 
     /// Inter-token latencies as `(gap / tokens, tokens)` pairs.
-    pub fn per_token(&self, weights: Weights) -> impl Iterator<Item = (Duration, u64)> + '_ {
+    pub(crate) fn per_token(&self, weights: Weights) -> impl Iterator<Item = (Duration, u64)> + '_ {
         let n = self.gaps.len() as u64;
         self.gaps.iter().enumerate().filter_map(move |(i, gap)| {
             let tokens = match weights {

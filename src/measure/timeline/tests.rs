@@ -2,7 +2,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::*;
+use super::{counts::MAX_GAPS, *};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)

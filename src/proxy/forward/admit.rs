@@ -11,7 +11,7 @@ use super::ProxyError;
 ///   no response at all.
 /// - HTTP/1.1 without exactly one `Host`, or HTTP/1.0 with several (`400`,
 ///   RFC 9112 §3.2). HTTP/1.0 may omit it; HTTP/2 carries `:authority`.
-pub fn admit<B>(request: &Request<B>) -> Result<(), ProxyError> {
+pub(super) fn admit<B>(request: &Request<B>) -> Result<(), ProxyError> {
     if request.method() == Method::CONNECT {
         return Err(ProxyError::MethodNotAllowed);
     }

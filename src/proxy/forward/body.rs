@@ -53,7 +53,7 @@ impl IdleError for BodyError {
 }
 
 /// An error a body fails with when it yielded nothing for too long.
-pub trait IdleError {
+pub(crate) trait IdleError {
     /// The body yielded nothing for `after` while it was being read.
     fn idle(after: Duration) -> Self;
 }
@@ -79,7 +79,7 @@ impl ResponseBody {
     }
 
     /// A body made by the proxy.
-    pub fn local(body: Full<Bytes>) -> Self {
+    pub(crate) fn local(body: Full<Bytes>) -> Self {
         Self::Local { body }
     }
 }
@@ -121,7 +121,7 @@ pin_project! {
     /// The clock runs only while the reader waits on the body: time the
     /// reader spends not polling (a slow client) is not upstream idleness.
     /// It fails with `E`, which the inner body's errors convert into.
-    pub struct IdleTimeout<B, E> {
+    pub(crate) struct IdleTimeout<B, E> {
         #[pin]
         inner: B,
         #[pin]

@@ -18,14 +18,14 @@ use crate::{
 };
 
 /// The body sent upstream: the client's, observed on its way.
-pub type UpstreamBody = ObservedBody<RequestBody, Upload>;
+pub(super) type UpstreamBody = ObservedBody<RequestBody, Upload>;
 
 /// How the proxy (and the health probe) connect to the upstream: TCP with
 /// the connect timeout, TLS with the configured roots for `https://`.
-pub type Connector = TimedConnector<HttpsConnector<HttpConnector>>;
+pub(crate) type Connector = TimedConnector<HttpsConnector<HttpConnector>>;
 
 /// The pooled upstream client.
-pub type UpstreamClient = Client<Connector, UpstreamBody>;
+pub(super) type UpstreamClient = Client<Connector, UpstreamBody>;
 
 /// Builds a client from the validated config, sending bodies of type `B`:
 /// the proxy's own, or the health probe's empty one, so both reach the

@@ -77,7 +77,7 @@ impl Failure for ClientBodyError {
 /// Where a [`ClientBody`] leaves its failure, for the proxy to find when
 /// the upstream call fails. Set once, before the error is returned.
 #[derive(Clone, Debug, Default)]
-pub struct ClientFault(Arc<OnceLock<ClientBodyError>>);
+pub(crate) struct ClientFault(Arc<OnceLock<ClientBodyError>>);
 
 impl ClientFault {
     /// The client's failure, if its body failed.
@@ -89,7 +89,7 @@ impl ClientFault {
 /// The client's body, failed after `request_body_timeout` without a frame
 /// while it is being read, and reporting its failures. `Unpin` (its timer is
 /// boxed, once per request), so it can be read with `BodyExt::frame`.
-pub struct ClientBody {
+pub(crate) struct ClientBody {
     inner: Pin<Box<IdleTimeout<Incoming, ClientBodyError>>>,
     fault: ClientFault,
 }

@@ -18,7 +18,7 @@ use tower::Service;
 
 /// When a connection was opened and how long that took (TCP + TLS).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ConnectTiming {
+pub(super) struct ConnectTiming {
     /// When the connect began.
     pub started: Instant,
     /// How long until the connection was usable.
@@ -27,7 +27,7 @@ pub struct ConnectTiming {
 
 /// A connector that stamps each connection it opens with [`ConnectTiming`].
 #[derive(Clone, Debug)]
-pub struct TimedConnector<C> {
+pub(crate) struct TimedConnector<C> {
     inner: C,
 }
 
@@ -67,7 +67,7 @@ where
 
 pin_project! {
     /// A connection that remembers how it was opened.
-    pub struct Timed<T> {
+    pub(crate) struct Timed<T> {
         #[pin]
         io: T,
         timing: ConnectTiming,
@@ -122,7 +122,7 @@ impl<T: Write> Write for Timed<T> {
 
 /// The connect time a request paid: the connection's open time if it was
 /// opened after the request arrived, zero if it came from the pool.
-pub fn paid_by(request_start: Instant, connected: &Connected) -> Option<Duration> {
+pub(super) fn paid_by(request_start: Instant, connected: &Connected) -> Option<Duration> {
     let mut extensions = http::Extensions::new();
     connected.get_extras(&mut extensions);
     let timing = extensions.get::<ConnectTiming>()?;

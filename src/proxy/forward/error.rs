@@ -16,7 +16,7 @@ const ALLOW: &str = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS";
 /// A failure before the upstream's response head reached the proxy, or a
 /// request the proxy refuses to forward.
 #[derive(Debug, thiserror::Error)]
-pub enum ProxyError {
+pub(crate) enum ProxyError {
     /// The upstream refused or could not be reached.
     #[error("cannot connect to the upstream: {0}")]
     Unavailable(String),
@@ -49,7 +49,7 @@ pub enum ProxyError {
 
 impl ProxyError {
     /// Classifies an error from the upstream client.
-    pub fn from_client(err: &hyper_util::client::legacy::Error, connect: Duration) -> Self {
+    pub(crate) fn from_client(err: &hyper_util::client::legacy::Error, connect: Duration) -> Self {
         if err.is_connect() {
             if source_chain(err).any(|e| {
                 e.downcast_ref::<io::Error>()
@@ -63,7 +63,8 @@ impl ProxyError {
     }
 
     /// Whether this is one of the timeouts.
-    pub fn is_timeout(&self) -> bool {
+    #[cfg(test)]
+    fn is_timeout(&self) -> bool {
         matches!(self, Self::ConnectTimeout(_) | Self::HeaderTimeout(_))
     }
 
@@ -109,7 +110,7 @@ impl ProxyError {
     }
 
     /// The response the client sees: `{"error":{"type":…,"message":…}}`.
-    pub fn to_response(&self) -> Response<Full<Bytes>> {
+    pub(crate) fn to_response(&self) -> Response<Full<Bytes>> {
         let body = serde_json::json!({
             "error": { "type": self.kind(), "message": self.to_string() }
         });

@@ -16,7 +16,7 @@ const HOP_BY_HOP: [HeaderName; 4] = [
 /// `Keep-Alive`, `Proxy-Connection`, `Transfer-Encoding`, `Upgrade`, `TE`
 /// (keeping `TE: trailers`, so upstreams still send trailers), and `Expect`
 /// on requests, which the proxy's own server side has already answered.
-pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+pub(super) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -44,7 +44,7 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
 /// a `Transfer-Encoding` is removed first (RFC 9112 §6.3). hyper's client
 /// frames such a body by the encoding but keeps both headers; forwarding
 /// the length would cut the body short for the client.
-pub fn strip_response(headers: &mut HeaderMap) {
+pub(super) fn strip_response(headers: &mut HeaderMap) {
     if headers.contains_key(header::TRANSFER_ENCODING) {
         headers.remove(header::CONTENT_LENGTH);
     }
@@ -53,7 +53,7 @@ pub fn strip_response(headers: &mut HeaderMap) {
 
 /// Request-only rule on top of [`strip_hop_by_hop`]: `Expect: 100-continue`
 /// is answered by the proxy's own server side, so it is not forwarded.
-pub fn strip_request(headers: &mut HeaderMap) {
+pub(super) fn strip_request(headers: &mut HeaderMap) {
     strip_hop_by_hop(headers);
     headers.remove(header::EXPECT);
 }

@@ -23,7 +23,7 @@ const MAX_BODY_BYTES: usize = 64 * 1024;
 
 /// Why one probe failed.
 #[derive(Debug, thiserror::Error)]
-pub enum ProbeFailure {
+pub(crate) enum ProbeFailure {
     /// The health endpoint answered with a status other than 2xx.
     #[error("upstream_health_path answered {0}")]
     BadStatus(StatusCode),
@@ -40,7 +40,7 @@ pub enum ProbeFailure {
 
 /// Checks the upstream every [`PROBE_INTERVAL`] and tells [`Health`] and
 /// the metrics how it went.
-pub struct Probe {
+pub(crate) struct Probe {
     health: Health,
     how: How,
     metrics: UpstreamHealthMetrics,
