@@ -7,8 +7,11 @@
 //!   receives.
 //! - [`demo`]: simulator, proxy and load together, with a live terminal view.
 //! - [`report`]: offline summaries of record files.
+//! - [`rng`]: the seeded random source the simulator and the load
+//!   generator share.
 
 pub mod demo;
 pub mod load;
 pub mod report;
+pub(crate) mod rng;
 pub mod sim;

@@ -10,7 +10,6 @@
 
 mod events;
 mod request;
-mod rng;
 mod stats;
 mod text;
 mod traffic;
@@ -25,7 +24,6 @@ use http::Uri;
 use tokio::{sync::watch, time::Instant};
 
 pub use self::{
-    rng::Rng,
     stats::{Measured, Outcome, Percentiles, Snapshot, Summary, WorkloadSummary},
     workload::{Workload, BYTES_PER_TOKEN, PRESETS},
 };

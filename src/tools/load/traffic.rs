@@ -15,10 +15,10 @@ use tokio::{sync::watch, task::JoinSet, time::Instant};
 
 use super::{
     request::{self, HttpClient, Live},
-    rng::Rng,
     stats::{Measured, Outcome, Recorder},
     LoadConfig, LoadError,
 };
+use crate::tools::rng::Rng;
 
 /// One workload, ready to send: its URI, body, schedule and fault headers.
 struct Plan {
@@ -172,7 +172,7 @@ async fn arrivals(
     let mut requests = JoinSet::new();
     let mut next = Instant::now();
     loop {
-        next += Duration::from_secs_f64(rng.exponential(rate));
+        next += Duration::from_secs_f64(rng.exponential(1.0 / rate));
         tokio::select! {
             () = request::stopped(&mut stop) => break,
             () = tokio::time::sleep_until(next) => {}
