@@ -24,7 +24,7 @@ use http::Uri;
 use tokio::{sync::watch, time::Instant};
 
 pub use self::{
-    stats::{Measured, Outcome, Percentiles, Snapshot, Summary, WorkloadSummary},
+    stats::{ClientOutcome, Measured, Percentiles, Snapshot, Summary, WorkloadSummary},
     workload::{Workload, BYTES_PER_TOKEN, PRESETS},
 };
 

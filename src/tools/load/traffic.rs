@@ -15,7 +15,7 @@ use tokio::{sync::watch, task::JoinSet, time::Instant};
 
 use super::{
     request::{self, HttpClient, Live},
-    stats::{Measured, Outcome, Recorder},
+    stats::{ClientOutcome, Measured, Recorder},
     LoadConfig, LoadError,
 };
 use crate::tools::rng::Rng;
@@ -103,7 +103,7 @@ impl Shared {
 }
 
 fn failed(workload: usize, kind: &str) -> Measured {
-    Measured::new(workload, Outcome::Error(kind.to_owned()))
+    Measured::new(workload, ClientOutcome::Error(kind.to_owned()))
 }
 
 fn plan(target: &Uri, workload: &super::Workload) -> Result<Plan, LoadError> {
