@@ -7,11 +7,14 @@
 //!   receives.
 //! - [`demo`]: simulator, proxy and load together, with a live terminal view.
 //! - [`report`]: offline summaries of record files.
+//! - [`rng`]: the seeded random source the simulator and the load
+//!   generator share.
 //! - [`stats`]: the distribution of a quantity, exact or in bounded memory,
 //!   for all of them.
 
 pub mod demo;
 pub mod load;
 pub mod report;
+pub(crate) mod rng;
 pub mod sim;
 pub mod stats;

@@ -11,7 +11,6 @@
 mod events;
 mod request;
 mod results;
-mod rng;
 mod text;
 mod traffic;
 mod workload;
@@ -25,8 +24,7 @@ use http::Uri;
 use tokio::{sync::watch, time::Instant};
 
 pub use self::{
-    results::{Measured, Outcome, RunSummary, Snapshot, WorkloadSummary},
-    rng::Rng,
+    results::{ClientOutcome, Measured, RunSummary, Snapshot, WorkloadSummary},
     workload::{Workload, BYTES_PER_TOKEN, PRESETS},
 };
 

@@ -16,7 +16,7 @@ use tokio::{sync::watch, time::Instant};
 
 use super::{
     events::{self, DataLines},
-    results::{Measured, Outcome},
+    results::{ClientOutcome, Measured},
 };
 
 /// The pooled HTTP/1.1 client every request goes through.
@@ -56,20 +56,20 @@ pub async fn measure(
     stop: &mut watch::Receiver<bool>,
 ) -> Measured {
     let start = Instant::now();
-    let mut m = Measured::new(workload, Outcome::Ok);
+    let mut m = Measured::new(workload, ClientOutcome::Ok);
     live.in_flight.fetch_add(1, Relaxed);
     let outcome = tokio::select! {
         biased;
-        () = stopped(stop) => Outcome::Cancelled,
+        () = stopped(stop) => ClientOutcome::Cancelled,
         done = tokio::time::timeout(timeout, exchange(client, request, start, &mut m, live)) => {
-            done.unwrap_or_else(|_| Outcome::Error("timeout".to_owned()))
+            done.unwrap_or_else(|_| ClientOutcome::Error("timeout".to_owned()))
         }
     };
     m.e2e = start.elapsed();
     m.outcome = outcome;
     live.in_flight.fetch_sub(1, Relaxed);
     live.done.fetch_add(1, Relaxed);
-    if matches!(m.outcome, Outcome::Error(_)) {
+    if matches!(m.outcome, ClientOutcome::Error(_)) {
         live.errors.fetch_add(1, Relaxed);
     }
     m
@@ -88,11 +88,11 @@ async fn exchange(
     start: Instant,
     m: &mut Measured,
     live: &Live,
-) -> Outcome {
+) -> ClientOutcome {
     let response = match client.request(request).await {
         Ok(response) => response,
-        Err(e) if e.is_connect() => return Outcome::Error("connect".to_owned()),
-        Err(_) => return Outcome::Error("request".to_owned()),
+        Err(e) if e.is_connect() => return ClientOutcome::Error("connect".to_owned()),
+        Err(_) => return ClientOutcome::Error("request".to_owned()),
     };
     let status = response.status();
     m.status = Some(status.as_u16());
@@ -100,7 +100,7 @@ async fn exchange(
     let mut lines = DataLines::default();
     while let Some(frame) = body.frame().await {
         let Ok(frame) = frame else {
-            return Outcome::Error("body".to_owned());
+            return ClientOutcome::Error("body".to_owned());
         };
         if let Ok(data) = frame.into_data() {
             let before = m.events;
@@ -109,9 +109,9 @@ async fn exchange(
         }
     }
     if status.is_success() {
-        Outcome::Ok
+        ClientOutcome::Ok
     } else {
-        Outcome::Error(format!("http_{}", status.as_u16()))
+        ClientOutcome::Error(format!("http_{}", status.as_u16()))
     }
 }
 

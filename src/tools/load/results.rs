@@ -14,7 +14,7 @@ use crate::tools::stats::{Distribution, Histogram, Samples as _};
 
 /// How one request ended, as the client saw it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Outcome {
+pub enum ClientOutcome {
     /// A 2xx response read to its end.
     Ok,
     /// Stopped by the run's deadline while still in flight: not an error.
@@ -42,12 +42,12 @@ pub struct Measured {
     /// in µs (0 if the clocks disagree the other way).
     pub delays_us: Vec<u32>,
     /// How it ended.
-    pub outcome: Outcome,
+    pub outcome: ClientOutcome,
 }
 
 impl Measured {
     /// A request of `workload` that has measured nothing yet.
-    pub fn new(workload: usize, outcome: Outcome) -> Self {
+    pub fn new(workload: usize, outcome: ClientOutcome) -> Self {
         Self {
             workload,
             status: None,
@@ -144,12 +144,12 @@ impl Samples {
         s.requests += 1;
         s.events += m.events;
         match &m.outcome {
-            Outcome::Ok => {
+            ClientOutcome::Ok => {
                 s.ok += 1;
                 self.e2e_ms.record(m.e2e.as_secs_f64() * 1e3);
             }
-            Outcome::Cancelled => s.cancelled += 1,
-            Outcome::Error(_) => s.errors += 1,
+            ClientOutcome::Cancelled => s.cancelled += 1,
+            ClientOutcome::Error(_) => s.errors += 1,
         }
         if let Some(ttft) = m.ttft {
             self.ttft_ms.record(ttft.as_secs_f64() * 1e3);
@@ -199,7 +199,7 @@ impl Recorder {
         }
         self.all.add(&m);
         self.bytes += m.bytes;
-        if let Outcome::Error(kind) = &m.outcome {
+        if let ClientOutcome::Error(kind) = &m.outcome {
             *self.errors_by_kind.entry(kind.clone()).or_default() += 1;
         }
         for &delay in &m.delays_us {

@@ -15,10 +15,10 @@ use tokio::{sync::watch, task::JoinSet, time::Instant};
 
 use super::{
     request::{self, HttpClient, Live},
-    results::{Measured, Outcome, Recorder},
-    rng::Rng,
+    results::{ClientOutcome, Measured, Recorder},
     LoadConfig, LoadError,
 };
+use crate::tools::rng::Rng;
 
 /// One workload, ready to send: its URI, body, schedule and fault headers.
 struct Plan {
@@ -103,7 +103,7 @@ impl Shared {
 }
 
 fn failed(workload: usize, kind: &str) -> Measured {
-    Measured::new(workload, Outcome::Error(kind.to_owned()))
+    Measured::new(workload, ClientOutcome::Error(kind.to_owned()))
 }
 
 fn plan(target: &Uri, workload: &super::Workload) -> Result<Plan, LoadError> {
@@ -172,7 +172,7 @@ async fn arrivals(
     let mut requests = JoinSet::new();
     let mut next = Instant::now();
     loop {
-        next += Duration::from_secs_f64(rng.exponential(rate));
+        next += Duration::from_secs_f64(rng.exponential(1.0 / rate));
         tokio::select! {
             () = request::stopped(&mut stop) => break,
             () = tokio::time::sleep_until(next) => {}

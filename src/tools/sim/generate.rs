@@ -12,10 +12,11 @@ use super::{
     fault::Fault,
     request::SimRequest,
     schedule::Schedule,
-    text::Rng,
+    text,
     wire::{self, Encoder, Kind, Step, Text, Totals},
     SimConfig,
 };
+use crate::tools::rng::Rng;
 
 /// Everything about one request the generator needs.
 pub(crate) struct Job {
@@ -70,9 +71,8 @@ fn plan(job: &Job, config: &SimConfig, reasoning_ok: bool) -> Vec<(Kind, u64)> {
 /// with mean `mean` (most answers short, a few long, as real traffic),
 /// capped at 8× the mean; drawn from the request's own seeded generator,
 /// so the same seed and request give the same length.
-fn drawn_length(mut rng: crate::tools::sim::text::Rng, mean: u64) -> u64 {
-    let u = rng.unit().max(f64::MIN_POSITIVE);
-    let length = (-u.ln() * mean as f64).round() as u64;
+fn drawn_length(mut rng: Rng, mean: u64) -> u64 {
+    let length = rng.exponential(mean as f64).round() as u64;
     length.clamp(1, mean.saturating_mul(8).max(1))
 }
 
@@ -161,7 +161,7 @@ impl Generation {
         let malformed_at = self.job.fault.malformed.then_some(steps.len() / 2);
         for (i, &(kind, n)) in steps.iter().enumerate() {
             Self::unless_gone(&self.out, self.pacer.wait(i as u64)).await?;
-            let words: Vec<&'static str> = (0..n).map(|_| self.job.rng.word()).collect();
+            let words: Vec<&'static str> = (0..n).map(|_| text::word(&mut self.job.rng)).collect();
             let step = Step {
                 kind,
                 words: &words,
@@ -236,12 +236,12 @@ fn add(totals: &mut Totals, text: &mut Text, step: &Step<'_>, keep: bool) {
 #[cfg(test)]
 mod length_tests {
     use super::drawn_length;
-    use crate::tools::sim::text::Rng;
+    use crate::tools::rng::Rng;
 
     #[test]
     fn drawn_lengths_average_the_mean_and_repeat_for_the_same_request() {
         let draws: Vec<u64> = (0..4000u64)
-            .map(|i| drawn_length(Rng::for_request(1, &i.to_le_bytes()), 128))
+            .map(|i| drawn_length(Rng::keyed(1, &i.to_le_bytes()), 128))
             .collect();
         let mean = draws.iter().sum::<u64>() as f64 / draws.len() as f64;
         assert!((115.0..141.0).contains(&mean), "mean {mean}");
@@ -250,7 +250,7 @@ mod length_tests {
             draws.iter().filter(|&&n| n < 128).count() > draws.len() / 2,
             "mostly short"
         );
-        let again = drawn_length(Rng::for_request(1, &7u64.to_le_bytes()), 128);
+        let again = drawn_length(Rng::keyed(1, &7u64.to_le_bytes()), 128);
         assert_eq!(again, draws[7]);
     }
 }

@@ -91,7 +91,7 @@ impl Default for SimConfig {
 
 /// A configuration the simulator cannot run with.
 #[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
+pub enum SimConfigError {
     /// A count that must be at least 1 was 0.
     #[error("{0} must be at least 1")]
     Zero(&'static str),
@@ -108,25 +108,28 @@ pub enum ConfigError {
 
 impl SimConfig {
     /// Checks every value once, so the engine can trust them.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub fn validate(&self) -> Result<(), SimConfigError> {
         if self.max_batch == 0 {
-            return Err(ConfigError::Zero("max_batch"));
+            return Err(SimConfigError::Zero("max_batch"));
         }
         if self.stream_interval == 0 {
-            return Err(ConfigError::Zero("stream_interval"));
+            return Err(SimConfigError::Zero("stream_interval"));
         }
         let finite = |v: f64| v.is_finite() && v >= 0.0;
         if !(finite(self.prefill_tokens_per_s) && self.prefill_tokens_per_s > 0.0) {
-            return Err(ConfigError::Range("prefill_tokens_per_s", "above 0"));
+            return Err(SimConfigError::Range("prefill_tokens_per_s", "above 0"));
         }
         if !finite(self.decode_ms_per_token) {
-            return Err(ConfigError::Range("decode_ms_per_token", "of at least 0"));
+            return Err(SimConfigError::Range(
+                "decode_ms_per_token",
+                "of at least 0",
+            ));
         }
         if !finite(self.batch_penalty_ms) {
-            return Err(ConfigError::Range("batch_penalty_ms", "of at least 0"));
+            return Err(SimConfigError::Range("batch_penalty_ms", "of at least 0"));
         }
         if !(0.0..=1.0).contains(&self.reasoning_share) {
-            return Err(ConfigError::Share);
+            return Err(SimConfigError::Share);
         }
         if let Some(fault) = &self.fault {
             fault.parse::<Fault>()?;
@@ -188,7 +191,7 @@ impl Sim {
 
 #[cfg(test)]
 mod tests {
-    use super::{ConfigError, SimConfig};
+    use super::{SimConfig, SimConfigError};
 
     #[test]
     fn config_reads_partial_toml_and_refuses_unknown_keys() {
@@ -232,12 +235,12 @@ mod tests {
                 ..d()
             }
             .validate(),
-            Err(ConfigError::Share)
+            Err(SimConfigError::Share)
         ));
         let fault = Some("explode".to_owned());
         assert!(matches!(
             SimConfig { fault, ..d() }.validate(),
-            Err(ConfigError::Fault(_))
+            Err(SimConfigError::Fault(_))
         ));
     }
 }

@@ -25,9 +25,9 @@ use super::{
     generate::{self, Job},
     metrics::SimMetrics,
     request::{Format, SimRequest},
-    text::Rng,
     wire, SimConfig,
 };
+use crate::tools::rng::Rng;
 
 /// Largest request body read, in bytes.
 const MAX_REQUEST_BYTES: usize = 16 << 20;
@@ -120,13 +120,13 @@ impl Inner {
             return error(StatusCode::BAD_REQUEST, "the body is not a JSON object");
         };
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let draw = Rng::for_request(config.seed, &id.to_le_bytes()).unit();
+        let draw = Rng::keyed(config.seed, &id.to_le_bytes()).unit();
         if let (Some(status), true) = (fault.status, fault.applies(draw)) {
             let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             return error(status, "simulated fault (x-sim-fault)");
         }
         let job = Job {
-            rng: Rng::for_request(config.seed, &body),
+            rng: Rng::keyed(config.seed, &body),
             request: sim_request,
             fault: if fault.applies(draw) {
                 fault

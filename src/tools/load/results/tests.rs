@@ -7,7 +7,7 @@ use crate::tools::stats::RELATIVE_ERROR;
 /// A finished request of workload 0: `events` events delayed 1, 2, … µs,
 /// TTFT and E2E of `ms` milliseconds.
 fn ok(events: u32, ms: u64) -> Measured {
-    let mut m = Measured::new(0, Outcome::Ok);
+    let mut m = Measured::new(0, ClientOutcome::Ok);
     m.ttft = Some(Duration::from_millis(ms));
     m.e2e = Duration::from_millis(ms);
     m.events = u64::from(events);
