@@ -1,12 +1,13 @@
 //! A client that stops reading slows the upstream read: tokenclock holds a
 //! bounded amount of a stream, whatever the upstream sends.
 
-mod common;
-
 use std::time::Duration;
 
+use crate::common::{
+    self,
+    upstream::{chunk, head, Event, Scripted, Step},
+};
 use bytes::Bytes;
-use common::upstream::{chunk, head, Event, Scripted, Step};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// What may sit between a stalled client and the upstream: the kernel's

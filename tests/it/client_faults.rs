@@ -2,11 +2,10 @@
 //! a client that leaves mid-upload is `client_cancelled`, a stalled upload
 //! is a `408` after `request_body_timeout`; never an upstream failure.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{
+use crate::common::{
+    self,
     client::read_head,
     next_timeline,
     upstream::{Event, Scripted, Step},

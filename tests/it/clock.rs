@@ -10,16 +10,15 @@
 //! response head at the origin of its schedule, so that is the proxy's
 //! `time_to_response_headers`).
 
-mod common;
-
 use std::time::Duration;
 
-use bytes::Bytes;
-use common::{
+use crate::common::{
+    self,
     client::{collect, send},
     next_timeline,
     upstream::{bytes, chunk, head, sse_head, Scripted, Step},
 };
+use bytes::Bytes;
 use http::Request;
 use http_body_util::Full;
 use tokenclock::timeline::{CountSource, Outcome, Phase, Timeline};

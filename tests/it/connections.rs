@@ -4,15 +4,14 @@
 //! is refused while `/healthz` and `/metrics` keep answering, and shutdown
 //! does not wait for connections with nothing in flight.
 
-mod common;
-
 use std::{net::SocketAddr, time::Duration};
 
-use bytes::Bytes;
-use common::{
+use crate::common::{
+    self,
     client::{get, send},
     upstream::{Echo, Scripted, Step},
 };
+use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};

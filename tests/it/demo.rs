@@ -1,8 +1,6 @@
 //! `tokenclock demo`: one command that shows tokenclock working, on real
 //! sockets, ending by itself with the report summary.
 
-mod common;
-
 use std::{
     io::{BufRead, BufReader},
     process::{Command, Stdio},
@@ -10,7 +8,7 @@ use std::{
     time::Duration,
 };
 
-use common::{client, process::BIN};
+use crate::common::{client, process::BIN};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_runs_for_its_duration_and_summarizes_every_workload() {

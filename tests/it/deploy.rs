@@ -3,11 +3,9 @@
 //! Kubernetes example's shutdown order holds, and the container image's
 //! command and the README's build and run commands are the binary's.
 
-mod common;
-
 use std::{path::Path, process::Command};
 
-use common::process::BIN;
+use crate::common::{self, process::BIN};
 
 fn read(relative: &str) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(relative);

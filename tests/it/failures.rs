@@ -2,15 +2,14 @@
 //! 502, a timeout a 504, a cut stream stays cut, and a client that leaves
 //! cancels the upstream request.
 
-mod common;
-
 use std::time::Duration;
 
-use bytes::Bytes;
-use common::{
+use crate::common::{
+    self,
     client::{self, collect, send},
     upstream::{bytes, chunk, head, sse_head, Scripted, Step},
 };
+use bytes::Bytes;
 use http::Request;
 use http_body_util::{BodyExt, Full};
 use tokio::{

@@ -3,16 +3,15 @@
 //! `finish_reason` label of `tokenclock_requests_total`; a request whose
 //! server sent none (an error status, a client that left first) is `none`.
 
-mod common;
-
 use std::{path::PathBuf, time::Duration};
 
-use bytes::Bytes;
-use common::{
+use crate::common::{
+    self,
     client::{self, collect, send},
     next_timeline,
     upstream::{bytes, chunk, head, Scripted, Step},
 };
+use bytes::Bytes;
 use http::Request;
 use http_body_util::{BodyExt, Full};
 use tokenclock::{dialect::Dialect, timeline::Outcome};

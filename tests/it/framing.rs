@@ -2,14 +2,13 @@
 //! length beside a transfer coding, an upgrade nobody asked for, `Host`
 //! rules, and `CONNECT`, which is not for a reverse proxy.
 
-mod common;
-
-use bytes::Bytes;
-use common::{
+use crate::common::{
+    self,
     client::{self, collect, raw, send, send_h2},
     next_timeline,
     upstream::{bytes, chunk, head, Echo, Scripted, Step},
 };
+use bytes::Bytes;
 use http::Request;
 use http_body_util::Full;
 use tokenclock::timeline::Outcome;

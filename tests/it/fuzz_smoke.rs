@@ -4,7 +4,7 @@
 //! same target functions the libFuzzer binaries call (`cargo fuzz` needs
 //! nightly; see the README's Development section for the long runs).
 
-#[path = "fuzz/src/targets.rs"]
+#[path = "../fuzz/src/targets.rs"]
 mod targets;
 
 use std::{

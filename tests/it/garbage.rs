@@ -2,14 +2,13 @@
 //! an endless line, a 100 MB event and binary noise reach the client byte
 //! for byte, tokenclock records parse errors and keeps serving.
 
-mod common;
-
-use bytes::Bytes;
-use common::{
+use crate::common::{
+    self,
     client::{collect, send},
     next_timeline,
     upstream::{bytes, chunk, head, sse_head, Scripted, Step},
 };
+use bytes::Bytes;
 use http::Request;
 use http_body_util::Full;
 use tokenclock::dialect::ParseError;

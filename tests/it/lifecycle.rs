@@ -1,15 +1,13 @@
 //! The binary as an operator runs it: signals, exit codes, help.
 
-mod common;
-
 use std::{process::Command, time::Duration};
 
-use bytes::Bytes;
-use common::{
+use crate::common::{
     client::send,
     process::{self, BIN},
     upstream::{bytes, chunk, head, Scripted, Step},
 };
+use bytes::Bytes;
 use http::Request;
 use http_body_util::{BodyExt, Full};
 

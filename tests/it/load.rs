@@ -1,12 +1,13 @@
 //! The load generator against a scripted SSE upstream, directly and through
 //! the real proxy: exact counts, self-stopping, TTFT, per-event delays, errors, the CLI.
 
-mod common;
-
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::common::{
+    self,
+    upstream::{chunk, head, sse_head, Event, Scripted, Step},
+};
 use bytes::Bytes;
-use common::upstream::{chunk, head, sse_head, Event, Scripted, Step};
 use tokenclock::load::{self, LoadConfig, Summary};
 
 /// Content events per scripted stream; each stream also has a role event

@@ -2,12 +2,11 @@
 //! byte of user content. And the log sink never fails or stops a request:
 //! stderr a closed pipe, a pipe nobody reads, or a full disk.
 
-mod common;
-
 use bytes::Bytes;
 use std::{net::SocketAddr, process::Stdio, time::Duration};
 
-use common::{
+use crate::common::{
+    self,
     client::{self, collect, raw, send},
     process::{self, sample, Running, Started},
     sim,

@@ -2,16 +2,15 @@
 //! placements a known workload implies; labels that neither blow up nor
 //! merge.
 
-mod common;
-
 use std::time::Duration;
 
-use bytes::Bytes;
-use common::{
+use crate::common::{
+    self,
     client::{self, collect, send},
     next_timeline,
     upstream::{header_timed_chat, Scripted, Step},
 };
+use bytes::Bytes;
 use http::Request;
 use http_body_util::Full;
 

@@ -2,14 +2,13 @@
 //! over the one the server answers with; a server-only name that is a file
 //! path becomes its file name; the response's name is kept in the record.
 
-mod common;
-
-use bytes::Bytes;
-use common::{
+use crate::common::{
+    self,
     client::{self, collect, send},
     next_timeline,
     upstream::{bytes, chunk, chunked_head, Scripted, Step},
 };
+use bytes::Bytes;
 use http::Request;
 use http_body_util::Full;
 use tokenclock::records::Record;

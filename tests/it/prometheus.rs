@@ -2,19 +2,18 @@
 //! checks a scrape, and a Prometheus server scrapes the proxy while traffic
 //! flows, so TTFT quantiles, throughput and goodput come out of PromQL.
 
-mod common;
-
 use std::{
     process::Stdio,
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
-use bytes::Bytes;
-use common::{
+use crate::common::{
+    self,
     client::{self, collect, send},
     prom::{self, Prometheus},
     upstream::{header_timed_chat, Scripted, Step},
 };
+use bytes::Bytes;
 use http::Request;
 use http_body_util::Full;
 use tokio::io::AsyncWriteExt;

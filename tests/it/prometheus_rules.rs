@@ -4,11 +4,12 @@
 //! evaluates without error, and every expression (and the series it
 //! records) comes back non-empty with a number in it.
 
-mod common;
-
 use std::{path::PathBuf, time::Duration};
 
-use common::prom::{self, Prometheus};
+use crate::common::{
+    self,
+    prom::{self, Prometheus},
+};
 use tokenclock::load::{self, LoadConfig, Workload};
 
 /// The recording rules shipped in `deploy/prometheus/`.

@@ -2,8 +2,6 @@
 //! proxy and a real upstream whose health endpoint the test turns from
 //! healthy to failing, hanging and back, while proxied requests flow.
 
-mod common;
-
 use std::{
     convert::Infallible,
     net::SocketAddr,
@@ -14,8 +12,8 @@ use std::{
     time::Duration,
 };
 
+use crate::common::{self, client, process::sample, tls::TlsEcho};
 use bytes::Bytes;
-use common::{client, process::sample, tls::TlsEcho};
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::{body::Incoming, service::service_fn};

@@ -14,11 +14,7 @@
 //! `finish_reason`, `outcome`, `code` and `endpoint`. Every mismatch is
 //! collected and reported with the fixture and the figure.
 
-mod common;
-#[path = "common/oracle/mod.rs"]
-mod oracle;
-#[path = "common/replay.rs"]
-mod replay;
+use crate::common::{oracle, replay};
 
 use std::{fmt::Debug, time::Duration};
 
@@ -36,7 +32,7 @@ const GAP: Duration = Duration::from_millis(8);
 /// Replays of a fixture whose instants missed, at most.
 const ATTEMPTS: usize = 3;
 
-/// One fixture at a time, on one thread as `tests/clock.rs` does: the
+/// One fixture at a time, on one thread as `clock` does: the
 /// upstream's write and the proxy's read of it then never wait on each
 /// other's threads, and the whole corpus still takes seconds (8 ms per event).
 #[tokio::test]

@@ -8,8 +8,6 @@
 //! with a short write and then EFBIG. The test skips only when neither is
 //! available.
 
-mod common;
-
 use std::{
     fs,
     io::{self, Write},
@@ -19,12 +17,12 @@ use std::{
     time::Duration,
 };
 
-use bytes::Bytes;
-use common::{
+use crate::common::{
     client::{self, collect, send},
     process::{self, sample, Served},
     upstream::Echo,
 };
+use bytes::Bytes;
 use http::Request;
 use http_body_util::Full;
 

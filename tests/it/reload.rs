@@ -1,7 +1,5 @@
 //! SIGHUP reloads the config file: the binary as a process, real sockets.
 
-mod common;
-
 use std::{
     net::SocketAddr,
     path::{Path, PathBuf},
@@ -10,11 +8,11 @@ use std::{
     time::Duration,
 };
 
-use bytes::Bytes;
-use common::{
+use crate::common::{
     client::{collect, get, send},
     process::{self, Served, BIN},
 };
+use bytes::Bytes;
 use http::Request;
 use http_body_util::{BodyExt, Full};
 use tokio::{

@@ -5,14 +5,13 @@
 //! proxy neither overflows its stack nor holds more than
 //! `request_capture_bytes` of the body, and it keeps serving.
 
-mod common;
-
-use bytes::Bytes;
-use common::{
+use crate::common::{
+    self,
     client::{collect, send},
     next_timeline,
     upstream::Echo,
 };
+use bytes::Bytes;
 use http::Request;
 use http_body_util::Full;
 

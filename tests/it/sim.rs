@@ -3,12 +3,10 @@
 //! tokenclock says it does, schedules are exact and faults are what they
 //! claim to be.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{
-    next_timeline, proxy_with_timelines,
+use crate::common::{
+    self, next_timeline, proxy_with_timelines,
     sim::{fast, payloads, post, start},
 };
 use tokenclock::{

@@ -1,15 +1,13 @@
 //! The simulator's faults, determinism, send timestamps and command line.
 
-mod common;
-
 use std::{
     io::{BufRead, BufReader},
     process::{Command, Stdio},
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
-use common::{
-    next_timeline,
+use crate::common::{
+    self, next_timeline,
     process::BIN,
     proxy_with_timelines,
     sim::{fast, payloads, post, start},

@@ -2,16 +2,15 @@
 //! fixture byte for byte, and the timeline has the tokens, their source and
 //! the first-token instants the stream implies.
 
-mod common;
-
 use std::time::Duration;
 
-use bytes::Bytes;
-use common::{
+use crate::common::{
+    self,
     client::{collect, send},
     next_timeline,
     upstream::{bytes, chunk, chunked_head, Scripted, Step},
 };
+use bytes::Bytes;
 use http::Request;
 use http_body_util::Full;
 use tokenclock::{

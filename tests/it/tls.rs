@@ -1,15 +1,14 @@
 //! `https://` upstreams: the certificate is verified, a private CA can be
 //! trusted with `upstream_ca_file`, and HTTP/2 is negotiated by ALPN.
 
-mod common;
-
 use std::time::Duration;
 
-use bytes::Bytes;
-use common::{
+use crate::common::{
+    self,
     client::{self, collect, send},
     tls::{fixtures, TlsEcho},
 };
+use bytes::Bytes;
 use http::Request;
 use http_body_util::Full;
 

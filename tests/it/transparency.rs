@@ -2,15 +2,14 @@
 //! status, end-to-end headers and body bytes; and what the upstream
 //! receives is what the client sent.
 
-mod common;
-
 use std::{sync::Arc, time::Duration};
 
-use bytes::Bytes;
-use common::{
+use crate::common::{
+    self,
     client::{self, collect, send, send_h2},
     upstream::{bytes, chunk, head, Echo, Scripted, Step},
 };
+use bytes::Bytes;
 use http::{Method, Request};
 use http_body_util::{BodyExt, Full};
 use tokio::sync::Notify;

@@ -2,11 +2,11 @@
 //! on `127.0.0.1:0`, scripted and echoing upstreams on real sockets, and
 //! plain HTTP/1.1 and h2c clients built on hyper's connection API.
 
-#![allow(dead_code, missing_docs)]
-
 pub mod client;
+pub mod oracle;
 pub mod process;
 pub mod prom;
+pub mod replay;
 pub mod sim;
 pub mod tls;
 pub mod upstream;

@@ -1,8 +1,7 @@
 //! Replaying recorded responses through the real proxy: the corpus
 //! manifest, an exact write schedule cut at event boundaries, and one run
 //! (scripted upstream, in-process proxy, real client, `/metrics` scrape).
-//! Only `tests/real_streams.rs` uses it (by `#[path]`), so the other test
-//! binaries do not build it.
+//! Used by `real_streams`.
 
 use std::{ops::Range, path::PathBuf, time::Duration};
 

@@ -58,11 +58,6 @@ impl Received {
                 .then(|| v.trim().to_owned())
         })
     }
-
-    /// The request line, e.g. `GET /v1/models?x=1 HTTP/1.1`.
-    pub fn request_line(&self) -> &str {
-        self.head.lines().next().unwrap_or_default()
-    }
 }
 
 /// What the scripted upstream reports.
