@@ -15,7 +15,7 @@
 # 3. both can fail: each mutation below breaks one thing in a copy, and
 #    hadolint or the check must then fail.
 # The CMD's flags and the README's build and run commands are checked against
-# the real binary by tests/deploy.rs (cargo test).
+# the real binary by tests/it/deploy.rs (cargo test).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 

@@ -15,7 +15,7 @@
 #    pointed at target/release/tokenclock (verify needs the binary to exist)
 #    and any warning counted as a failure (verify exits 0 on most).
 # The embedded tokenclock config, and the shutdown order's numbers, are
-# checked by tests/deploy.rs (cargo test) with the real binary.
+# checked by tests/it/deploy.rs (cargo test) with the real binary.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 

@@ -1,7 +1,7 @@
 //! The fuzz targets: one function per target, each taking arbitrary bytes.
 //!
 //! Shared by the libFuzzer binaries of `tests/fuzz/` (nightly, `cargo fuzz`)
-//! and the stable smoke test `tests/fuzz_smoke.rs`, which replays the corpus
+//! and the stable smoke test `tests/it/fuzz_smoke.rs`, which replays the corpus
 //! and a seeded mutation loop through the very same functions.
 //!
 //! Every target asserts, besides not panicking, that feeding its input in

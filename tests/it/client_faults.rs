@@ -1,0 +1,98 @@
+//! A client's faults are the client's: a malformed request body is a `400`,
+//! a client that leaves mid-upload is `client_cancelled`, a stalled upload
+//! is a `408` after `request_body_timeout`; never an upstream failure.
+
+use std::time::Duration;
+
+use crate::common::{
+    self,
+    client::read_head,
+    next_timeline,
+    upstream::{Event, Scripted, Step},
+};
+use tokenclock::measure::timeline::Outcome;
+use tokio::{io::AsyncWriteExt, net::TcpStream};
+
+/// The head of a chunked chat-completions upload.
+const CHUNKED_HEAD: &[u8] =
+    b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n";
+
+/// An upstream that takes the request and never answers.
+async fn silent_upstream() -> Scripted {
+    Scripted::start(vec![Step::Pause(Duration::from_secs(30))]).await
+}
+
+/// Opens a connection to `proxy` and sends the head and first chunk.
+async fn start_upload(proxy: &common::Proxy) -> TcpStream {
+    let mut client = TcpStream::connect(proxy.addr).await.expect("connect");
+    client.write_all(CHUNKED_HEAD).await.expect("head");
+    client.write_all(b"5\r\n{\"mod\r\n").await.expect("chunk");
+    client
+}
+
+async fn metrics(proxy: &common::Proxy) -> String {
+    let response = common::client::get(proxy.metrics_addr, "/metrics").await;
+    String::from_utf8(response.body()).expect("UTF-8 exposition")
+}
+
+#[tokio::test]
+async fn a_malformed_chunked_body_is_a_400_not_a_502() {
+    let mut upstream = silent_upstream().await;
+    let (proxy, mut timelines) = common::proxy_with_timelines(upstream.addr, "").await;
+    let mut client = start_upload(&proxy).await;
+    upstream.next_request().await;
+    client.write_all(b"ZZ\r\n").await.expect("bad chunk size");
+    let (status, head) = read_head(&mut client).await;
+    assert_eq!(status, 400, "{head}");
+    let t = next_timeline(&mut timelines).await;
+    assert_eq!(t.outcome, Outcome::HttpError);
+    assert_eq!(t.status.map(|s| s.as_u16()), Some(400));
+    let text = metrics(&proxy).await;
+    assert!(text.contains("code=\"400\""), "{text}");
+    assert!(!text.contains("outcome=\"upstream_error\""), "{text}");
+}
+
+#[tokio::test]
+async fn a_client_gone_mid_upload_is_cancelled_not_an_upstream_error() {
+    let mut upstream = silent_upstream().await;
+    let (proxy, mut timelines) = common::proxy_with_timelines(upstream.addr, "").await;
+    let client = start_upload(&proxy).await;
+    upstream.next_request().await;
+    drop(client);
+    let t = next_timeline(&mut timelines).await;
+    assert_eq!(t.outcome, Outcome::ClientCancelled);
+    let text = metrics(&proxy).await;
+    assert!(text.contains("outcome=\"client_cancelled\""), "{text}");
+    assert!(!text.contains("outcome=\"upstream_error\""), "{text}");
+}
+
+#[tokio::test]
+async fn a_stalled_upload_is_a_408_and_frees_the_upstream() {
+    // Streamed, and read whole first for `usage_mode = "inject"`.
+    for mode in ["passive", "inject"] {
+        let mut upstream = silent_upstream().await;
+        let config = format!(
+            "request_body_timeout = \"300ms\"\nresponse_header_timeout = \"20s\"\n\
+             usage_mode = \"{mode}\""
+        );
+        let (proxy, mut timelines) = common::proxy_with_timelines(upstream.addr, &config).await;
+        let mut client = start_upload(&proxy).await;
+        if mode == "passive" {
+            upstream.next_request().await;
+        }
+        let (status, head) = read_head(&mut client).await;
+        assert_eq!(status, 408, "{mode}: {head}");
+        let t = next_timeline(&mut timelines).await;
+        assert_eq!(t.outcome, Outcome::ClientTimeout, "{mode}");
+        let text = metrics(&proxy).await;
+        assert!(
+            text.contains("outcome=\"client_timeout\""),
+            "{mode}: {text}"
+        );
+        if mode == "passive" {
+            // The upstream request was dropped, not left to its own timeout.
+            let closed = upstream.next_event(Duration::from_secs(5)).await;
+            assert!(matches!(closed, Some(Event::PeerClosed(_))), "{mode}");
+        }
+    }
+}

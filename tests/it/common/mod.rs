@@ -1,0 +1,135 @@
+//! Shared fixtures for the integration tests: the proxy started in-process
+//! on `127.0.0.1:0`, scripted and echoing upstreams on real sockets, and
+//! plain HTTP/1.1 and h2c clients built on hyper's connection API.
+
+pub mod client;
+pub mod oracle;
+pub mod process;
+pub mod prom;
+pub mod replay;
+pub mod sim;
+pub mod tls;
+pub mod upstream;
+
+use std::{net::SocketAddr, sync::Arc};
+
+use tokenclock::{
+    config,
+    measure::timeline::{Timeline, TimelineSink},
+    Bound, StartError,
+};
+use tokio::{sync::oneshot, task::JoinHandle};
+
+/// A proxy running in this process.
+pub struct Proxy {
+    pub addr: SocketAddr,
+    pub metrics_addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<Result<(), StartError>>,
+}
+
+/// Starts a proxy in front of `upstream`, with `extra` TOML lines appended
+/// to its config.
+pub async fn proxy(upstream: SocketAddr, extra: &str) -> Proxy {
+    proxy_url(&format!("http://{upstream}"), extra).await
+}
+
+/// Starts a proxy in front of the upstream at `url`.
+pub async fn proxy_url(url: &str, extra: &str) -> Proxy {
+    start(url, extra, None).await
+}
+
+/// Finished timelines, as the proxy hands them over.
+pub type Timelines = tokio::sync::mpsc::UnboundedReceiver<Timeline>;
+
+struct ChannelSink(tokio::sync::mpsc::UnboundedSender<Timeline>);
+
+impl TimelineSink for ChannelSink {
+    fn finished(&self, timeline: &Timeline) {
+        let _ = self.0.send(timeline.clone());
+    }
+}
+
+/// Starts a proxy in front of `upstream` whose finished timelines arrive
+/// on the returned channel.
+pub async fn proxy_with_timelines(upstream: SocketAddr, extra: &str) -> (Proxy, Timelines) {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let sink: Arc<dyn TimelineSink> = Arc::new(ChannelSink(tx));
+    let proxy = start(&format!("http://{upstream}"), extra, Some(sink)).await;
+    (proxy, rx)
+}
+
+/// The next finished timeline, waiting up to 10 s.
+pub async fn next_timeline(timelines: &mut Timelines) -> Timeline {
+    tokio::time::timeout(std::time::Duration::from_secs(10), timelines.recv())
+        .await
+        .ok()
+        .flatten()
+        .expect("a finished timeline")
+}
+
+async fn start(url: &str, extra: &str, sink: Option<Arc<dyn TimelineSink>>) -> Proxy {
+    let text = format!(
+        "listen = \"127.0.0.1:0\"\nmetrics_listen = \"127.0.0.1:0\"\n\
+         upstream = \"{url}\"\n{extra}\n"
+    );
+    let config = config::File::parse(&text, "test.toml")
+        .and_then(config::File::validate)
+        .expect("test config is valid");
+    let mut bound = Bound::bind(config).await.expect("bind 127.0.0.1:0");
+    if let Some(sink) = sink {
+        bound = bound.with_sink(sink);
+    }
+    let addr = bound.proxy_addr().expect("proxy addr");
+    let metrics_addr = bound.metrics_addr().expect("metrics addr");
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(bound.run(async move {
+        let _ = stopped.await;
+    }));
+    Proxy {
+        addr,
+        metrics_addr,
+        stop: Some(stop),
+        task,
+    }
+}
+
+impl Proxy {
+    /// Signals shutdown and waits for the proxy to return.
+    pub async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let task = std::mem::replace(&mut self.task, tokio::spawn(async { Ok(()) }));
+        task.await.expect("proxy task").expect("proxy ran");
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// An address on which nothing listens (bound, then released).
+pub async fn closed_port() -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    drop(listener);
+    addr
+}
+
+/// Deterministic pseudo-random bytes (xorshift), so failures reproduce.
+pub fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}

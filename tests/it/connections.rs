@@ -1,0 +1,438 @@
+//! Client connections can never deny service: sockets that send nothing or
+//! half a head are closed after `header_read_timeout`, idle and
+//! unresponsive h2 connections are closed, a flood beyond `max_connections`
+//! is refused while `/healthz` and `/metrics` keep answering, and shutdown
+//! does not wait for connections with nothing in flight.
+
+use std::{net::SocketAddr, time::Duration};
+
+use crate::common::{
+    self,
+    client::{get, send},
+    upstream::{Echo, Scripted, Step},
+};
+use bytes::Bytes;
+use http::{Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpStream,
+};
+
+mod raw {
+    //! A hand-driven h2 client: it sends exactly the frames a test asks
+    //! for, and never answers a PING unless told to.
+
+    use tokio::{
+        io::{AsyncReadExt, AsyncWriteExt},
+        net::TcpStream,
+    };
+
+    pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    pub const SETTINGS: u8 = 4;
+    pub const PING: u8 = 6;
+    pub const END_STREAM: u8 = 0x1;
+
+    pub fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+        let len = u32::try_from(payload.len())
+            .expect("small frame")
+            .to_be_bytes();
+        let mut out = vec![len[1], len[2], len[3], kind, flags];
+        out.extend_from_slice(&stream.to_be_bytes());
+        out.extend_from_slice(payload);
+        out
+    }
+
+    /// `GET /` on stream 1, the head in one HEADERS frame, no body.
+    pub fn get() -> Vec<u8> {
+        // HPACK static table: :method GET, :scheme http, :path /, then
+        // :authority (name index 1) with the literal value "a".
+        let block = [0x82, 0x86, 0x84, 0x41, 0x01, b'a'];
+        frame(1, 0x4 | END_STREAM, 1, &block)
+    }
+
+    /// One frame's type, flags and stream; `None` once the peer closed.
+    pub async fn read(stream: &mut TcpStream) -> Option<(u8, u8, u32)> {
+        let mut head = [0u8; 9];
+        stream.read_exact(&mut head).await.ok()?;
+        let len = u32::from_be_bytes([0, head[0], head[1], head[2]]);
+        let mut payload = vec![0u8; usize::try_from(len).ok()?];
+        stream.read_exact(&mut payload).await.ok()?;
+        let id = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+        Some((head[3], head[4], id))
+    }
+
+    /// Preface and SETTINGS, then the server's SETTINGS acknowledged.
+    pub async fn handshake(addr: std::net::SocketAddr) -> TcpStream {
+        let mut stream = TcpStream::connect(addr).await.expect("connect");
+        let mut hello = PREFACE.to_vec();
+        hello.extend(frame(SETTINGS, 0, 0, &[]));
+        stream.write_all(&hello).await.expect("preface");
+        loop {
+            match read(&mut stream).await.expect("the server's SETTINGS") {
+                (SETTINGS, 0, _) => break,
+                _ => continue,
+            }
+        }
+        let ack = frame(SETTINGS, 0x1, 0, &[]);
+        stream.write_all(&ack).await.expect("SETTINGS ack");
+        stream
+    }
+}
+
+/// Generous bound on anything that should happen "soon"; only bounds a hang.
+const BOUND: Duration = Duration::from_secs(10);
+
+/// Reads (and discards) until the peer closes; false if it is still open
+/// after `limit`.
+async fn closed_within(stream: &mut TcpStream, limit: Duration) -> bool {
+    let mut sink = [0u8; 4096];
+    let read_to_end = async {
+        loop {
+            match stream.read(&mut sink).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => continue,
+            }
+        }
+    };
+    tokio::time::timeout(limit, read_to_end).await.is_ok()
+}
+
+/// The value of one series in the metrics text, 0 when absent.
+async fn metric(metrics: SocketAddr, series: &str) -> f64 {
+    let body = get(metrics, "/metrics").await.body();
+    let text = String::from_utf8_lossy(&body).into_owned();
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+fn closed(reason: &str) -> String {
+    format!("tokenclock_connections_closed_total{{listener=\"proxy\",reason=\"{reason}\"}}")
+}
+
+const SHORT_HEAD: &str = "header_read_timeout = \"300ms\"\n";
+
+#[tokio::test]
+async fn a_silent_socket_is_closed_after_header_read_timeout() {
+    let upstream = Echo::start().await;
+    let proxy = common::proxy(upstream.addr, SHORT_HEAD).await;
+    let mut silent = TcpStream::connect(proxy.addr).await.expect("connect");
+    assert!(
+        closed_within(&mut silent, BOUND).await,
+        "a socket that sends nothing is never closed"
+    );
+    assert_eq!(
+        metric(proxy.metrics_addr, &closed("head_timeout")).await,
+        1.0
+    );
+}
+
+#[tokio::test]
+async fn a_half_sent_h2_preface_is_closed_after_header_read_timeout() {
+    let upstream = Echo::start().await;
+    let proxy = common::proxy(upstream.addr, SHORT_HEAD).await;
+    let mut half = TcpStream::connect(proxy.addr).await.expect("connect");
+    half.write_all(&raw::PREFACE[..16]).await.expect("write");
+    assert!(
+        closed_within(&mut half, BOUND).await,
+        "half an h2 preface holds the connection open"
+    );
+}
+
+#[tokio::test]
+async fn an_h2_connection_without_a_request_is_closed_after_header_read_timeout() {
+    let upstream = Echo::start().await;
+    let proxy = common::proxy(upstream.addr, SHORT_HEAD).await;
+    // Preface and SETTINGS, but no HEADERS: the first head never comes.
+    let mut quiet = raw::handshake(proxy.addr).await;
+    assert!(
+        closed_within(&mut quiet, BOUND).await,
+        "an h2 connection that never sends a request is never closed"
+    );
+    assert_eq!(
+        metric(proxy.metrics_addr, &closed("head_timeout")).await,
+        1.0
+    );
+}
+
+/// Sends one request over a new connection (h2c or HTTP/1.1), then waits
+/// for the server to close the idle connection; false if it never does.
+async fn idle_connection_is_closed(addr: SocketAddr, h2: bool) -> bool {
+    let io = TokioIo::new(TcpStream::connect(addr).await.expect("connect"));
+    let request = || {
+        Request::get("/v1/models")
+            .header("host", "a")
+            .body(Full::new(Bytes::new()))
+            .expect("request")
+    };
+    // The sender is kept: a client drops its connection with its last sender.
+    let (response, connection, _sender): (_, _, Box<dyn std::any::Any>) = if h2 {
+        let (mut sender, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
+            .await
+            .expect("h2 handshake");
+        let connection = tokio::spawn(conn);
+        (
+            sender.send_request(request()).await,
+            connection,
+            Box::new(sender),
+        )
+    } else {
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(io)
+            .await
+            .expect("handshake");
+        let connection = tokio::spawn(conn);
+        (
+            sender.send_request(request()).await,
+            connection,
+            Box::new(sender),
+        )
+    };
+    let response = response.expect("a response");
+    assert_eq!(response.status(), StatusCode::OK);
+    response.into_body().collect().await.expect("whole body");
+    tokio::time::timeout(BOUND, connection).await.is_ok()
+}
+
+#[tokio::test]
+async fn an_idle_h2_connection_is_closed_after_client_idle_timeout() {
+    let upstream = Echo::start().await;
+    let proxy = common::proxy(upstream.addr, "client_idle_timeout = \"300ms\"\n").await;
+    assert!(
+        idle_connection_is_closed(proxy.addr, true).await,
+        "an h2 connection with no open stream is never closed"
+    );
+    assert_eq!(
+        metric(proxy.metrics_addr, &closed("idle_timeout")).await,
+        1.0
+    );
+}
+
+#[tokio::test]
+async fn an_idle_http1_connection_is_closed_after_client_idle_timeout() {
+    let upstream = Echo::start().await;
+    // header_read_timeout (hyper's timer between requests) would close it
+    // too; make it long so client_idle_timeout is what is tested.
+    let extra = "client_idle_timeout = \"300ms\"\nheader_read_timeout = \"60s\"\n";
+    let proxy = common::proxy(upstream.addr, extra).await;
+    assert!(
+        idle_connection_is_closed(proxy.addr, false).await,
+        "an idle keep-alive connection is not closed after client_idle_timeout"
+    );
+    assert_eq!(
+        metric(proxy.metrics_addr, &closed("idle_timeout")).await,
+        1.0
+    );
+}
+
+#[tokio::test]
+async fn an_h2_client_that_stops_answering_pings_is_closed() {
+    // The upstream holds the response: the stream stays open, so neither
+    // the head nor the idle deadline applies; only the PING can tell.
+    let upstream = Scripted::start(vec![Step::Pause(Duration::from_secs(60))]).await;
+    let extra = "http2_keep_alive_interval = \"300ms\"\nhttp2_keep_alive_timeout = \"300ms\"\n";
+    let proxy = common::proxy(upstream.addr, extra).await;
+    let mut mute = raw::handshake(proxy.addr).await;
+    mute.write_all(&raw::get()).await.expect("HEADERS");
+    let mut pinged = false;
+    let until_closed = async {
+        while let Some((kind, flags, _)) = raw::read(&mut mute).await {
+            pinged |= kind == raw::PING && flags & 0x1 == 0;
+        }
+    };
+    assert!(
+        tokio::time::timeout(BOUND, until_closed).await.is_ok(),
+        "an h2 client that never answers a PING stays connected"
+    );
+    assert!(pinged, "closed without a PING");
+}
+
+#[tokio::test]
+async fn beyond_max_connections_new_ones_are_refused_and_metrics_answer() {
+    let upstream = Echo::start().await;
+    let extra = "max_connections = 4\nheader_read_timeout = \"3s\"\n";
+    let proxy = common::proxy(upstream.addr, extra).await;
+    let open = "tokenclock_connections_open{listener=\"proxy\"}";
+    let mut silent = Vec::new();
+    for _ in 0..4 {
+        silent.push(TcpStream::connect(proxy.addr).await.expect("connect"));
+    }
+    for _ in 0..100 {
+        if metric(proxy.metrics_addr, open).await == 4.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(metric(proxy.metrics_addr, open).await, 4.0);
+    // Saturated: a fifth is closed at once, and the metrics listener serves.
+    let mut fifth = TcpStream::connect(proxy.addr).await.expect("connect");
+    assert!(closed_within(&mut fifth, BOUND).await, "not refused");
+    assert_eq!(
+        get(proxy.metrics_addr, "/healthz").await.status,
+        StatusCode::OK
+    );
+    let refused = "tokenclock_connections_refused_total{listener=\"proxy\"}";
+    assert!(metric(proxy.metrics_addr, refused).await >= 1.0);
+    // Once the silent ones time out, a client is served again.
+    assert_eq!(served_soon(proxy.addr).await, StatusCode::OK);
+    assert_eq!(
+        metric(proxy.metrics_addr, &closed("head_timeout")).await,
+        4.0
+    );
+}
+
+/// Retries a request (connections may be refused for a while) until it is
+/// answered, bounded by [`BOUND`] and then some.
+async fn served_soon(addr: SocketAddr) -> StatusCode {
+    for _ in 0..200 {
+        let request = Request::get("/v1/models")
+            .header("host", "a")
+            .body(Full::new(Bytes::new()))
+            .expect("request");
+        if let Ok(response) = send(addr, request).await {
+            return response.status();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("no request was served");
+}
+
+/// Writes `text` to a config file of its own.
+fn config_file(name: &str, text: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("tokenclock-conns-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, text).expect("write config");
+    path
+}
+
+/// A child process killed when the test ends, however it ends.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test]
+async fn under_a_low_fd_limit_a_flood_of_silent_sockets_keeps_healthz_green() {
+    let upstream = Echo::start().await;
+    let (listen, metrics) = (common::closed_port().await, common::closed_port().await);
+    // 2 × 64 + 8 + 16 + 64 reserved = 216 descriptors: fits in 256.
+    let config = config_file(
+        "lowfd",
+        "max_connections = 64\nmetrics_max_connections = 16\n\
+         pool_max_idle_per_host = 8\nheader_read_timeout = \"2s\"\n",
+    );
+    let log = std::fs::File::create(config.with_extension("log")).expect("log file");
+    let child = std::process::Command::new("prlimit")
+        .arg("--nofile=256:256")
+        .arg(common::process::BIN)
+        .args(["serve", "--config"])
+        .arg(&config)
+        .arg(format!("--upstream=http://{}", upstream.addr))
+        .arg(format!("--listen={listen}"))
+        .arg(format!("--metrics-listen={metrics}"))
+        .env_remove("TOKENCLOCK_CONFIG")
+        .stderr(log)
+        .spawn()
+        .expect("prlimit (util-linux) runs tokenclock");
+    let _child = Killed(child);
+    let mut up = false;
+    for _ in 0..200 {
+        if TcpStream::connect(metrics).await.is_ok() {
+            up = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let log_text = || std::fs::read_to_string(config.with_extension("log")).unwrap_or_default();
+    assert!(up, "tokenclock did not start: {}", log_text());
+    // More silent sockets than the process has descriptors.
+    let mut flood = Vec::new();
+    for _ in 0..400 {
+        flood.push(TcpStream::connect(listen).await.expect("connect"));
+    }
+    let health = tokio::time::timeout(BOUND, get(metrics, "/healthz")).await;
+    assert_eq!(
+        health.map(|r| r.status).ok(),
+        Some(StatusCode::OK),
+        "/healthz stopped answering under the flood"
+    );
+    let refused = "tokenclock_connections_refused_total{listener=\"proxy\"}";
+    assert!(metric(metrics, refused).await > 0.0);
+    assert_eq!(served_soon(listen).await, StatusCode::OK);
+    assert!(!log_text().contains("Accept failed"), "{}", log_text());
+}
+
+#[tokio::test]
+async fn shutdown_does_not_wait_for_head_less_or_idle_connections() {
+    let upstream = Echo::start().await;
+    // Long enough that waiting for either would fail the bound below.
+    let config = config_file(
+        "shutdown",
+        "header_read_timeout = \"60s\"\nshutdown_grace = \"60s\"\n",
+    );
+    let config = config.to_string_lossy().into_owned();
+    let served = common::process::serve(upstream.addr, &["--config", &config], &[]);
+    let addr = served.addr;
+    let mut half_head = TcpStream::connect(addr).await.expect("connect");
+    half_head
+        .write_all(b"GET /v1/models HTTP/1.1\r\nHost: a\r\n")
+        .await
+        .expect("write");
+    let mut half_preface = TcpStream::connect(addr).await.expect("connect");
+    half_preface
+        .write_all(&raw::PREFACE[..16])
+        .await
+        .expect("write");
+    let _silent = TcpStream::connect(addr).await.expect("connect");
+    // An h2 client that got its answer and then stopped reading: it will
+    // never answer the shutdown GOAWAY's PING.
+    let mut mute = raw::handshake(addr).await;
+    mute.write_all(&raw::get()).await.expect("HEADERS");
+    let answered = async {
+        while let Some((_, flags, stream)) = raw::read(&mut mute).await {
+            if stream == 1 && flags & raw::END_STREAM != 0 {
+                return true;
+            }
+        }
+        false
+    };
+    assert_eq!(tokio::time::timeout(BOUND, answered).await.ok(), Some(true));
+    // Let the server see every connection before the signal.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    served.sigterm();
+    let waited = tokio::time::timeout(Duration::from_secs(20), served.wait()).await;
+    let (status, _log) = waited.expect("shutdown waited for connections with nothing in flight");
+    assert_eq!(status.code(), Some(0));
+}
+
+#[test]
+fn caps_that_do_not_fit_the_fd_limit_exit_2_naming_max_connections() {
+    // The defaults need 8,576 descriptors; 256 cannot be raised.
+    let out = std::process::Command::new("prlimit")
+        .arg("--nofile=256:256")
+        .arg(common::process::BIN)
+        .args([
+            "serve",
+            "--upstream=http://127.0.0.1:9",
+            "--listen=127.0.0.1:0",
+            "--metrics-listen=127.0.0.1:0",
+        ])
+        .env_remove("TOKENCLOCK_CONFIG")
+        .output()
+        .expect("prlimit (util-linux) runs tokenclock");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("max_connections: 4096 connections need 8576 file descriptors")
+            && last.contains("the limit is 256"),
+        "{stderr}"
+    );
+}

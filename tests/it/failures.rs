@@ -1,0 +1,227 @@
+//! Failures are the client's to see, faithfully: an unreachable upstream is a
+//! 502, a timeout a 504, a cut stream stays cut, and a client that leaves
+//! cancels the upstream request.
+
+use std::time::Duration;
+
+use crate::common::{
+    self,
+    client::{self, collect, send},
+    upstream::{bytes, chunk, head, sse_head, Scripted, Step},
+};
+use bytes::Bytes;
+use http::Request;
+use http_body_util::{BodyExt, Full};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    time::Instant,
+};
+
+fn get(path: &str) -> Request<Full<Bytes>> {
+    Request::get(path)
+        .body(Full::new(Bytes::new()))
+        .expect("request")
+}
+
+#[tokio::test]
+async fn unreachable_upstream_is_a_502_with_a_json_body() {
+    let proxy = common::proxy(common::closed_port().await, "").await;
+    let response = client::get(proxy.addr, "/v1/chat/completions").await;
+    assert_eq!(response.status, 502);
+    assert_eq!(
+        response.headers.get("content-type").map(|v| v.as_bytes()),
+        Some(&b"application/json"[..])
+    );
+    assert_eq!(response.error_type(), "upstream_unavailable");
+}
+
+#[tokio::test]
+async fn connect_timeout_is_a_504() {
+    // A listener whose accept queue is full and never drained: the kernel
+    // drops further SYNs, so a connect hangs until the proxy gives up.
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket
+        .bind("127.0.0.1:0".parse().expect("addr"))
+        .expect("bind");
+    let listener = socket.listen(1).expect("listen");
+    let addr = listener.local_addr().expect("addr");
+    let mut fillers = Vec::new();
+    for _ in 0..8 {
+        if let Ok(Ok(s)) = tokio::time::timeout(
+            Duration::from_millis(200),
+            tokio::net::TcpStream::connect(addr),
+        )
+        .await
+        {
+            fillers.push(s);
+        }
+    }
+    let proxy = common::proxy(addr, "connect_timeout = \"300ms\"").await;
+    let response = client::get(proxy.addr, "/").await;
+    assert_eq!(response.status, 504);
+    assert_eq!(response.error_type(), "upstream_timeout");
+    drop((listener, fillers));
+}
+
+#[tokio::test]
+async fn no_response_head_in_time_is_a_504() {
+    let upstream = Scripted::start(vec![Step::Pause(Duration::from_secs(30))]).await;
+    let proxy = common::proxy(upstream.addr, "response_header_timeout = \"300ms\"").await;
+    let response = client::get(proxy.addr, "/v1/completions").await;
+    assert_eq!(response.status, 504);
+    assert_eq!(response.error_type(), "upstream_timeout");
+}
+
+#[tokio::test]
+async fn upstream_closing_mid_stream_cuts_the_clients_stream() {
+    let cut_chunked = vec![
+        Step::Write(sse_head()),
+        Step::Write(chunk(b"data: {\"x\":1}\n\n")),
+    ];
+    let cut_length = vec![
+        Step::Write(head(
+            "200 OK",
+            &[
+                "content-type: application/json",
+                "content-length: 100",
+                "connection: close",
+            ],
+        )),
+        Step::Write(bytes("{\"partial\":")),
+    ];
+    for (name, script) in [("chunked", cut_chunked), ("content-length", cut_length)] {
+        let upstream = Scripted::start(script).await;
+        let proxy = common::proxy(upstream.addr, "").await;
+        let response = send(proxy.addr, get("/v1/chat/completions"))
+            .await
+            .expect("head");
+        assert_eq!(response.status(), 200);
+        assert!(
+            collect(response).await.is_err(),
+            "{name}: a cut stream must not end cleanly"
+        );
+    }
+}
+
+#[tokio::test]
+async fn idle_upstream_mid_stream_cuts_the_clients_stream() {
+    let upstream = Scripted::start(vec![
+        Step::Write(sse_head()),
+        Step::Write(chunk(b"data: {\"x\":1}\n\n")),
+        Step::Pause(Duration::from_secs(30)),
+    ])
+    .await;
+    let proxy = common::proxy(upstream.addr, "idle_timeout = \"300ms\"").await;
+    let response = send(proxy.addr, get("/v1/chat/completions"))
+        .await
+        .expect("head");
+    let result = tokio::time::timeout(Duration::from_secs(10), collect(response))
+        .await
+        .expect("ends");
+    assert!(result.is_err(), "an idle stream is aborted, not ended");
+}
+
+#[tokio::test]
+async fn client_leaving_mid_stream_cancels_the_upstream_request() {
+    let mut upstream = Scripted::start(vec![
+        Step::Write(sse_head()),
+        Step::Repeat {
+            chunk: chunk(b"data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\n"),
+            gap: Duration::from_millis(20),
+            count: 1000,
+        },
+    ])
+    .await;
+    let proxy = common::proxy(upstream.addr, "").await;
+    let response = send(proxy.addr, get("/v1/chat/completions"))
+        .await
+        .expect("head");
+    let mut body = response.into_body();
+    for _ in 0..3 {
+        body.frame().await.expect("frame").expect("data");
+    }
+    upstream.next_request().await;
+    let left = Instant::now();
+    drop(body);
+    upstream.assert_cancelled_after(left).await;
+}
+
+#[tokio::test]
+async fn readiness_follows_the_upstream() {
+    let upstream = Scripted::start(vec![]).await;
+    let proxy = common::proxy(upstream.addr, "").await;
+    assert_eq!(
+        client::get(proxy.metrics_addr, "/healthz").await.status,
+        200
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while client::get(proxy.metrics_addr, "/readyz").await.status != 200 {
+        assert!(
+            Instant::now() < deadline,
+            "never ready with a live upstream"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let dead = common::proxy(common::closed_port().await, "").await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(client::get(dead.metrics_addr, "/readyz").await.status, 503);
+    assert_eq!(client::get(dead.metrics_addr, "/healthz").await.status, 200);
+    let metrics = client::get(dead.metrics_addr, "/metrics").await;
+    assert!(String::from_utf8_lossy(&metrics.body()).contains("tokenclock_build_info{version="));
+}
+
+#[tokio::test]
+async fn idle_timeout_is_per_gap_not_per_stream() {
+    // Five gaps of 150 ms, and a client that starts reading after 600 ms:
+    // longer in total than idle_timeout (400 ms), never idle that long.
+    let event = chunk(&common::noise(64 * 1024, 5));
+    let mut script = vec![Step::Write(sse_head())];
+    for _ in 0..5 {
+        script.push(Step::Write(event.clone()));
+        script.push(Step::Pause(Duration::from_millis(150)));
+    }
+    script.push(Step::Write(bytes("0\r\n\r\n")));
+    let upstream = Scripted::start(script).await;
+    let proxy = common::proxy(upstream.addr, "idle_timeout = \"400ms\"").await;
+    let response = send(proxy.addr, get("/v1/chat/completions"))
+        .await
+        .expect("head");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let body = collect(response).await.expect("complete stream").body();
+    assert_eq!(body.len(), 5 * 64 * 1024);
+}
+
+#[tokio::test]
+async fn client_leaving_before_the_response_head_cancels_the_upstream_request() {
+    // A request still queued or in prefill at the model server.
+    let mut upstream = Scripted::start(vec![Step::Pause(Duration::from_secs(30))]).await;
+    let proxy = common::proxy(upstream.addr, "").await;
+    let mut client = tokio::net::TcpStream::connect(proxy.addr)
+        .await
+        .expect("connect");
+    client
+        .write_all(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n{}")
+        .await
+        .expect("request");
+    upstream.next_request().await;
+    let left = Instant::now();
+    drop(client);
+    upstream.assert_cancelled_after(left).await;
+}
+
+#[tokio::test]
+async fn a_client_that_never_finishes_its_head_is_disconnected() {
+    let upstream = Scripted::start(vec![]).await;
+    let proxy = common::proxy(upstream.addr, "header_read_timeout = \"300ms\"").await;
+    let mut client = tokio::net::TcpStream::connect(proxy.addr)
+        .await
+        .expect("connect");
+    client
+        .write_all(b"GET / HTTP/1.1\r\nhost: x\r\n")
+        .await
+        .expect("partial head");
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), client.read_to_end(&mut rest)).await;
+    assert!(read.is_ok(), "the proxy kept a slowloris connection open");
+}

@@ -1,0 +1,143 @@
+//! Message framing a reverse proxy must get right (RFC 9112): a response
+//! length beside a transfer coding, an upgrade nobody asked for, `Host`
+//! rules, and `CONNECT`, which is not for a reverse proxy.
+
+use crate::common::{
+    self,
+    client::{self, collect, raw, send, send_h2},
+    next_timeline,
+    upstream::{bytes, chunk, head, Echo, Scripted, Step},
+};
+use bytes::Bytes;
+use http::Request;
+use http_body_util::Full;
+use tokenclock::measure::timeline::Outcome;
+
+/// A chunked 12-byte body whose head also claims `Content-Length: 3`.
+fn length_and_chunked() -> Vec<Step> {
+    vec![
+        Step::Write(head(
+            "200 OK",
+            &[
+                "content-type: text/plain",
+                "content-length: 3",
+                "transfer-encoding: chunked",
+            ],
+        )),
+        Step::Write(chunk(b"hello world!")),
+        Step::Write(bytes("0\r\n\r\n")),
+    ]
+}
+
+fn get(path: &str) -> Request<Full<Bytes>> {
+    Request::get(path)
+        .body(Full::new(Bytes::new()))
+        .expect("request")
+}
+
+#[tokio::test]
+async fn a_length_beside_a_transfer_coding_is_dropped_on_a_reused_connection() {
+    let upstream = Scripted::start(length_and_chunked()).await;
+    let proxy = common::proxy(upstream.addr, "").await;
+    let mut sender = client::connect(proxy.addr).await;
+    for i in 0..2 {
+        let request = Request::get("/v1/models")
+            .header("host", "x")
+            .body(Full::new(Bytes::new()))
+            .expect("request");
+        let response = sender.send_request(request).await.expect("response head");
+        let collected = collect(response).await.expect("whole body");
+        assert!(
+            collected.headers.get("content-length").is_none(),
+            "request {i}: {:?}",
+            collected.headers
+        );
+        assert_eq!(collected.body(), b"hello world!", "request {i}");
+    }
+}
+
+#[tokio::test]
+async fn a_length_beside_a_transfer_coding_is_dropped_for_h2c_clients() {
+    let upstream = Scripted::start(length_and_chunked()).await;
+    let proxy = common::proxy(upstream.addr, "").await;
+    let request = get(&format!("http://{}/v1/models", proxy.addr));
+    let response = send_h2(proxy.addr, request).await.expect("response head");
+    assert!(response.headers().get("content-length").is_none());
+    let collected = collect(response).await.expect("whole body");
+    assert_eq!(collected.body(), b"hello world!");
+}
+
+#[tokio::test]
+async fn an_upstream_101_is_a_502_upgrade_asked_or_not() {
+    let switch = head(
+        "101 Switching Protocols",
+        &["connection: upgrade", "upgrade: websocket"],
+    );
+    let mut upstream = Scripted::start(vec![Step::Write(switch)]).await;
+    let (proxy, mut timelines) = common::proxy_with_timelines(upstream.addr, "").await;
+    let plain = get("/v1/models");
+    let asked = Request::get("/ws")
+        .header("connection", "upgrade")
+        .header("upgrade", "websocket")
+        .body(Full::new(Bytes::new()))
+        .expect("request");
+    for request in [plain, asked] {
+        let response = send(proxy.addr, request).await.expect("response head");
+        let collected = collect(response).await.expect("whole body");
+        assert_eq!(collected.status, 502);
+        assert_eq!(collected.error_type(), "upstream_error");
+        // Upgrades are not proxied: the upstream never sees one asked for.
+        assert_eq!(upstream.next_request().await.header("upgrade"), None);
+        let t = next_timeline(&mut timelines).await;
+        assert_eq!(t.outcome, Outcome::UpstreamError);
+        assert_eq!(t.status.map(|s| s.as_u16()), Some(502));
+    }
+}
+
+#[tokio::test]
+async fn http11_needs_exactly_one_host() {
+    let echo = Echo::start().await;
+    let (proxy, mut timelines) = common::proxy_with_timelines(echo.addr, "").await;
+    for bad in [
+        &b"GET / HTTP/1.1\r\n\r\n"[..],
+        b"GET / HTTP/1.1\r\nhost: a\r\nhost: b\r\n\r\n",
+        b"GET / HTTP/1.0\r\nhost: a\r\nhost: a\r\n\r\n",
+    ] {
+        let (status, _) = raw(proxy.addr, bad).await;
+        assert_eq!(status, 400, "{}", String::from_utf8_lossy(bad));
+        let t = next_timeline(&mut timelines).await;
+        assert_eq!(t.outcome, Outcome::HttpError);
+    }
+    // HTTP/1.0 may omit Host; HTTP/2 carries `:authority` instead.
+    let (status, _) = raw(proxy.addr, b"GET / HTTP/1.0\r\n\r\n").await;
+    assert_eq!(status, 200);
+    let h2 = send_h2(proxy.addr, get(&format!("http://{}/", proxy.addr)))
+        .await
+        .expect("h2 response");
+    assert_eq!(h2.status(), 200);
+}
+
+#[tokio::test]
+async fn connect_is_answered_405_and_never_forwarded() {
+    let mut upstream =
+        Scripted::start(vec![Step::Write(head("200 Connection Established", &[]))]).await;
+    let (proxy, mut timelines) = common::proxy_with_timelines(upstream.addr, "").await;
+    for connect in [
+        &b"CONNECT example.com:443 HTTP/1.1\r\nhost: example.com:443\r\n\r\n"[..],
+        b"CONNECT /v1/models?key=SECRET HTTP/1.1\r\nhost: x\r\n\r\n",
+    ] {
+        let (status, head) = raw(proxy.addr, connect).await;
+        assert_eq!(status, 405, "{head}");
+        assert!(head.to_ascii_lowercase().contains("\r\nallow: "), "{head}");
+        let t = next_timeline(&mut timelines).await;
+        assert_eq!(t.outcome, Outcome::HttpError);
+        assert_eq!(t.status.map(|s| s.as_u16()), Some(405));
+    }
+    let quiet = std::time::Duration::from_millis(300);
+    assert!(
+        tokio::time::timeout(quiet, upstream.events.recv())
+            .await
+            .is_err(),
+        "CONNECT reached the upstream"
+    );
+}

@@ -1,0 +1,255 @@
+//! The binary as an operator runs it: signals, exit codes, help.
+
+use std::{process::Command, time::Duration};
+
+use crate::common::{
+    client::send,
+    process::{self, BIN},
+    upstream::{bytes, chunk, head, Scripted, Step},
+};
+use bytes::Bytes;
+use http::Request;
+use http_body_util::{BodyExt, Full};
+
+#[tokio::test]
+async fn sigterm_lets_the_stream_finish_then_exits_0() {
+    let events: Vec<Bytes> = (0..12)
+        .map(|i| chunk(format!("data: {{\"i\":{i}}}\n\n").as_bytes()))
+        .collect();
+    let mut script = vec![Step::Write(head(
+        "200 OK",
+        &[
+            "content-type: text/event-stream",
+            "transfer-encoding: chunked",
+            "connection: close",
+        ],
+    ))];
+    for event in &events {
+        script.push(Step::Write(event.clone()));
+        script.push(Step::Pause(Duration::from_millis(100)));
+    }
+    script.push(Step::Write(bytes("0\r\n\r\n")));
+    let upstream = Scripted::start(script).await;
+    let served = process::serve(upstream.addr, &[], &[]);
+    let addr = served.addr;
+
+    let request = Request::get("/v1/chat/completions")
+        .body(Full::new(Bytes::new()))
+        .expect("request");
+    let response = send(addr, request).await.expect("head");
+    let mut body = response.into_body();
+    let first = body
+        .frame()
+        .await
+        .expect("frame")
+        .expect("data")
+        .into_data()
+        .expect("data");
+    served.sigterm();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        tokio::net::TcpStream::connect(addr).await.is_err(),
+        "new connections are refused once draining"
+    );
+    let rest = body
+        .collect()
+        .await
+        .expect("the stream completes after SIGTERM")
+        .to_bytes();
+    let got = [first, rest].concat();
+    let want: Vec<u8> = (0..12)
+        .flat_map(|i| format!("data: {{\"i\":{i}}}\n\n").into_bytes())
+        .collect();
+    assert_eq!(got, want);
+    let (status, _) = served.wait().await;
+    assert_eq!(status.code(), Some(0));
+}
+
+#[tokio::test]
+async fn sigterm_when_idle_exits_0_at_once() {
+    let upstream = Scripted::start(vec![]).await;
+    let served = process::serve(upstream.addr, &[], &[]);
+    let response = send(
+        served.addr,
+        Request::get("/")
+            .body(Full::new(Bytes::new()))
+            .expect("request"),
+    )
+    .await;
+    // The scripted upstream closes without answering: a 502, not a hang.
+    assert_eq!(
+        response.map(|r| r.status()).ok(),
+        Some(http::StatusCode::BAD_GATEWAY)
+    );
+    served.sigterm();
+    let (status, _) = served.wait().await;
+    assert_eq!(status.code(), Some(0));
+}
+
+fn check_config(text: &str) -> (Option<i32>, String, String) {
+    let dir = std::env::temp_dir().join(format!("tokenclock-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = dir.join(format!("c{n}.toml"));
+    std::fs::write(&path, text).expect("write config");
+    let out = Command::new(BIN)
+        .arg("check-config")
+        .arg(&path)
+        .env_remove("TOKENCLOCK_LISTEN")
+        .output()
+        .expect("run");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn bad_config_exits_2_with_one_line_naming_the_key() {
+    for (text, key) in [
+        (
+            "upstream = \"http://127.0.0.1:8000\"\nlisten_addr = \"127.0.0.1:1\"\n",
+            "listen_addr",
+        ),
+        ("upstream = \"tcp://127.0.0.1:8000\"\n", "upstream"),
+        (
+            "upstream = \"http://127.0.0.1:8000\"\nidle_timeout = \"soon\"\n",
+            "idle_timeout",
+        ),
+        (
+            "upstream = \"http://127.0.0.1:8000\"\npool_max_idle_per_host = -1\n",
+            "pool_max_idle_per_host",
+        ),
+        ("listen = \"127.0.0.1:8080\"\n", "upstream"),
+        (
+            "upstream = \"http://127.0.0.1:8000\"\nupstream_health_path = \"health\"\n",
+            "upstream_health_path",
+        ),
+        (
+            "upstream = \"http://127.0.0.1:8000\"\nupstream_health_path = \"/he alth\"\n",
+            "upstream_health_path",
+        ),
+        (
+            "upstream = \"http://127.0.0.1:8000\"\nupstream_health_timeout = \"0s\"\n",
+            "upstream_health_timeout",
+        ),
+        (
+            "upstream = \"http://127.0.0.1:8000\"\nupstream_health_timeout = \"11s\"\n",
+            "upstream_health_timeout",
+        ),
+        (
+            "upstream = \"http://127.0.0.1:8000\"\n[metrics]\ndisable = [\"phase_seconds:nope\"]\n",
+            "metrics.disable",
+        ),
+    ] {
+        let (code, stdout, stderr) = check_config(text);
+        assert_eq!(code, Some(2), "{key}: {stderr}");
+        assert!(stdout.is_empty());
+        assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+        assert!(
+            stderr.contains(&format!("{key}: ")),
+            "names `{key}`: {stderr}"
+        );
+        assert!(
+            !stderr.contains("panicked") && !stderr.contains("Error {"),
+            "{stderr}"
+        );
+    }
+}
+
+#[test]
+fn check_config_prints_the_effective_settings() {
+    let (code, stdout, stderr) =
+        check_config("upstream = \"http://127.0.0.1:8000\"\nidle_timeout = \"90s\"\n");
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("idle_timeout = \"1m 30s\""), "{stdout}");
+    assert!(
+        stdout.contains("pool_idle_timeout = \"4s\""),
+        "defaults shown: {stdout}"
+    );
+    let shipped = concat!(env!("CARGO_MANIFEST_DIR"), "/config/tokenclock.toml");
+    let out = Command::new(BIN)
+        .args(["check-config", shipped])
+        .output()
+        .expect("run");
+    assert!(out.status.success(), "the shipped example is valid");
+}
+
+#[test]
+fn a_port_in_use_exits_2_naming_the_key() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = taken.local_addr().expect("addr");
+    let out = Command::new(BIN)
+        .args([
+            "serve",
+            "--upstream",
+            "http://127.0.0.1:9",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ])
+        .arg("--listen")
+        .arg(addr.to_string())
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(last.contains("listen: cannot listen on"), "{stderr}");
+}
+
+#[test]
+fn environment_is_used_and_flags_win_over_it() {
+    let out = Command::new(BIN)
+        .args([
+            "check-config",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/config/tokenclock.toml"),
+        ])
+        .env("TOKENCLOCK_UPSTREAM", "http://10.1.2.3:8000")
+        .env("TOKENCLOCK_LISTEN", "127.0.0.1:7000")
+        .args(["--listen", "127.0.0.1:7001"])
+        .output()
+        .expect("run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("upstream = \"http://10.1.2.3:8000\""),
+        "{stdout}"
+    );
+    assert!(stdout.contains("listen = \"127.0.0.1:7001\""), "{stdout}");
+    let out = Command::new(BIN)
+        .args([
+            "check-config",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/config/tokenclock.toml"),
+        ])
+        .env("TOKENCLOCK_METRICS_LISTEN", "nowhere")
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("metrics_listen: invalid value `nowhere`")
+    );
+}
+
+#[test]
+fn version_and_help() {
+    let out = Command::new(BIN).arg("--version").output().expect("run");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("tokenclock {}", env!("CARGO_PKG_VERSION"))
+    );
+    let out = Command::new(BIN)
+        .args(["serve", "--help"])
+        .output()
+        .expect("run");
+    let help = String::from_utf8_lossy(&out.stdout);
+    for flag in [
+        "--listen",
+        "--upstream",
+        "--metrics-listen",
+        "--config",
+        "--log-format",
+    ] {
+        assert!(help.contains(flag), "help lists {flag}");
+    }
+}

@@ -1,0 +1,257 @@
+//! The load generator against a scripted SSE upstream, directly and through
+//! the real proxy: exact counts, self-stopping, TTFT, per-event delays, errors, the CLI.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::common::{
+    self,
+    upstream::{chunk, head, sse_head, Event, Scripted, Step},
+};
+use bytes::Bytes;
+use tokenclock::tools::load::{self, LoadConfig, RunSummary};
+
+/// Content events per scripted stream; each stream also has a role event
+/// and a usage event, so `EVENTS` events in all ([DONE] is not one).
+const CONTENT: usize = 5;
+const EVENTS: u64 = CONTENT as u64 + 2;
+
+fn now_ns() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock")
+        .as_nanos()
+}
+
+fn data(json: &str) -> Step {
+    Step::Write(chunk(format!("data: {json}\n\n").as_bytes()))
+}
+
+/// A chat stream: role at `first`, content events 10 ms apart, usage,
+/// [DONE]; every event stamped `sent_ns` when given.
+fn stream(first: Duration, sent_ns: Option<u128>) -> Vec<Step> {
+    let stamp = sent_ns.map_or(String::new(), |ns| format!(",\"sim_sent_unix_ns\":{ns}"));
+    let mut steps = vec![
+        Step::Write(sse_head()),
+        data(&format!(
+            "{{\"choices\":[{{\"delta\":{{\"role\":\"assistant\",\"content\":\"\"}}}}]{stamp}}}"
+        )),
+        Step::At(first),
+    ];
+    for i in 0..CONTENT {
+        steps.push(data(&format!(
+            "{{\"choices\":[{{\"delta\":{{\"content\":\"t{i}\"}}}}]{stamp}}}"
+        )));
+        steps.push(Step::Pause(Duration::from_millis(10)));
+    }
+    steps.push(data(&format!(
+        "{{\"choices\":[],\"usage\":{{\"completion_tokens\":5}}{stamp}}}"
+    )));
+    steps.push(Step::Write(chunk(b"data: [DONE]\n\n")));
+    steps.push(Step::Write(Bytes::from_static(b"0\r\n\r\n")));
+    steps
+}
+
+fn config(addr: std::net::SocketAddr, concurrency: usize, requests: Option<u64>) -> LoadConfig {
+    let mut config = LoadConfig::new(format!("http://{addr}").parse().expect("uri"));
+    config.concurrency = concurrency;
+    config.requests = requests;
+    config
+}
+
+async fn run(config: LoadConfig) -> RunSummary {
+    tokio::time::timeout(Duration::from_secs(20), load::run(config, |_| {}))
+        .await
+        .expect("the run ends by itself")
+        .expect("valid config")
+}
+
+#[tokio::test]
+async fn counts_requests_and_events_exactly_direct_and_through_proxy() {
+    let upstream = Scripted::start(stream(Duration::from_millis(20), None)).await;
+    let proxy = common::proxy(upstream.addr, "").await;
+    for addr in [upstream.addr, proxy.addr] {
+        let summary = run(config(addr, 3, Some(7))).await;
+        assert_eq!(summary.total.requests, 7, "{summary}");
+        assert_eq!(summary.total.ok, 7, "{summary}");
+        assert_eq!(summary.total.events, 7 * EVENTS, "{summary}");
+        assert_eq!(summary.workloads[0].events, 7 * EVENTS);
+        assert!(summary.errors_by_kind.is_empty(), "{summary}");
+        assert_eq!(summary.total.e2e_ms.count, 7);
+    }
+}
+
+#[tokio::test]
+async fn ttft_is_near_the_scripted_first_token() {
+    let upstream = Scripted::start(stream(Duration::from_millis(200), None)).await;
+    let summary = run(config(upstream.addr, 2, Some(4))).await;
+    let ttft = &summary.total.ttft_ms;
+    assert_eq!(ttft.count, 4);
+    assert!((195.0..600.0).contains(&ttft.p50), "{summary}");
+    assert!(summary.total.e2e_ms.p50 >= ttft.p50 + 40.0, "{summary}");
+}
+
+#[tokio::test]
+async fn sim_sent_unix_ns_gives_non_negative_delays() {
+    // Stamped before the script starts, so each delay is at least the
+    // event's offset in the script (the role event's: 0).
+    let upstream = Scripted::start(stream(Duration::from_millis(100), Some(now_ns()))).await;
+    let proxy = common::proxy(upstream.addr, "").await;
+    let summary = run(config(proxy.addr, 2, Some(3))).await;
+    let delay = &summary.event_delay_us;
+    assert_eq!(delay.count, 3 * EVENTS, "{summary}");
+    assert!(delay.p50 >= 100_000.0, "{summary}");
+    assert!(delay.max < 20_000_000.0, "{summary}");
+}
+
+#[tokio::test]
+async fn stops_at_duration_cancelling_streams_in_flight() {
+    let mut script = stream(Duration::ZERO, None);
+    script.truncate(2);
+    script.push(Step::Pause(Duration::from_secs(60)));
+    let mut upstream = Scripted::start(script).await;
+    let mut config = config(upstream.addr, 4, None);
+    config.duration = Some(Duration::from_millis(1_500));
+    let started = tokio::time::Instant::now();
+    let mut snapshots = Vec::new();
+    let summary = tokio::time::timeout(
+        Duration::from_secs(20),
+        load::run(config, |s| snapshots.push(s.clone())),
+    )
+    .await
+    .expect("the run ends by itself")
+    .expect("valid config");
+    assert!(started.elapsed() < Duration::from_secs(4), "{summary}");
+    // One progress line after the first second, with every stream open.
+    assert_eq!(snapshots.len(), 1, "{snapshots:?}");
+    assert_eq!(snapshots[0].in_flight, 4, "{snapshots:?}");
+    assert!(
+        (3.5..=4.0).contains(&snapshots[0].events_per_s),
+        "{snapshots:?}"
+    );
+    assert_eq!(summary.total.cancelled, 4, "{summary}");
+    assert_eq!(summary.total.errors, 0, "{summary}");
+    assert_eq!(summary.total.events, 4, "{summary}");
+    for _ in 0..4 {
+        match upstream.next_event(Duration::from_secs(5)).await {
+            Some(Event::PeerClosed(_)) => {}
+            _ => panic!("a cancelled stream stayed open upstream"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn reports_http_errors_by_status() {
+    let script = vec![Step::Write(head(
+        "503 Service Unavailable",
+        &["content-length: 0", "connection: close"],
+    ))];
+    let upstream = Scripted::start(script).await;
+    let proxy = common::proxy(upstream.addr, "").await;
+    for addr in [upstream.addr, proxy.addr] {
+        let summary = run(config(addr, 2, Some(5))).await;
+        assert_eq!(summary.total.errors, 5, "{summary}");
+        assert_eq!(
+            summary.errors_by_kind.get("http_503"),
+            Some(&5),
+            "{summary}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn open_loop_stops_at_requests() {
+    let upstream = Scripted::start(stream(Duration::ZERO, None)).await;
+    let mut config = config(upstream.addr, 8, Some(10));
+    config.rate = Some(100.0);
+    let summary = run(config).await;
+    assert_eq!(summary.total.requests + summary.skipped, 10, "{summary}");
+    assert_eq!(summary.total.ok, summary.total.requests, "{summary}");
+}
+
+#[tokio::test]
+async fn unbounded_runs_are_refused() {
+    let config = config(common::closed_port().await, 1, None);
+    assert!(matches!(
+        load::run(config, |_| {}).await,
+        Err(load::LoadError::Unbounded)
+    ));
+}
+
+#[tokio::test]
+async fn cli_json_output_parses() {
+    let upstream = Scripted::start(stream(Duration::ZERO, None)).await;
+    let json = cli(
+        upstream.addr,
+        &["--requests", "3", "--concurrency", "2", "--format", "json"],
+        &["--workload", "chat", "--workload", "summaries"],
+    )
+    .await;
+    assert_eq!(json["total"]["requests"], 3);
+    assert_eq!(json["total"]["events"], 3 * EVENTS);
+    assert_eq!(json["workloads"].as_array().map(Vec::len), Some(2));
+}
+
+#[tokio::test]
+async fn cli_paths_and_faults_mix_the_workloads() {
+    let mut upstream = common::upstream::Echo::start().await;
+    let json = cli(
+        upstream.addr,
+        &["--requests", "40", "--concurrency", "2", "--format", "json"],
+        &[
+            "--path",
+            "/v1/messages",
+            "--path",
+            "/api/chat",
+            "--fault",
+            "status=500,rate=0.5",
+        ],
+    )
+    .await;
+    let names: Vec<&str> = json["workloads"]
+        .as_array()
+        .expect("workloads")
+        .iter()
+        .filter_map(|w| w["name"].as_str())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "chat /v1/messages",
+            "chat /v1/messages status=500,rate=0.5",
+            "chat /api/chat",
+            "chat /api/chat status=500,rate=0.5"
+        ]
+    );
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..40 {
+        let parts = upstream.next().await;
+        let fault = parts
+            .headers
+            .get("x-sim-fault")
+            .map(|v| v.as_bytes().to_vec());
+        seen.insert((parts.uri.path().to_owned(), fault));
+    }
+    let fault = Some(b"status=500,rate=0.5".to_vec());
+    let want = [
+        ("/api/chat".to_owned(), None),
+        ("/api/chat".to_owned(), fault.clone()),
+        ("/v1/messages".to_owned(), None),
+        ("/v1/messages".to_owned(), fault),
+    ];
+    assert_eq!(seen, want.into_iter().collect());
+}
+
+/// Runs `tokenclock load` against `addr` with `args` and `more`; its JSON summary.
+async fn cli(addr: std::net::SocketAddr, args: &[&str], more: &[&str]) -> serde_json::Value {
+    let output = tokio::process::Command::new(common::process::BIN)
+        .args(["load", "--target", &format!("http://{addr}")])
+        .args(args)
+        .args(more)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(20), output)
+        .await
+        .expect("the CLI ends by itself")
+        .expect("run tokenclock load");
+    assert!(output.status.success(), "{output:?}");
+    serde_json::from_slice(&output.stdout).expect("JSON summary")
+}

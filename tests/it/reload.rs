@@ -1,0 +1,306 @@
+//! SIGHUP reloads the config file: the binary as a process, real sockets.
+
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    process::Command,
+    sync::Arc,
+    time::Duration,
+};
+
+use crate::common::{
+    client::{collect, get, send},
+    process::{self, Served, BIN},
+};
+use bytes::Bytes;
+use http::Request;
+use http_body_util::{BodyExt, Full};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::{TcpListener, TcpStream},
+    sync::Notify,
+};
+
+/// The SSE events every response carries, in order.
+fn events() -> Vec<String> {
+    let mut events: Vec<String> = (0..4)
+        .map(|i| {
+            format!(
+                "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\" t{i}\"}}}}]}}\n\n"
+            )
+        })
+        .collect();
+    events.push("data: [DONE]\n\n".to_owned());
+    events
+}
+
+/// An upstream that streams [`events`]; a request carrying `x-hold: 1`
+/// gets the first event, then the rest once `release` is notified.
+async fn upstream() -> (SocketAddr, Arc<Notify>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let release = Arc::new(Notify::new());
+    let held = release.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(answer(stream, held.clone()));
+        }
+    });
+    (addr, release)
+}
+
+async fn answer(mut stream: TcpStream, release: Arc<Notify>) {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") && head.len() < 64 * 1024 {
+        if stream.read(&mut byte).await.unwrap_or(0) == 0 {
+            return;
+        }
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+    let length = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .unwrap_or(0);
+    let mut body = vec![0u8; length];
+    if stream.read_exact(&mut body).await.is_err() {
+        return;
+    }
+    let chunk = |e: &str| format!("{:x}\r\n{e}\r\n", e.len());
+    let start = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
+                 transfer-encoding: chunked\r\nconnection: close\r\n\r\n";
+    let events = events();
+    let first = format!("{start}{}", chunk(&events[0]));
+    let _ = stream.write_all(first.as_bytes()).await;
+    if head.contains("x-hold: 1") {
+        release.notified().await;
+    }
+    let rest: String = events[1..].iter().map(|e| chunk(e)).collect();
+    let _ = stream
+        .write_all(format!("{rest}0\r\n\r\n").as_bytes())
+        .await;
+}
+
+/// A streamed chat request for `model`, held by the upstream if `hold`.
+fn chat(model: &str, hold: bool) -> Request<Full<Bytes>> {
+    let body = format!(
+        "{{\"model\":\"{model}\",\"stream\":true,\"messages\":[{{\"role\":\"user\",\"content\":\"hi\"}}]}}"
+    );
+    Request::post("/v1/chat/completions")
+        .header("content-type", "application/json")
+        .header("x-hold", if hold { "1" } else { "0" })
+        .body(Full::new(Bytes::from(body)))
+        .expect("request")
+}
+
+/// Sends a chat request and checks the whole stream arrived unchanged.
+async fn stream_ok(addr: SocketAddr, model: &str) {
+    let response = send(addr, chat(model, false)).await.expect("response head");
+    let got = collect(response).await.expect("whole body").body();
+    assert_eq!(got, events().concat().into_bytes());
+}
+
+/// A config file in a fresh temp dir; `write` replaces its text.
+struct ConfigFile(PathBuf);
+
+impl ConfigFile {
+    fn new(name: &str, text: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("tokenclock-reload-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let file = Self(dir.join(format!("{name}.toml")));
+        file.write(text);
+        file
+    }
+
+    fn write(&self, text: &str) {
+        std::fs::write(&self.0, text).expect("write config");
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+/// A config listening on port 0 in front of `upstream`, plus `extra`.
+fn config(upstream: SocketAddr, extra: &str) -> String {
+    format!(
+        "upstream = \"http://{upstream}\"\nlisten = \"127.0.0.1:0\"\n\
+         metrics_listen = \"127.0.0.1:0\"\n{extra}"
+    )
+}
+
+/// Sends SIGHUP and waits for the reload's outcome line (`needle`).
+async fn sighup(served: &Served, needle: &str) -> String {
+    let skip = served.log().len();
+    served.signal("HUP");
+    served.log_line(skip, needle).await
+}
+
+/// The sum of a family's samples whose labels include every one of `labels`.
+async fn sample(served: &Served, name: &str, labels: &[&str]) -> f64 {
+    let text = String::from_utf8(get(served.metrics_addr, "/metrics").await.body())
+        .expect("utf-8 metrics");
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
+        .filter(|l| labels.iter().all(|label| l.contains(label)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// SIGTERM; checks the exit code and returns the whole log.
+async fn stop(served: Served) -> Vec<String> {
+    served.sigterm();
+    let (status, log) = served.wait().await;
+    assert_eq!(status.code(), Some(0), "{log:#?}");
+    log
+}
+
+const RELOADED: &str = "Configuration reloaded";
+
+#[tokio::test]
+async fn sighup_applies_new_slos_and_models_to_requests_that_start_after_it() {
+    let (upstream, release) = upstream().await;
+    let file = ConfigFile::new(
+        "slo",
+        &config(
+            upstream,
+            "models = [\"alpha\"]\n[[slo]]\nname = \"before\"\ne2e = \"60s\"\n",
+        ),
+    );
+    let served = process::serve_config(file.path());
+    let held = send(served.addr, chat("beta", true))
+        .await
+        .expect("response head");
+    let mut held = held.into_body();
+    let first = held.frame().await.expect("frame").expect("data");
+    let first = first.into_data().expect("data");
+
+    file.write(&config(
+        upstream,
+        "models = [\"alpha\", \"beta\"]\n[[slo]]\nname = \"after\"\ne2e = \"60s\"\n",
+    ));
+    sighup(&served, RELOADED).await;
+    stream_ok(served.addr, "beta").await;
+    release.notify_one();
+    let rest = held.collect().await.expect("held stream completes");
+    let got = [first, rest.to_bytes()].concat();
+    assert_eq!(got, events().concat().into_bytes(), "byte for byte");
+
+    let requests = "tokenclock_requests_total";
+    let judged = "tokenclock_slo_requests_total";
+    assert_eq!(
+        sample(&served, requests, &[]).await,
+        2.0,
+        "each counted once"
+    );
+    // The held request keeps the config it started with, the next one the new.
+    let old = ["slo=\"before\"", "model=\"other\"", "result=\"met\""];
+    assert_eq!(sample(&served, judged, &old).await, 1.0);
+    let new = ["slo=\"after\"", "model=\"beta\"", "result=\"met\""];
+    assert_eq!(sample(&served, judged, &new).await, 1.0);
+    assert_eq!(sample(&served, judged, &[]).await, 2.0);
+    let reloads = "tokenclock_config_reloads_total";
+    assert_eq!(sample(&served, reloads, &["result=\"ok\""]).await, 1.0);
+    stop(served).await;
+}
+
+#[tokio::test]
+async fn sighup_applies_a_new_log_filter() {
+    let (upstream, _) = upstream().await;
+    let quiet = "log_filter = \"info,tokenclock::access=off\"\n";
+    let file = ConfigFile::new("filter", &config(upstream, quiet));
+    let served = process::serve_config(file.path());
+    stream_ok(served.addr, "alpha").await;
+    file.write(&config(upstream, "log_filter = \"info\"\n"));
+    sighup(&served, RELOADED).await;
+    let skip = served.log().len();
+    stream_ok(served.addr, "alpha").await;
+    served.log_line(skip, "Request finished.").await;
+    let log = stop(served).await;
+    let logged = log
+        .iter()
+        .filter(|l| l.contains("Request finished."))
+        .count();
+    assert_eq!(logged, 1, "only the request after the reload: {log:#?}");
+}
+
+#[tokio::test]
+async fn sighup_with_an_invalid_file_keeps_the_running_config() {
+    let (upstream, _) = upstream().await;
+    let slo = |name: &str| format!("[[slo]]\nname = \"{name}\"\ne2e = \"60s\"\n");
+    let file = ConfigFile::new("invalid", &config(upstream, &slo("before")));
+    let served = process::serve_config(file.path());
+    let bad = config(
+        upstream,
+        &format!("idle_timeout = \"soon\"\n{}", slo("after")),
+    );
+    file.write(&bad);
+    let line = sighup(&served, "refused").await;
+
+    // The same message `check-config` gives, on one line.
+    let out = Command::new(BIN)
+        .arg("check-config")
+        .arg(file.path())
+        .output()
+        .expect("check-config");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let message = stderr
+        .trim()
+        .trim_start_matches("tokenclock: config error: ");
+    assert!(message.starts_with("idle_timeout: "), "{stderr}");
+    assert!(line.contains(message), "{line} lacks {message}");
+    let refused = served
+        .log()
+        .iter()
+        .filter(|l| l.contains("refused"))
+        .count();
+    assert_eq!(refused, 1, "{:#?}", served.log());
+
+    stream_ok(served.addr, "alpha").await;
+    let judged = "tokenclock_slo_requests_total";
+    assert_eq!(sample(&served, judged, &["slo=\"before\""]).await, 1.0);
+    assert_eq!(sample(&served, judged, &["slo=\"after\""]).await, 0.0);
+    let reloads = "tokenclock_config_reloads_total";
+    assert_eq!(sample(&served, reloads, &["result=\"error\""]).await, 1.0);
+    assert_eq!(sample(&served, reloads, &["result=\"ok\""]).await, 0.0);
+    stop(served).await;
+}
+
+#[tokio::test]
+async fn sighup_with_a_new_listen_needs_a_restart_and_applies_the_rest() {
+    let (upstream, _) = upstream().await;
+    let slo = |name: &str| format!("[[slo]]\nname = \"{name}\"\ne2e = \"60s\"\n");
+    let file = ConfigFile::new("listen", &config(upstream, &slo("before")));
+    let served = process::serve_config(file.path());
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let elsewhere = taken.local_addr().expect("addr");
+    let moved = config(upstream, &slo("after")).replacen(
+        "\nlisten = \"127.0.0.1:0\"",
+        &format!("\nlisten = \"{elsewhere}\""),
+        1,
+    );
+    file.write(&moved);
+    sighup(&served, RELOADED).await;
+    let restart: Vec<String> = (served.log().into_iter())
+        .filter(|l| l.contains("needs restart"))
+        .collect();
+    assert_eq!(restart.len(), 1, "{restart:#?}");
+    assert!(restart[0].contains("key=listen"), "{restart:#?}");
+
+    stream_ok(served.addr, "alpha").await;
+    let judged = "tokenclock_slo_requests_total";
+    assert_eq!(sample(&served, judged, &["slo=\"after\""]).await, 1.0);
+    stop(served).await;
+}
+
+#[tokio::test]
+async fn sighup_without_a_config_file_is_logged_and_ignored() {
+    let (upstream, _) = upstream().await;
+    let served = process::serve(upstream, &[], &[]);
+    sighup(&served, "nothing to reload").await;
+    stream_ok(served.addr, "alpha").await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    stop(served).await;
+}

@@ -1,0 +1,184 @@
+//! Hostile request bodies are forwarded unchanged, byte for byte: not JSON,
+//! `model` a number or 10 MB long, `stream` a string, duplicate keys,
+//! 100,000-deep nesting. tokenclock reads a capped copy of the body on the
+//! side; whatever that copy holds, the upstream gets the client's bytes, the
+//! proxy neither overflows its stack nor holds more than
+//! `request_capture_bytes` of the body, and it keeps serving.
+
+use crate::common::{
+    self,
+    client::{collect, send},
+    next_timeline,
+    upstream::Echo,
+};
+use bytes::Bytes;
+use http::Request;
+use http_body_util::Full;
+
+const MB: usize = 1_000_000;
+
+/// `{"model":"m","x":[[[…]]]}` nested `depth` deep.
+fn deep(depth: usize) -> Vec<u8> {
+    let mut body = b"{\"model\":\"m\",\"stream\":true,\"x\":".to_vec();
+    body.extend(std::iter::repeat_n(b'[', depth));
+    body.extend(std::iter::repeat_n(b']', depth));
+    body.push(b'}');
+    body
+}
+
+/// `{"stream":true,"a":{"a":{…}}}` nested `depth` deep.
+fn deep_objects(depth: usize) -> Vec<u8> {
+    let mut body = b"{\"stream\":true,\"a\":".to_vec();
+    for _ in 0..depth {
+        body.extend_from_slice(b"{\"a\":");
+    }
+    body.extend_from_slice(b"null");
+    body.extend(std::iter::repeat_n(b'}', depth + 1));
+    body
+}
+
+/// A streamed chat request whose `model` is `len` bytes long.
+fn long_model(len: usize) -> Vec<u8> {
+    let mut body = b"{\"stream\":true,\"model\":\"".to_vec();
+    body.extend(std::iter::repeat_n(b'm', len));
+    body.extend_from_slice(b"\"}");
+    body
+}
+
+/// Bodies that `usage_mode = "inject"` must leave alone too: none of them
+/// is a JSON object that asks to stream, within `request_capture_bytes`.
+fn hostile() -> Vec<(&'static str, Vec<u8>)> {
+    vec![
+        ("not json", b"model=m&stream=true\xff\xfe{{".to_vec()),
+        ("truncated json", b"{\"model\":\"m\",\"stream\":tr".to_vec()),
+        (
+            "model a number",
+            b"{\"model\":42,\"stream\":false}".to_vec(),
+        ),
+        (
+            "stream a string",
+            b"{\"model\":\"m\",\"stream\":\"true\"}".to_vec(),
+        ),
+        (
+            "duplicate keys",
+            b"{\"model\":\"a\",\"stream\":true,\"model\":\"b\",\"stream\":false}".to_vec(),
+        ),
+        ("array nesting 100k", deep(100_000)),
+        ("object nesting 100k", deep_objects(100_000)),
+        ("model 10 MB", long_model(10 * MB)),
+        ("empty", Vec::new()),
+    ]
+}
+
+/// Sends `body` to the echo upstream through `proxy` and returns what came
+/// back: the bytes the upstream received.
+async fn echoed(proxy: std::net::SocketAddr, body: &[u8]) -> Vec<u8> {
+    let request = Request::post("/v1/chat/completions")
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::copy_from_slice(body)))
+        .expect("request");
+    let response = send(proxy, request).await.expect("response head");
+    assert_eq!(response.status(), 200);
+    collect(response).await.expect("the whole echo").body()
+}
+
+async fn forwarded_unchanged(extra: &str) {
+    let upstream = Echo::start().await;
+    let (proxy, mut timelines) = common::proxy_with_timelines(upstream.addr, extra).await;
+    for (name, body) in hostile() {
+        let got = echoed(proxy.addr, &body).await;
+        assert!(
+            got == body,
+            "{name}: the upstream got other bytes ({} vs {})",
+            got.len(),
+            body.len()
+        );
+        let timeline = next_timeline(&mut timelines).await;
+        assert_eq!(timeline.bytes_in, body.len() as u64, "{name}: bytes in");
+        assert_eq!(timeline.outcome.as_str(), "ok", "{name}: outcome");
+        assert!(!timeline.usage_injected, "{name}: nothing injected");
+        let model = timeline.request.model.as_deref();
+        match name {
+            // Over request_capture_bytes (8 MiB): the copy is dropped.
+            "model 10 MB" => assert_eq!(model, None, "{name}: not captured"),
+            "duplicate keys" => assert_eq!(model, Some("b"), "{name}: the last one"),
+            "stream a string" => assert_eq!(timeline.request.stream, None, "{name}"),
+            _ => {}
+        }
+    }
+    // And an ordinary request still gets through.
+    let ordinary = b"{\"model\":\"m\",\"stream\":false}";
+    assert_eq!(echoed(proxy.addr, ordinary).await, ordinary);
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn hostile_bodies_are_forwarded_unchanged() {
+    forwarded_unchanged("").await;
+}
+
+#[tokio::test]
+async fn hostile_bodies_are_forwarded_unchanged_when_injecting_usage() {
+    forwarded_unchanged("usage_mode = \"inject\"").await;
+}
+
+/// Kills the binary if the test fails before stopping it.
+struct KillOnDrop(u32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", &self.0.to_string()])
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+}
+
+/// The peak resident memory of process `pid`, in KiB.
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM in /proc/PID/status")
+}
+
+/// The real binary, `request_capture_bytes` 1 MiB: 64 MB bodies (a model
+/// name that long, and noise) pass through without the proxy's peak memory
+/// growing by more than a fraction of one, and deep nesting does not
+/// overflow its stack (the process would die).
+#[tokio::test]
+async fn huge_bodies_are_streamed_not_held() {
+    let upstream = Echo::start().await;
+    let dir = std::env::temp_dir().join(format!("tokenclock-bodies-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let config = dir.join("tokenclock.toml");
+    std::fs::write(&config, "request_capture_bytes = 1048576\n").expect("config file");
+    let config = config.to_str().expect("a UTF-8 temp path");
+    let served = common::process::serve(upstream.addr, &["--config", config], &[]);
+    let _kill = KillOnDrop(served.child.id());
+    // Warm up: every buffer and the capture path used once.
+    let warm = long_model(2 * MB);
+    assert_eq!(echoed(served.addr, &warm).await, warm);
+    let before = peak_rss_kib(served.child.id());
+    for body in [
+        long_model(64 * MB),
+        common::noise(64 * MB, 9),
+        deep(1_000_000),
+    ] {
+        assert!(
+            echoed(served.addr, &body).await == body,
+            "forwarded unchanged"
+        );
+    }
+    let grown = peak_rss_kib(served.child.id()).saturating_sub(before);
+    assert!(
+        grown < 16 * 1024,
+        "peak RSS grew by {grown} KiB for 64 MB bodies: the body was held"
+    );
+    served.sigterm();
+    let (status, _) = served.wait().await;
+    assert!(status.success(), "tokenclock exited with {status}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,353 @@
+//! The simulator through the real proxy: every format parses cleanly with
+//! the token counts the simulator generated, queueing shows up where
+//! tokenclock says it does, schedules are exact and faults are what they
+//! claim to be.
+
+use std::time::Duration;
+
+use crate::common::{
+    self, next_timeline, proxy_with_timelines,
+    sim::{fast, payloads, post, start},
+};
+use tokenclock::{
+    measure::dialect::Dialect,
+    measure::timeline::{CountSource, Outcome, Phase},
+    tools::sim::SimConfig,
+};
+
+const CHAT: &str = "/v1/chat/completions";
+
+/// A request body for `path` asking for `n` tokens of `model`.
+fn request(path: &str, model: &str, n: u64, stream: bool, extra: &str) -> String {
+    let prompt = "Explain queueing in model servers, briefly.";
+    let body = match path {
+        "/v1/completions" => format!(r#""prompt":"{prompt}","max_tokens":{n}"#),
+        "/v1/responses" => format!(r#""input":"{prompt}","max_output_tokens":{n}"#),
+        "/api/generate" => format!(r#""prompt":"{prompt}","options":{{"num_predict":{n}}}"#),
+        "/api/chat" => format!(
+            r#""messages":[{{"role":"user","content":"{prompt}"}}],"options":{{"num_predict":{n}}}"#
+        ),
+        _ => format!(r#""messages":[{{"role":"user","content":"{prompt}"}}],"max_tokens":{n}"#),
+    };
+    format!(r#"{{"model":"{model}","stream":{stream},{body}{extra}}}"#)
+}
+
+/// Streaming: every format, through the proxy, with the sim's own counts.
+#[tokio::test]
+async fn every_format_parses_through_the_proxy() {
+    use CountSource::{Events, PerEvent, Usage};
+    let sim = start(fast()).await;
+    let (proxy, mut timelines) = proxy_with_timelines(sim.addr, "").await;
+    let usage = r#","stream_options":{"include_usage":true}"#;
+    let cases = [
+        (CHAT, usage, Dialect::OpenAiChat, Usage),
+        (CHAT, "", Dialect::OpenAiChat, Events),
+        (CHAT, r#","logprobs":true"#, Dialect::OpenAiChat, PerEvent),
+        (
+            CHAT,
+            r#","stream_options":{"continuous_usage_stats":true}"#,
+            Dialect::OpenAiChat,
+            Usage,
+        ),
+        ("/v1/completions", usage, Dialect::OpenAiCompletions, Usage),
+        ("/v1/responses", "", Dialect::OpenAiResponses, Usage),
+        ("/v1/messages", "", Dialect::Anthropic, Usage),
+        ("/api/chat", "", Dialect::Ollama, Usage),
+        ("/api/generate", "", Dialect::Ollama, Usage),
+    ];
+    for (path, extra, dialect, source) in cases {
+        let body = request(path, "sim-llama", 6, true, extra);
+        let response = post(proxy.addr, path, &body, &[])
+            .await
+            .expect("whole body");
+        assert_eq!(response.status, 200, "{path}{extra}");
+        let t = next_timeline(&mut timelines).await;
+        let case = format!("{path}{extra}");
+        assert_eq!(t.dialect, dialect, "{case}");
+        assert!(t.streamed, "{case}");
+        assert_eq!(t.outcome, Outcome::Ok, "{case}");
+        assert!(t.parse_errors.is_empty(), "{case}: {:?}", t.parse_errors);
+        assert_eq!(t.tokens.generated, 6, "{case}");
+        assert_eq!(t.tokens.generated_source, Some(source), "{case}");
+        assert_eq!(t.tokens.token_events, 6, "{case}");
+        assert_eq!(t.ttft(), t.ttfo(), "{case}: no reasoning");
+    }
+}
+
+/// Reasoning models think first: TTFO after TTFT, in every format that
+/// has a place for reasoning.
+#[tokio::test]
+async fn reasoning_comes_before_the_answer() {
+    let sim = start(fast()).await;
+    let (proxy, mut timelines) = proxy_with_timelines(sim.addr, "").await;
+    for path in [
+        CHAT,
+        "/v1/responses",
+        "/v1/messages",
+        "/api/chat",
+        "/api/generate",
+    ] {
+        let body = request(path, "sim-think", 8, true, "");
+        post(proxy.addr, path, &body, &[])
+            .await
+            .expect("whole body");
+        let t = next_timeline(&mut timelines).await;
+        assert!(t.parse_errors.is_empty(), "{path}: {:?}", t.parse_errors);
+        let (ttft, ttfo) = (t.ttft().expect("ttft"), t.ttfo().expect("ttfo"));
+        // Half of 8 tokens are reasoning, in the 4 events before the answer.
+        assert!(ttfo > ttft, "{path}: {ttft:?} {ttfo:?}");
+        assert_eq!(t.tokens.reasoning, 4, "{path}");
+        assert_eq!(t.tokens.generated, 8, "{path}");
+        assert!(t.phases().get(Phase::Reasoning).is_some(), "{path}");
+    }
+}
+
+/// Responses events name their item by its index in `output`: the answer
+/// is item 0, or item 1 after a reasoning item.
+#[tokio::test]
+async fn responses_output_indexes_follow_the_items() {
+    let sim = start(fast()).await;
+    for (model, reasoning, answer) in [("sim-llama", None, 0), ("sim-think", Some(0), 1)] {
+        let body = request("/v1/responses", model, 6, true, "");
+        let response = post(sim.addr, "/v1/responses", &body, &[])
+            .await
+            .expect("whole body");
+        let index_of = |kind: &str| -> Vec<u64> {
+            payloads(&response.body())
+                .iter()
+                .filter(|e| e["type"] == kind)
+                .map(|e| e["output_index"].as_u64().expect("output_index"))
+                .collect()
+        };
+        let answers = index_of("response.output_text.delta");
+        assert!(!answers.is_empty(), "{model}");
+        assert!(answers.iter().all(|&i| i == answer), "{model}: {answers:?}");
+        let thoughts = index_of("response.reasoning_summary_text.delta");
+        assert_eq!(thoughts.first().copied(), reasoning, "{model}");
+        let done = index_of("response.output_item.done");
+        let expected: Vec<u64> = reasoning.into_iter().chain([answer]).collect();
+        assert_eq!(done, expected, "{model}");
+    }
+}
+
+/// The tool call's arguments in a stream of `path`'s format, joined.
+fn streamed_arguments(path: &str, events: &[serde_json::Value]) -> String {
+    let pointer = match path {
+        "/v1/messages" => "/delta/partial_json",
+        "/v1/responses" => "/delta",
+        "/api/chat" => "/message/tool_calls/0/function/arguments",
+        _ => "/choices/0/delta/tool_calls/0/function/arguments",
+    };
+    events
+        .iter()
+        .filter(|e| {
+            path != "/v1/responses" || e["type"] == "response.function_call_arguments.delta"
+        })
+        .filter_map(|e| {
+            let arguments = e.pointer(pointer)?;
+            // Ollama's arguments are an object, the others' string fragments.
+            Some(
+                arguments
+                    .as_str()
+                    .map_or_else(|| arguments.to_string(), str::to_owned),
+            )
+        })
+        .collect()
+}
+
+/// The tool call's arguments in a whole body of `path`'s format.
+fn whole_arguments(path: &str, body: &serde_json::Value) -> String {
+    match path {
+        "/v1/messages" => body.pointer("/content/0/input").map(|i| i.to_string()),
+        "/api/chat" => body
+            .pointer("/message/tool_calls/0/function/arguments")
+            .map(|a| a.to_string()),
+        "/v1/responses" => body
+            .pointer("/output/0/arguments")
+            .and_then(|a| a.as_str().map(str::to_owned)),
+        _ => body
+            .pointer("/choices/0/message/tool_calls/0/function/arguments")
+            .and_then(|a| a.as_str().map(str::to_owned)),
+    }
+    .unwrap_or_else(|| panic!("{path}: no tool call in {body}"))
+}
+
+/// A request with tools gets one function call in the format's own shape
+/// (OpenAI `tool_calls`, Anthropic `tool_use` with `input_json_delta`,
+/// Responses `function_call` with argument deltas, Ollama one
+/// `message.tool_calls` line), streamed or not: the
+/// arguments are valid JSON once joined, and tokenclock counts them as
+/// output, so TTFO is TTFT.
+#[tokio::test]
+async fn tool_calls_count_as_output() {
+    let sim = start(fast()).await;
+    let (proxy, mut timelines) = proxy_with_timelines(sim.addr, "").await;
+    let tools = r#","tools":[{"type":"function","name":"f","function":{"name":"f"}}]"#;
+    for path in [CHAT, "/v1/messages", "/v1/responses", "/api/chat"] {
+        for stream in [true, false] {
+            let body = request(path, "sim-llama", 5, stream, tools);
+            let response = post(proxy.addr, path, &body, &[])
+                .await
+                .expect("whole body");
+            let arguments = if stream {
+                streamed_arguments(path, &payloads(&response.body()))
+            } else {
+                let body = serde_json::from_slice(&response.body()).expect("JSON body");
+                whole_arguments(path, &body)
+            };
+            let parsed: serde_json::Value = serde_json::from_str(&arguments)
+                .unwrap_or_else(|e| panic!("{path} stream={stream}: {e}: {arguments:?}"));
+            let words = parsed["text"].as_str().expect("text").split(' ').count();
+            assert_eq!(words, 6, "{path} stream={stream}: {arguments:?}");
+            let t = next_timeline(&mut timelines).await;
+            assert!(t.parse_errors.is_empty(), "{path}: {:?}", t.parse_errors);
+            assert_eq!(t.outcome, Outcome::Ok, "{path} stream={stream}");
+            assert_eq!(t.tokens.generated, 5, "{path} stream={stream}");
+            if stream {
+                assert!(t.ttft().is_some(), "{path}");
+                assert_eq!(t.ttfo(), t.ttft(), "{path}");
+            }
+        }
+    }
+}
+
+/// Non-streamed bodies parse in every format, with usage.
+#[tokio::test]
+async fn non_streamed_bodies_parse() {
+    let sim = start(fast()).await;
+    let (proxy, mut timelines) = proxy_with_timelines(sim.addr, "").await;
+    for path in [
+        CHAT,
+        "/v1/completions",
+        "/v1/responses",
+        "/v1/messages",
+        "/api/chat",
+        "/api/generate",
+    ] {
+        let body = request(path, "sim-think", 6, false, "");
+        let response = post(proxy.addr, path, &body, &[])
+            .await
+            .expect("whole body");
+        assert_eq!(response.status, 200, "{path}");
+        assert_eq!(
+            response.headers["content-type"], "application/json",
+            "{path}"
+        );
+        let t = next_timeline(&mut timelines).await;
+        assert!(!t.streamed, "{path}");
+        assert_eq!(t.outcome, Outcome::Ok, "{path}");
+        assert!(t.parse_errors.is_empty(), "{path}: {:?}", t.parse_errors);
+        assert_eq!(t.tokens.generated, 6, "{path}");
+        assert_eq!(
+            t.tokens.generated_source,
+            Some(CountSource::Usage),
+            "{path}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn models_lists_the_configured_model() {
+    let sim = start(SimConfig {
+        model: "sim-mistral".into(),
+        ..fast()
+    })
+    .await;
+    let response = common::client::get(sim.addr, "/v1/models").await;
+    assert_eq!(response.status, 200);
+    let list: serde_json::Value = serde_json::from_slice(&response.body()).expect("JSON");
+    assert_eq!(list["object"], "list");
+    assert_eq!(list["data"][0]["id"], "sim-mistral");
+    assert_eq!(common::client::get(sim.addr, "/nope").await.status, 404);
+}
+
+/// The issue's scenario: two batch slots, six requests at once. The
+/// third waits for a whole service time; tokenclock shows the wait in
+/// `headers_to_first_token` while TPOT stays flat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queueing_shows_in_headers_to_first_token() {
+    let sim = start(SimConfig {
+        max_batch: 2,
+        decode_ms_per_token: 10.0,
+        batch_penalty_ms: 0.5,
+        ..SimConfig::default()
+    })
+    .await;
+    let (proxy, mut timelines) = proxy_with_timelines(sim.addr, "").await;
+    // 20 tokens at ~10.5 ms: a service time of about 210 ms.
+    let body = request(CHAT, "sim-llama", 20, true, "");
+    let requests: Vec<_> = (0..6)
+        .map(|_| {
+            let body = body.clone();
+            let addr = proxy.addr;
+            tokio::spawn(async move { post(addr, CHAT, &body, &[]).await.map(|_| ()) })
+        })
+        .collect();
+    for request in requests {
+        request.await.expect("join").expect("whole body");
+    }
+    let mut all = Vec::new();
+    for _ in 0..6 {
+        all.push(next_timeline(&mut timelines).await);
+    }
+    all.sort_by_key(|t| t.ttft());
+    let ttft = |i: usize| all[i].ttft().expect("ttft");
+    let waited = |i: usize| {
+        all[i]
+            .phases()
+            .get(Phase::HeadersToFirstToken)
+            .expect("phase")
+    };
+    let service = Duration::from_millis(180);
+    assert!(ttft(2) >= ttft(0) + service, "{:?} {:?}", ttft(0), ttft(2));
+    assert!(ttft(4) >= ttft(2) + service, "{:?} {:?}", ttft(2), ttft(4));
+    assert!(waited(2) >= waited(0) + service);
+    assert!(waited(4) >= waited(2) + service);
+    let tpots: Vec<_> = all.iter().map(|t| t.tpot().expect("tpot")).collect();
+    for t in &all {
+        // The head went out at once: the wait is after it.
+        let head = t.phases().get(Phase::TimeToResponseHeaders).expect("head");
+        assert!(head < Duration::from_millis(100), "{head:?}");
+    }
+    // Decode cadence stays about flat (10.5 ms a step) however long the wait.
+    let (min, max) = (tpots.iter().min(), tpots.iter().max());
+    let (min, max) = (*min.expect("tpot"), *max.expect("tpot"));
+    assert!(min >= Duration::from_millis(7), "{tpots:?}");
+    assert!(max <= Duration::from_millis(16), "{tpots:?}");
+    assert!(max - min <= Duration::from_millis(5), "{tpots:?}");
+    let metrics = common::client::get(sim.addr, "/metrics").await;
+    let text = String::from_utf8(metrics.body()).expect("utf-8");
+    assert!(text.contains("sim_queue_time_seconds_count 6"), "{text}");
+    assert!(text.contains("sim_time_to_first_token_seconds_count 6"));
+    assert!(text.contains("sim_generated_tokens_total 120"));
+    assert!(text.contains("sim_requests_running 0"));
+    assert!(text.contains("sim_requests_waiting 0"));
+}
+
+/// `x-sim-schedule` bypasses the queue: exact TTFT and event gaps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schedule_mode_is_exact() {
+    let sim = start(SimConfig::default()).await;
+    let (proxy, mut timelines) = proxy_with_timelines(sim.addr, "").await;
+    let schedule = ("x-sim-schedule", "ttft_ms=200,gap_ms=20,tokens=10");
+    let body = request(CHAT, "sim-llama", 500, true, "");
+    post(proxy.addr, CHAT, &body, &[schedule])
+        .await
+        .expect("whole body");
+    let t = next_timeline(&mut timelines).await;
+    assert_eq!(t.tokens.generated, 10);
+    let ttft = t.ttft().expect("ttft");
+    assert!(
+        ttft >= Duration::from_millis(199) && ttft <= Duration::from_millis(215),
+        "{ttft:?}"
+    );
+    let gaps: Vec<_> = t.gaps.inter_event().collect();
+    assert_eq!(gaps.len(), 9);
+    let mean = gaps.iter().sum::<Duration>() / 9;
+    assert!(
+        mean >= Duration::from_millis(19) && mean <= Duration::from_millis(21),
+        "{gaps:?}"
+    );
+    let last = t.to_last_token().expect("last");
+    assert!(last >= Duration::from_millis(380) && last <= Duration::from_millis(400));
+}

@@ -1,0 +1,300 @@
+//! Every recorded server stream through the real proxy: the client reads the
+//! fixture byte for byte, and the timeline has the tokens, their source and
+//! the first-token instants the stream implies.
+
+use std::time::Duration;
+
+use crate::common::{
+    self,
+    client::{collect, send},
+    next_timeline,
+    upstream::{bytes, chunk, chunked_head, Scripted, Step},
+};
+use bytes::Bytes;
+use http::Request;
+use http_body_util::Full;
+use tokenclock::{
+    measure::dialect::Dialect,
+    measure::timeline::{CountSource, Outcome},
+};
+
+struct Case {
+    fixture: &'static str,
+    path: &'static str,
+    content_type: &'static str,
+    dialect: Dialect,
+    generated: u64,
+    source: CountSource,
+    reasons: bool,
+}
+
+const SSE: &str = "text/event-stream";
+const NDJSON: &str = "application/x-ndjson";
+
+fn cases() -> Vec<Case> {
+    use CountSource::{PerEvent, Usage};
+    use Dialect::*;
+    let case = |fixture, path, content_type, dialect, generated, source, reasons| Case {
+        fixture,
+        path,
+        content_type,
+        dialect,
+        generated,
+        source,
+        reasons,
+    };
+    vec![
+        case(
+            "vllm_chat_reasoning.sse",
+            "/v1/chat/completions",
+            SSE,
+            OpenAiChat,
+            22,
+            Usage,
+            true,
+        ),
+        case(
+            "vllm_chat_continuous_usage.sse",
+            "/v1/chat/completions",
+            SSE,
+            OpenAiChat,
+            7,
+            Usage,
+            false,
+        ),
+        case(
+            "vllm_chat_logprobs.sse",
+            "/v1/chat/completions",
+            SSE,
+            OpenAiChat,
+            0,
+            PerEvent,
+            false,
+        ),
+        case(
+            "sglang_chat.sse",
+            "/v1/chat/completions",
+            SSE,
+            OpenAiChat,
+            8,
+            Usage,
+            true,
+        ),
+        case(
+            "openai_chat_tools.sse",
+            "/v1/chat/completions",
+            SSE,
+            OpenAiChat,
+            15,
+            Usage,
+            false,
+        ),
+        case(
+            "openai_completions.sse",
+            "/v1/completions",
+            SSE,
+            OpenAiCompletions,
+            4,
+            Usage,
+            false,
+        ),
+        case(
+            "openai_responses.sse",
+            "/v1/responses",
+            SSE,
+            OpenAiResponses,
+            85,
+            Usage,
+            true,
+        ),
+        case(
+            "anthropic_thinking.sse",
+            "/v1/messages",
+            SSE,
+            Anthropic,
+            96,
+            Usage,
+            true,
+        ),
+        case(
+            "tgi_generate_stream.sse",
+            "/generate_stream",
+            SSE,
+            Tgi,
+            7,
+            Usage,
+            false,
+        ),
+        case(
+            "ollama_chat.ndjson",
+            "/api/chat",
+            NDJSON,
+            Ollama,
+            42,
+            Usage,
+            true,
+        ),
+        case(
+            "ollama_generate.ndjson",
+            "/api/generate",
+            NDJSON,
+            Ollama,
+            5,
+            Usage,
+            false,
+        ),
+        case(
+            "llamacpp_completion.sse",
+            "/completion",
+            SSE,
+            LlamaCpp,
+            4,
+            Usage,
+            false,
+        ),
+        case(
+            "llamacpp_chat.sse",
+            "/v1/chat/completions",
+            SSE,
+            OpenAiChat,
+            7,
+            Usage,
+            true,
+        ),
+    ]
+}
+
+fn fixture(name: &str) -> Vec<u8> {
+    let path = format!(
+        "{}/tests/fixtures/dialects/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// The stream in three writes, 30 ms apart, cut at arbitrary points.
+fn script(body: &[u8], content_type: &str) -> Vec<Step> {
+    let mut script = vec![Step::Write(chunked_head(content_type))];
+    let cuts = [0, body.len() / 3, body.len() * 2 / 3 + 1, body.len()];
+    for pair in cuts.windows(2) {
+        script.push(Step::Pause(Duration::from_millis(30)));
+        script.push(Step::Write(chunk(&body[pair[0]..pair[1]])));
+    }
+    script.push(Step::Write(bytes("0\r\n\r\n")));
+    script
+}
+
+#[tokio::test]
+async fn every_recorded_stream_is_forwarded_and_measured() {
+    for case in cases() {
+        let body = fixture(case.fixture);
+        let upstream = Scripted::start(script(&body, case.content_type)).await;
+        let (proxy, mut timelines) = common::proxy_with_timelines(upstream.addr, "").await;
+        let request = Request::post(case.path)
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from_static(
+                b"{\"model\":\"requested\",\"stream\":true,\"prompt\":\"hello world\"}",
+            )))
+            .expect("request");
+        let response = send(proxy.addr, request).await.expect("response");
+        let got = collect(response).await.expect("whole stream").body();
+        let name = case.fixture;
+        assert!(got == body, "{name}: the client got other bytes");
+
+        let t = next_timeline(&mut timelines).await;
+        assert_eq!(t.dialect, case.dialect, "{name}");
+        assert_eq!(t.outcome, Outcome::Ok, "{name}");
+        assert!(t.streamed, "{name}");
+        assert!(t.parse_errors.is_empty(), "{name}: {:?}", t.parse_errors);
+        assert_eq!(t.tokens.generated_source, Some(case.source), "{name}");
+        if case.source == CountSource::Usage {
+            assert_eq!(t.tokens.generated, case.generated, "{name}");
+        }
+        assert!(t.ttft().is_some(), "{name}: no first token");
+        assert!(t.ttfo().is_some(), "{name}: no first output token");
+        assert_eq!(
+            t.ttfo() > t.ttft(),
+            case.reasons,
+            "{name}: reasoning before output"
+        );
+        assert_eq!(
+            t.tokens.reasoning > 0,
+            case.reasons,
+            "{name}: reasoning tokens"
+        );
+        assert!(t.e2e() >= t.to_last_token(), "{name}");
+        assert_eq!(t.request.model.as_deref(), Some("requested"), "{name}");
+        proxy.shutdown().await;
+    }
+}
+
+fn usage_stream() -> (Vec<Step>, &'static str, &'static str) {
+    const WITH: &str = concat!(
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n",
+        "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":17}}\n\n",
+        "data: [DONE]\n\n"
+    );
+    const WITHOUT: &str = concat!(
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n",
+        "data: [DONE]\n\n"
+    );
+    (script(WITH.as_bytes(), SSE), WITH, WITHOUT)
+}
+
+const STREAMED_REQUEST: &[u8] =
+    b"{\"model\":\"m\",\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
+
+#[tokio::test]
+async fn usage_inject_asks_for_usage_and_hides_it_from_the_client() {
+    let (script, _, without) = usage_stream();
+    let mut upstream = Scripted::start(script).await;
+    let (proxy, mut timelines) =
+        common::proxy_with_timelines(upstream.addr, "usage_mode = \"inject\"").await;
+    let request = Request::post("/v1/chat/completions")
+        .header("content-type", "application/json")
+        .header("content-length", STREAMED_REQUEST.len())
+        .body(Full::new(Bytes::from_static(STREAMED_REQUEST)))
+        .expect("request");
+    let response = send(proxy.addr, request).await.expect("response");
+    let got = collect(response).await.expect("stream").body();
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        without,
+        "the usage chunk is removed"
+    );
+
+    let seen = upstream.next_request().await;
+    let body: serde_json::Value = serde_json::from_slice(&seen.body).expect("JSON body upstream");
+    assert_eq!(body["stream_options"]["include_usage"], true);
+    assert_eq!(body["messages"][0]["content"], "hi");
+    let length: usize = seen
+        .header("content-length")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    assert_eq!(
+        length,
+        seen.body.len(),
+        "Content-Length matches the new body"
+    );
+
+    let t = next_timeline(&mut timelines).await;
+    assert!(t.usage_injected);
+    assert_eq!(t.tokens.generated, 17);
+    assert_eq!(t.tokens.generated_source, Some(CountSource::Usage));
+}
+
+#[tokio::test]
+async fn passive_mode_changes_nothing() {
+    let (script, with, _) = usage_stream();
+    let mut upstream = Scripted::start(script).await;
+    let (proxy, mut timelines) = common::proxy_with_timelines(upstream.addr, "").await;
+    let request = Request::post("/v1/chat/completions")
+        .header("content-length", STREAMED_REQUEST.len())
+        .body(Full::new(Bytes::from_static(STREAMED_REQUEST)))
+        .expect("request");
+    let response = send(proxy.addr, request).await.expect("response");
+    let got = collect(response).await.expect("stream").body();
+    assert_eq!(String::from_utf8_lossy(&got), with);
+    assert_eq!(upstream.next_request().await.body, STREAMED_REQUEST);
+    assert!(!next_timeline(&mut timelines).await.usage_injected);
+}
