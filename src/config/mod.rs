@@ -11,7 +11,7 @@ mod duration;
 mod error;
 mod export;
 mod file;
-pub mod reload;
+pub(crate) mod reload;
 mod upstream;
 
 use std::{net::SocketAddr, path::Path, str::FromStr, time::Duration};

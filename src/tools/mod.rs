@@ -17,4 +17,4 @@ pub mod load;
 pub mod report;
 pub(crate) mod rng;
 pub mod sim;
-pub mod stats;
+pub(crate) mod stats;

@@ -8,7 +8,7 @@
 //! exact nearest-rank (see [`crate::tools::stats`]).
 
 mod figures;
-pub mod render;
+pub(crate) mod render;
 mod slo;
 
 use std::{

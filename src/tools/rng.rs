@@ -23,7 +23,7 @@ impl Rng {
     /// A generator for one `key` (a request body, a request id): `seed`
     /// mixed with the key's FNV-1a hash, so the sequence depends on the
     /// seed and the key only, never on the order keys arrive in.
-    pub fn keyed(seed: u64, key: &[u8]) -> Self {
+    pub(crate) fn keyed(seed: u64, key: &[u8]) -> Self {
         let hash = key.iter().fold(0xCBF2_9CE4_8422_2325_u64, |hash, &byte| {
             (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01B3)
         });
@@ -31,7 +31,7 @@ impl Rng {
     }
 
     /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
+    pub(crate) fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(GOLDEN);
         mix(self.0)
     }
@@ -45,7 +45,7 @@ impl Rng {
     /// An exponential draw with mean `mean`, in the unit of `mean`: the gap
     /// of a Poisson process (`mean` = 1 / rate), or a length that is
     /// mostly short and sometimes long.
-    pub fn exponential(&mut self, mean: f64) -> f64 {
+    pub(crate) fn exponential(&mut self, mean: f64) -> f64 {
         // Uniform in (0, 1]: never 0, so `ln` is finite.
         let open = ((self.next_u64() >> 11) + 1) as f64 / MANTISSA;
         -open.ln() * mean
@@ -53,7 +53,7 @@ impl Rng {
 
     /// An index into `weights`, each picked in proportion to its weight;
     /// 0 when every weight is 0.
-    pub fn weighted(&mut self, weights: &[u32]) -> usize {
+    pub(crate) fn weighted(&mut self, weights: &[u32]) -> usize {
         let total: u64 = weights.iter().map(|&w| u64::from(w)).sum();
         if total == 0 {
             return 0;

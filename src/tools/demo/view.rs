@@ -51,7 +51,7 @@ impl LiveView {
 
     /// One screen: per workload (model), requests, throughput, goodput and
     /// the latency figures, and where TTFT went.
-    pub fn render(&self, elapsed_s: f64, in_flight: u64) -> String {
+    pub(crate) fn render(&self, elapsed_s: f64, in_flight: u64) -> String {
         let (requests, groups) = self.figures();
         let mut out = String::new();
         let _ = writeln!(

@@ -29,7 +29,7 @@ pub use self::{
 };
 
 /// How long one request may take before it counts as a `timeout` error.
-pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
+pub(crate) const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// What to send, how hard, and when to stop.
 #[derive(Clone, Debug)]

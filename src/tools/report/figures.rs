@@ -64,7 +64,7 @@ impl Metric {
     }
 
     /// The row title of the text table.
-    pub fn title(self) -> &'static str {
+    pub(crate) fn title(self) -> &'static str {
         match self {
             Self::Ttft => "Time to first token (ms)",
             Self::Ttfo => "Time to first output token (ms)",

@@ -136,7 +136,7 @@ fn group_json(g: &Figures) -> Value {
 }
 
 /// The CSV header.
-pub const CSV_HEADER: &str = "group,metric,count,avg,min,p50,p90,p99,max";
+pub(crate) const CSV_HEADER: &str = "group,metric,count,avg,min,p50,p90,p99,max";
 
 /// One row per group × metric, then `request_throughput`,
 /// `output_token_throughput` and `goodput:<slo>` rows whose `count` is the

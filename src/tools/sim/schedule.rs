@@ -48,7 +48,7 @@ impl Schedule {
     }
 
     /// Whether event `i` carries reasoning tokens.
-    pub fn is_reasoning(&self, i: u64) -> bool {
+    pub(crate) fn is_reasoning(&self, i: u64) -> bool {
         self.offset(i) - self.ttft < self.reasoning
     }
 }

@@ -19,11 +19,13 @@ pub const LOWEST: f64 = 1e-3;
 
 /// Values above this (in the samples' unit) share the last bucket: 115
 /// days for milliseconds, 2.7 hours for microseconds.
-pub const HIGHEST: f64 = 1e10;
+#[cfg(test)]
+pub(crate) const HIGHEST: f64 = 1e10;
 
 /// Percentiles of values within `[LOWEST, HIGHEST]` are within this
 /// fraction of the exact nearest-rank percentile (0.5 %).
-pub const RELATIVE_ERROR: f64 = 0.005;
+#[cfg(test)]
+pub(crate) const RELATIVE_ERROR: f64 = 0.005;
 
 /// Bucket 0, then `ceil(ln(HIGHEST / LOWEST) / LN_GROWTH)` log buckets
 /// (checked by a test): 2,995 counters, 24 KB.
@@ -59,7 +61,7 @@ impl Histogram {
     }
 
     /// The estimated nearest-rank `p`-th percentile; `None` when empty.
-    pub fn percentile(&self, p: u64) -> Option<f64> {
+    pub(crate) fn percentile(&self, p: u64) -> Option<f64> {
         if self.count == 0 {
             return None;
         }

@@ -16,7 +16,9 @@ mod histogram;
 
 use serde::Serialize;
 
-pub use self::histogram::{Histogram, HIGHEST, LOWEST, RELATIVE_ERROR};
+pub use self::histogram::Histogram;
+#[cfg(test)]
+pub(crate) use self::histogram::{HIGHEST, LOWEST, RELATIVE_ERROR};
 
 /// count, avg, min, p50, p90, p99, max of one quantity, in its unit (the
 /// name of the field or metric that holds it says which).
@@ -40,7 +42,7 @@ pub struct Distribution {
 
 /// The rank (1-based) of the nearest-rank `p`-th percentile of `count`
 /// observations: `ceil(p × count / 100)`, at least 1.
-pub fn rank(p: u64, count: u64) -> u64 {
+pub(crate) fn rank(p: u64, count: u64) -> u64 {
     (p * count).div_ceil(100).max(1)
 }
 
@@ -56,13 +58,14 @@ pub trait Samples: Default {
 
 /// Every observation kept: exact nearest-rank percentiles.
 #[derive(Clone, Debug, Default)]
-pub struct Exact {
+pub(crate) struct Exact {
     values: Vec<(f64, u64)>,
 }
 
 impl Exact {
     /// Exact samples of `(value, weight)` observations.
-    pub fn of(values: Vec<(f64, u64)>) -> Self {
+    #[cfg(test)]
+    pub(crate) fn of(values: Vec<(f64, u64)>) -> Self {
         let mut exact = Self { values };
         exact.values.retain(|&(v, n)| n > 0 && v.is_finite());
         exact
