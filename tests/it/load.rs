@@ -1,5 +1,6 @@
 //! The load generator against a scripted SSE upstream, directly and through
-//! the real proxy: exact counts, self-stopping, TTFT, per-event delays, errors, the CLI.
+//! the real proxy: exact counts, self-stopping, TTFT (the proxy's first
+//! token on tool-call and refusal streams too), per-event delays, errors, the CLI.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -88,6 +89,58 @@ async fn ttft_is_near_the_scripted_first_token() {
     assert_eq!(ttft.count, 4);
     assert!((195.0..600.0).contains(&ttft.p50), "{summary}");
     assert!(summary.total.e2e_ms.p50 >= ttft.p50 + 40.0, "{summary}");
+}
+
+/// A chat stream whose only tokens are in `delta`s: a role event at once,
+/// three `delta` events from `first` on, 10 ms apart, a finish, [DONE].
+fn stream_of(delta: &str, first: Duration) -> Vec<Step> {
+    let choice = |delta: &str, finish: &str| {
+        format!("{{\"choices\":[{{\"index\":0,\"delta\":{delta},\"finish_reason\":{finish}}}]}}")
+    };
+    let mut steps = vec![
+        Step::Write(sse_head()),
+        data(&choice(r#"{"role":"assistant","content":null}"#, "null")),
+        Step::At(first),
+    ];
+    for _ in 0..3 {
+        steps.push(data(&choice(delta, "null")));
+        steps.push(Step::Pause(Duration::from_millis(10)));
+    }
+    steps.push(data(&choice("{}", "\"stop\"")));
+    steps.push(Step::Write(chunk(b"data: [DONE]\n\n")));
+    steps.push(Step::Write(Bytes::from_static(b"0\r\n\r\n")));
+    steps
+}
+
+#[tokio::test]
+async fn tool_call_and_refusal_streams_have_the_proxys_first_token() {
+    let tool_call = r#"{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\""}}]}"#;
+    let refusal = r#"{"content":null,"refusal":"I can't help with that."}"#;
+    let first = Duration::from_millis(150);
+    for delta in [tool_call, refusal] {
+        let upstream = Scripted::start(stream_of(delta, first)).await;
+        let (proxy, mut timelines) = common::proxy_with_timelines(upstream.addr, "").await;
+        let summary = run(config(proxy.addr, 1, Some(1))).await;
+        let proxy_ttft = common::next_timeline(&mut timelines)
+            .await
+            .ttft()
+            .expect("the proxy saw a first token");
+        assert!(proxy_ttft >= first, "{delta}: the role event has no token");
+        let ttft = &summary.total.ttft_ms;
+        assert_eq!(
+            ttft.count, 1,
+            "{delta}: the client saw no first token\n{summary}"
+        );
+        // Same event: the client's clock starts before the proxy's and stops
+        // after it, by no more than a loopback hop each way.
+        let client_ttft = Duration::from_secs_f64(ttft.p50 / 1e3);
+        let lead = client_ttft.saturating_sub(proxy_ttft);
+        assert!(
+            client_ttft + Duration::from_millis(1) >= proxy_ttft,
+            "{delta}"
+        );
+        assert!(lead < Duration::from_millis(100), "{delta}: {lead:?}");
+    }
 }
 
 #[tokio::test]

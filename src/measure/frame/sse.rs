@@ -15,6 +15,11 @@
 //! A data line that lies entirely in the chunk being fed is passed as a
 //! slice of that chunk; only lines or events that span feeds are copied,
 //! into buffers that keep their capacity from event to event.
+//!
+//! [`SseFramer::feed`] gives the events; [`SseFramer::feed_ends`] gives
+//! every blank line with where it ends in the chunk, for a caller that cuts
+//! the stream itself at event boundaries (the usage stripper of
+//! `usage_mode = "inject"`).
 
 use memchr::{memchr, memchr2};
 
@@ -33,6 +38,17 @@ pub struct SseEvent<'a> {
     pub event: &'a [u8],
     /// The `data:` values, joined with `\n`.
     pub data: &'a [u8],
+}
+
+/// A blank line: the end of an event, dispatched or not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SseEnd<'a> {
+    /// Offset in the chunk being fed just past the blank line's ending
+    /// (its `\n` too, for a `\r\n` found whole in the chunk).
+    pub end: usize,
+    /// The event the blank line dispatched; `None` for one without data,
+    /// only comments, or dropped as too large.
+    pub event: Option<SseEvent<'a>>,
 }
 
 /// What a framer has seen so far. Counts, not bytes.
@@ -115,6 +131,16 @@ impl SseFramer {
     /// Feeds the next bytes of the stream; calls `sink` once per complete
     /// event, in order.
     pub fn feed(&mut self, chunk: &[u8], sink: &mut impl FnMut(SseEvent<'_>)) {
+        self.feed_ends(chunk, &mut |end| {
+            if let Some(event) = end.event {
+                sink(event);
+            }
+        });
+    }
+
+    /// Feeds the next bytes of the stream; calls `sink` once per blank
+    /// line, in order, with the event it dispatched if any.
+    pub fn feed_ends(&mut self, chunk: &[u8], sink: &mut impl FnMut(SseEnd<'_>)) {
         let mut pos = self.skip_bom(chunk);
         if self.pending_cr && pos < chunk.len() {
             self.pending_cr = false;
@@ -124,7 +150,7 @@ impl SseFramer {
         }
         while let Some(off) = memchr2(b'\n', b'\r', &chunk[pos..]) {
             let end = pos + off;
-            self.end_line(chunk, pos, end, sink);
+            let blank = self.end_line(chunk, pos, end);
             pos = end + 1;
             if chunk[end] == b'\r' {
                 match chunk.get(pos) {
@@ -132,6 +158,9 @@ impl SseFramer {
                     None => self.pending_cr = true,
                     Some(_) => {}
                 }
+            }
+            if blank {
+                self.dispatch(chunk, pos, sink);
             }
         }
         self.append_partial(&chunk[pos..]);
@@ -173,17 +202,11 @@ impl SseFramer {
     }
 
     /// Handles the line that ends at `chunk[end]`, of which `chunk[start..end]`
-    /// is the part in this chunk.
-    fn end_line(
-        &mut self,
-        chunk: &[u8],
-        start: usize,
-        end: usize,
-        sink: &mut impl FnMut(SseEvent<'_>),
-    ) {
+    /// is the part in this chunk; true when it is blank.
+    fn end_line(&mut self, chunk: &[u8], start: usize, end: usize) -> bool {
         let tail = &chunk[start..end];
         if self.line_len == 0 {
-            return self.whole_line(tail, start, chunk, sink);
+            return self.whole_line(tail, start, chunk);
         }
         self.append_partial(tail);
         self.line_len = 0;
@@ -198,21 +221,16 @@ impl SseFramer {
             self.line = line;
         }
         self.line.clear();
+        false
     }
 
-    /// Handles a complete line found whole at `chunk[at..]`.
-    fn whole_line(
-        &mut self,
-        line: &[u8],
-        at: usize,
-        chunk: &[u8],
-        sink: &mut impl FnMut(SseEvent<'_>),
-    ) {
+    /// Handles a complete line found whole at `chunk[at..]`; true when it
+    /// is blank.
+    fn whole_line(&mut self, line: &[u8], at: usize, chunk: &[u8]) -> bool {
         if line.is_empty() {
-            if !std::mem::take(&mut self.skipping) {
-                self.dispatch(chunk, sink);
-            }
-        } else if self.skipping {
+            return true;
+        }
+        if self.skipping {
             // Not blank, so it does not end the skipped event.
         } else if line[0] == b':' {
             self.stats.comments += 1;
@@ -221,6 +239,7 @@ impl SseFramer {
         } else {
             self.field(line, Some(at), chunk);
         }
+        false
     }
 
     /// Keeps the bytes of a line not ended yet, unless it is a comment,
@@ -286,20 +305,22 @@ impl SseFramer {
         }
     }
 
-    /// Passes the current event to `sink` if it has data, then starts a new one.
-    fn dispatch(&mut self, chunk: &[u8], sink: &mut impl FnMut(SseEvent<'_>)) {
+    /// Passes the blank line ending at `chunk[..end]` to `sink`, with the
+    /// current event if it has data (none after a skipped one), then starts
+    /// a new event.
+    fn dispatch(&mut self, chunk: &[u8], end: usize, sink: &mut impl FnMut(SseEnd<'_>)) {
+        self.skipping = false;
         let data = match self.data_at {
-            Data::None => &[][..],
-            Data::InChunk(start, end) => &chunk[start..end],
-            Data::Buffered => &self.data[..],
+            Data::None => None,
+            Data::InChunk(start, end) => Some(&chunk[start..end]),
+            Data::Buffered => Some(&self.data[..]),
         };
-        if self.data_at != Data::None {
-            sink(SseEvent {
-                event: &self.event,
-                data,
-            });
-            self.stats.events += 1;
-        }
+        let event = data.map(|data| SseEvent {
+            event: &self.event,
+            data,
+        });
+        self.stats.events += u64::from(event.is_some());
+        sink(SseEnd { end, event });
         self.reset_event();
     }
 

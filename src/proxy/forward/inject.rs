@@ -9,6 +9,7 @@
 
 use std::{
     collections::VecDeque,
+    ops::Range,
     pin::Pin,
     task::{Context, Poll},
 };
@@ -191,67 +192,48 @@ impl<B: Body<Data = Bytes>> Body for StripUsage<B> {
 
 /// Splits a byte stream at SSE event boundaries (blank lines) and drops
 /// usage-only events.
-#[derive(Default)]
 struct Cutter {
+    /// Finds the blank lines and reads the events they end. Its limit is
+    /// off: an event is held whole in `pending` anyway, and one too large
+    /// to read would be forwarded even if it were a usage-only chunk.
+    framer: SseFramer,
     /// Bytes of the event not yet complete.
     pending: BytesMut,
-    /// The last byte seen ended a line.
-    at_line_start: bool,
-    /// The last byte seen was a CR, whose LF may follow.
-    after_cr: bool,
+}
+
+impl Default for Cutter {
+    fn default() -> Self {
+        Self {
+            framer: SseFramer::new(usize::MAX),
+            pending: BytesMut::new(),
+        }
+    }
 }
 
 impl Cutter {
-    /// The bytes of `data` that may be forwarded now.
+    /// The bytes of `data` that may be forwarded now: a slice of `data`
+    /// unless an event began in an earlier frame or one was dropped from
+    /// between two kept ones.
     fn cut(&mut self, data: Bytes) -> Bytes {
-        let ends = self.event_ends(&data);
-        let Some(&last) = ends.last() else {
-            self.pending.extend_from_slice(&data);
-            return Bytes::new();
-        };
-        let mut out = BytesMut::new();
+        let Self { framer, pending } = self;
+        let mut kept = Kept::default();
         let mut from = 0;
-        for end in ends {
-            let event = if self.pending.is_empty() {
-                data.slice(from..end)
+        framer.feed_ends(&data, &mut |end| {
+            let usage_only = end.event.is_some_and(|e| is_usage_only(e.data));
+            if pending.is_empty() {
+                if !usage_only {
+                    kept.slice(from..end.end, &data);
+                }
+            } else if usage_only {
+                pending.clear();
             } else {
-                self.pending.extend_from_slice(&data[from..end]);
-                self.pending.split().freeze()
-            };
-            if !is_usage_only(&event) {
-                if out.is_empty() && from == 0 && end == data.len() {
-                    return event;
-                }
-                out.extend_from_slice(&event);
+                pending.extend_from_slice(&data[from..end.end]);
+                kept.first_owned(pending.split());
             }
-            from = end;
-        }
-        self.pending.extend_from_slice(&data[last..]);
-        out.freeze()
-    }
-
-    /// Offsets just past each blank line that ends an event in `data`.
-    fn event_ends(&mut self, data: &[u8]) -> Vec<usize> {
-        let mut ends = Vec::new();
-        for (i, &b) in data.iter().enumerate() {
-            let after_cr = std::mem::take(&mut self.after_cr);
-            match b {
-                b'\n' if after_cr => {
-                    if let Some(end) = ends.last_mut().filter(|e| **e == i) {
-                        *end = i + 1;
-                    }
-                }
-                b'\r' | b'\n' => {
-                    if self.at_line_start {
-                        ends.push(i + 1);
-                    }
-                    self.at_line_start = true;
-                    self.after_cr = b == b'\r';
-                }
-                _ => self.at_line_start = false,
-            }
-        }
-        ends
+            from = end.end;
+        });
+        pending.extend_from_slice(&data[from..]);
+        kept.into_bytes(&data)
     }
 
     /// What is left at the end of the stream.
@@ -260,21 +242,57 @@ impl Cutter {
     }
 }
 
-/// Whether an SSE event is an OpenAI usage-only chunk.
-fn is_usage_only(event: &[u8]) -> bool {
+/// The events of one frame that are forwarded, in order: bytes that had
+/// to be copied, then a run of the frame still to be sliced.
+#[derive(Default)]
+struct Kept {
+    copied: BytesMut,
+    run: Option<Range<usize>>,
+}
+
+impl Kept {
+    /// Keeps `data[range]`, which follows whatever was kept before.
+    fn slice(&mut self, range: Range<usize>, data: &[u8]) {
+        match &mut self.run {
+            Some(run) if run.end == range.start => run.end = range.end,
+            run => {
+                if let Some(before) = run.replace(range) {
+                    self.copied.extend_from_slice(&data[before]);
+                }
+            }
+        }
+    }
+
+    /// Keeps an event assembled across frames: the first of the frame,
+    /// as only that one can have begun in an earlier frame.
+    fn first_owned(&mut self, event: BytesMut) {
+        debug_assert!(self.run.is_none() && self.copied.is_empty());
+        self.copied = event;
+    }
+
+    /// The kept bytes: a slice of `data` when nothing had to be copied.
+    fn into_bytes(mut self, data: &Bytes) -> Bytes {
+        match self.run {
+            Some(run) if self.copied.is_empty() => data.slice(run),
+            Some(run) => {
+                self.copied.extend_from_slice(&data[run]);
+                self.copied.freeze()
+            }
+            None => self.copied.freeze(),
+        }
+    }
+}
+
+/// Whether an SSE event's data is an OpenAI usage-only chunk.
+fn is_usage_only(data: &[u8]) -> bool {
     #[derive(Deserialize)]
     struct Chunk {
         #[serde(default)]
         choices: Option<Vec<IgnoredAny>>,
         usage: Option<IgnoredAny>,
     }
-    let mut usage_only = false;
-    SseFramer::new(event.len() + 1).feed(event, &mut |e| {
-        if let Ok(chunk) = serde_json::from_slice::<Chunk>(e.data) {
-            usage_only = chunk.usage.is_some() && chunk.choices.is_none_or(|c| c.is_empty());
-        }
-    });
-    usage_only
+    serde_json::from_slice::<Chunk>(data)
+        .is_ok_and(|chunk| chunk.usage.is_some() && chunk.choices.is_none_or(|c| c.is_empty()))
 }
 
 #[cfg(test)]

@@ -1,143 +1,131 @@
-//! Minimal reading of an OpenAI-style SSE stream: `data:` lines, whether an event carries a token, and its `sim_sent_unix_ns`.
+//! The events of a streamed response, read on the client side the way the
+//! proxy reads them: the shared SSE framer, the dialect of the path sent
+//! to for whether an event carries a token, and the simulator's
+//! `sim_sent_unix_ns`.
 
+use memchr::memmem;
 use serde::Deserialize;
 
-/// Longest line kept while waiting for its end; a longer one is dropped
-/// (counted as no event) so a broken stream cannot grow memory without bound.
-const MAX_LINE: usize = 1 << 20;
+use crate::measure::{dialect::Dialect, frame::sse::SseFramer};
 
-/// Splits a byte stream into lines across reads and hands over each
-/// `data:` payload other than `[DONE]`. One `data:` line is one event: the
-/// OpenAI dialects never split an event's data over several lines.
-#[derive(Default)]
-pub struct DataLines {
-    pending: Vec<u8>,
-}
-
-impl DataLines {
-    /// Feeds one read; calls `on_data` with each complete `data:` payload.
-    pub fn feed(&mut self, mut bytes: &[u8], on_data: &mut impl FnMut(&[u8])) {
-        while let Some(i) = memchr::memchr(b'\n', bytes) {
-            if self.pending.is_empty() {
-                line(&bytes[..i], on_data);
-            } else {
-                self.pending.extend_from_slice(&bytes[..i]);
-                line(&self.pending, on_data);
-                self.pending.clear();
-            }
-            bytes = &bytes[i + 1..];
-        }
-        if self.pending.len() + bytes.len() > MAX_LINE {
-            self.pending.clear();
-        } else {
-            self.pending.extend_from_slice(bytes);
-        }
-    }
-}
-
-fn line(line: &[u8], on_data: &mut impl FnMut(&[u8])) {
-    let line = line.strip_suffix(b"\r").unwrap_or(line);
-    if let Some(payload) = line.strip_prefix(b"data:") {
-        let payload = payload.strip_prefix(b" ").unwrap_or(payload);
-        if payload != b"[DONE]" {
-            on_data(payload);
-        }
-    }
-}
+/// Largest event read, in bytes; a larger one is skipped (counted as no
+/// event) so a broken stream cannot grow memory without bound.
+const MAX_EVENT_BYTES: usize = 1 << 20;
 
 /// What the load generator needs from one event.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Event {
     /// The simulator's send time, ns since the Unix epoch, when present.
     pub sent_unix_ns: Option<u64>,
-    /// Non-empty content or reasoning: the event carries a token.
+    /// The dialect finds a generated token in it (answer, refusal,
+    /// reasoning or tool call), so the proxy's first token would be here.
     pub has_token: bool,
 }
 
-#[derive(Deserialize)]
-struct Chunk {
-    #[serde(default)]
-    sim_sent_unix_ns: Option<u64>,
-    #[serde(default)]
-    choices: Option<Vec<Choice>>,
+/// Reads one response's events as its body arrives.
+pub struct Events {
+    framer: SseFramer,
+    dialect: Dialect,
 }
 
-#[derive(Deserialize)]
-struct Choice {
-    #[serde(default)]
-    delta: Option<Delta>,
-    /// Legacy completions put the token here.
-    #[serde(default)]
-    text: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct Delta {
-    #[serde(default)]
-    content: Option<String>,
-    #[serde(default)]
-    reasoning_content: Option<String>,
-    #[serde(default)]
-    reasoning: Option<String>,
-}
-
-/// Reads one `data:` payload; anything that is not such JSON is an event
-/// without a token or timestamp.
-pub fn parse(payload: &[u8]) -> Event {
-    let Ok(chunk) = serde_json::from_slice::<Chunk>(payload) else {
-        return Event::default();
-    };
-    let filled = |s: &Option<String>| s.as_deref().is_some_and(|s| !s.is_empty());
-    let has_token = chunk.choices.iter().flatten().any(|c| {
-        filled(&c.text)
-            || c.delta.as_ref().is_some_and(|d| {
-                filled(&d.content) || filled(&d.reasoning_content) || filled(&d.reasoning)
-            })
-    });
-    Event {
-        sent_unix_ns: chunk.sim_sent_unix_ns,
-        has_token,
+impl Events {
+    /// A reader for a response to a request sent to `path`; a path of no
+    /// known API family is read as chat completions, what the load
+    /// generator sends.
+    pub fn for_path(path: &str) -> Self {
+        let dialect = match Dialect::from_path(path) {
+            Dialect::Unknown => Dialect::OpenAiChat,
+            known => known,
+        };
+        Self {
+            framer: SseFramer::new(MAX_EVENT_BYTES),
+            dialect,
+        }
     }
+
+    /// Feeds one read; calls `on_event` for each complete event other than
+    /// the OpenAI end marker `[DONE]`.
+    pub fn feed(&mut self, bytes: &[u8], on_event: &mut impl FnMut(Event)) {
+        let dialect = self.dialect;
+        self.framer.feed(bytes, &mut |event| {
+            if event.data != b"[DONE]" {
+                on_event(Event {
+                    sent_unix_ns: sent_unix_ns(event.data),
+                    has_token: dialect
+                        .parse_event(event.event, event.data)
+                        .is_ok_and(|parsed| parsed.has_token()),
+                });
+            }
+        });
+    }
+}
+
+/// The simulator's send stamp, parsed only from events that name it.
+fn sent_unix_ns(data: &[u8]) -> Option<u64> {
+    #[derive(Deserialize)]
+    struct Stamp {
+        #[serde(default)]
+        sim_sent_unix_ns: Option<u64>,
+    }
+    memmem::find(data, b"\"sim_sent_unix_ns\"")?;
+    serde_json::from_slice::<Stamp>(data).ok()?.sim_sent_unix_ns
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn payloads(reads: &[&[u8]]) -> Vec<Vec<u8>> {
-        let mut lines = DataLines::default();
+    /// Feeds `reads` to a reader for `path`; the events in order.
+    fn events(path: &str, reads: &[&[u8]]) -> Vec<Event> {
+        let mut events = Events::for_path(path);
         let mut out = Vec::new();
         for read in reads {
-            lines.feed(read, &mut |p| out.push(p.to_vec()));
+            events.feed(read, &mut |e| out.push(e));
         }
         out
     }
 
-    #[test]
-    fn data_lines_split_across_reads() {
-        let got = payloads(&[
-            b"data: {\"a\"",
-            b":1}\r\n\r\n: comment\ndata: [DONE]\n\ndata:x\n",
-        ]);
-        assert_eq!(got, vec![b"{\"a\":1}".to_vec(), b"x".to_vec()]);
+    fn chat(delta: &str) -> String {
+        format!("data: {{\"choices\":[{{\"index\":0,\"delta\":{delta}}}]}}\n\n")
     }
 
     #[test]
-    fn tokens_and_timestamps() {
-        let e = parse(br#"{"choices":[{"delta":{"content":"hi"}}],"sim_sent_unix_ns":42}"#);
-        assert_eq!(
-            e,
-            Event {
-                sent_unix_ns: Some(42),
-                has_token: true
-            }
+    fn events_split_across_reads_done_excluded() {
+        let got = events(
+            "/v1/chat/completions",
+            &[
+                b"data: {\"sim_sent_unix_ns\"",
+                b":42}\r\n\r\n: comment\n\ndata: [DONE]\n\ndata:x\n\n",
+            ],
         );
-        let e = parse(br#"{"choices":[{"delta":{"role":"assistant","content":""}}]}"#);
-        assert!(!e.has_token);
-        let e = parse(br#"{"choices":[{"delta":{"reasoning_content":"hmm"}}]}"#);
-        assert!(e.has_token);
-        let e = parse(br#"{"choices":[],"usage":{"completion_tokens":3}}"#);
-        assert!(!e.has_token);
-        assert_eq!(parse(b"not json"), Event::default());
+        let stamped = Event {
+            sent_unix_ns: Some(42),
+            has_token: false,
+        };
+        assert_eq!(got, vec![stamped, Event::default()]);
+    }
+
+    #[test]
+    fn tokens_are_what_the_dialect_counts() {
+        let token = |path: &str, data: &str| events(path, &[data.as_bytes()])[0].has_token;
+        let chat_path = "/v1/chat/completions";
+        assert!(token(chat_path, &chat(r#"{"content":"hi"}"#)));
+        assert!(!token(
+            chat_path,
+            &chat(r#"{"role":"assistant","content":""}"#)
+        ));
+        assert!(token(chat_path, &chat(r#"{"reasoning_content":"hmm"}"#)));
+        assert!(token(chat_path, &chat(r#"{"refusal":"I can't"}"#)));
+        let call = r#"{"tool_calls":[{"index":0,"function":{"arguments":"{\"a\""}}]}"#;
+        assert!(token(chat_path, &chat(call)));
+        let usage = "data: {\"choices\":[],\"usage\":{\"completion_tokens\":3}}\n\n";
+        assert!(!token(chat_path, usage));
+        assert!(!token(chat_path, "data: not json\n\n"));
+        // Legacy completions, and an unknown path read as chat completions.
+        let text = "data: {\"choices\":[{\"index\":0,\"text\":\"hi\"}]}\n\n";
+        assert!(token("/v1/completions", text));
+        assert!(token("/custom", &chat(r#"{"content":"hi"}"#)));
+        let anthropic = "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"hi\"}}\n\n";
+        assert!(token("/v1/messages", anthropic));
     }
 }

@@ -15,7 +15,7 @@ use hyper_util::{
 use tokio::{sync::watch, time::Instant};
 
 use super::{
-    events::{self, DataLines},
+    events::Events,
     results::{ClientOutcome, Measured},
 };
 
@@ -89,6 +89,7 @@ async fn exchange(
     m: &mut Measured,
     live: &Live,
 ) -> ClientOutcome {
+    let mut events = Events::for_path(request.uri().path());
     let response = match client.request(request).await {
         Ok(response) => response,
         Err(e) if e.is_connect() => return ClientOutcome::Error("connect".to_owned()),
@@ -97,14 +98,13 @@ async fn exchange(
     let status = response.status();
     m.status = Some(status.as_u16());
     let mut body = response.into_body();
-    let mut lines = DataLines::default();
     while let Some(frame) = body.frame().await {
         let Ok(frame) = frame else {
             return ClientOutcome::Error("body".to_owned());
         };
         if let Ok(data) = frame.into_data() {
             let before = m.events;
-            read(&data, start, m, &mut lines);
+            read(&data, start, m, &mut events);
             live.events.fetch_add(m.events - before, Relaxed);
         }
     }
@@ -116,12 +116,11 @@ async fn exchange(
 }
 
 /// Accounts for one data frame, all of it received now.
-fn read(data: &[u8], start: Instant, m: &mut Measured, lines: &mut DataLines) {
+fn read(data: &[u8], start: Instant, m: &mut Measured, events: &mut Events) {
     let at = Instant::now();
     let wall_ns = unix_ns();
     m.bytes += data.len() as u64;
-    lines.feed(data, &mut |payload| {
-        let event = events::parse(payload);
+    events.feed(data, &mut |event| {
         m.events += 1;
         if event.has_token && m.ttft.is_none() {
             m.ttft = Some(at - start);

@@ -30,7 +30,8 @@ pub struct Measured {
     pub workload: usize,
     /// The response status, if a response head arrived.
     pub status: Option<u16>,
-    /// From sending the request to the first event with content or reasoning.
+    /// From sending the request to the first event carrying a token, as the
+    /// proxy's dialect for the path reads it (answer, refusal, reasoning, tool call).
     pub ttft: Option<Duration>,
     /// From sending the request to the end of the body (or the failure).
     pub e2e: Duration,

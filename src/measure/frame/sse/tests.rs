@@ -269,6 +269,53 @@ fn huge_event_of_many_lines_keeps_memory_bounded() {
     assert_eq!(framer.stats().oversized, 1);
 }
 
+/// A blank line seen by `feed_ends`: its end as an offset in the whole
+/// stream, and the data of the event it dispatched.
+type End = (usize, Option<Vec<u8>>);
+
+fn ends_all(max: usize, chunks: &[&[u8]]) -> (Vec<End>, SseStats) {
+    let mut framer = SseFramer::new(max);
+    let (mut out, mut base) = (Vec::new(), 0);
+    for chunk in chunks {
+        framer.feed_ends(chunk, &mut |e| {
+            out.push((base + e.end, e.event.map(|e| e.data.to_vec())))
+        });
+        base += chunk.len();
+    }
+    (out, framer.stats())
+}
+
+#[test]
+fn every_blank_line_is_an_end_with_its_event_if_any() {
+    let input = b": c\n\ndata: a\r\n\r\nevent: e\n\rdata: 0123456789XYZ\n\n";
+    let want = vec![(5, None), (16, Some(b"a".to_vec())), (26, None), (47, None)];
+    let stats = SseStats {
+        events: 1,
+        comments: 1,
+        oversized: 1,
+    };
+    assert_eq!(ends_all(16, &[input]), (want.clone(), stats));
+    let bytes: Vec<&[u8]> = input.chunks(1).collect();
+    let split = ends_all(16, &bytes);
+    // Byte by byte, the `\n` of a blank `\r\n` comes in the next feed.
+    let crlf_end = |(end, event): End| (if end == 16 { 15 } else { end }, event);
+    assert_eq!(split, (want.into_iter().map(crlf_end).collect(), stats));
+}
+
+#[test]
+fn a_blank_cr_at_the_end_of_a_feed_ends_there() {
+    let (ends, _) = ends_all(BIG, &[b"data: a\n\r", b"\ndata: b\n\n"]);
+    assert_eq!(
+        ends,
+        vec![(9, Some(b"a".to_vec())), (19, Some(b"b".to_vec()))]
+    );
+    let (ends, _) = ends_all(BIG, &[b"data: a\n\r\ndata: b\n\n"]);
+    assert_eq!(
+        ends,
+        vec![(10, Some(b"a".to_vec())), (19, Some(b"b".to_vec()))]
+    );
+}
+
 /// Deterministic binary noise (xorshift), shared with the NDJSON tests.
 pub(crate) fn noise(len: usize, seed: u64) -> Vec<u8> {
     let mut state = seed;

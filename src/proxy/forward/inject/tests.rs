@@ -77,3 +77,14 @@ fn include_usage_is_added_only_where_missing() {
     );
     assert!(with_include_usage(b"not json").is_none());
 }
+
+#[test]
+fn whole_events_around_a_dropped_one_are_slices_of_the_frame() {
+    let mut cutter = Cutter::default();
+    let frame = Bytes::from(format!("{CHUNK}{CHUNK}{USAGE}{DONE}"));
+    let out = cutter.cut(frame.slice(..2 * CHUNK.len()));
+    assert_eq!(out.as_ptr(), frame.as_ptr(), "two whole events were copied");
+    let out = cutter.cut(frame.slice(2 * CHUNK.len()..));
+    assert_eq!(out, DONE.as_bytes());
+    assert_eq!(out.as_ptr(), frame[frame.len() - DONE.len()..].as_ptr());
+}
