@@ -29,6 +29,9 @@
 //! and calls [`run`] or a tool.
 
 #![forbid(unsafe_code)]
+// A `pub` item the crate does not export is `pub(crate)`: what is public is
+// what the binary and the tests use.
+#![warn(unreachable_pub)]
 
 pub mod config;
 pub mod export;

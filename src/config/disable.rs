@@ -20,7 +20,7 @@ pub(crate) struct MetricsFile {
 
 impl MetricsFile {
     /// Nothing is disabled.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.disable.is_empty()
     }
 }

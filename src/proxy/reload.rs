@@ -96,7 +96,7 @@ pub(crate) struct Hangups(Option<Signal>);
 
 impl Hangups {
     /// Installs the SIGHUP handler now. Must be called within a Tokio runtime.
-    pub fn install() -> Self {
+    pub(crate) fn install() -> Self {
         use tokio::signal::unix::{signal, SignalKind};
         match signal(SignalKind::hangup()) {
             Ok(signal) => Self(Some(signal)),
@@ -133,7 +133,7 @@ pub(crate) struct Reloader {
 impl Reloader {
     /// Opens the record log and builds the first generation from `config`.
     /// `extra` receives every finished timeline too, in every generation.
-    pub fn start(
+    pub(crate) fn start(
         config: &Config,
         metrics: Metrics,
         extra: Option<Arc<dyn TimelineSink>>,
@@ -158,13 +158,13 @@ impl Reloader {
     }
 
     /// The current settings, for the proxy.
-    pub fn live(&self) -> Live {
+    pub(crate) fn live(&self) -> Live {
         self.live.clone()
     }
 
     /// Reloads on each SIGHUP until `stop` fires, then hands itself back.
     /// Without `hangups` it only waits for `stop`.
-    pub async fn serve(
+    pub(crate) async fn serve(
         mut self,
         hangups: Option<Hangups>,
         mut stop: oneshot::Receiver<()>,
@@ -179,12 +179,12 @@ impl Reloader {
     }
 
     /// Writes the records still queued and ends the record writers.
-    pub async fn close(self) {
+    pub(crate) async fn close(self) {
         self.records.close().await;
     }
 
     /// Re-reads the config file and applies it, or refuses it whole.
-    pub fn reload(&mut self) {
+    pub(crate) fn reload(&mut self) {
         let Some(path) = self.source.as_ref().and_then(|s| s.path.clone()) else {
             tracing::warn!(
                 "SIGHUP received, but no config file was given at start: nothing to reload."

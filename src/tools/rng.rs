@@ -12,11 +12,11 @@ const MANTISSA: f64 = (1u64 << 53) as f64;
 /// SplitMix64: fast, seedable, good enough for arrivals, mixes and made-up
 /// text (not for anything secret).
 #[derive(Clone, Debug)]
-pub struct Rng(u64);
+pub(crate) struct Rng(u64);
 
 impl Rng {
     /// A generator from `seed`; the same seed gives the same sequence.
-    pub fn new(seed: u64) -> Self {
+    pub(crate) fn new(seed: u64) -> Self {
         Self(seed)
     }
 
@@ -38,7 +38,7 @@ impl Rng {
 
     /// Uniform in [0, 1): compare with a probability, `draw < p`, so
     /// `p = 1` always holds and `p = 0` never does.
-    pub fn unit(&mut self) -> f64 {
+    pub(crate) fn unit(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 / MANTISSA
     }
 
@@ -69,7 +69,7 @@ impl Rng {
     }
 
     /// An index below `len`, uniform; 0 when `len` is 0.
-    pub fn below(&mut self, len: usize) -> usize {
+    pub(crate) fn below(&mut self, len: usize) -> usize {
         (self.next_u64() % len.max(1) as u64) as usize
     }
 }

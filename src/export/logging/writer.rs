@@ -238,7 +238,7 @@ pub(crate) struct DroppedLines {
 
 impl DroppedLines {
     /// The collector, both reasons present from the start.
-    pub fn new() -> Result<Self, prometheus::Error> {
+    pub(crate) fn new() -> Result<Self, prometheus::Error> {
         let vec = IntCounterVec::new(Opts::new(DROPPED_NAME, DROPPED_HELP), &["reason"])?;
         for reason in ["queue_full", "write_error"] {
             vec.with_label_values(&[reason]);

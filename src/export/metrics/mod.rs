@@ -38,7 +38,7 @@ use crate::{
 /// comes from the config and a reload replaces it for requests that start
 /// afterwards, so no counter resets and no series is lost.
 #[derive(Clone)]
-pub struct Metrics {
+pub(crate) struct Metrics {
     shared: Arc<Shared>,
     view: Arc<View>,
 }
@@ -100,7 +100,7 @@ impl Ranges {
 
 impl Metrics {
     /// Registers every family on a fresh registry.
-    pub fn new(export: &ExportSettings) -> Result<Self, prometheus::Error> {
+    pub(crate) fn new(export: &ExportSettings) -> Result<Self, prometheus::Error> {
         let registry = Registry::new();
         let build_info = IntGaugeVec::new(
             Opts::new(
@@ -147,14 +147,14 @@ impl Metrics {
     }
 
     /// The text exposition (format 0.0.4) of every family.
-    pub fn encode(&self) -> Result<Vec<u8>, prometheus::Error> {
+    pub(crate) fn encode(&self) -> Result<Vec<u8>, prometheus::Error> {
         let mut buffer = Vec::with_capacity(64 * 1024);
         TextEncoder::new().encode(&self.shared.registry.gather(), &mut buffer)?;
         Ok(buffer)
     }
 
     /// The connection series of one listener (`proxy` or `metrics`).
-    pub fn connections(&self, listener: &str) -> ConnectionMetrics {
+    pub(crate) fn connections(&self, listener: &str) -> ConnectionMetrics {
         self.shared.connections.listener(listener)
     }
 

@@ -134,7 +134,7 @@ pin_project! {
 
 impl<B, E> IdleTimeout<B, E> {
     /// Wraps `inner`.
-    pub fn new(inner: B, timeout: Duration) -> Self {
+    pub(crate) fn new(inner: B, timeout: Duration) -> Self {
         Self {
             inner,
             sleep: tokio::time::sleep(timeout),

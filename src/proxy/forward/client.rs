@@ -30,7 +30,7 @@ pub(super) type UpstreamClient = Client<Connector, UpstreamBody>;
 /// Builds a client from the validated config, sending bodies of type `B`:
 /// the proxy's own, or the health probe's empty one, so both reach the
 /// upstream over the same TCP, TLS and protocol settings.
-pub fn build<B>(config: &Config) -> Result<Client<Connector, B>, rustls::Error>
+pub(crate) fn build<B>(config: &Config) -> Result<Client<Connector, B>, rustls::Error>
 where
     B: hyper::body::Body + Send + 'static,
     B::Data: Send,

@@ -26,7 +26,7 @@ use crate::measure::observe::Failure;
 
 /// Why the client's request body stopped before its end.
 #[derive(Clone, Debug, thiserror::Error)]
-pub enum ClientBodyError {
+pub(crate) enum ClientBodyError {
     /// The body broke HTTP/1 framing (a bad chunk size line, say).
     #[error("the request body is malformed: {0}")]
     Malformed(String),
@@ -81,7 +81,7 @@ pub(crate) struct ClientFault(Arc<OnceLock<ClientBodyError>>);
 
 impl ClientFault {
     /// The client's failure, if its body failed.
-    pub fn get(&self) -> Option<&ClientBodyError> {
+    pub(crate) fn get(&self) -> Option<&ClientBodyError> {
         self.0.get()
     }
 }
@@ -96,7 +96,7 @@ pub(crate) struct ClientBody {
 
 impl ClientBody {
     /// Wraps the client's body; its failure goes to `fault`.
-    pub fn new(body: Incoming, timeout: Duration, fault: ClientFault) -> Self {
+    pub(crate) fn new(body: Incoming, timeout: Duration, fault: ClientFault) -> Self {
         Self {
             inner: Box::pin(IdleTimeout::new(body, timeout)),
             fault,

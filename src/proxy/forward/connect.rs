@@ -33,7 +33,7 @@ pub(crate) struct TimedConnector<C> {
 
 impl<C> TimedConnector<C> {
     /// Wraps `inner`.
-    pub fn new(inner: C) -> Self {
+    pub(crate) fn new(inner: C) -> Self {
         Self { inner }
     }
 }

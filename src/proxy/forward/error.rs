@@ -70,7 +70,7 @@ impl ProxyError {
 
     /// How a request that failed this way ended: the upstream's faults are
     /// `upstream_error` or `timeout`, the client's never are.
-    pub fn outcome(&self) -> Outcome {
+    pub(crate) fn outcome(&self) -> Outcome {
         match self {
             Self::ConnectTimeout(_) | Self::HeaderTimeout(_) => Outcome::Timeout,
             Self::Unavailable(_) | Self::Upstream(_) | Self::UnsolicitedUpgrade => {
@@ -85,7 +85,7 @@ impl ProxyError {
     }
 
     /// The status the client receives.
-    pub fn status(&self) -> StatusCode {
+    pub(crate) fn status(&self) -> StatusCode {
         match self {
             Self::Unavailable(_) | Self::Upstream(_) | Self::UnsolicitedUpgrade => {
                 StatusCode::BAD_GATEWAY
@@ -98,7 +98,7 @@ impl ProxyError {
     }
 
     /// The `error.type` of the JSON body, stable for clients to match on.
-    pub fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         match self {
             Self::Unavailable(_) => "upstream_unavailable",
             Self::ConnectTimeout(_) | Self::HeaderTimeout(_) => "upstream_timeout",

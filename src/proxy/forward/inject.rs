@@ -24,7 +24,7 @@ use super::client_body::{ClientBody, ClientBodyError};
 use crate::measure::frame::sse::SseFramer;
 
 /// A request body on its way upstream: streamed as it comes, or read first.
-pub enum RequestBody {
+pub(crate) enum RequestBody {
     /// The client's body, frame by frame.
     Streaming(ClientBody),
     /// Frames already read (rewritten or not), then the rest of the body.
@@ -86,7 +86,7 @@ impl Body for RequestBody {
 /// `stream_options.include_usage`, adds it. Returns the body to forward and
 /// whether it was rewritten. Bodies over `cap`, or not such JSON, are
 /// forwarded unchanged; a body the client fails to send is an error.
-pub async fn read_and_inject(
+pub(super) async fn read_and_inject(
     mut body: ClientBody,
     cap: usize,
 ) -> Result<(RequestBody, bool), ClientBodyError> {

@@ -67,7 +67,7 @@ enum How {
 impl Probe {
     /// The probe `config` asks for, reporting to `health` (which must be
     /// [`Health::health_checked`] exactly when `upstream_health_path` is set).
-    pub fn new(
+    pub(crate) fn new(
         health: Health,
         config: &Config,
         metrics: UpstreamHealthMetrics,
@@ -107,7 +107,7 @@ impl Probe {
     }
 
     /// Probes every [`PROBE_INTERVAL`], forever; the first one at once.
-    pub async fn run(self) {
+    pub(crate) async fn run(self) {
         let mut ticks = tokio::time::interval(PROBE_INTERVAL);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut passing = None;

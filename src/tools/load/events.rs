@@ -14,7 +14,7 @@ const MAX_EVENT_BYTES: usize = 1 << 20;
 
 /// What the load generator needs from one event.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Event {
+pub(super) struct Event {
     /// The simulator's send time, ns since the Unix epoch, when present.
     pub sent_unix_ns: Option<u64>,
     /// The dialect finds a generated token in it (answer, refusal,
@@ -23,7 +23,7 @@ pub struct Event {
 }
 
 /// Reads one response's events as its body arrives.
-pub struct Events {
+pub(super) struct Events {
     framer: SseFramer,
     dialect: Dialect,
 }
@@ -32,7 +32,7 @@ impl Events {
     /// A reader for a response to a request sent to `path`; a path of no
     /// known API family is read as chat completions, what the load
     /// generator sends.
-    pub fn for_path(path: &str) -> Self {
+    pub(super) fn for_path(path: &str) -> Self {
         let dialect = match Dialect::from_path(path) {
             Dialect::Unknown => Dialect::OpenAiChat,
             known => known,
@@ -45,7 +45,7 @@ impl Events {
 
     /// Feeds one read; calls `on_event` for each complete event other than
     /// the OpenAI end marker `[DONE]`.
-    pub fn feed(&mut self, bytes: &[u8], on_event: &mut impl FnMut(Event)) {
+    pub(super) fn feed(&mut self, bytes: &[u8], on_event: &mut impl FnMut(Event)) {
         let dialect = self.dialect;
         self.framer.feed(bytes, &mut |event| {
             if event.data != b"[DONE]" {

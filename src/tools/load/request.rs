@@ -20,11 +20,11 @@ use super::{
 };
 
 /// The pooled HTTP/1.1 client every request goes through.
-pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
+pub(super) type HttpClient = Client<HttpConnector, Full<Bytes>>;
 
 /// A keep-alive client with `TCP_NODELAY`, so small events are not held back
 /// by Nagle's algorithm, keeping up to `idle` connections per host.
-pub fn client(idle: usize) -> HttpClient {
+pub(super) fn client(idle: usize) -> HttpClient {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
     Client::builder(TokioExecutor::new())
@@ -34,7 +34,7 @@ pub fn client(idle: usize) -> HttpClient {
 
 /// Counters read every second for the progress line.
 #[derive(Default, Debug)]
-pub struct Live {
+pub(super) struct Live {
     /// Requests sent and not finished.
     pub in_flight: AtomicU64,
     /// Requests finished, any outcome.
@@ -48,7 +48,7 @@ pub struct Live {
 /// Sends `request` and reads the response to its end, unless `stop` turns
 /// true first (then the body is dropped, which closes the connection) or
 /// `timeout` passes.
-pub async fn measure(
+pub(super) async fn measure(
     client: &HttpClient,
     request: Request<Full<Bytes>>,
     workload: usize,
@@ -76,7 +76,7 @@ pub async fn measure(
 }
 
 /// Resolves once `stop` is true; never if its sender is gone without it.
-pub async fn stopped(stop: &mut watch::Receiver<bool>) {
+pub(super) async fn stopped(stop: &mut watch::Receiver<bool>) {
     if stop.wait_for(|s| *s).await.is_err() {
         std::future::pending::<()>().await;
     }

@@ -166,7 +166,7 @@ impl Samples {
 
 /// Gathers every request's measurements; locked only briefly, never across an await.
 #[derive(Default)]
-pub struct Recorder {
+pub(super) struct Recorder {
     per_workload: Vec<Samples>,
     all: Samples,
     bytes: u64,
@@ -176,7 +176,7 @@ pub struct Recorder {
 
 impl Recorder {
     /// A recorder for workloads with these names.
-    pub fn new(names: impl IntoIterator<Item = String>) -> Self {
+    pub(super) fn new(names: impl IntoIterator<Item = String>) -> Self {
         let per_workload = names
             .into_iter()
             .map(|name| Samples {
@@ -194,7 +194,7 @@ impl Recorder {
     }
 
     /// Adds one finished request.
-    pub fn add(&mut self, m: Measured) {
+    pub(super) fn add(&mut self, m: Measured) {
         if let Some(samples) = self.per_workload.get_mut(m.workload) {
             samples.add(&m);
         }
@@ -209,7 +209,7 @@ impl Recorder {
     }
 
     /// The summary of everything added, over `elapsed` of wall time.
-    pub fn finish(mut self, elapsed: Duration, skipped: u64) -> RunSummary {
+    pub(super) fn finish(mut self, elapsed: Duration, skipped: u64) -> RunSummary {
         let secs = elapsed.as_secs_f64().max(1e-9);
         let mut total = self.all.finish();
         total.name = "all".to_owned();

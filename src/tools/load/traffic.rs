@@ -29,7 +29,7 @@ struct Plan {
 }
 
 /// State shared by every task of a run.
-pub struct Shared {
+pub(super) struct Shared {
     client: HttpClient,
     plans: Vec<Plan>,
     weights: Vec<u32>,
@@ -46,7 +46,7 @@ pub struct Shared {
 
 impl Shared {
     /// Builds the plans and the client for `config`.
-    pub fn new(config: &LoadConfig) -> Result<Self, LoadError> {
+    pub(super) fn new(config: &LoadConfig) -> Result<Self, LoadError> {
         let plans = config
             .workloads
             .iter()
@@ -130,7 +130,7 @@ fn plan(target: &Uri, workload: &super::Workload) -> Result<Plan, LoadError> {
 
 /// Starts the run's traffic: `concurrency` closed-loop workers, or one
 /// open-loop dispatcher when a rate is set.
-pub fn spawn(
+pub(super) fn spawn(
     config: &LoadConfig,
     shared: &Arc<Shared>,
     stop: &watch::Receiver<bool>,

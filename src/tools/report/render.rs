@@ -13,7 +13,7 @@ const NAME: usize = 32;
 const NUMBER: usize = 10;
 
 /// The text report: per group a table, throughput and goodput lines, the grid.
-pub fn text(groups: &[Figures], records: usize) -> String {
+pub(crate) fn text(groups: &[Figures], records: usize) -> String {
     let mut out = String::new();
     if groups.is_empty() {
         out.push_str("No records.\n");
@@ -109,7 +109,7 @@ fn grid(out: &mut String, g: &Figures) {
 }
 
 /// One JSON object: `{"groups": [...]}`; metrics keyed by name.
-pub fn json(groups: &[Figures]) -> String {
+pub(crate) fn json(groups: &[Figures]) -> String {
     let groups: Vec<Value> = groups.iter().map(group_json).collect();
     let mut text = json!({ "groups": groups }).to_string();
     text.push('\n');
@@ -141,7 +141,7 @@ pub(crate) const CSV_HEADER: &str = "group,metric,count,avg,min,p50,p90,p99,max"
 /// One row per group × metric, then `request_throughput`,
 /// `output_token_throughput` and `goodput:<slo>` rows whose `count` is the
 /// requests (met ones for goodput) and `avg` the rate per second.
-pub fn csv(groups: &[Figures]) -> String {
+pub(crate) fn csv(groups: &[Figures]) -> String {
     let mut out = format!("{CSV_HEADER}\n");
     for g in groups {
         let name = quote(&g.name);

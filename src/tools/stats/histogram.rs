@@ -15,7 +15,7 @@ const LN_GROWTH: f64 = 0.01;
 
 /// Values below this (in the samples' unit) share one bucket that reads as
 /// 0 (then clamped to the smallest value seen): 1 µs for milliseconds.
-pub const LOWEST: f64 = 1e-3;
+pub(crate) const LOWEST: f64 = 1e-3;
 
 /// Values above this (in the samples' unit) share the last bucket: 115
 /// days for milliseconds, 2.7 hours for microseconds.

@@ -16,7 +16,7 @@ mod histogram;
 
 use serde::Serialize;
 
-pub use self::histogram::Histogram;
+pub(crate) use self::histogram::Histogram;
 #[cfg(test)]
 pub(crate) use self::histogram::{HIGHEST, LOWEST, RELATIVE_ERROR};
 
