@@ -1,5 +1,16 @@
 //! Dialect tests: recorded-shape fixtures, edge cases, request bodies.
 
+/// The bytes of a recorded-shape fixture in `tests/fixtures/dialects/`.
+macro_rules! fixture {
+    ($name:literal) => {
+        include_bytes!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/dialects/",
+            $name
+        ))
+    };
+}
+
 mod definitions;
 mod edges;
 mod finish;

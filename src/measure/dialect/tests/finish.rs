@@ -6,16 +6,6 @@ use std::borrow::Cow;
 use super::{ndjson, sse, Frame};
 use crate::measure::dialect::{Dialect, Finish, FinishReason, FinishReason::*};
 
-macro_rules! fixture {
-    ($name:literal) => {
-        include_bytes!(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/fixtures/dialects/",
-            $name
-        ))
-    };
-}
-
 /// The raw value and reason of one event's finish.
 fn pair(f: Option<Finish<'_>>) -> Option<(String, FinishReason)> {
     f.map(|f| (f.raw.into_owned(), f.reason))

@@ -5,16 +5,6 @@ use std::time::Duration;
 use super::{ms, ndjson, sse, summarize, usage, Summary};
 use crate::measure::dialect::{Dialect, Parsed, ServerTimings, Usage};
 
-macro_rules! fixture {
-    ($name:literal) => {
-        include_bytes!(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/fixtures/dialects/",
-            $name
-        ))
-    };
-}
-
 fn model(m: &str) -> Option<String> {
     Some(m.to_owned())
 }
