@@ -19,6 +19,7 @@ mod demo;
 mod deploy;
 mod failures;
 mod finish_reason;
+mod fleet;
 mod framing;
 mod fuzz_smoke;
 mod garbage;
