@@ -20,18 +20,25 @@ import json
 import os
 import sys
 
-from grafana_foundation_sdk.builders import common as common_builder
-from grafana_foundation_sdk.builders import dashboard as dash
-from grafana_foundation_sdk.builders import heatmap
-from grafana_foundation_sdk.builders import prometheus
-from grafana_foundation_sdk.builders import statetimeline
-from grafana_foundation_sdk.builders import table
-from grafana_foundation_sdk.builders import timeseries
-from grafana_foundation_sdk.cog.encoder import JSONEncoder
-from grafana_foundation_sdk.models import common
-from grafana_foundation_sdk.models import dashboard as model
-from grafana_foundation_sdk.models import heatmap as heatmap_model
-from grafana_foundation_sdk.models.prometheus import PromQueryFormat
+try:
+    from grafana_foundation_sdk.builders import common as common_builder
+    from grafana_foundation_sdk.builders import dashboard as dash
+    from grafana_foundation_sdk.builders import heatmap
+    from grafana_foundation_sdk.builders import prometheus
+    from grafana_foundation_sdk.builders import statetimeline
+    from grafana_foundation_sdk.builders import table
+    from grafana_foundation_sdk.builders import timeseries
+    from grafana_foundation_sdk.cog.encoder import JSONEncoder
+    from grafana_foundation_sdk.models import common
+    from grafana_foundation_sdk.models import dashboard as model
+    from grafana_foundation_sdk.models import heatmap as heatmap_model
+    from grafana_foundation_sdk.models.prometheus import PromQueryFormat
+except ImportError as e:
+    sys.exit(
+        f"{e}: install the version tests/deploy/venv.sh pins"
+        " (pip install 'grafana-foundation-sdk==1769699379!11.6.0'), or run"
+        " target/venv-deploy/bin/python deploy/grafana/dashboard.py after tests/deploy/grafana.sh"
+    )
 
 DATASOURCE = model.DataSourceRef(type_val="prometheus", uid="${datasource}")
 # Both label filters, for families that carry model and endpoint.

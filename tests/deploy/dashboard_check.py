@@ -11,9 +11,12 @@ dashboard"); run by tests/deploy/grafana.sh.
 - every panel has a title, a description, and the `${datasource}`
   datasource, on the panel and on each of its targets, and an expr in each;
 - gridPos rectangles lie within 24 columns and no two overlap;
+- panel ids are distinct;
 - every metric name in an expr is a family of README's metric table (with
   _bucket, _sum or _count only on a histogram) or a record of the recording
   rules;
+- every selector of a family that has a model or endpoint label (README's
+  table) filters it by model=~"$model" and endpoint=~"$endpoint";
 - an expr that reads a family that `[metrics] disable` can leave out
   (histograms, workload_requests_total) reads no other family, so the
   family's absence empties that query only;
@@ -47,9 +50,34 @@ METRIC = re.compile(r"\btokenclock_[a-z0-9_]+\b")
 
 
 def metric_table(readme):
-    """{family: type} from README's `| `tokenclock_...` | type |` rows."""
-    rows = re.findall(r"^\| `(tokenclock_[a-z0-9_]+)` \| ([a-z]+) \|", readme, re.M)
-    return dict(rows)
+    """{family: (type, {labels})} from README's
+    `| `tokenclock_...` | type | labels |` rows."""
+    rows = re.findall(r"^\| `(tokenclock_[a-z0-9_]+)` \| ([a-z]+) \|([^|]*)\|", readme, re.M)
+    return {name: (kind, {l.strip() for l in labels.split(",") if l.strip()}) for name, kind, labels in rows}
+
+
+def base_family(name, table):
+    if name in table:
+        return name
+    for suffix in HISTOGRAM_SUFFIXES:
+        if name.endswith(suffix) and name[: -len(suffix)] in table:
+            return name[: -len(suffix)]
+    return None
+
+
+def check_filters(expr, table, problems, where):
+    """Each selector of a family with a model or endpoint label filters it
+    by the dashboard's variable, so the variables apply to every panel that
+    can honour them."""
+    rest = RECORD.sub(" ", expr)
+    for m in re.finditer(r"\b(tokenclock_[a-z0-9_]+)\b(\{[^}]*\})?", rest):
+        family = base_family(m.group(1), table)
+        if family is None:
+            continue
+        matchers = m.group(2) or ""
+        for label in ("model", "endpoint"):
+            if label in table[family][1] and f'{label}=~"${label}"' not in matchers:
+                problems.append(f'{where}: {m.group(1)} is not filtered by {label}=~"${label}"')
 
 
 def records(rules):
@@ -69,10 +97,10 @@ def families_of(expr, table, known_records, problems, where):
             used.add(name)
             continue
         base = next((name[: -len(s)] for s in HISTOGRAM_SUFFIXES if name.endswith(s)), None)
-        if base is not None and table.get(base) == "histogram":
+        if base is not None and base in table and table[base][0] == "histogram":
             used.add(base)
         elif base is not None and base in table:
-            problems.append(f"{where}: {name}: {base} is a {table[base]}, not a histogram")
+            problems.append(f"{where}: {name}: {base} is a {table[base][0]}, not a histogram")
         else:
             problems.append(f"{where}: {name} is not in README's metric table")
     return used
@@ -153,7 +181,7 @@ def main():
     table = metric_table(open(args.readme).read())
     if len(table) < 20:
         sys.exit(f"README's metric table not found ({len(table)} rows read)")
-    disableable = {name for name, kind in table.items() if kind == "histogram"}
+    disableable = {name for name, (kind, _) in table.items() if kind == "histogram"}
     disableable.add("tokenclock_workload_requests_total")
     known_records = records(open(args.rules).read())
     if not known_records:
@@ -163,6 +191,9 @@ def main():
     panels = board.get("panels", [])
     if not panels:
         problems.append("no panel")
+    ids = [panel.get("id") for panel in panels]
+    if not all(isinstance(i, int) for i in ids) or len(set(ids)) != len(ids):
+        problems.append(f"panel ids are not distinct integers: {ids}")
     exprs = []
     for n, panel in enumerate(panels):
         title = panel.get("title") or ""
@@ -186,6 +217,7 @@ def main():
                 continue
             exprs.append((at, expr))
             used = families_of(expr, table, known_records, problems, at)
+            check_filters(expr, table, problems, at)
             off = used & disableable
             if off and len(used) > 1:
                 problems.append(

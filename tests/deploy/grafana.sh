@@ -7,9 +7,11 @@
 #    committed tokenclock.json byte for byte;
 # 2. tests/deploy/dashboard_check.py: the datasource, model and endpoint
 #    variables; every panel's title, description and ${datasource} (panel
-#    and targets); the grid (24 columns, no overlap); every metric name in
-#    README's metric table or the recording rules; one disableable family
-#    per query; every expression through `promtool check rules`;
+#    and targets); distinct panel ids; the grid (24 columns, no overlap);
+#    every metric name in README's metric table or the recording rules;
+#    the model and endpoint filters on every family that has those labels;
+#    one disableable family per query; every expression through
+#    `promtool check rules`;
 # 3. the check can fail: each mutation below breaks one thing in a copy of
 #    the JSON, and the check must then fail with the message it names.
 # Not done here: running the expressions against a live Prometheus (README).
@@ -24,6 +26,13 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/tokenclock-grafana.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 board=deploy/grafana/tokenclock.json
 check() { python3 tests/deploy/dashboard_check.py "$@" README.md deploy/prometheus/recording.rules.yml; }
+
+# The pin is written in three places: here (venv.sh), the generator's
+# message when the SDK is missing, and the README.
+sdk=$(printf '%s\n' "${deploy_tools[@]}" | grep '^grafana-foundation-sdk==')
+for f in deploy/grafana/dashboard.py README.md; do
+  grep -qF "${sdk#grafana-foundation-sdk==}" "$f" || fail "$f does not name $sdk, the version tests/deploy/venv.sh pins"
+done
 
 log "deploy/grafana/dashboard.py --output $tmp/generated.json ($("$deploy_venv/bin/pip" show grafana-foundation-sdk | sed -n 's/^Version: /grafana-foundation-sdk /p'))"
 "$deploy_venv/bin/python" deploy/grafana/dashboard.py --output "$tmp/generated.json"
@@ -41,6 +50,8 @@ mutations=(
   "target without expr|no expr|panel('Parse errors')['targets'][0]['expr'] = ''"
   "overlapping gridPos|overlap|panel('Generated tokens per second')['gridPos']['x'] = 3"
   "wider than 24 columns|within 24 columns|panel('SLO attainment')['gridPos']['w'] = 7"
+  "duplicate panel id|panel ids are not distinct|panel('Outcomes')['id'] = panel('Request rate')['id']"
+  "selector without the model filter|is not filtered by model=~\"\$model\"|t = panel('TPOT p50 / p90 / p99')['targets'][1]; t['expr'] = t['expr'].replace('model=~\"\$model\",', '')"
   "misspelled metric name|tokenclock_time_to_first_tokens_seconds_bucket is not in README|t = panel('TTFT p50 / p90 / p99')['targets'][0]; t['expr'] = t['expr'].replace('first_token_seconds', 'first_tokens_seconds')"
   "_bucket on a counter|tokenclock_requests_total is a counter, not a histogram|t = panel('Outcomes')['targets'][0]; t['expr'] = t['expr'].replace('requests_total{', 'requests_total_bucket{')"
   "misspelled record|model:tokenclock_request:rate5m is no record|panel('Request rate')['targets'][0]['expr'] = 'model:tokenclock_request:rate5m'"
