@@ -129,7 +129,9 @@ NESTED_PHASES = ("upstream_connect", "request_upload", "reasoning", "delivery_st
 
 def panels():
     out = []
-    add = lambda p, *a: out.append(place(p, *a))
+
+    def add(panel, *where):
+        out.append(place(panel, *where))
 
     # Row 1: throughput and goodput.
     add(
