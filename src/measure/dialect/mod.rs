@@ -2,7 +2,7 @@
 //! API family means in tokens.
 //!
 //! One file per API family. Each turns the payload of one event into a
-//! [`Parsed`]: how much generated text of each [`TokenKind`] it carries, an
+//! [`Parsed`]: how much generated text of each kind (reasoning, answer, tool call) it carries, an
 //! exact token count when the stream says, usage totals, server-reported
 //! timings and end of stream. A dialect never fails the stream: a payload
 //! it cannot read is a [`ParseError`], counted and skipped.
