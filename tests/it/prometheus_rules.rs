@@ -1,8 +1,10 @@
-//! The recording rules of `deploy/prometheus/recording.rules.yml` against a
-//! real Prometheus server that scrapes the proxy every second while the
+//! The recording rules of `deploy/prometheus/recording.rules.yml` and the
+//! queries of the dashboard `deploy/grafana/tokenclock.json` against a real
+//! Prometheus server that scrapes the proxy every second while the
 //! simulator's traffic flows through it for over 30 s: every rule loads,
 //! evaluates without error, and every expression (and the series it
-//! records) comes back non-empty with a number in it.
+//! records) comes back non-empty with a number in it; every dashboard panel
+//! has data.
 
 use std::{path::PathBuf, time::Duration};
 
@@ -151,12 +153,28 @@ async fn every_recording_rule_returns_samples_under_simulator_traffic() {
     );
 
     // 32 s of two workloads (two models, one of them reasoning) at 10
-    // requests a second, every request through the proxy.
+    // requests a second, every request through the proxy; some of the chat
+    // requests to Ollama's path (whose server reports its own phases), some
+    // with a malformed event (a parse error), so every dashboard panel has
+    // something to show.
     let mut config = LoadConfig::new(format!("http://{}", proxy.addr).parse().expect("uri"));
     config.concurrency = 16;
     config.rate = Some(10.0);
     config.duration = Some(Duration::from_secs(32));
-    config.workloads = vec![Workload::chat(), Workload::reasoning()];
+    config.workloads = vec![
+        Workload::chat(),
+        Workload::reasoning(),
+        Workload {
+            name: "chat on /api/chat".into(),
+            path: "/api/chat".into(),
+            ..Workload::chat()
+        },
+        Workload {
+            name: "chat, malformed".into(),
+            fault: Some("malformed".into()),
+            ..Workload::chat()
+        },
+    ];
     let summary = tokio::time::timeout(Duration::from_secs(60), load::run(config, |_| {}))
         .await
         .expect("the load ends by itself")
@@ -216,6 +234,49 @@ async fn every_recording_rule_returns_samples_under_simulator_traffic() {
             other => panic!("unexpected slo {other:?}"),
         }
     }
+    let empty = empty_panels(&server).await;
+    assert!(
+        empty.is_empty(),
+        "dashboard panels with no data:\n{}",
+        empty.join("\n")
+    );
     drop(server);
     proxy.shutdown().await;
+}
+
+/// The titles of the dashboard's panels none of whose queries returns a
+/// number, with the queries; Grafana's variables stand for everything
+/// (`$model`, `$endpoint`) and for windows that fit the test's 30 s.
+async fn empty_panels(server: &Prometheus) -> Vec<String> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("deploy/grafana/tokenclock.json");
+    let text = std::fs::read_to_string(path).expect("the dashboard");
+    let dashboard: serde_json::Value = serde_json::from_str(&text).expect("dashboard JSON");
+    let panels = dashboard["panels"].as_array().cloned().unwrap_or_default();
+    assert!(panels.len() >= 15, "only {} panels", panels.len());
+    let mut empty = Vec::new();
+    for panel in &panels {
+        let mut queries = Vec::new();
+        let mut data = false;
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            let Some(expr) = target["expr"].as_str() else {
+                continue;
+            };
+            let expr = expr
+                .replace("$model", ".*")
+                .replace("$endpoint", ".*")
+                .replace("$__rate_interval", "1m")
+                .replace("$__range", "5m")
+                .replace("$__interval", "15s");
+            data |= server
+                .query_all(&expr)
+                .await
+                .iter()
+                .any(|(_, v)| v.is_finite());
+            queries.push(expr);
+        }
+        if !data {
+            empty.push(format!("{}: {}", panel["title"], queries.join(" ; ")));
+        }
+    }
+    empty
 }
