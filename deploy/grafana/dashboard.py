@@ -8,6 +8,8 @@ never the JSON:
 
     python3 deploy/grafana/dashboard.py            # writes tokenclock.json beside it
     python3 deploy/grafana/dashboard.py --output -  # prints it
+    python3 deploy/grafana/dashboard.py --label team --output mine.json
+                                                    # with a variable per extra label
 
 Every query reads one metric family (README: Metrics), so a family left out
 with `[metrics] disable` empties only the panels or series built on it,
@@ -18,6 +20,7 @@ family's data.
 import argparse
 import json
 import os
+import re
 import sys
 
 try:
@@ -415,8 +418,39 @@ def build():
     return board.build()
 
 
-def render():
-    return json.dumps(build(), cls=JSONEncoder, indent=2, sort_keys=True) + "\n"
+# Names a `--label` may not take: the dashboard's own variables and the labels
+# tokenclock sets itself (README: Configuration, `[[labels]]`).
+RESERVED = {"datasource", "model", "endpoint", "outcome", "code", "phase", "kind", "slo",
+            "result", "objective", "reason", "source", "finish_reason", "le", "instance", "job"}
+
+
+def with_labels(text, labels):
+    """Adds a variable per extra `[[labels]]` label, and its filter to every
+    selector that filters on `model`: tokenclock puts extra labels on exactly
+    the families that carry `model`."""
+    board = json.loads(text)
+    variables = board["templating"]["list"]
+    model_variable = next(v for v in variables if v["name"] == "model")
+    for name in labels:
+        variable = json.loads(json.dumps(model_variable))
+        variable.update(name=name, label=name, query=f"label_values(tokenclock_requests_total, {name})")
+        variables.append(variable)
+    filters = "".join(f',{name}=~"${name}"' for name in labels)
+    for panel in board["panels"]:
+        for target in panel.get("targets", []):
+            target["expr"] = target["expr"].replace('model=~"$model"', 'model=~"$model"' + filters)
+    return json.dumps(board, indent=2, sort_keys=True) + "\n"
+
+
+def label_name(text):
+    if not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", text) or text in RESERVED or text.startswith("__"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a label name of your own (reserved: {', '.join(sorted(RESERVED))})")
+    return text
+
+
+def render(labels=()):
+    text = json.dumps(build(), cls=JSONEncoder, indent=2, sort_keys=True) + "\n"
+    return with_labels(text, labels) if labels else text
 
 
 def main():
@@ -427,8 +461,19 @@ def main():
         default=os.path.join(here, "tokenclock.json"),
         help="where to write the dashboard ('-' for stdout; default: tokenclock.json beside this file)",
     )
+    parser.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        type=label_name,
+        metavar="NAME",
+        help="an extra label of your [[labels]] config: adds a variable and its filter (repeatable;"
+        " the committed JSON has none)",
+    )
     args = parser.parse_args()
-    text = render()
+    if len(set(args.label)) != len(args.label):
+        parser.error("a --label is given twice")
+    text = render(args.label)
     if args.output == "-":
         sys.stdout.write(text)
     else:

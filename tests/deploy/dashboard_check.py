@@ -65,7 +65,7 @@ def base_family(name, table):
     return None
 
 
-def check_filters(expr, table, problems, where):
+def check_filters(expr, table, problems, where, extra=()):
     """Each selector of a family with a model or endpoint label filters it
     by the dashboard's variable, so the variables apply to every panel that
     can honour them."""
@@ -75,8 +75,10 @@ def check_filters(expr, table, problems, where):
         if family is None:
             continue
         matchers = m.group(2) or ""
-        for label in ("model", "endpoint"):
-            if label in table[family][1] and f'{label}=~"${label}"' not in matchers:
+        for label in ("model", "endpoint", *extra):
+            # Extra labels ride on exactly the families that carry model.
+            carries = label in table[family][1] or (label in extra and "model" in table[family][1])
+            if carries and f'{label}=~"${label}"' not in matchers:
                 problems.append(f'{where}: {m.group(1)} is not filtered by {label}=~"${label}"')
 
 
@@ -115,12 +117,18 @@ def overlaps(a, b):
     )
 
 
+def extra_labels(board):
+    """The variables of extra `[[labels]]` labels (`dashboard.py --label`)."""
+    names = [v.get("name") for v in board.get("templating", {}).get("list", [])]
+    return [n for n in names if n not in ("datasource", "model", "endpoint")]
+
+
 def check_variables(board, table, problems):
     variables = {v.get("name"): v for v in board.get("templating", {}).get("list", [])}
     ds = variables.get("datasource")
     if not ds or ds.get("type") != "datasource" or ds.get("query") != "prometheus":
         problems.append("variables: no `datasource` variable of type datasource, query prometheus")
-    for name in ("model", "endpoint"):
+    for name in ("model", "endpoint", *extra_labels(board)):
         v = variables.get(name)
         if not v:
             problems.append(f"variables: no `{name}` variable")
@@ -145,6 +153,8 @@ def promtool_check(exprs, problems):
     for i, (where, expr) in enumerate(exprs):
         for var, value in SUBSTITUTIONS:
             expr = expr.replace(var, value)
+        # Extra labels' variables.
+        expr = re.sub(r"\$[A-Za-z_][A-Za-z0-9_]*", ".*", expr)
         lines.append(f"      - record: dashboard:expr:{i}")
         lines.append(f"        expr: {json.dumps(expr)}")
     with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as f:
@@ -217,7 +227,7 @@ def main():
                 continue
             exprs.append((at, expr))
             used = families_of(expr, table, known_records, problems, at)
-            check_filters(expr, table, problems, at)
+            check_filters(expr, table, problems, at, extra_labels(board))
             off = used & disableable
             if off and len(used) > 1:
                 problems.append(

@@ -83,4 +83,36 @@ PY
   log "mutation '$name' caught: $(grep -m1 -F -- "$expect" "$tmp/out" | sed 's/^ *//')"
 done
 log "${#mutations[@]} mutations, each caught"
+
+# Extra [[labels]]: --label adds a variable per label and its filter on every
+# family that carries model; the same checks hold, and dropping one filter
+# is caught.
+log "deploy/grafana/dashboard.py --label team --label tenant"
+"$deploy_venv/bin/python" deploy/grafana/dashboard.py --label team --label tenant --output "$tmp/labels.json"
+check "$tmp/labels.json"
+python3 - "$tmp/labels.json" <<'PY' || fail "--label: the variables or filters are not there"
+import json, sys
+d = json.load(open(sys.argv[1]))
+names = [v["name"] for v in d["templating"]["list"]]
+assert names[-2:] == ["team", "tenant"], names
+exprs = [t["expr"] for p in d["panels"] for t in p.get("targets", [])]
+assert sum('team=~"$team",tenant=~"$tenant"' in e for e in exprs) >= 30, exprs
+PY
+python3 - "$tmp/labels.json" "$tmp/labels-dropped.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+t = d["panels"][0]["targets"][0]
+t["expr"] = t["expr"].replace(',team=~"$team"', "")
+open(sys.argv[2], "w").write(json.dumps(d, indent=2, sort_keys=True) + "\n")
+PY
+cmp -s "$tmp/labels.json" "$tmp/labels-dropped.json" && fail "the --label mutation changed nothing"
+if check "$tmp/labels-dropped.json" >"$tmp/out" 2>&1; then
+  fail "mutation 'extra label filter dropped': dashboard_check.py passed"
+fi
+grep -qF 'is not filtered by team=~"$team"' "$tmp/out" || fail "mutation 'extra label filter dropped' failed the check otherwise: $(cat "$tmp/out")"
+log "mutation 'extra label filter dropped' caught"
+if "$deploy_venv/bin/python" deploy/grafana/dashboard.py --label model --output - >/dev/null 2>&1; then
+  fail "--label model (a label tokenclock sets itself) was accepted"
+fi
+log "--label model refused"
 echo "deploy/grafana: OK"
