@@ -17,15 +17,18 @@ const MAX_EVENT_BYTES: usize = 1 << 20;
 pub(super) struct Event {
     /// The simulator's send time, ns since the Unix epoch, when present.
     pub sent_unix_ns: Option<u64>,
-    /// The dialect finds a generated token in it (answer, refusal,
-    /// reasoning or tool call), so the proxy's first token would be here.
-    pub has_token: bool,
+    /// The first event in which the dialect finds a generated token
+    /// (answer, refusal, reasoning or tool call): where the proxy's first
+    /// token is. Later events are not parsed for tokens.
+    pub first_token: bool,
 }
 
 /// Reads one response's events as its body arrives.
 pub(super) struct Events {
     framer: SseFramer,
     dialect: Dialect,
+    /// A token-bearing event has been seen: the dialect is not asked again.
+    token_seen: bool,
 }
 
 impl Events {
@@ -40,20 +43,28 @@ impl Events {
         Self {
             framer: SseFramer::new(MAX_EVENT_BYTES),
             dialect,
+            token_seen: false,
         }
     }
 
     /// Feeds one read; calls `on_event` for each complete event other than
     /// the OpenAI end marker `[DONE]`.
     pub(super) fn feed(&mut self, bytes: &[u8], on_event: &mut impl FnMut(Event)) {
-        let dialect = self.dialect;
-        self.framer.feed(bytes, &mut |event| {
+        let Self {
+            framer,
+            dialect,
+            token_seen,
+        } = self;
+        framer.feed(bytes, &mut |event| {
             if event.data != b"[DONE]" {
+                let first_token = !*token_seen
+                    && dialect
+                        .parse_event(event.event, event.data)
+                        .is_ok_and(|parsed| parsed.has_token());
+                *token_seen |= first_token;
                 on_event(Event {
                     sent_unix_ns: sent_unix_ns(event.data),
-                    has_token: dialect
-                        .parse_event(event.event, event.data)
-                        .is_ok_and(|parsed| parsed.has_token()),
+                    first_token,
                 });
             }
         });
@@ -100,14 +111,28 @@ mod tests {
         );
         let stamped = Event {
             sent_unix_ns: Some(42),
-            has_token: false,
+            first_token: false,
         };
         assert_eq!(got, vec![stamped, Event::default()]);
     }
 
     #[test]
+    fn only_the_first_token_bearing_event_is_marked() {
+        let role = chat(r#"{"role":"assistant","content":""}"#);
+        let hi = chat(r#"{"content":"hi"}"#);
+        let got: Vec<bool> = events(
+            "/v1/chat/completions",
+            &[role.as_bytes(), hi.as_bytes(), hi.as_bytes()],
+        )
+        .iter()
+        .map(|e| e.first_token)
+        .collect();
+        assert_eq!(got, [false, true, false]);
+    }
+
+    #[test]
     fn tokens_are_what_the_dialect_counts() {
-        let token = |path: &str, data: &str| events(path, &[data.as_bytes()])[0].has_token;
+        let token = |path: &str, data: &str| events(path, &[data.as_bytes()])[0].first_token;
         let chat_path = "/v1/chat/completions";
         assert!(token(chat_path, &chat(r#"{"content":"hi"}"#)));
         assert!(!token(

@@ -122,7 +122,7 @@ fn read(data: &[u8], start: Instant, m: &mut Measured, events: &mut Events) {
     m.bytes += data.len() as u64;
     events.feed(data, &mut |event| {
         m.events += 1;
-        if event.has_token && m.ttft.is_none() {
+        if event.first_token {
             m.ttft = Some(at - start);
         }
         if let Some(sent) = event.sent_unix_ns {
