@@ -69,6 +69,7 @@ pub struct File {
     pub(super) max_label_value_bytes: usize,
     pub(super) models: Vec<String>,
     pub(super) slo_headers: bool,
+    pub(super) request_id_headers: Vec<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub(super) labels: Vec<LabelFile>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -118,6 +119,7 @@ impl Default for File {
             max_label_value_bytes: 128,
             models: Vec::new(),
             slo_headers: false,
+            request_id_headers: vec!["x-request-id".to_owned()],
             labels: Vec::new(),
             slo: Vec::new(),
             workload: WorkloadFile::default(),
@@ -260,6 +262,7 @@ impl File {
             dialects: self.dialect_overrides()?,
             label_headers: export.labels.iter().map(|l| l.header.clone()).collect(),
             slo_headers: export.slo_headers,
+            request_id_headers: self.request_id_headers()?,
             max_logged_model_bytes: export.max_value_bytes,
         };
         Ok(Config {
@@ -332,6 +335,18 @@ impl File {
             }
         };
         Ok(UpstreamHealth { path, timeout })
+    }
+
+    /// `request_id_headers`: valid header names, in order of preference.
+    fn request_id_headers(&self) -> Result<Vec<http::HeaderName>, ConfigError> {
+        self.request_id_headers
+            .iter()
+            .enumerate()
+            .map(|(i, name)| {
+                http::HeaderName::from_bytes(name.as_bytes())
+                    .map_err(|e| ConfigError::invalid(&format!("request_id_headers[{i}]"), e))
+            })
+            .collect()
     }
 
     fn dialect_overrides(&self) -> Result<HashMap<String, Dialect>, ConfigError> {

@@ -16,7 +16,7 @@ use super::{Config, ConfigError, File};
 use crate::measure::slo::REQUEST_SLO;
 
 /// Keys a reload applies live, to requests that start afterwards.
-pub(crate) const LIVE: [&str; 12] = [
+pub(crate) const LIVE: [&str; 13] = [
     "log_filter",
     "max_event_bytes",
     "request_capture_bytes",
@@ -25,6 +25,7 @@ pub(crate) const LIVE: [&str; 12] = [
     "models",
     "max_label_value_bytes",
     "slo_headers",
+    "request_id_headers",
     "labels",
     "slo",
     "workload",

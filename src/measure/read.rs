@@ -17,6 +17,9 @@ pub struct ReadSettings {
     pub dialects: HashMap<String, Dialect>,
     /// Request headers whose values become extra metric labels, in order.
     pub label_headers: Vec<http::HeaderName>,
+    /// Request headers that may carry the caller's request id, in order of
+    /// preference (`request_id_headers`).
+    pub request_id_headers: Vec<http::HeaderName>,
     /// Read per-request SLO limits from `x-slo-ttft-ms` / `x-slo-tpot-ms`.
     pub slo_headers: bool,
     /// Longest `model` written to the access log, in bytes

@@ -25,6 +25,7 @@
 //! last byte), whatever frames carried its earlier bytes.
 
 mod counts;
+mod ids;
 mod model;
 mod phases;
 
@@ -36,7 +37,11 @@ use std::{
 use http::StatusCode;
 use tokio::time::Instant;
 
-pub use self::{counts::CountSource, phases::Phase};
+pub use self::{
+    counts::CountSource,
+    ids::{Hex, RequestIds, TraceParent, MAX_ID_BYTES},
+    phases::Phase,
+};
 pub(crate) use self::{
     counts::{Gaps, TokenCounts},
     phases::Phases,
@@ -110,6 +115,8 @@ pub struct Timeline {
     pub labels: Vec<Option<String>>,
     /// Limits the request carried in `x-slo-ttft-ms` / `x-slo-tpot-ms`.
     pub request_slo: Option<Limits>,
+    /// The caller's request id and trace context, and the response's id.
+    pub ids: RequestIds,
     /// Wall-clock time of `t0`, for records; all durations use `start`.
     pub started_at: SystemTime,
     /// tokenclock asked the server for usage (`usage_mode = "inject"`) and
@@ -179,6 +186,7 @@ impl Timeline {
             usage_injected: false,
             labels: Vec::new(),
             request_slo: None,
+            ids: RequestIds::default(),
             started_at: SystemTime::now(),
             start,
             connect: None,

@@ -22,7 +22,7 @@ use crate::{
     measure::observe::{End, Observe},
     measure::read::ReadSettings,
     measure::slo::Limits,
-    measure::timeline::{Outcome, Timeline, TimelineSink},
+    measure::timeline::{Outcome, RequestIds, Timeline, TimelineSink},
 };
 
 /// The response side of an exchange; observes the body sent to the client.
@@ -65,6 +65,7 @@ impl Exchange {
             .iter()
             .map(|name| header_text(headers, name))
             .collect();
+        timeline.ids = RequestIds::from_headers(headers, &reading.request_id_headers);
         if reading.slo_headers {
             timeline.request_slo = request_slo(headers);
         }

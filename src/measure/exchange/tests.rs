@@ -11,6 +11,7 @@ fn exchange(status: u16) -> Exchange {
         request_capture_bytes: 8 * 1024 * 1024,
         dialects: Default::default(),
         label_headers: Vec::new(),
+        request_id_headers: Vec::new(),
         slo_headers: false,
         max_logged_model_bytes: 128,
     };
