@@ -31,6 +31,9 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 # The end-to-end tests fail, rather than skip, without promtool and prometheus.
 export TOKENCLOCK_E2E=1
+# tests/it/otel.rs decodes spans with PyPI opentelemetry-proto, from this venv.
+log "tests/otel/venv.sh (target/venv-otel: opentelemetry-proto)"
+bash tests/otel/venv.sh
 
 log "cargo fmt --check"
 cargo fmt --all -- --check

@@ -15,6 +15,7 @@ use super::READY_WINDOW;
 use super::{
     duration,
     export::{self, LabelFile, RecordsFile, SloFile, WorkloadFile},
+    otel::{Otel, OtelFile},
     Config, ConfigError, Connections, LogFormat, MetricsFile, Override, Overrides, Pool, Timeouts,
     Upstream, UpstreamHealth, UpstreamProtocol, UsageMode,
 };
@@ -79,6 +80,8 @@ pub struct File {
     pub(super) buckets: BTreeMap<String, Vec<f64>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) records: Option<RecordsFile>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) otel: Option<OtelFile>,
     #[serde(skip_serializing_if = "MetricsFile::is_empty")]
     pub(super) metrics: MetricsFile,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
@@ -125,6 +128,7 @@ impl Default for File {
             workload: WorkloadFile::default(),
             buckets: BTreeMap::new(),
             records: None,
+            otel: None,
             metrics: MetricsFile::default(),
             dialects: BTreeMap::new(),
         }
@@ -256,6 +260,7 @@ impl File {
             &self.records,
             &self.metrics,
         )?;
+        let otel = self.otel()?;
         let reading = ReadSettings {
             max_event_bytes: self.max_event_bytes,
             request_capture_bytes: self.request_capture_bytes,
@@ -299,7 +304,21 @@ impl File {
             },
             log_format: self.log_format,
             log_filter: self.log_filter,
+            otel,
         })
+    }
+
+    /// `[otel]`, refused by a build without the `otel` feature rather than
+    /// ignored: the operator asked for traces.
+    fn otel(&self) -> Result<Option<Otel>, ConfigError> {
+        let Some(otel) = &self.otel else {
+            return Ok(None);
+        };
+        if !cfg!(feature = "otel") {
+            let message = "this build has no OpenTelemetry export (cargo feature `otel`)";
+            return Err(ConfigError::invalid("otel", message));
+        }
+        otel.validate().map(Some)
     }
 
     /// The upstream health probe: a path of the upstream's own (so the
@@ -370,8 +389,13 @@ impl File {
     }
 
     /// The effective settings as TOML, as `check-config` prints them.
+    /// Secrets (`otel.headers` values) are replaced by a placeholder.
     pub fn to_toml(&self) -> String {
-        toml::to_string(self).unwrap_or_else(|e| format!("# cannot render settings: {e}\n"))
+        let mut shown = self.clone();
+        if let Some(otel) = &mut shown.otel {
+            otel.redact();
+        }
+        toml::to_string(&shown).unwrap_or_else(|e| format!("# cannot render settings: {e}\n"))
     }
 }
 

@@ -11,6 +11,7 @@ mod duration;
 mod error;
 mod export;
 mod file;
+mod otel;
 pub(crate) mod reload;
 mod upstream;
 
@@ -28,6 +29,7 @@ pub use self::{
     error::{Origin, Override, Overrides},
     export::Records,
     file::File,
+    otel::Otel,
     upstream::Upstream,
 };
 use crate::measure::read::ReadSettings;
@@ -65,6 +67,8 @@ pub struct Config {
     pub log_format: LogFormat,
     /// `RUST_LOG`-style filter used when `RUST_LOG` is not set.
     pub log_filter: String,
+    /// OpenTelemetry trace export (`[otel]`); `None` = off.
+    pub otel: Option<Otel>,
 }
 
 /// How recent the upstream's last good answer must be for `/readyz` to say

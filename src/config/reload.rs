@@ -4,9 +4,10 @@
 //! by key (top-level keys of the file, overrides applied). Keys that only
 //! shape how a request is measured take effect for requests that start
 //! afterwards; every other key (listeners, upstream, timeouts, pool,
-//! threads, buckets…) is baked into a socket, a client or a registered
-//! metric family and keeps its running value until a restart. A key added
-//! to [`File`] later is restart-only until it is listed in [`LIVE`].
+//! threads, buckets, `otel`…) is baked into a socket, a client, a running
+//! exporter or a registered metric family and keeps its running value
+//! until a restart. A key added to [`File`] later is restart-only until it
+//! is listed in [`LIVE`].
 
 use std::collections::BTreeSet;
 

@@ -7,10 +7,13 @@
 //!   listener.
 //! - [`records`]: the opt-in JSONL log of finished timelines, written by a
 //!   thread of its own.
+//! - [`otel`]: the opt-in OpenTelemetry trace export over OTLP/HTTP,
+//!   through a bounded, lossy queue and a task of its own.
 //! - [`logging`]: `tracing` output, written by a thread of its own through a
 //!   bounded, lossy queue.
 
 pub(crate) mod admin;
 pub mod logging;
 pub(crate) mod metrics;
+pub mod otel;
 pub mod records;

@@ -23,6 +23,7 @@ use crate::{
     config::{self, reload::Reload, Config, ConfigError, File, Overrides},
     export::logging::{self, FilterChange},
     export::metrics::Metrics,
+    export::otel::Traces,
     export::records::RecordLog,
     measure::read::ReadSettings,
     measure::timeline::TimelineSink,
@@ -122,6 +123,9 @@ pub(crate) struct Reloader {
     source: Option<Source>,
     metrics: Metrics,
     records: RecordLog,
+    /// The trace exporter, when `[otel]` is set; restart-only, so every
+    /// generation shares it.
+    traces: Option<Traces>,
     extra: Option<Arc<dyn TimelineSink>>,
     live: Live,
     /// Every SLO name used since start: their series stay registered.
@@ -146,11 +150,14 @@ impl Reloader {
                 source,
             }
         })?;
-        let settings = generation(&metrics, &records, extra.clone(), config);
+        let traces = Traces::start(config.otel.as_ref(), &metrics)?;
+        let sinks = extras(extra.as_ref(), traces.as_ref());
+        let settings = generation(&metrics, &records, sinks, config);
         Ok(Self {
             source,
             metrics,
             records,
+            traces,
             extra,
             live: Live::new(settings),
             slo_names: slo_names(config).collect(),
@@ -178,9 +185,13 @@ impl Reloader {
         }
     }
 
-    /// Writes the records still queued and ends the record writers.
+    /// Writes the records still queued and ends the record writers, then
+    /// flushes the spans still queued (for a bounded time).
     pub(crate) async fn close(self) {
         self.records.close().await;
+        if let Some(traces) = self.traces {
+            traces.close().await;
+        }
     }
 
     /// Re-reads the config file and applies it, or refuses it whole.
@@ -221,7 +232,8 @@ impl Reloader {
                 path: path_of(records),
                 source: e,
             })?;
-        let settings = generation(&self.metrics, &self.records, self.extra.clone(), &config);
+        let sinks = extras(self.extra.as_ref(), self.traces.as_ref());
+        let settings = generation(&self.metrics, &self.records, sinks, &config);
         self.live.replace(settings);
         self.slo_names.extend(slo_names(&config));
         if let Some(source) = &mut self.source {
@@ -242,11 +254,24 @@ impl Reloader {
     }
 }
 
+/// The sinks every generation shares: the caller's extra one and the
+/// trace exporter's.
+fn extras(
+    extra: Option<&Arc<dyn TimelineSink>>,
+    traces: Option<&Traces>,
+) -> Vec<Arc<dyn TimelineSink>> {
+    extra
+        .cloned()
+        .into_iter()
+        .chain(traces.map(Traces::sink))
+        .collect()
+}
+
 /// The generation `config` describes, sharing families and writers.
 fn generation(
     metrics: &Metrics,
     records: &RecordLog,
-    extra: Option<Arc<dyn TimelineSink>>,
+    extra: Vec<Arc<dyn TimelineSink>>,
     config: &Config,
 ) -> Settings {
     let export = &config.export;

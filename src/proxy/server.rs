@@ -55,6 +55,9 @@ pub enum StartError {
         /// Why.
         source: io::Error,
     },
+    /// The trace exporter could not start.
+    #[error(transparent)]
+    Otel(#[from] crate::export::otel::OtelError),
     /// TLS for the upstream could not be set up.
     #[error("cannot set up TLS for the upstream: {0}")]
     Tls(#[from] rustls::Error),

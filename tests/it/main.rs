@@ -29,6 +29,7 @@ mod load;
 mod logging;
 mod metrics;
 mod models;
+mod otel;
 mod prometheus;
 mod prometheus_rules;
 mod readiness;

@@ -175,6 +175,15 @@ impl Metrics {
         }
     }
 
+    /// Registers a family an exporter owns (e.g. the trace exporter's
+    /// counters, present only when it runs).
+    pub(crate) fn register(
+        &self,
+        collector: Box<dyn prometheus::core::Collector>,
+    ) -> Result<(), prometheus::Error> {
+        self.shared.registry.register(collector)
+    }
+
     /// The counter of records dropped by the record writer.
     pub(crate) fn records_dropped(&self) -> IntCounter {
         self.shared.families.records_dropped.clone()
