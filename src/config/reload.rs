@@ -168,6 +168,18 @@ mod tests {
     }
 
     #[test]
+    fn otel_needs_a_restart_and_keeps_its_running_value() {
+        let otel =
+            |ratio: f64| format!("[otel]\nendpoint = \"http://c:4318\"\nsample_ratio = {ratio}\n");
+        let reload = plan(&file(&otel(0.5)), file(&otel(0.1))).expect("valid reload");
+        assert_eq!(reload.needs_restart, ["otel"]);
+        assert_eq!(reload.config.otel.expect("kept").sample_ratio, 0.5);
+        let reload = plan(&file(""), file(&otel(1.0))).expect("valid reload");
+        assert_eq!(reload.needs_restart, ["otel"]);
+        assert!(reload.config.otel.is_none(), "not started by a reload");
+    }
+
+    #[test]
     fn a_new_slo_name_may_not_start_like_one_in_use() {
         let slo = |name: &str| format!("[[slo]]\nname = \"{name}\"\nttft = \"1s\"\n");
         let used = BTreeSet::from(["chat".to_owned()]);

@@ -299,4 +299,4 @@ impl SloResult {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

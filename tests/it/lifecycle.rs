@@ -86,7 +86,7 @@ async fn sigterm_when_idle_exits_0_at_once() {
     assert_eq!(status.code(), Some(0));
 }
 
-fn check_config(text: &str) -> (Option<i32>, String, String) {
+pub(crate) fn check_config(text: &str) -> (Option<i32>, String, String) {
     let dir = std::env::temp_dir().join(format!("tokenclock-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);

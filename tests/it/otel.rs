@@ -16,7 +16,7 @@ use std::{
 use serde_json::Value;
 use tokenclock::export::records::Record;
 
-use crate::common::{self, client, process::sample, sim};
+use crate::common::{self, client, process::sample, sim, upstream};
 
 /// A traceparent the tests send: trace, the caller's span, sampled.
 const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
@@ -397,35 +397,33 @@ async fn sampling_ratio_zero_keeps_only_what_the_caller_sampled() {
     );
 }
 
-/// The same requests direct to the simulator and through a proxy whose
-/// collector is `endpoint`: same status, same bytes, none slower than
-/// `bound`. Returns the proxy's `/metrics` text once `until` holds on it.
+/// The same requests direct to a scripted chat stream (the same bytes on
+/// every connection) and through a proxy whose collector is `endpoint`:
+/// same status, same bytes, none slower than `bound`. Returns the proxy's
+/// `/metrics` text once `until` holds on it (or after 15 s).
 async fn traffic_is_unaffected(
     endpoint: &str,
     extra: &str,
     bound: Duration,
     until: impl Fn(&str) -> bool,
 ) -> String {
-    let sim = sim::start(sim::fast()).await;
-    let proxy = common::proxy(sim.addr, &otel_config(endpoint, extra)).await;
+    let script = upstream::header_timed_chat(8, Duration::from_millis(5), 30);
+    let upstream = upstream::Scripted::start(script).await;
+    let proxy = common::proxy(upstream.addr, &otel_config(endpoint, extra)).await;
+    let sampled = traceparent("01");
+    let headers = [("traceparent", sampled.as_str())];
     for i in 0..12 {
         let body = chat(&format!("m{i}"));
-        let direct = sim::post(sim.addr, "/v1/chat/completions", &body, &[])
+        let direct = sim::post(upstream.addr, "/v1/chat/completions", &body, &headers)
             .await
             .expect("direct body");
         let started = Instant::now();
-        let sampled = traceparent("01");
-        let proxied = sim::post(
-            proxy.addr,
-            "/v1/chat/completions",
-            &body,
-            &[("traceparent", &sampled)],
-        )
-        .await
-        .expect("proxied body");
+        let proxied = sim::post(proxy.addr, "/v1/chat/completions", &body, &headers)
+            .await
+            .expect("proxied body");
         let took = started.elapsed();
-        assert_eq!(proxied.status, direct.status);
         assert_eq!(proxied.status, 200);
+        assert_eq!(proxied.status, direct.status);
         assert_eq!(proxied.body(), direct.body(), "request {i}: bytes changed");
         assert!(took < bound, "request {i} took {took:?} (bound {bound:?})");
     }
@@ -482,4 +480,33 @@ async fn a_slow_collector_costs_spans_not_requests() {
     })
     .await;
     assert!(dropped(&text, "timeout") > 0.0, "{text}");
+}
+
+#[test]
+fn check_config_accepts_otel_hides_its_headers_and_names_a_bad_key() {
+    let base = "upstream = \"http://127.0.0.1:8000\"\n";
+    let good = format!(
+        "{base}{}",
+        otel_config("http://collector:4318", "sample_ratio = 0.25")
+    );
+    let (code, stdout, stderr) = crate::lifecycle::check_config(&good);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stdout.contains("[otel]") && stdout.contains("sample_ratio = 0.25"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("<redacted>"), "{stdout}");
+    assert!(!stdout.contains("otel-s3cret") && !stderr.contains("otel-s3cret"));
+    for (extra, key) in [
+        ("sample_ratio = 2", "otel.sample_ratio"),
+        ("export_timeout = \"0s\"", "otel.export_timeout"),
+        ("flush = true", "flush"),
+    ] {
+        let bad = format!("{base}{}", otel_config("http://collector:4318", extra));
+        let (code, _, stderr) = crate::lifecycle::check_config(&bad);
+        assert_eq!(code, Some(2), "{extra}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+        assert!(stderr.contains(key), "{extra}: {stderr}");
+        assert!(!stderr.contains("otel-s3cret"), "{stderr}");
+    }
 }

@@ -308,6 +308,9 @@ impl Batcher {
                     tracing::warn!(%error, "Trace export failed; dropping spans until it works again.");
                 }
             }
+            Exported::TimedOut if self.closing.is_some_and(|end| Instant::now() >= end) => {
+                self.counters.dropped("shutdown", spans);
+            }
             Exported::TimedOut => {
                 self.counters.dropped("timeout", spans);
                 if !std::mem::replace(&mut self.failing, true) {

@@ -16,8 +16,9 @@ fn ms_(n: u64) -> Duration {
 }
 
 /// Reasoning at 100 ms, output every 90 ms with 3 tokens per event
-/// (exact via `tokens`), head at 50 ms, end at 1000 ms.
-fn timeline() -> Timeline {
+/// (exact via `tokens`), head at 50 ms, end at 1000 ms. Shared with the
+/// span tests of `export::otel`.
+pub(crate) fn timeline() -> Timeline {
     let t0 = Instant::now();
     let mut t = Timeline::new(t0, Dialect::Anthropic);
     t.started_at = UNIX_EPOCH + Duration::from_millis(1_700_000_000_123);

@@ -1,58 +1,31 @@
 //! Unit tests of span building and sampling.
 
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 use http::StatusCode;
 use opentelemetry::{trace::Status, Key, Value};
 
 use super::*;
-use crate::measure::{
-    dialect::{Parsed, Usage},
-    timeline::TraceParent,
-};
+use crate::measure::timeline::TraceParent;
 
 fn ms_(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
-/// Upload done at 5 ms, head at 50 ms, reasoning at 100 ms, output from
-/// 190 ms every 90 ms, end at 1000 ms.
+/// The records' fixture (Anthropic; head at 50 ms, reasoning at 100 ms,
+/// output from 190 ms every 90 ms, end at 1000 ms) with what a span shows
+/// besides: upload done at 5 ms, model, cap, status, ids.
 fn timeline() -> Timeline {
-    let t0 = Instant::now();
-    let mut t = Timeline::new(t0, Dialect::OpenAiChat);
-    t.started_at = UNIX_EPOCH + Duration::from_millis(1_700_000_000_123);
+    let mut t = crate::export::records::tests::timeline();
+    t.request_sent = Some(t.start + ms_(5));
     t.request.model = Some("llama".into());
+    t.model = Some("llama".into());
+    t.response_model = Some("llama-3".into());
     t.request.max_tokens = Some(64);
     t.status = Some(StatusCode::OK);
     t.streamed = true;
-    t.request_sent = Some(t0 + ms_(5));
-    t.response_head = Some(t0 + ms_(50));
     t.ids.request_id = Some("req-1".into());
-    t.ids.response_id_seen("chatcmpl-9");
-    let thinking = Parsed {
-        reasoning_bytes: 8,
-        tokens: Some(3),
-        ..Parsed::default()
-    };
-    t.record(&thinking, t0 + ms_(100));
-    let answer = Parsed {
-        output_bytes: 12,
-        tokens: Some(3),
-        model: Some("llama-3".into()),
-        ..Parsed::default()
-    };
-    for i in 1..4 {
-        t.record(&answer, t0 + ms_(100 + 90 * i));
-    }
-    let usage = Parsed {
-        usage: Some(Usage {
-            input: Some(42),
-            ..Usage::default()
-        }),
-        ..Parsed::default()
-    };
-    t.record(&usage, t0 + ms_(400));
-    t.finish(Outcome::Ok, t0 + ms_(1000));
+    t.ids.response_id_seen("msg_9");
     t
 }
 
@@ -156,11 +129,14 @@ fn attributes_follow_the_semantic_conventions() {
     let s = &spans[0];
     let string = |v: &str| Some(Value::from(v.to_owned()));
     assert_eq!(attr(s, "gen_ai.operation.name").cloned(), string("chat"));
-    assert_eq!(attr(s, "gen_ai.provider.name").cloned(), string("openai"));
+    assert_eq!(
+        attr(s, "gen_ai.provider.name").cloned(),
+        string("anthropic")
+    );
     assert_eq!(attr(s, "gen_ai.request.model").cloned(), string("llama"));
     assert_eq!(attr(s, "gen_ai.request.max_tokens"), Some(&Value::I64(64)));
     assert_eq!(attr(s, "gen_ai.response.model").cloned(), string("llama-3"));
-    assert_eq!(attr(s, "gen_ai.response.id").cloned(), string("chatcmpl-9"));
+    assert_eq!(attr(s, "gen_ai.response.id").cloned(), string("msg_9"));
     assert_eq!(attr(s, "gen_ai.usage.input_tokens"), Some(&Value::I64(42)));
     assert_eq!(attr(s, "gen_ai.usage.output_tokens"), Some(&Value::I64(12)));
     assert_eq!(attr(s, "http.response.status_code"), Some(&Value::I64(200)));
@@ -170,10 +146,7 @@ fn attributes_follow_the_semantic_conventions() {
     assert_eq!(attr(s, "tokenclock.e2e_ms"), Some(&Value::F64(1000.0)));
     assert!(attr(s, "tokenclock.tpot_ms").is_some());
     assert_eq!(attr(s, "tokenclock.outcome").cloned(), string("ok"));
-    assert_eq!(
-        attr(s, "tokenclock.endpoint").cloned(),
-        string("openai_chat")
-    );
+    assert_eq!(attr(s, "tokenclock.endpoint").cloned(), string("anthropic"));
     assert_eq!(attr(s, "tokenclock.request_id").cloned(), string("req-1"));
     assert!(attr(s, "tokenclock.output_tokens_source").is_some());
     assert_eq!(s.status, Status::Unset);
