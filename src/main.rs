@@ -52,9 +52,15 @@ struct ReportFlags {
     /// Group by model or endpoint [default: one group, all]
     #[arg(long, value_name = "KEY", value_parser = ["model", "endpoint"])]
     by: Option<String>,
-    /// Output format: text, json or csv
+    /// Output format: text, json or csv (json with --request-id/--trace-id: the matching records)
     #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json", "csv"])]
     format: String,
+    /// Print the whole timeline of the request(s) with this request id instead (exit 1 if none)
+    #[arg(long, value_name = "ID", conflicts_with = "trace_id")]
+    request_id: Option<String>,
+    /// Print the whole timeline of the request(s) of this W3C trace id instead (exit 1 if none)
+    #[arg(long, value_name = "ID")]
+    trace_id: Option<String>,
 }
 
 #[derive(Args)]
@@ -120,12 +126,18 @@ fn main() -> ExitCode {
 }
 
 fn report(flags: ReportFlags) -> ExitCode {
-    use tokenclock::tools::report;
+    use tokenclock::tools::report::{self, ReportError, Select};
+    let select = match (flags.request_id, flags.trace_id) {
+        (Some(id), _) => Some(Select::RequestId(id)),
+        (None, Some(id)) => Some(Select::TraceId(id)),
+        (None, None) => None,
+    };
     let args = report::ReportArgs {
         files: flags.files,
         slos: flags.slo,
         by: flags.by.as_deref().and_then(|b| b.parse().ok()),
         format: flags.format.parse().unwrap_or_default(),
+        select,
     };
     match report::run(&args) {
         Ok(output) => {
@@ -135,6 +147,7 @@ fn report(flags: ReportFlags) -> ExitCode {
             print!("{}", output.stdout);
             ExitCode::SUCCESS
         }
+        Err(e @ ReportError::NoMatch { .. }) => fail(1, &format!("report: {e}")),
         Err(e) => fail(2, &format!("report: {e}")),
     }
 }

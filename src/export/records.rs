@@ -7,6 +7,7 @@
 //! JSONL file with size-based rotation; `tokenclock report` reads them back.
 //! Field names are a stable interface: add fields, never rename them.
 
+mod arrivals;
 mod log;
 mod writer;
 
@@ -17,13 +18,14 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
+pub use self::arrivals::{Arrivals, BINS as ARRIVAL_BINS};
 pub use self::log::RecordLog;
 pub use self::writer::{RecordWriter, DROPPED_HELP, DROPPED_NAME};
 use crate::{
     measure::dialect::ServerTimings,
     measure::slo::Slo,
     measure::slo::{judge_all, Judgement},
-    measure::timeline::{CountSource, Timeline, TokenCounts},
+    measure::timeline::{CountSource, Timeline, TokenCounts, TraceParent},
 };
 
 /// One finished request, as written to the record log (one JSON object per
@@ -34,6 +36,21 @@ use crate::{
 pub struct Record {
     /// Wall-clock time of `t0`, in milliseconds since the Unix epoch.
     pub start_unix_ms: f64,
+    /// The caller's request id: the first present of the
+    /// `request_id_headers` (visible ASCII, at most 128 bytes).
+    #[serde(default)]
+    pub request_id: Option<String>,
+    /// The trace id of the incoming W3C `traceparent` (32 lowercase hex
+    /// digits); `null` without a valid one.
+    #[serde(default)]
+    pub trace_id: Option<String>,
+    /// The caller's span id from that `traceparent` (16 lowercase hex).
+    #[serde(default)]
+    pub parent_span_id: Option<String>,
+    /// The id the server gave its response (`chatcmpl-…`, `msg_…`,
+    /// `resp_…`): the first one seen; `null` when the format has none.
+    #[serde(default)]
+    pub response_id: Option<String>,
     /// The API family (`openai_chat`, `anthropic`, … `unknown`).
     pub endpoint: String,
     /// The model the request named; else the response's, a path reduced to
@@ -79,6 +96,10 @@ pub struct Record {
     /// Gaps beyond the per-request buffer (16 Ki), not in `itl_ms` (count).
     #[serde(default)]
     pub itl_dropped: u64,
+    /// When the token-bearing events arrived: counts in 64 equal bins from
+    /// `t0` to the end; `null` without a token-bearing event.
+    #[serde(default)]
+    pub token_arrivals: Option<Arrivals>,
     /// Token counts and where each came from.
     pub tokens: Tokens,
     /// Timings the server reported about itself (ms); `null` if none.
@@ -177,6 +198,10 @@ impl Record {
     pub fn from_timeline(t: &Timeline, slos: &[Slo], label_names: &[String]) -> Self {
         Self {
             start_unix_ms: t.started_at.duration_since(UNIX_EPOCH).map_or(0.0, ms),
+            request_id: t.ids.request_id.clone(),
+            trace_id: t.ids.trace.as_ref().map(TraceParent::trace_id_hex),
+            parent_span_id: t.ids.trace.as_ref().map(TraceParent::parent_span_id_hex),
+            response_id: t.ids.response_id.clone(),
             endpoint: t.dialect.as_str().to_owned(),
             model: t.model.clone(),
             response_model: t.response_model.clone(),
@@ -199,6 +224,7 @@ impl Record {
             inter_event_ms: GapSummary::of(t.gaps.inter_event()),
             itl_ms: merged(t.inter_token_latencies()),
             itl_dropped: t.gaps.dropped,
+            token_arrivals: Arrivals::of(t),
             tokens: Tokens::of(&t.tokens, t.request.max_tokens),
             server_ms: ServerMs::of(&t.server),
             slo: judge_all(slos, t).iter().map(SloResult::of).collect(),

@@ -259,6 +259,9 @@ impl Timeline {
         if self.response_model.is_none() {
             self.response_model = parsed.model.as_deref().map(str::to_owned);
         }
+        if let Some(id) = &parsed.response_id {
+            self.ids.response_id_seen(id);
+        }
         self.in_band_error |= parsed.error;
         if let Some(finish) = &parsed.finish {
             self.finished_for(finish);

@@ -6,9 +6,13 @@
 //! E2E, input and output tokens; request and output-token throughput;
 //! goodput per SLO; and the input × output token map. Percentiles are
 //! exact nearest-rank (see [`crate::tools::stats`]).
+//!
+//! With a [`Select`] (`--request-id`, `--trace-id`) it prints instead the
+//! whole timeline of each matching record ([`request`]).
 
 mod figures;
 pub(crate) mod render;
+mod request;
 mod slo;
 
 use std::{
@@ -21,6 +25,7 @@ use std::{
 
 pub use self::{
     figures::{Figures, Goodput, Grid, Metric, Tally},
+    request::Select,
     slo::SloSpec,
 };
 use crate::export::records::Record;
@@ -47,6 +52,17 @@ pub enum ReportError {
         /// Why it is wrong.
         why: String,
     },
+    /// No record matched `--request-id` / `--trace-id`.
+    #[error("no record with {what} in {records} records")]
+    NoMatch {
+        /// The field and value looked for.
+        what: String,
+        /// Records read.
+        records: usize,
+    },
+    /// `--format csv` asked of one request's timeline.
+    #[error("--format csv does not apply to --request-id / --trace-id (use text or json)")]
+    SelectCsv,
 }
 
 /// How records are grouped.
@@ -104,6 +120,8 @@ pub struct ReportArgs {
     pub by: Option<GroupBy>,
     /// Output format.
     pub format: Format,
+    /// Only these records, each as its whole timeline; `None`: the summary.
+    pub select: Option<Select>,
 }
 
 /// A finished report.
@@ -130,6 +148,10 @@ pub fn run(args: &ReportArgs) -> Result<Output, ReportError> {
             source,
         })?;
     }
+    if let Some(select) = &args.select {
+        let stdout = selected(&records, select, args.format)?;
+        return Ok(Output { stdout, warnings });
+    }
     let figures = figures(&records, args.by, &slos);
     let stdout = match args.format {
         Format::Text => render::text(&figures, records.len()),
@@ -137,6 +159,29 @@ pub fn run(args: &ReportArgs) -> Result<Output, ReportError> {
         Format::Csv => render::csv(&figures),
     };
     Ok(Output { stdout, warnings })
+}
+
+/// The selected records: text timelines, or the records themselves as
+/// JSON lines.
+fn selected(records: &[Record], select: &Select, format: Format) -> Result<String, ReportError> {
+    if format == Format::Csv {
+        return Err(ReportError::SelectCsv);
+    }
+    let chosen: Vec<&Record> = records.iter().filter(|r| select.matches(r)).collect();
+    if chosen.is_empty() {
+        return Err(ReportError::NoMatch {
+            what: select.describe(),
+            records: records.len(),
+        });
+    }
+    match format {
+        Format::Text => Ok(request::text(&chosen)),
+        Format::Json | Format::Csv => Ok(chosen
+            .iter()
+            .filter_map(|r| serde_json::to_string(r).ok())
+            .map(|line| line + "\n")
+            .collect()),
+    }
 }
 
 /// The figures of each group, groups in name order.

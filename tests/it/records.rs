@@ -213,6 +213,10 @@ fn a_record_has_exactly_the_documented_keys() {
         keys,
         [
             "start_unix_ms",
+            "request_id",
+            "trace_id",
+            "parent_span_id",
+            "response_id",
             "endpoint",
             "model",
             "response_model",
@@ -231,6 +235,7 @@ fn a_record_has_exactly_the_documented_keys() {
             "inter_event_ms",
             "itl_ms",
             "itl_dropped",
+            "token_arrivals",
             "tokens",
             "server_ms",
             "slo",
@@ -354,6 +359,7 @@ async fn report_json_parses_and_csv_has_its_header() {
         slos: vec!["ttft:500ms tpot:50ms".into()],
         by: None,
         format,
+        select: None,
     };
     let json = report::run(&args(Format::Json)).expect("report");
     let value: serde_json::Value = serde_json::from_str(&json.stdout).expect("one JSON object");

@@ -175,3 +175,52 @@ fn the_finish_reason_is_recorded_as_sent_and_null_without_one() {
     let back: Record = serde_json::from_value(old).expect("an old record");
     assert_eq!(back.finish_reason, None);
 }
+
+#[test]
+fn the_ids_land_in_their_fields_and_old_records_still_read() {
+    let mut t = timeline();
+    let mut headers = http::HeaderMap::new();
+    headers.insert("x-request-id", "req-42".parse().expect("value"));
+    headers.insert(
+        "traceparent",
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+            .parse()
+            .expect("value"),
+    );
+    let names = [http::HeaderName::from_static("x-request-id")];
+    t.ids = crate::measure::timeline::RequestIds::from_headers(&headers, &names);
+    t.ids.response_id_seen("msg_01XFD");
+    let json = serde_json::to_value(Record::from_timeline(&t, &[], &[])).expect("json");
+    assert_eq!(json["request_id"], "req-42");
+    assert_eq!(json["trace_id"], "4bf92f3577b34da6a3ce929d0e0e4736");
+    assert_eq!(json["parent_span_id"], "00f067aa0ba902b7");
+    assert_eq!(json["response_id"], "msg_01XFD");
+    // Reasoning at 100 ms, output at 190, 280, 370; end at 1000 ms.
+    assert_eq!(json["token_arrivals"]["bin_ms"], 1000.0 / 64.0);
+    let bins = json["token_arrivals"]["events"].as_array().expect("bins");
+    let at = |ms: f64| (ms * 64.0 / 1000.0) as usize;
+    for ms in [100.0, 190.0, 280.0, 370.0] {
+        assert_eq!(bins[at(ms)], 1, "{ms} ms: {bins:?}");
+    }
+    assert_eq!(bins.iter().filter_map(|b| b.as_u64()).sum::<u64>(), 4);
+
+    // Without them: null, not absent and not empty.
+    let json = serde_json::to_value(Record::from_timeline(&timeline(), &[], &[])).expect("json");
+    for key in ["request_id", "trace_id", "parent_span_id", "response_id"] {
+        assert!(json[key].is_null(), "{key}: {json}");
+    }
+    // Records written before these fields existed still read.
+    let mut old = json;
+    let object = old.as_object_mut().expect("object");
+    for key in [
+        "request_id",
+        "trace_id",
+        "parent_span_id",
+        "response_id",
+        "token_arrivals",
+    ] {
+        object.remove(key);
+    }
+    let back: Record = serde_json::from_value(old).expect("an old record");
+    assert_eq!((back.request_id, back.token_arrivals), (None, None));
+}

@@ -49,6 +49,9 @@ impl StartBlock<'_> {
 struct Message<'a> {
     #[serde(default, borrow, deserialize_with = "cow")]
     model: Option<Cow<'a, str>>,
+    /// `msg_…`.
+    #[serde(default, borrow, deserialize_with = "cow")]
+    id: Option<Cow<'a, str>>,
     #[serde(default)]
     usage: Option<AnthropicUsage>,
     #[serde(default)]
@@ -142,10 +145,13 @@ pub(super) fn event<'a>(name: &[u8], data: &'a [u8]) -> Result<Parsed<'a>, Parse
     let kind = event_type(ev.kind.as_deref(), name);
     Ok(match kind {
         "message_start" => {
-            let (usage, model) = ev.message.map_or((None, None), |m| (m.usage, m.model));
+            let (usage, model, id) = ev
+                .message
+                .map_or((None, None, None), |m| (m.usage, m.model, m.id));
             Parsed {
                 usage: usage.map(Usage::from),
                 model,
+                response_id: id,
                 ..Parsed::default()
             }
         }
@@ -182,6 +188,7 @@ pub(super) fn body(data: &[u8]) -> Result<Parsed<'_>, ParseError> {
     Ok(Parsed {
         usage: m.usage.map(Usage::from),
         model: m.model,
+        response_id: m.id,
         finish: Finish::new(m.stop_reason),
         end: true,
         error: m.kind.as_deref() == Some("error"),

@@ -207,6 +207,10 @@ pub struct Parsed<'a> {
     pub server: Option<ServerTimings>,
     /// The model the server says answered.
     pub model: Option<Cow<'a, str>>,
+    /// The id the server gave its response (OpenAI `chatcmpl-…` / `cmpl-…`,
+    /// Anthropic `msg_…`, Responses `resp_…`), borrowed from the payload;
+    /// absent in formats without one (Ollama, TGI and llama.cpp native).
+    pub response_id: Option<Cow<'a, str>>,
     /// Why generation stopped, when this event says (a choice's
     /// `finish_reason`, Anthropic's `stop_reason`, Ollama's `done_reason`, …).
     pub finish: Option<Finish<'a>>,

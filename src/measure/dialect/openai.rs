@@ -116,6 +116,9 @@ struct Envelope<'a, C> {
     time_info: Option<GroqUsage>,
     #[serde(default, borrow, deserialize_with = "cow")]
     model: Option<Cow<'a, str>>,
+    /// `chatcmpl-…`, `cmpl-…`: the same on every chunk of a stream.
+    #[serde(default, borrow, deserialize_with = "cow")]
+    id: Option<Cow<'a, str>>,
     #[serde(default)]
     error: Option<IgnoredAny>,
 }
@@ -146,6 +149,7 @@ impl<'a, C> Envelope<'a, C> {
             usage,
             server,
             model: self.model,
+            response_id: self.id,
             finish: Finish::new(self.choices.1),
             error: self.error.is_some(),
             ..counts.parsed()

@@ -29,6 +29,10 @@ struct Event<'a> {
 /// The response object: the payload of the end events, and the whole body.
 #[derive(Deserialize)]
 struct Response<'a> {
+    /// `resp_…`: on `response.created` and every later `response.*`
+    /// lifecycle event.
+    #[serde(default, borrow, deserialize_with = "cow")]
+    id: Option<Cow<'a, str>>,
     #[serde(default)]
     usage: Option<OpenAiUsage>,
     #[serde(default, borrow, deserialize_with = "cow")]
@@ -141,10 +145,11 @@ pub(super) fn event<'a>(name: &[u8], data: &'a [u8]) -> Result<Parsed<'a>, Parse
     if is_done(data) {
         return Ok(done());
     }
-    let ev: Event<'a> = json(data)?;
+    let mut ev: Event<'a> = json(data)?;
+    let response_id = ev.response.as_mut().and_then(|r| r.id.take());
     let kind = event_type(ev.kind.as_deref(), name);
     let delta = ev.delta.0;
-    Ok(match kind {
+    let parsed = match kind {
         "response.output_text.delta" | "response.refusal.delta" => Parsed {
             output_bytes: delta,
             ..Parsed::default()
@@ -183,6 +188,10 @@ pub(super) fn event<'a>(name: &[u8], data: &'a [u8]) -> Result<Parsed<'a>, Parse
             ..Parsed::default()
         },
         _ => Parsed::default(),
+    };
+    Ok(Parsed {
+        response_id,
+        ..parsed
     })
 }
 
@@ -205,6 +214,7 @@ pub(super) fn body(data: &[u8]) -> Result<Parsed<'_>, ParseError> {
         finish: r.finish(),
         usage: r.usage.map(Usage::from),
         model: r.model,
+        response_id: r.id,
         end: true,
         error: r.status.as_deref() == Some("failed"),
         ..r.output.0.parsed()

@@ -81,6 +81,8 @@ struct Summary {
     cumulative: Vec<usize>,
     server: Option<ServerTimings>,
     model: Option<String>,
+    /// The first response id the stream carried.
+    response_id: Option<String>,
     /// Events marked as the end of the stream.
     ends: Vec<usize>,
     errors: usize,
@@ -130,6 +132,9 @@ fn summarize(dialect: Dialect, frames: &[Frame]) -> Summary {
         }
         s.server = p.server.or(s.server);
         s.model = p.model.map(|m| m.into_owned()).or(s.model.take());
+        if s.response_id.is_none() {
+            s.response_id = p.response_id.map(|id| id.into_owned());
+        }
         if p.end {
             s.ends.push(i);
         }

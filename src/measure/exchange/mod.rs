@@ -22,7 +22,7 @@ use crate::{
     measure::observe::{End, Observe},
     measure::read::ReadSettings,
     measure::slo::Limits,
-    measure::timeline::{Outcome, RequestIds, Timeline, TimelineSink},
+    measure::timeline::{Hex, Outcome, RequestIds, Timeline, TimelineSink},
 };
 
 /// The response side of an exchange; observes the body sent to the client.
@@ -156,6 +156,8 @@ impl Exchange {
             .model
             .as_deref()
             .map(|m| cut(m, self.max_logged_model_bytes));
+        let ids = &t.ids;
+        let trace = ids.trace.as_ref();
         tracing::info!(
             target: "tokenclock::access",
             method = %self.method,
@@ -172,6 +174,10 @@ impl Exchange {
             token_source = t.tokens.generated_source.map(|s| s.as_str()),
             bytes_in = t.bytes_in,
             bytes_out = t.bytes_out,
+            request_id = ids.request_id.as_deref(),
+            trace_id = trace.map(|tp| tracing::field::display(Hex(&tp.trace_id))),
+            parent_span_id = trace.map(|tp| tracing::field::display(Hex(&tp.parent_span_id))),
+            response_id = ids.response_id.as_deref(),
             "Request finished."
         );
     }

@@ -89,3 +89,19 @@ fn a_long_model_is_cut_for_the_log_at_a_char_boundary() {
     assert_eq!(cut("aéb", 2), "a…");
     assert_eq!(cut("ééé", 0), "…");
 }
+
+#[test]
+fn the_first_response_id_of_a_stream_is_kept() {
+    let mut e = exchange(200);
+    let t0 = Instant::now();
+    let chunk = |s: &'static str| Bytes::from_static(s.as_bytes());
+    e.on_data(
+        &chunk("data: {\"id\":\"chatcmpl-1\",\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n\n"),
+        t0,
+    );
+    e.on_data(
+        &chunk("data: {\"id\":\"chatcmpl-2\",\"choices\":[{\"delta\":{\"content\":\"!\"}}]}\n\n"),
+        t0,
+    );
+    assert_eq!(e.timeline.ids.response_id.as_deref(), Some("chatcmpl-1"));
+}

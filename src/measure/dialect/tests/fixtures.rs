@@ -9,6 +9,10 @@ fn model(m: &str) -> Option<String> {
     Some(m.to_owned())
 }
 
+fn id(id: &str) -> Option<String> {
+    Some(id.to_owned())
+}
+
 #[test]
 fn vllm_chat_reasoning() {
     let s = summarize(
@@ -30,6 +34,7 @@ fn vllm_chat_reasoning() {
         }),
         model: model("Qwen/Qwen3-8B"),
         ends: vec![13],
+        response_id: id("chatcmpl-b7e1f0c2"),
         ..Summary::default()
     };
     assert_eq!(s, want);
@@ -48,6 +53,7 @@ fn vllm_chat_continuous_usage() {
         cumulative: (0..=6).collect(),
         model: model("meta-llama/Llama-3.1-8B-Instruct"),
         ends: vec![8],
+        response_id: id("chatcmpl-5d1a"),
         ..Summary::default()
     };
     assert_eq!(s, want);
@@ -65,6 +71,7 @@ fn vllm_chat_logprobs() {
         tokens: Some(4),
         model: model("meta-llama/Llama-3.1-8B-Instruct"),
         ends: vec![4],
+        response_id: id("chatcmpl-5d1a"),
         ..Summary::default()
     };
     assert_eq!(s, want);
@@ -80,6 +87,7 @@ fn sglang_chat() {
         usage: usage(Some(9), Some(4), 8, None),
         model: model("deepseek-ai/DeepSeek-R1-Distill-Qwen-7B"),
         ends: vec![9],
+        response_id: id("3f9c2a"),
         ..Summary::default()
     };
     assert_eq!(s, want);
@@ -95,6 +103,7 @@ fn openai_chat_tools() {
         usage: usage(Some(81), Some(64), 15, Some(0)),
         model: model("gpt-4o-mini-2024-07-18"),
         ends: vec![8],
+        response_id: id("chatcmpl-CAx9"),
         ..Summary::default()
     };
     assert_eq!(s, want);
@@ -113,6 +122,7 @@ fn openai_completions() {
         usage: usage(Some(5), None, 4, None),
         model: model("meta-llama/Llama-3.1-8B"),
         ends: vec![5],
+        response_id: id("cmpl-7a21"),
         ..Summary::default()
     };
     assert_eq!(s, want);
@@ -131,6 +141,7 @@ fn openai_responses() {
         usage: usage(Some(14), Some(0), 85, Some(64)),
         model: model("o4-mini-2025-04-16"),
         ends: vec![18],
+        response_id: id("resp_68a1"),
         ..Summary::default()
     };
     assert_eq!(s, want);
@@ -147,6 +158,7 @@ fn anthropic_thinking() {
         cumulative: vec![13],
         model: model("claude-sonnet-4-5-20250929"),
         ends: vec![14],
+        response_id: id("msg_01XFD"),
         ..Summary::default()
     };
     assert_eq!(s, want);
@@ -162,6 +174,8 @@ fn tgi_generate_stream() {
         tokens: Some(6),
         usage: usage(Some(12), None, 7, None),
         ends: vec![6],
+        // TGI's native stream has no response id.
+        response_id: None,
         ..Summary::default()
     };
     assert_eq!(s, want);
@@ -183,6 +197,8 @@ fn ollama_chat() {
         }),
         model: model("qwen3:8b"),
         ends: vec![8],
+        // Ollama's lines have no response id.
+        response_id: None,
         ..Summary::default()
     };
     assert_eq!(s, want);
@@ -203,6 +219,8 @@ fn ollama_generate() {
         }),
         model: model("llama3.2:3b"),
         ends: vec![5],
+        // Ollama's lines have no response id.
+        response_id: None,
         ..Summary::default()
     };
     assert_eq!(s, want);
@@ -224,6 +242,8 @@ fn llamacpp_completion() {
         }),
         model: model("gpt-3.5-turbo"),
         ends: vec![4],
+        // `id_slot` is a server slot, not a response id.
+        response_id: None,
         ..Summary::default()
     };
     assert_eq!(s, want);
@@ -245,6 +265,7 @@ fn llamacpp_chat() {
         }),
         model: model("gpt-oss-20b"),
         ends: vec![9],
+        response_id: id("chatcmpl-Xk2"),
         ..Summary::default()
     };
     assert_eq!(s, want);
@@ -271,6 +292,13 @@ fn ended(r: u32, o: u32, t: u32, usage: Usage, model: Option<&str>) -> Parsed<'_
     }
 }
 
+fn with_id<'a>(parsed: Parsed<'a>, id: &'a str) -> Parsed<'a> {
+    Parsed {
+        response_id: Some(id.into()),
+        ..parsed
+    }
+}
+
 fn u(input: Option<u64>, cached: Option<u64>, output: u64, reasoning: Option<u64>) -> Usage {
     Usage {
         input,
@@ -284,23 +312,24 @@ fn u(input: Option<u64>, cached: Option<u64>, output: u64, reasoning: Option<u64
 fn bodies_openai() {
     let chat = body(Dialect::OpenAiChat, fixture!("body_openai_chat.json"));
     let usage = u(Some(20), Some(16), 25, None);
-    assert_eq!(chat, ended(5, 16, 3 + 16, usage, Some("Qwen/Qwen3-8B")));
+    let want = ended(5, 16, 3 + 16, usage, Some("Qwen/Qwen3-8B"));
+    assert_eq!(chat, with_id(want, "chatcmpl-9a1"));
     let compl = body(
         Dialect::OpenAiCompletions,
         fixture!("body_openai_completions.json"),
     );
     let usage = u(Some(5), None, 6, None);
-    assert_eq!(
-        compl,
-        ended(0, 21, 0, usage, Some("meta-llama/Llama-3.1-8B"))
-    );
+    let want = ended(0, 21, 0, usage, Some("meta-llama/Llama-3.1-8B"));
+    assert_eq!(compl, with_id(want, "cmpl-1b2"));
     let resp = body(
         Dialect::OpenAiResponses,
         fixture!("body_openai_responses.json"),
     );
     let usage = u(Some(60), Some(32), 120, Some(90));
     // The function call counts its name (11 bytes) and arguments (16).
-    assert_eq!(resp, ended(18, 21, 27, usage, Some("o4-mini-2025-04-16")));
+    let want = ended(18, 21, 27, usage, Some("o4-mini-2025-04-16"));
+    // The response's id, not its items' (`rs_2`, `msg_4`, `fc_3`).
+    assert_eq!(resp, with_id(want, "resp_77b"));
 }
 
 #[test]
@@ -309,10 +338,10 @@ fn bodies_anthropic_tgi() {
     let usage = u(Some(410 + 2048), Some(2048), 95, None);
     // The tool's name counts, and its input object as its compact JSON
     // `{"city":"Paris"}`.
-    assert_eq!(
-        msg,
-        ended(13, 13, 11 + 16, usage, Some("claude-sonnet-4-5-20250929"))
-    );
+    let want = ended(13, 13, 11 + 16, usage, Some("claude-sonnet-4-5-20250929"));
+    // The message's id, not its tool block's (`toolu_01`).
+    assert_eq!(msg, with_id(want, "msg_01A"));
+    // TGI's native body has no id.
     let tgi = body(Dialect::Tgi, fixture!("body_tgi.json"));
     assert_eq!(tgi, ended(0, 17, 0, u(None, None, 7, None), None));
 }
