@@ -26,6 +26,7 @@
 
 mod counts;
 mod ids;
+mod live;
 mod model;
 mod phases;
 
@@ -40,6 +41,7 @@ use tokio::time::Instant;
 pub use self::{
     counts::CountSource,
     ids::{Hex, RequestIds, TraceParent, MAX_ID_BYTES},
+    live::{Milestone, Milestones, Stage},
     phases::Phase,
 };
 pub(crate) use self::{
@@ -98,7 +100,8 @@ pub struct Timeline {
     /// The API family, from the request path.
     pub dialect: Dialect,
     /// The model the request named; only when it named none, the
-    /// response's, reduced to its file name when it is a path (set by
+    /// response's, reduced to its file name when it is a path
+    /// ([`Timeline::model_label`]; set once it is settled, and by
     /// [`Timeline::finish`]).
     pub model: Option<String>,
     /// The first model the response named, as sent.
@@ -144,6 +147,9 @@ pub struct Timeline {
     /// Total time the proxy waited for the client to take bytes it had
     /// already received (backpressure).
     pub delivery_stall: Duration,
+    /// Milestones already handed to the sinks as they happened
+    /// ([`TimelineSink::progressed`]): the end must not observe them again.
+    pub delivered: Milestones,
 
     /// Events seen, token-bearing or not.
     pub events: u64,
@@ -198,6 +204,7 @@ impl Timeline {
             last_token: None,
             end: None,
             delivery_stall: Duration::ZERO,
+            delivered: Milestones::default(),
             events: 0,
             tokens: TokenCounts::default(),
             gaps: Gaps::default(),
@@ -286,10 +293,7 @@ impl Timeline {
             Outcome::Ok if self.in_band_error => Outcome::UpstreamError,
             other => other,
         };
-        self.model = match self.request.model.as_deref() {
-            Some(named) if !named.is_empty() => Some(named.to_owned()),
-            _ => self.response_model.as_deref().map(model::label_of_response),
-        };
+        self.model = self.model_label();
         self.tokens.settle(&self.usage, &self.request);
     }
 
@@ -389,6 +393,26 @@ pub trait TimelineSink: Send + Sync + 'static {
         let _ = dialect;
     }
 
+    /// The request reached `milestone`, and its model label is settled:
+    /// called at most once per milestone and request, on the task that
+    /// forwards the response, before [`TimelineSink::finished`]; the
+    /// milestone is then in `timeline.delivered` at the end. Must be cheap.
+    fn progressed(&self, timeline: &Timeline, milestone: Milestone) {
+        let _ = (timeline, milestone);
+    }
+
+    /// A request of `dialect` entered `stage`. Every entry is matched by
+    /// one [`TimelineSink::left`] of the same stage, which may come from
+    /// another task; an entry comes before its matching exit.
+    fn entered(&self, dialect: Dialect, stage: Stage) {
+        let _ = (dialect, stage);
+    }
+
+    /// A request of `dialect` left `stage` (moved on, or ended).
+    fn left(&self, dialect: Dialect, stage: Stage) {
+        let _ = (dialect, stage);
+    }
+
     /// Called once per request, after its response ended.
     fn finished(&self, timeline: &Timeline);
 }
@@ -397,6 +421,19 @@ pub trait TimelineSink: Send + Sync + 'static {
 impl TimelineSink for Vec<std::sync::Arc<dyn TimelineSink>> {
     fn started(&self, dialect: Dialect) {
         self.iter().for_each(|sink| sink.started(dialect));
+    }
+
+    fn progressed(&self, timeline: &Timeline, milestone: Milestone) {
+        self.iter()
+            .for_each(|sink| sink.progressed(timeline, milestone));
+    }
+
+    fn entered(&self, dialect: Dialect, stage: Stage) {
+        self.iter().for_each(|sink| sink.entered(dialect, stage));
+    }
+
+    fn left(&self, dialect: Dialect, stage: Stage) {
+        self.iter().for_each(|sink| sink.left(dialect, stage));
     }
 
     fn finished(&self, timeline: &Timeline) {

@@ -1,23 +1,30 @@
 //! Prometheus export: each finished [`Timeline`] becomes observations in
 //! the families of [`families`], goodput counters per SLO, and the workload
-//! map, served at `GET /metrics` (text format 0.0.4).
+//! map, served at `GET /metrics` (text format 0.0.4). The clocks that stop
+//! early (TTFT, TTFO and the phases up to the first token) are observed
+//! when the request reaches them ([`TimelineSink::progressed`]), the rest
+//! at the end; [`stages`] counts where in-flight requests are.
 //!
 //! Every family lives in one [`Metrics`] value registered on an explicit
 //! [`Registry`] (never the crate's global one). Label values come from
 //! closed sets (enums, config) and the capped free-form [`LabelSpace`].
-//! A request's series are resolved once, when it finishes; nothing here
-//! runs per event.
+//! A request's series are resolved when a milestone is delivered and when
+//! it finishes; nothing here runs per event.
 
 mod connections;
 mod families;
 mod labels;
+mod stages;
 mod upstream;
 
 use std::{sync::Arc, time::Duration};
 
 use prometheus::{Encoder, HistogramVec, IntCounter, IntGaugeVec, Opts, Registry, TextEncoder};
 
-use self::{connections::ConnectionFamilies, families::Families, upstream::UpstreamFamilies};
+use self::{
+    connections::ConnectionFamilies, families::Families, stages::StageGauges,
+    upstream::UpstreamFamilies,
+};
 pub(crate) use self::{
     connections::ConnectionMetrics,
     labels::{LabelCaps, LabelSpace, OTHER},
@@ -28,7 +35,7 @@ use crate::{
     measure::dialect::{Dialect, FinishReason},
     measure::slo,
     measure::slo::Slo,
-    measure::timeline::{Outcome, Timeline, TimelineSink},
+    measure::timeline::{Milestone, Outcome, Phase, Stage, Timeline, TimelineSink},
 };
 
 /// The exported families and what labels them; cheap to clone.
@@ -48,6 +55,7 @@ struct Shared {
     families: Families,
     connections: ConnectionFamilies,
     upstream: UpstreamFamilies,
+    stages: StageGauges,
     labels: LabelSpace,
     /// Phases left out of their families (fixed at start, like families).
     disabled: Disabled,
@@ -122,6 +130,7 @@ impl Metrics {
         let families = Families::register(&registry, export)?;
         let connections = ConnectionFamilies::register(&registry)?;
         let upstream = UpstreamFamilies::register(&registry)?;
+        let stages = StageGauges::register(&registry)?;
         families.config_last_reload.set(unix_now());
         Ok(Self {
             shared: Arc::new(Shared {
@@ -129,6 +138,7 @@ impl Metrics {
                 families,
                 connections,
                 upstream,
+                stages,
                 labels: LabelSpace::new(1 + export.labels.len()),
                 disabled: export.disabled.clone(),
             }),
@@ -196,12 +206,30 @@ impl TimelineSink for Metrics {
         f.in_flight.with_label_values(&[dialect.as_str()]).inc();
     }
 
+    fn progressed(&self, t: &Timeline, milestone: Milestone) {
+        let free = (self.shared.labels).admit(&self.view.caps, t.model.as_deref(), &t.labels);
+        self.milestone(&Series { free: &free }, t.dialect.as_str(), t, milestone);
+    }
+
+    fn entered(&self, dialect: Dialect, stage: Stage) {
+        self.shared.stages.entered(dialect, stage);
+    }
+
+    fn left(&self, dialect: Dialect, stage: Stage) {
+        self.shared.stages.left(dialect, stage);
+    }
+
     fn finished(&self, t: &Timeline) {
         let free = (self.shared.labels).admit(&self.view.caps, t.model.as_deref(), &t.labels);
         let endpoint = t.dialect.as_str();
         let series = Series { free: &free };
         let f = &self.shared.families;
         f.in_flight.with_label_values(&[endpoint]).dec();
+        for milestone in Milestone::ALL {
+            if !t.delivered.contains(milestone) {
+                self.milestone(&series, endpoint, t, milestone);
+            }
+        }
         self.latencies(&series, endpoint, t);
         self.phases(&series, endpoint, t);
         self.tokens(&series, endpoint, t);
@@ -234,17 +262,43 @@ impl Series<'_> {
 // === impl Metrics ===
 
 impl Metrics {
+    /// The clocks `milestone` stops: TTFT or TTFO, and the phase it ends.
+    /// Observed once per request: when delivered, or at the end.
+    fn milestone(&self, s: &Series<'_>, endpoint: &str, t: &Timeline, milestone: Milestone) {
+        let f = &self.shared.families;
+        let family = match milestone {
+            Milestone::FirstToken => &f.ttft,
+            Milestone::FirstOutput => &f.ttfo,
+            _ => &None,
+        };
+        if let (Some(family), Some(d)) = (family, milestone.latency(t)) {
+            family
+                .with_label_values(&s.with(&[endpoint]))
+                .observe(d.as_secs_f64());
+        }
+        if let Some(phase) = milestone.phase() {
+            self.phase(s, endpoint, phase, t.phases().get(phase));
+        }
+    }
+
+    /// One observation of `phase`, unless it was not seen or is disabled.
+    fn phase(&self, s: &Series<'_>, endpoint: &str, phase: Phase, d: Option<Duration>) {
+        let family = &self.shared.families.phase;
+        let off = &self.shared.disabled;
+        if let (Some(family), Some(d)) = (family, d) {
+            if !off.phase("phase_seconds", phase.as_str()) {
+                let labels = s.with(&[endpoint, phase.as_str()]);
+                family.with_label_values(&labels).observe(d.as_secs_f64());
+            }
+        }
+    }
+
     fn latencies(&self, s: &Series<'_>, endpoint: &str, t: &Timeline) {
         let f = &self.shared.families;
         let labels = s.with(&[endpoint]);
-        let observe = |vec: &Option<HistogramVec>, d: Option<Duration>| {
-            if let (Some(vec), Some(d)) = (vec, d) {
-                vec.with_label_values(&labels).observe(d.as_secs_f64());
-            }
-        };
-        observe(&f.ttft, t.ttft());
-        observe(&f.ttfo, t.ttfo());
-        observe(&f.tpot, t.tpot());
+        if let (Some(tpot), Some(d)) = (&f.tpot, t.tpot()) {
+            tpot.with_label_values(&labels).observe(d.as_secs_f64());
+        }
         let series =
             |vec: &Option<HistogramVec>| vec.as_ref().map(|v| v.with_label_values(&labels));
         if let Some(inter_event) = series(&f.inter_event) {
@@ -266,15 +320,14 @@ impl Metrics {
         }
     }
 
+    /// The phases no milestone ends (those went with their milestone),
+    /// and the server's.
     fn phases(&self, s: &Series<'_>, endpoint: &str, t: &Timeline) {
         let f = &self.shared.families;
         let off = &self.shared.disabled;
-        if let Some(family) = &f.phase {
-            for (phase, d) in t.phases().iter() {
-                if !off.phase("phase_seconds", phase.as_str()) {
-                    let labels = s.with(&[endpoint, phase.as_str()]);
-                    family.with_label_values(&labels).observe(d.as_secs_f64());
-                }
+        for (phase, d) in t.phases().iter() {
+            if Milestone::of_phase(phase).is_none() {
+                self.phase(s, endpoint, phase, Some(d));
             }
         }
         if let Some(family) = &f.server_phase {

@@ -6,7 +6,7 @@ use super::*;
 use crate::{
     config::File,
     measure::dialect::Parsed,
-    measure::timeline::{Outcome, Timeline},
+    measure::timeline::{Milestones, Outcome, Timeline},
 };
 
 fn metrics(extra: &str) -> Metrics {
@@ -214,4 +214,88 @@ mod properties {
             }
         }
     }
+}
+
+/// `(TTFT _count, headers_to_first_token _count)` for model `m`.
+fn first_token_counts(m: &Metrics) -> (Option<String>, Option<String>) {
+    let text = scrape(m);
+    let line = |prefix: &str, extra: &str| {
+        text.lines()
+            .find(|l| l.starts_with(prefix) && l.contains("model=\"m\"") && l.contains(extra))
+            .and_then(|l| l.rsplit(' ').next())
+            .map(str::to_owned)
+    };
+    (
+        line("tokenclock_time_to_first_token_seconds_count", ""),
+        line(
+            "tokenclock_phase_seconds_count",
+            "phase=\"headers_to_first_token\"",
+        ),
+    )
+}
+
+#[test]
+fn a_delivered_milestone_is_observed_once_not_again_at_the_end() {
+    let m = metrics("");
+    let mut t = request("m", vec![], 100);
+    t.response_head = Some(t.start);
+    m.progressed(&t, Milestone::FirstToken);
+    assert_eq!(
+        first_token_counts(&m),
+        (Some("1".into()), Some("1".into())),
+        "observed when delivered"
+    );
+    t.delivered = t.delivered.with(Milestone::FirstToken);
+    m.finished(&t);
+    assert_eq!(
+        first_token_counts(&m),
+        (Some("1".into()), Some("1".into())),
+        "not twice"
+    );
+    let text = scrape(&m);
+    assert!(text.contains("tokenclock_time_to_first_output_token_seconds_count{endpoint=\"openai_chat\",model=\"m\"} 1"), "the undelivered rest at the end: {text}");
+    // Undelivered, the end observes it.
+    t.delivered = Milestones::default();
+    m.finished(&t);
+    assert_eq!(first_token_counts(&m), (Some("2".into()), Some("2".into())));
+}
+
+#[test]
+fn disabled_families_and_phases_stay_out_when_delivered_early() {
+    let m = metrics("[metrics]\ndisable = [\"time_to_first_token_seconds\", \"phase_seconds:headers_to_first_token\"]");
+    let mut t = request("m", vec![], 100);
+    t.response_head = Some(t.start);
+    m.progressed(&t, Milestone::FirstToken);
+    m.progressed(&t, Milestone::ResponseHeaders);
+    let text = scrape(&m);
+    assert!(!text.contains("time_to_first_token_seconds"), "{text}");
+    assert!(!text.contains("headers_to_first_token"), "{text}");
+    assert!(
+        text.contains("phase=\"time_to_response_headers\""),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_stage_gauge_has_every_series_from_the_start_and_counts_moves() {
+    let m = metrics("");
+    let gauge = |text: &str, phase: &str| {
+        let line =
+            format!("tokenclock_requests_in_phase{{endpoint=\"anthropic\",phase=\"{phase}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(line.as_str()))
+            .map(str::to_owned)
+    };
+    let text = scrape(&m);
+    let series = text
+        .lines()
+        .filter(|l| l.starts_with("tokenclock_requests_in_phase{"))
+        .count();
+    assert_eq!(series, Dialect::ALL.len() * Stage::ALL.len());
+    m.entered(Dialect::Anthropic, Stage::Upload);
+    m.entered(Dialect::Anthropic, Stage::Reasoning);
+    m.left(Dialect::Anthropic, Stage::Upload);
+    let text = scrape(&m);
+    assert_eq!(gauge(&text, "upload").as_deref(), Some("0"));
+    assert_eq!(gauge(&text, "reasoning").as_deref(), Some("1"));
 }

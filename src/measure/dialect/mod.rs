@@ -87,6 +87,14 @@ impl Dialect {
         }
     }
 
+    /// Whether this dialect's events can name the model that answered.
+    /// TGI's native events never do, nor does an unread body: a request
+    /// that named no model is then labelled `unknown` without waiting for
+    /// the end.
+    pub(crate) fn streams_model(self) -> bool {
+        !matches!(self, Self::Tgi | Self::Unknown)
+    }
+
     /// Every dialect, for config validation and metric pre-registration.
     pub const ALL: [Dialect; 8] = [
         Self::OpenAiChat,

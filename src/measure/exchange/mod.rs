@@ -3,10 +3,15 @@
 //! [`Timeline`], writes one access-log line when it ends and hands the
 //! finished timeline to the [`TimelineSink`].
 //!
+//! Before the end it tells the sink what is already known: each
+//! [`Milestone`] once, when it was reached and the model label is settled,
+//! and each move of the request's [`Stage`] (shared with the upload).
+//!
 //! The log line never holds bodies, query strings or headers, so no prompt,
 //! completion, API key or cookie can reach the logs.
 
 mod reader;
+mod stage;
 mod upload;
 
 use std::{sync::Arc, time::Duration};
@@ -16,13 +21,15 @@ use http::{response, Method, Request, StatusCode, Version};
 use tokio::time::Instant;
 
 pub(crate) use self::upload::Upload;
-use self::{reader::Reader, upload::UploadShared};
+use self::{reader::Reader, stage::StageCell, upload::UploadShared};
 use crate::{
     measure::dialect::ServerTimings,
     measure::observe::{End, Observe},
     measure::read::ReadSettings,
     measure::slo::Limits,
-    measure::timeline::{Hex, Outcome, RequestIds, Timeline, TimelineSink},
+    measure::timeline::{
+        Hex, Milestone, Milestones, Outcome, RequestIds, Stage, Timeline, TimelineSink,
+    },
 };
 
 /// The response side of an exchange; observes the body sent to the client.
@@ -40,6 +47,12 @@ pub struct Exchange {
     /// The access log cuts `model` to this many bytes.
     max_logged_model_bytes: usize,
     sink: Option<Arc<dyn TimelineSink>>,
+    /// The request body's model is known (or known absent).
+    request_read: bool,
+    /// The model label can no longer change: milestones may be delivered.
+    settled: bool,
+    /// The milestones reached at the last [`Exchange::progress`].
+    noticed: Milestones,
     /// The timeline has been finished and handed over.
     done: bool,
 }
@@ -57,7 +70,13 @@ impl Exchange {
     ) -> (Self, Upload) {
         let path = request.uri().path();
         let dialect = reading.dialect(path);
-        let upload = Upload::new(dialect, request.method(), reading.request_capture_bytes);
+        let stage = StageCell::new(dialect, sink.clone());
+        let upload = Upload::new(
+            dialect,
+            request.method(),
+            reading.request_capture_bytes,
+            stage,
+        );
         let mut timeline = Timeline::new(start, dialect);
         let headers = request.headers();
         timeline.labels = reading
@@ -83,6 +102,9 @@ impl Exchange {
             max_event_bytes: reading.max_event_bytes,
             max_logged_model_bytes: reading.max_logged_model_bytes,
             sink,
+            request_read: false,
+            settled: false,
+            noticed: Milestones::default(),
             done: false,
         };
         (exchange, upload)
@@ -104,6 +126,7 @@ impl Exchange {
         if let Some(error) = error {
             self.timeline.parse_error(error);
         }
+        self.progress();
     }
 
     /// The dialect of the request.
@@ -187,6 +210,11 @@ impl Observe for Exchange {
     fn on_data(&mut self, data: &Bytes, at: Instant) {
         self.timeline.bytes_out += data.len() as u64;
         self.reader.feed(data, at, &mut self.timeline);
+        // A branch per frame; the work runs when a milestone is new, or
+        // while the label waits for the request or the response to name it.
+        if !self.settled || self.timeline.reached() != self.noticed {
+            self.progress();
+        }
     }
 
     fn on_delivery_stall(&mut self, waited: Duration) {
@@ -199,6 +227,41 @@ impl Observe for Exchange {
 }
 
 impl Exchange {
+    /// Moves the stage to what the timeline has reached, and once the model
+    /// label is settled hands the sink each milestone reached and not yet
+    /// delivered. Runs once per response head and per new milestone (a
+    /// handful of times per request), or per frame while the label waits.
+    fn progress(&mut self) {
+        if !self.request_read {
+            self.request_read = self.upload.take(&mut self.timeline);
+        }
+        let reached = self.timeline.reached();
+        if reached != self.noticed {
+            self.noticed = reached;
+            if let Some(stage) = Stage::after_head(reached, self.timeline.streamed) {
+                self.upload.stage.advance(stage);
+            }
+        }
+        if !self.settled {
+            let silent = self.timeline.response_head.is_some() && !self.reader.may_name_model();
+            self.settled = self.timeline.model_settled(self.request_read, silent);
+            if !self.settled {
+                return;
+            }
+            self.timeline.model = self.timeline.model_label();
+        }
+        let fresh = reached.without(self.timeline.delivered);
+        if fresh.is_empty() {
+            return;
+        }
+        if let Some(sink) = &self.sink {
+            fresh
+                .iter()
+                .for_each(|milestone: Milestone| sink.progressed(&self.timeline, milestone));
+        }
+        self.timeline.delivered = reached;
+    }
+
     /// Finishes the timeline, logs it and hands it over; once.
     fn complete(&mut self, end: End, at: Instant) {
         if std::mem::replace(&mut self.done, true) {
@@ -208,6 +271,7 @@ impl Exchange {
         self.upload.fill(&mut self.timeline);
         let outcome = self.outcome(end);
         self.timeline.finish(outcome, at);
+        self.upload.stage.end();
         self.log();
         if let Some(sink) = &self.sink {
             sink.finished(&self.timeline);

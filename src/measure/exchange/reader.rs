@@ -85,6 +85,17 @@ impl Reader {
         matches!(self, Self::Sse { .. } | Self::Ndjson { .. })
     }
 
+    /// Whether the body may still name the model that answered: an event
+    /// stream of a dialect whose events carry one, or a whole body (read at
+    /// its end). A body that is not read never names one.
+    pub(super) fn may_name_model(&self) -> bool {
+        match self {
+            Self::Sse { dialect, .. } | Self::Ndjson { dialect, .. } => dialect.streams_model(),
+            Self::Json { .. } => true,
+            Self::Skip => false,
+        }
+    }
+
     /// Reads the next bytes of the body, which arrived at `at`.
     pub(super) fn feed(&mut self, data: &[u8], at: Instant, timeline: &mut Timeline) {
         match self {

@@ -1,6 +1,7 @@
 use http::{HeaderValue, Request, Response};
 
 use super::*;
+use crate::measure::timeline::{Milestone, Stage};
 
 fn exchange(status: u16) -> Exchange {
     let request = Request::post("/v1/chat/completions")
@@ -104,4 +105,206 @@ fn the_first_response_id_of_a_stream_is_kept() {
         t0,
     );
     assert_eq!(e.timeline.ids.response_id.as_deref(), Some("chatcmpl-1"));
+}
+
+/// What a sink was told, in order: each milestone with the model it was
+/// labelled with, each stage move, and the milestones left to the end.
+#[derive(Default)]
+struct Told(std::sync::Mutex<Vec<String>>);
+
+impl TimelineSink for Told {
+    fn progressed(&self, t: &Timeline, milestone: Milestone) {
+        self.push(format!(
+            "{milestone:?} {}",
+            t.model.as_deref().unwrap_or("-")
+        ));
+    }
+    fn entered(&self, _: crate::measure::dialect::Dialect, stage: Stage) {
+        self.push(format!("+{}", stage.as_str()));
+    }
+    fn left(&self, _: crate::measure::dialect::Dialect, stage: Stage) {
+        self.push(format!("-{}", stage.as_str()));
+    }
+    fn finished(&self, t: &Timeline) {
+        let rest: Vec<_> = Milestone::ALL
+            .into_iter()
+            .filter(|m| t.reached().contains(*m) && !t.delivered.contains(*m))
+            .map(|m| format!("{m:?}"))
+            .collect();
+        self.push(format!(
+            "finished {} [{}]",
+            t.model.as_deref().unwrap_or("-"),
+            rest.join(" ")
+        ));
+    }
+}
+
+impl Told {
+    fn push(&self, line: String) {
+        if let Ok(mut lines) = self.0.lock() {
+            lines.push(line);
+        }
+    }
+
+    /// What was told since the last call.
+    fn take(&self) -> Vec<String> {
+        self.0
+            .lock()
+            .map(|mut l| std::mem::take(&mut *l))
+            .unwrap_or_default()
+    }
+}
+
+fn told_exchange(path: &str) -> (Arc<Told>, Exchange, Upload) {
+    let request = Request::post(path).body(()).unwrap_or_default();
+    let reading = ReadSettings {
+        max_event_bytes: 1024 * 1024,
+        request_capture_bytes: 1024,
+        dialects: Default::default(),
+        label_headers: Vec::new(),
+        request_id_headers: Vec::new(),
+        slo_headers: false,
+        max_logged_model_bytes: 128,
+    };
+    let told = Arc::new(Told::default());
+    let sink: Arc<dyn TimelineSink> = told.clone();
+    let (e, upload) = Exchange::start(Instant::now(), &request, &reading, Some(sink));
+    (told, e, upload)
+}
+
+fn upload(mut upload: Upload, body: &'static str) {
+    upload.on_data(&Bytes::from_static(body.as_bytes()), Instant::now());
+    upload.on_end(End::Complete, Instant::now());
+}
+
+fn head(e: &mut Exchange, content_type: &str) {
+    let (head, ()) = Response::builder()
+        .status(200)
+        .header("content-type", content_type)
+        .body(())
+        .unwrap_or_default()
+        .into_parts();
+    e.on_response_head(&head, Instant::now());
+}
+
+fn data(e: &mut Exchange, text: &'static str) {
+    e.on_data(&Bytes::from_static(text.as_bytes()), Instant::now());
+}
+
+const ROLE: &str =
+    "data: {\"model\":\"served\",\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\n";
+const THINK: &str = "data: {\"choices\":[{\"delta\":{\"reasoning_content\":\"hm\"}}]}\n\n";
+const SAY: &str = "data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n\n";
+
+#[test]
+fn milestones_go_out_once_each_as_they_happen_and_the_end_keeps_the_rest() {
+    let (told, mut e, up) = told_exchange("/v1/chat/completions");
+    assert_eq!(told.take(), ["+upload"]);
+    upload(up, r#"{"model":"asked","stream":true}"#);
+    assert_eq!(told.take(), ["+waiting_headers", "-upload"]);
+    head(&mut e, "text/event-stream");
+    assert_eq!(
+        told.take(),
+        [
+            "+waiting_first_token",
+            "-waiting_headers",
+            "RequestUpload asked",
+            "ResponseHeaders asked"
+        ]
+    );
+    data(&mut e, ROLE);
+    data(&mut e, THINK);
+    assert_eq!(
+        told.take(),
+        ["+reasoning", "-waiting_first_token", "FirstToken asked"]
+    );
+    data(&mut e, THINK);
+    data(&mut e, SAY);
+    data(&mut e, SAY);
+    assert_eq!(
+        told.take(),
+        ["+streaming", "-reasoning", "FirstOutput asked"]
+    );
+    e.on_end(End::Complete, Instant::now());
+    assert_eq!(told.take(), ["-streaming", "finished asked []"]);
+}
+
+#[test]
+fn a_request_without_a_model_waits_for_the_response_to_name_one() {
+    let (told, mut e, up) = told_exchange("/v1/chat/completions");
+    upload(up, r#"{"stream":true}"#);
+    head(&mut e, "text/event-stream");
+    told.take();
+    data(&mut e, ROLE);
+    assert_eq!(
+        told.take(),
+        ["RequestUpload served", "ResponseHeaders served"],
+        "the first event naming the model settles the label"
+    );
+}
+
+#[test]
+fn a_request_still_uploading_at_the_head_is_labelled_once_its_body_is_read() {
+    let (told, mut e, up) = told_exchange("/v1/chat/completions");
+    head(&mut e, "text/event-stream");
+    data(&mut e, SAY);
+    assert_eq!(
+        told.take(),
+        [
+            "+upload",
+            "+waiting_first_token",
+            "-upload",
+            "+streaming",
+            "-waiting_first_token"
+        ],
+        "no milestone before the request's model is known"
+    );
+    upload(up, r#"{"model":"late"}"#);
+    assert!(told.take().is_empty(), "the stage never moves back");
+    data(&mut e, SAY);
+    assert_eq!(
+        told.take(),
+        [
+            "RequestUpload late",
+            "ResponseHeaders late",
+            "FirstToken late",
+            "FirstOutput late"
+        ]
+    );
+}
+
+#[test]
+fn a_response_that_never_names_a_model_settles_at_its_head() {
+    // TGI's native events carry no model; a non-stream is not read.
+    for (path, content_type) in [
+        ("/generate_stream", "text/event-stream"),
+        ("/v1/chat/completions", "text/plain"),
+    ] {
+        let (told, mut e, up) = told_exchange(path);
+        upload(up, r#"{"inputs":"x"}"#);
+        head(&mut e, content_type);
+        let lines = told.take();
+        assert!(
+            lines.contains(&"ResponseHeaders -".to_owned()),
+            "{path}: {lines:?}"
+        );
+    }
+    // A whole JSON body may name it at its end: wait for the end.
+    let (told, mut e, up) = told_exchange("/v1/chat/completions");
+    upload(up, r#"{"messages":[]}"#);
+    head(&mut e, "application/json");
+    data(&mut e, r#"{"model":"whole","choices":[]}"#);
+    e.on_end(End::Complete, Instant::now());
+    assert_eq!(
+        told.take().last().map(String::as_str),
+        Some("finished whole [RequestUpload ResponseHeaders]")
+    );
+}
+
+#[test]
+fn a_request_that_ends_before_its_label_settles_leaves_everything_to_the_end() {
+    let (told, e, up) = told_exchange("/v1/chat/completions");
+    drop(up);
+    drop(e);
+    assert_eq!(told.take(), ["+upload", "-upload", "finished - []"]);
 }

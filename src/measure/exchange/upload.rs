@@ -1,9 +1,10 @@
 //! The request side of an exchange: counts the request body on its way
 //! upstream and reads a capped copy of it to learn `model`, `stream`,
-//! `max_tokens`…, without delaying a byte.
+//! `max_tokens`…, without delaying a byte. When the body ends, the
+//! request moves on from [`Stage::Upload`].
 
 use std::sync::{
-    atomic::{AtomicU64, Ordering},
+    atomic::{AtomicBool, AtomicU64, Ordering},
     Arc, Mutex,
 };
 
@@ -11,10 +12,11 @@ use bytes::Bytes;
 use http::Method;
 use tokio::time::Instant;
 
+use super::stage::StageCell;
 use crate::{
     measure::dialect::{Dialect, RequestInfo},
     measure::observe::{End, Observe},
-    measure::timeline::Timeline,
+    measure::timeline::{Stage, Timeline},
 };
 
 /// Observes the request body on its way to the upstream.
@@ -27,20 +29,30 @@ pub struct Upload {
 }
 
 /// What the request side hands to the response side.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct UploadShared {
     bytes: AtomicU64,
     /// When the body was fully sent upstream, and what it said.
     done: Mutex<Option<(Option<Instant>, RequestInfo)>>,
+    /// The body ended and `done` is filled: one load tells the response
+    /// side, so it takes the lock only once, when there is something.
+    ended: AtomicBool,
+    /// Where the request is; both sides move it.
+    pub(super) stage: StageCell,
 }
 
 // === impl Upload ===
 
 impl Upload {
-    pub(super) fn new(dialect: Dialect, method: &Method, cap: usize) -> Self {
+    pub(super) fn new(dialect: Dialect, method: &Method, cap: usize, stage: StageCell) -> Self {
         let readable = dialect != Dialect::Unknown && *method == Method::POST && cap > 0;
         Self {
-            shared: Arc::default(),
+            shared: Arc::new(UploadShared {
+                bytes: AtomicU64::new(0),
+                done: Mutex::new(None),
+                ended: AtomicBool::new(false),
+                stage,
+            }),
             dialect,
             capture: readable.then(Vec::new),
             cap,
@@ -75,19 +87,33 @@ impl Observe for Upload {
         if let Ok(mut done) = self.shared.done.lock() {
             *done = Some((complete.then_some(at), info));
         }
+        self.shared.ended.store(true, Ordering::Release);
+        // Failed or complete, the body is no longer coming.
+        self.shared.stage.advance(Stage::WaitingHeaders);
     }
 }
 
 // === impl UploadShared ===
 
 impl UploadShared {
-    /// Moves what the request side learned into the timeline.
-    pub(super) fn fill(&self, timeline: &mut Timeline) {
-        timeline.bytes_in = self.bytes.load(Ordering::Relaxed);
+    /// Moves what the request body said, and when it was sent, into the
+    /// timeline, once the body ended; returns whether it had (the request
+    /// is then read: its model is known, or known to be absent).
+    pub(super) fn take(&self, timeline: &mut Timeline) -> bool {
+        if !self.ended.load(Ordering::Acquire) {
+            return false;
+        }
         let done = self.done.lock().ok().and_then(|mut d| d.take());
         if let Some((sent, info)) = done {
             timeline.request_sent = sent;
             timeline.request = info;
         }
+        true
+    }
+
+    /// Moves what the request side learned into the timeline, at its end.
+    pub(super) fn fill(&self, timeline: &mut Timeline) {
+        timeline.bytes_in = self.bytes.load(Ordering::Relaxed);
+        self.take(timeline);
     }
 }

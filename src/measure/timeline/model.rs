@@ -3,6 +3,33 @@
 //! answer with dated names (`gpt-4o-mini-2024-07-18`) or file paths
 //! (llama.cpp: `/models/blobs/sha256-…`) that would split one model into
 //! several series or put a host path into Prometheus.
+//!
+//! The label is settled, and may label observations before the request
+//! ends, once it can no longer change: see [`Timeline::model_settled`].
+
+use super::Timeline;
+
+impl Timeline {
+    /// The `model` label: the model the request named; only when it named
+    /// none, the response's, reduced to its file name when it is a path.
+    /// What [`Timeline::finish`] sets `model` to.
+    pub fn model_label(&self) -> Option<String> {
+        match self.request.model.as_deref() {
+            Some(named) if !named.is_empty() => Some(named.to_owned()),
+            _ => self.response_model.as_deref().map(label_of_response),
+        }
+    }
+
+    /// Whether [`Timeline::model_label`] can no longer change: the request
+    /// body was read (`request_read`; its model is known, or known absent)
+    /// and it named a model, or it named none and the response has named one
+    /// (the first is kept) or never will (`response_silent`: the response
+    /// head arrived and its body carries no model before its end).
+    pub fn model_settled(&self, request_read: bool, response_silent: bool) -> bool {
+        let named = self.request.model.as_deref().is_some_and(|m| !m.is_empty());
+        request_read && (named || self.response_model.is_some() || response_silent)
+    }
+}
 
 /// The label of a model named only by the response: a path-like value is
 /// reduced to its last path segment, anything else is kept.
@@ -10,7 +37,7 @@
 /// Path-like: it holds a `/` or `\` and starts with one or with a drive
 /// letter (`C:`), or it ends in `.gguf` or `.bin`. `meta-llama/Llama-3-8B`
 /// is a model name, not a path.
-pub(super) fn label_of_response(model: &str) -> String {
+fn label_of_response(model: &str) -> String {
     if !is_path(model) {
         return model.to_owned();
     }
