@@ -19,7 +19,8 @@
 //!   It does no I/O and imports nothing from the other folders
 //!   (`tests/it/layers.rs` fails when it does).
 //! - [`export`]: what leaves the process on the side: Prometheus metrics and
-//!   the endpoint that serves them, JSONL records, and the logs, each through
+//!   the endpoint that serves them, JSONL records, opt-in OpenTelemetry
+//!   traces (OTLP/HTTP), and the logs, each through
 //!   a bounded, lossy path that can never stop a request.
 //! - [`tools`]: apart from the proxy, used by the command line, the tests and
 //!   the benchmarks: the simulated model server, the load generator, the demo

@@ -10,11 +10,12 @@ use std::{
     net::SocketAddr,
     path::PathBuf,
     process::{Child, Command, Stdio},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use serde_json::Value;
 use tokenclock::export::records::Record;
+use tokio::time::Instant;
 
 use crate::common::{self, client, process::sample, sim, upstream};
 
