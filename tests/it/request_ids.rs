@@ -159,22 +159,21 @@ async fn ids_reach_records_the_access_log_and_report_finds_each_request() {
         send_one(addr, "/api/chat", ollama, "req-ollama", None, no_id).await,
     ];
     // The simulator's ids, as the clients received them.
-    assert!(sent[0]
-        .response_id
-        .as_deref()
-        .is_some_and(|id| id.starts_with("chatcmpl-")));
-    assert!(sent[1]
-        .response_id
-        .as_deref()
-        .is_some_and(|id| id.starts_with("msg_")));
-    assert!(sent[2]
-        .response_id
-        .as_deref()
-        .is_some_and(|id| id.starts_with("resp_")));
-    assert!(sent[3]
-        .response_id
-        .as_deref()
-        .is_some_and(|id| id.starts_with("chatcmpl-")));
+    let prefixes = [
+        Some("chatcmpl-"),
+        Some("msg_"),
+        Some("resp_"),
+        Some("chatcmpl-"),
+        None,
+    ];
+    for (s, prefix) in sent.iter().zip(prefixes) {
+        let id = s.response_id.as_deref();
+        let ok = match prefix {
+            Some(prefix) => id.is_some_and(|id| id.starts_with(prefix)),
+            None => id.is_none(),
+        };
+        assert!(ok, "{}: {id:?}", s.request_id);
+    }
     served.sigterm();
     let (status, log) = served.wait().await;
     assert_eq!(status.code(), Some(0));
