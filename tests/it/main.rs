@@ -38,6 +38,7 @@ mod records;
 mod records_disk;
 mod reload;
 mod request_bodies;
+mod request_ids;
 mod series;
 mod sim;
 mod sim_faults;

@@ -22,7 +22,7 @@ fn ms(n: u64) -> Duration {
 }
 
 /// A fresh, unique directory under the system temp dir.
-fn temp_dir(name: &str) -> PathBuf {
+pub(crate) fn temp_dir(name: &str) -> PathBuf {
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .expect("clock after 1970")

@@ -65,3 +65,53 @@ fn malformed_lines_are_skipped_and_reported() {
     assert!(warnings[1].contains(":3: malformed record"), "{warnings:?}");
     let _ = std::fs::remove_file(&path);
 }
+
+#[test]
+fn selecting_prints_only_the_matching_records_and_no_match_is_an_error() {
+    use crate::measure::{
+        dialect::Dialect,
+        timeline::{Outcome, Timeline},
+    };
+    let record = |id: &str| {
+        let t0 = tokio::time::Instant::now();
+        let mut t = Timeline::new(t0, Dialect::OpenAiChat);
+        t.ids.request_id = Some(id.to_owned());
+        t.finish(Outcome::Ok, t0 + std::time::Duration::from_millis(9));
+        serde_json::to_string(&Record::from_timeline(&t, &[], &[])).expect("json")
+    };
+    let path = std::env::temp_dir().join(format!(
+        "tokenclock-report-select-{}.jsonl",
+        std::process::id()
+    ));
+    std::fs::write(&path, format!("{}\n{}\n", record("a-1"), record("b-2"))).expect("write");
+    let args = |id: &str, format| ReportArgs {
+        files: vec![path.clone()],
+        format,
+        select: Some(Select::RequestId(id.to_owned())),
+        ..ReportArgs::default()
+    };
+    let text = run(&args("b-2", Format::Text)).expect("found").stdout;
+    assert!(text.contains("request_id    b-2\n"), "{text}");
+    assert!(!text.contains("a-1"), "{text}");
+    let json = run(&args("a-1", Format::Json)).expect("found").stdout;
+    let lines: Vec<Record> = json
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a record per line"))
+        .collect();
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines[0].request_id.as_deref(), Some("a-1"));
+    match run(&args("c-3", Format::Text)) {
+        Err(e @ ReportError::NoMatch { .. }) => {
+            assert_eq!(
+                e.to_string(),
+                "no record with request_id `c-3` in 2 records"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        run(&args("a-1", Format::Csv)),
+        Err(ReportError::SelectCsv)
+    ));
+    let _ = std::fs::remove_file(&path);
+}
