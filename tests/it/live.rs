@@ -136,10 +136,11 @@ fn has_token(body: &[u8]) -> bool {
 #[tokio::test]
 async fn a_long_streams_ttft_is_on_metrics_when_its_first_token_arrives() {
     let upstream = sim::start(sim::fast()).await;
-    let (proxy, mut timelines) = common::proxy_with_timelines(upstream.addr, "").await;
+    let labels = "[[labels]]\nname = \"tenant\"\nheader = \"x-tenant\"";
+    let (proxy, mut timelines) = common::proxy_with_timelines(upstream.addr, labels).await;
     // 100 tokens 100 ms apart after 300 ms: about 10 s.
     let schedule = ("x-sim-schedule", "ttft_ms=300,gap_ms=100,tokens=100");
-    let response = send(proxy.addr, chat(ASK, &[schedule]))
+    let response = send(proxy.addr, chat(ASK, &[schedule, ("x-tenant", "acme")]))
         .await
         .expect("head");
     let mut body = response.into_body();
@@ -149,8 +150,8 @@ async fn a_long_streams_ttft_is_on_metrics_when_its_first_token_arrives() {
         seen.extend_from_slice(frame.data_ref().expect("data frame"));
     }
     let got = Instant::now();
-    let ttft_count =
-        "tokenclock_time_to_first_token_seconds_count{endpoint=\"openai_chat\",model=\"live\"}";
+    // Labelled as at the end: the request's model and the extra label.
+    let ttft_count = "tokenclock_time_to_first_token_seconds_count{endpoint=\"openai_chat\",model=\"live\",tenant=\"acme\"}";
     // Scrapes back to back: how long after the client had its first token
     // did a scrape that shows it begin? A scrape's own duration (a loaded
     // machine) is not the proxy's delay.
@@ -168,7 +169,7 @@ async fn a_long_streams_ttft_is_on_metrics_when_its_first_token_arrives() {
     );
     let sum = value(
         &text,
-        "tokenclock_time_to_first_token_seconds_sum{endpoint=\"openai_chat\",model=\"live\"}",
+        "tokenclock_time_to_first_token_seconds_sum{endpoint=\"openai_chat\",model=\"live\",tenant=\"acme\"}",
     )
     .expect("TTFT sum");
     assert!((0.3..2.0).contains(&sum), "TTFT {sum} s");
@@ -200,7 +201,7 @@ async fn a_long_streams_ttft_is_on_metrics_when_its_first_token_arrives() {
         sample(
             &text,
             "tokenclock_requests_total{",
-            &["outcome=\"ok\"", "model=\"live\""]
+            &["outcome=\"ok\"", "model=\"live\"", "tenant=\"acme\""]
         ),
         Some(1.0),
         "{text}"
