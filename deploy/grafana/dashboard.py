@@ -233,7 +233,7 @@ def panels():
     # Row 4: E2E, in-flight requests, upstream health.
     add(
         quantiles("tokenclock_request_duration_seconds", BOTH, "s"),
-        0, 24, 12, 8, "E2E p50 / p90 / p99",
+        0, 24, 8, 8, "E2E p50 / p90 / p99",
         "End to end: t0 to the last byte of the response forwarded to the client, over every outcome.",
     )
     add(
@@ -244,8 +244,19 @@ def panels():
                 "A",
             )
         ),
-        12, 24, 6, 8, "Requests in flight",
+        8, 24, 5, 8, "Requests in flight",
         "Requests whose response has not ended yet, by endpoint (this gauge has no model label).",
+    )
+    add(
+        series("short", stacked=True).with_target(
+            query(
+                'sum by (phase) (tokenclock_requests_in_phase{endpoint=~"$endpoint"})',
+                "{{phase}}",
+                "A",
+            )
+        ),
+        13, 24, 6, 8, "Requests in flight by stage",
+        "Where in-flight requests are now, stacked: upload, waiting_headers, waiting_first_token (queueing or prefill at the server), reasoning, streaming; a growing waiting_first_token is a queue or a stuck prefill, visible before any request finishes. Sums to requests in flight (no model label).",
     )
     add(
         statetimeline.Panel()
@@ -262,7 +273,7 @@ def panels():
             ]
         )
         .with_target(query("tokenclock_upstream_healthy", "{{instance}}", "A")),
-        18, 24, 6, 8, "Upstream health",
+        19, 24, 5, 8, "Upstream health",
         "Per sidecar, 1 while its last upstream probe passed (a 2xx from upstream_health_path, or else a TCP connect), 0 otherwise.",
     )
 

@@ -29,6 +29,7 @@ mod ids;
 mod live;
 mod model;
 mod phases;
+mod sink;
 
 use std::{
     fmt,
@@ -43,6 +44,7 @@ pub use self::{
     ids::{Hex, RequestIds, TraceParent, MAX_ID_BYTES},
     live::{Milestone, Milestones, Stage},
     phases::Phase,
+    sink::TimelineSink,
 };
 pub(crate) use self::{
     counts::{Gaps, TokenCounts},
@@ -384,61 +386,6 @@ fn merge_server(into: &mut ServerTimings, from: &ServerTimings) {
     into.load = load.or(into.load);
     into.prefill = prefill.or(into.prefill);
     into.decode = decode.or(into.decode);
-}
-
-/// Where timelines go: metrics, records, tests.
-pub trait TimelineSink: Send + Sync + 'static {
-    /// A request of `dialect` arrived (its timeline will follow).
-    fn started(&self, dialect: Dialect) {
-        let _ = dialect;
-    }
-
-    /// The request reached `milestone`, and its model label is settled:
-    /// called at most once per milestone and request, on the task that
-    /// forwards the response, before [`TimelineSink::finished`]; the
-    /// milestone is then in `timeline.delivered` at the end. Must be cheap.
-    fn progressed(&self, timeline: &Timeline, milestone: Milestone) {
-        let _ = (timeline, milestone);
-    }
-
-    /// A request of `dialect` entered `stage`. Every entry is matched by
-    /// one [`TimelineSink::left`] of the same stage, which may come from
-    /// another task; an entry comes before its matching exit.
-    fn entered(&self, dialect: Dialect, stage: Stage) {
-        let _ = (dialect, stage);
-    }
-
-    /// A request of `dialect` left `stage` (moved on, or ended).
-    fn left(&self, dialect: Dialect, stage: Stage) {
-        let _ = (dialect, stage);
-    }
-
-    /// Called once per request, after its response ended.
-    fn finished(&self, timeline: &Timeline);
-}
-
-/// Sends timelines to several sinks, in order.
-impl TimelineSink for Vec<std::sync::Arc<dyn TimelineSink>> {
-    fn started(&self, dialect: Dialect) {
-        self.iter().for_each(|sink| sink.started(dialect));
-    }
-
-    fn progressed(&self, timeline: &Timeline, milestone: Milestone) {
-        self.iter()
-            .for_each(|sink| sink.progressed(timeline, milestone));
-    }
-
-    fn entered(&self, dialect: Dialect, stage: Stage) {
-        self.iter().for_each(|sink| sink.entered(dialect, stage));
-    }
-
-    fn left(&self, dialect: Dialect, stage: Stage) {
-        self.iter().for_each(|sink| sink.left(dialect, stage));
-    }
-
-    fn finished(&self, timeline: &Timeline) {
-        self.iter().for_each(|sink| sink.finished(timeline));
-    }
 }
 
 #[cfg(test)]

@@ -25,6 +25,7 @@ mod fuzz_smoke;
 mod garbage;
 mod layers;
 mod lifecycle;
+mod live;
 mod load;
 mod logging;
 mod metrics;

@@ -12,6 +12,8 @@ use crate::common::{self, client, sim};
 const PER_MODEL_ENDPOINT: usize = 482;
 /// Of which `tokenclock_phase_seconds`.
 const PHASE_SECONDS: usize = 232;
+/// `tokenclock_requests_in_phase`: every endpoint × stage, whatever the models.
+const IN_PHASE: usize = 40;
 
 /// Sends streamed chat requests for `model` through a proxy configured with
 /// `extra`, and counts the series labelled with that model, per family.
@@ -56,7 +58,12 @@ async fn series_of(model: &str, extra: &str) -> (BTreeMap<String, usize>, String
 
 #[tokio::test]
 async fn one_model_on_one_endpoint_costs_the_series_the_readme_states() {
-    let (families, _) = series_of("sim-think", "").await;
+    let (families, text) = series_of("sim-think", "").await;
+    let in_phase = text
+        .lines()
+        .filter(|l| l.starts_with("tokenclock_requests_in_phase{"))
+        .count();
+    assert_eq!(in_phase, IN_PHASE, "{text}");
     let total: usize = families.values().sum();
     assert_eq!(
         (total, families.get("tokenclock_phase_seconds").copied()),
@@ -65,7 +72,7 @@ async fn one_model_on_one_endpoint_costs_the_series_the_readme_states() {
     );
     let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
         .expect("README.md");
-    for figure in [PER_MODEL_ENDPOINT, PHASE_SECONDS] {
+    for figure in [PER_MODEL_ENDPOINT, PHASE_SECONDS, IN_PHASE] {
         assert!(
             readme.contains(&format!("**{figure} series**")),
             "the README states {figure} series"

@@ -14,10 +14,11 @@
 mod connections;
 mod families;
 mod labels;
+mod milestones;
 mod stages;
 mod upstream;
 
-use std::{sync::Arc, time::Duration};
+use std::sync::Arc;
 
 use prometheus::{Encoder, HistogramVec, IntCounter, IntGaugeVec, Opts, Registry, TextEncoder};
 
@@ -35,7 +36,7 @@ use crate::{
     measure::dialect::{Dialect, FinishReason},
     measure::slo,
     measure::slo::Slo,
-    measure::timeline::{Milestone, Outcome, Phase, Stage, Timeline, TimelineSink},
+    measure::timeline::{Milestone, Outcome, Stage, Timeline, TimelineSink},
 };
 
 /// The exported families and what labels them; cheap to clone.
@@ -262,37 +263,6 @@ impl Series<'_> {
 // === impl Metrics ===
 
 impl Metrics {
-    /// The clocks `milestone` stops: TTFT or TTFO, and the phase it ends.
-    /// Observed once per request: when delivered, or at the end.
-    fn milestone(&self, s: &Series<'_>, endpoint: &str, t: &Timeline, milestone: Milestone) {
-        let f = &self.shared.families;
-        let family = match milestone {
-            Milestone::FirstToken => &f.ttft,
-            Milestone::FirstOutput => &f.ttfo,
-            _ => &None,
-        };
-        if let (Some(family), Some(d)) = (family, milestone.latency(t)) {
-            family
-                .with_label_values(&s.with(&[endpoint]))
-                .observe(d.as_secs_f64());
-        }
-        if let Some(phase) = milestone.phase() {
-            self.phase(s, endpoint, phase, t.phases().get(phase));
-        }
-    }
-
-    /// One observation of `phase`, unless it was not seen or is disabled.
-    fn phase(&self, s: &Series<'_>, endpoint: &str, phase: Phase, d: Option<Duration>) {
-        let family = &self.shared.families.phase;
-        let off = &self.shared.disabled;
-        if let (Some(family), Some(d)) = (family, d) {
-            if !off.phase("phase_seconds", phase.as_str()) {
-                let labels = s.with(&[endpoint, phase.as_str()]);
-                family.with_label_values(&labels).observe(d.as_secs_f64());
-            }
-        }
-    }
-
     fn latencies(&self, s: &Series<'_>, endpoint: &str, t: &Timeline) {
         let f = &self.shared.families;
         let labels = s.with(&[endpoint]);

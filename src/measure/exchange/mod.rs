@@ -70,6 +70,10 @@ impl Exchange {
     ) -> (Self, Upload) {
         let path = request.uri().path();
         let dialect = reading.dialect(path);
+        if let Some(sink) = &sink {
+            sink.started(dialect);
+        }
+        // After `started`: a request is in flight before it is in a stage.
         let stage = StageCell::new(dialect, sink.clone());
         let upload = Upload::new(
             dialect,
@@ -87,9 +91,6 @@ impl Exchange {
         timeline.ids = RequestIds::from_headers(headers, &reading.request_id_headers);
         if reading.slo_headers {
             timeline.request_slo = request_slo(headers);
-        }
-        if let Some(sink) = &sink {
-            sink.started(dialect);
         }
         let exchange = Self {
             timeline,
