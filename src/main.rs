@@ -59,8 +59,11 @@ struct ReportFlags {
     #[arg(long, value_name = "ID", conflicts_with = "trace_id")]
     request_id: Option<String>,
     /// Print the whole timeline of the request(s) of this W3C trace id instead (exit 1 if none)
-    #[arg(long, value_name = "ID")]
+    #[arg(long, value_name = "ID", conflicts_with = "missed")]
     trace_id: Option<String>,
+    /// List the requests that missed these objectives instead, worst first, with their ids, e.g. "ttft:2s" (exit 1 if none)
+    #[arg(long, value_name = "OBJECTIVES", conflicts_with = "request_id")]
+    missed: Option<String>,
 }
 
 #[derive(Args)]
@@ -127,10 +130,14 @@ fn main() -> ExitCode {
 
 fn report(flags: ReportFlags) -> ExitCode {
     use tokenclock::tools::report::{self, ReportError, Select};
-    let select = match (flags.request_id, flags.trace_id) {
-        (Some(id), _) => Some(Select::RequestId(id)),
-        (None, Some(id)) => Some(Select::TraceId(id)),
-        (None, None) => None,
+    let select = match (flags.request_id, flags.trace_id, flags.missed) {
+        (Some(id), _, _) => Some(Select::RequestId(id)),
+        (None, Some(id), _) => Some(Select::TraceId(id)),
+        (None, None, Some(objectives)) => match report::SloSpec::parse(&objectives) {
+            Ok(spec) => Some(Select::Missed(spec)),
+            Err(e) => return fail(2, &format!("report: --missed: {e}")),
+        },
+        (None, None, None) => None,
     };
     let args = report::ReportArgs {
         files: flags.files,

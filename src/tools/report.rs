@@ -7,10 +7,12 @@
 //! goodput per SLO; and the input × output token map. Percentiles are
 //! exact nearest-rank (see [`crate::tools::stats`]).
 //!
-//! With a [`Select`] (`--request-id`, `--trace-id`) it prints instead the
-//! whole timeline of each matching record ([`request`]).
+//! With a [`Select`] it prints instead the whole timeline of each record
+//! of one request or trace (`--request-id`, `--trace-id`: [`request`]), or
+//! one line per record that missed some objectives (`--missed`: [`missed`]).
 
 mod figures;
+mod missed;
 pub(crate) mod render;
 mod request;
 mod slo;
@@ -61,7 +63,9 @@ pub enum ReportError {
         records: usize,
     },
     /// `--format csv` asked of one request's timeline.
-    #[error("--format csv does not apply to --request-id / --trace-id (use text or json)")]
+    #[error(
+        "--format csv does not apply to --request-id / --trace-id / --missed (use text or json)"
+    )]
     SelectCsv,
 }
 
@@ -175,7 +179,10 @@ fn selected(records: &[Record], select: &Select, format: Format) -> Result<Strin
         });
     }
     match format {
-        Format::Text => Ok(request::text(&chosen)),
+        Format::Text => Ok(match select {
+            Select::Missed(spec) => missed::text(spec, &chosen),
+            Select::RequestId(_) | Select::TraceId(_) => request::text(&chosen),
+        }),
         Format::Json | Format::Csv => Ok(chosen
             .iter()
             .filter_map(|r| serde_json::to_string(r).ok())

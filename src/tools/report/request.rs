@@ -9,18 +9,22 @@ use std::{
     time::{Duration, UNIX_EPOCH},
 };
 
+use super::SloSpec;
 use crate::{
     export::records::{Arrivals, Record},
     measure::timeline::Phase,
 };
 
 /// Which records to show.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Select {
     /// Records whose `request_id` is exactly this.
     RequestId(String),
     /// Records whose `trace_id` is this (hex, any case).
     TraceId(String),
+    /// Records that missed these objectives (ended other than `ok`, or a
+    /// figure absent or over its limit), listed one per line.
+    Missed(SloSpec),
 }
 
 impl Select {
@@ -32,6 +36,7 @@ impl Select {
                 .trace_id
                 .as_deref()
                 .is_some_and(|t| t.eq_ignore_ascii_case(id.trim())),
+            Self::Missed(spec) => !spec.met(r),
         }
     }
 
@@ -40,6 +45,7 @@ impl Select {
         match self {
             Self::RequestId(id) => format!("request_id `{id}`"),
             Self::TraceId(id) => format!("trace_id `{id}`"),
+            Self::Missed(spec) => format!("a miss of `{}`", spec.name),
         }
     }
 }
@@ -67,12 +73,7 @@ fn row(out: &mut String, title: &str, body: &str) {
 }
 
 fn one(out: &mut String, r: &Record) {
-    // Rounded to the microsecond: the record's f64 milliseconds are a hair
-    // off (…250 ms is stored as …249.9999), and the time shown is cut to ms.
-    let micros = (r.start_unix_ms.max(0.0) * 1e3).round() as u64;
-    let started = UNIX_EPOCH + Duration::from_micros(micros);
-    let started = humantime::format_rfc3339_millis(started).to_string();
-    row(out, "started", &started);
+    row(out, "started", &started(r));
     let or_dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".to_owned());
     row(out, "request_id", &or_dash(&r.request_id));
     let trace = match (&r.trace_id, &r.parent_span_id) {
@@ -110,6 +111,15 @@ fn one(out: &mut String, r: &Record) {
         None => row(out, "arrivals", "-"),
     }
     row(out, "server (ms)", &server(r));
+}
+
+/// `t0` as RFC 3339 with milliseconds.
+pub(super) fn started(r: &Record) -> String {
+    // Rounded to the microsecond: the record's f64 milliseconds are a hair
+    // off (…250 ms is stored as …249.9999), and the time shown is cut to ms.
+    let micros = (r.start_unix_ms.max(0.0) * 1e3).round() as u64;
+    let started = UNIX_EPOCH + Duration::from_micros(micros);
+    humantime::format_rfc3339_millis(started).to_string()
 }
 
 /// Every phase of the request, in order, `-` where not observed.

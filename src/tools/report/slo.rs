@@ -49,15 +49,20 @@ impl SloSpec {
     /// Met: the request ended `ok` and every figure is present and within.
     pub fn met(&self, r: &Record) -> bool {
         r.outcome == "ok"
-            && self.limits.iter().all(|&(o, limit)| {
-                let figure = match o {
-                    Objective::Ttft => r.ttft_ms,
-                    Objective::Ttfo => r.ttfo_ms,
-                    Objective::Tpot => r.tpot_ms,
-                    Objective::E2e => r.e2e_ms,
-                };
-                figure.is_some_and(|v| v <= limit)
-            })
+            && self
+                .limits
+                .iter()
+                .all(|&(o, limit)| figure(r, o).is_some_and(|v| v <= limit))
+    }
+}
+
+/// A record's figure for an objective (ms); `None` when not measured.
+pub(super) fn figure(r: &Record, objective: Objective) -> Option<f64> {
+    match objective {
+        Objective::Ttft => r.ttft_ms,
+        Objective::Ttfo => r.ttfo_ms,
+        Objective::Tpot => r.tpot_ms,
+        Objective::E2e => r.e2e_ms,
     }
 }
 

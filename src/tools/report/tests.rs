@@ -115,3 +115,62 @@ fn selecting_prints_only_the_matching_records_and_no_match_is_an_error() {
     ));
     let _ = std::fs::remove_file(&path);
 }
+
+#[test]
+fn missed_lists_the_requests_over_an_objective_worst_first_with_their_ids() {
+    use std::time::Duration;
+
+    use crate::measure::{
+        dialect::Dialect,
+        timeline::{Outcome, Timeline},
+    };
+    let record = |id: &str, ttft_ms: Option<u64>, outcome| {
+        let t0 = tokio::time::Instant::now();
+        let mut t = Timeline::new(t0, Dialect::OpenAiChat);
+        t.ids.request_id = Some(id.to_owned());
+        t.first_token = ttft_ms.map(|ms| t0 + Duration::from_millis(ms));
+        t.finish(outcome, t0 + Duration::from_millis(9000));
+        serde_json::to_string(&Record::from_timeline(&t, &[], &[])).expect("json")
+    };
+    let path = std::env::temp_dir().join(format!(
+        "tokenclock-report-missed-{}.jsonl",
+        std::process::id()
+    ));
+    let lines = [
+        record("fast", Some(100), Outcome::Ok),
+        record("slow", Some(2500), Outcome::Ok),
+        record("failed", None, Outcome::UpstreamError),
+        record("slowest", Some(4000), Outcome::Ok),
+    ];
+    std::fs::write(&path, lines.join("\n")).expect("write");
+    let args = |objectives: &str| ReportArgs {
+        files: vec![path.clone()],
+        select: Some(Select::Missed(SloSpec::parse(objectives).expect("spec"))),
+        ..ReportArgs::default()
+    };
+    let text = run(&args("ttft:2s")).expect("misses").stdout;
+    let ids: Vec<&str> = text
+        .lines()
+        .skip(2)
+        .filter_map(|l| l.split_whitespace().nth(6))
+        .collect();
+    assert_eq!(ids, ["slowest", "slow", "failed"], "{text}");
+    assert!(
+        text.starts_with("3 of these records missed `ttft:2s`"),
+        "{text}"
+    );
+    let text = run(&args("ttft:5s")).expect("the failure misses").stdout;
+    assert!(text.contains(" failed "), "{text}");
+    assert!(!text.contains(" slow "), "{text}");
+    std::fs::write(&path, lines[..2].join("\n")).expect("write");
+    match run(&args("ttft:3s")) {
+        Err(e @ ReportError::NoMatch { .. }) => {
+            assert_eq!(
+                e.to_string(),
+                "no record with a miss of `ttft:3s` in 2 records"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    let _ = std::fs::remove_file(&path);
+}
