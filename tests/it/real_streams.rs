@@ -273,6 +273,11 @@ fn issue10_fields(c: &mut Checks, exp: &Expected, run: &Run) {
         exp.response_model.as_deref(),
         t.response_model.as_deref(),
     );
+    c.eq(
+        "response id",
+        exp.response_id.as_deref(),
+        t.ids.response_id.as_deref(),
+    );
     let source = t.tokens.reasoning_source.map(|s| s.as_str());
     c.eq("reasoning source", exp.reasoning_source, source);
     c.eq("hidden reasoning", exp.hidden, t.tokens.hidden_reasoning);

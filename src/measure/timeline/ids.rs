@@ -52,9 +52,12 @@ impl RequestIds {
 /// An id as kept: trimmed, visible ASCII only (else dropped: it is then
 /// not an id a user could type back), cut to [`MAX_ID_BYTES`].
 fn id_text(raw: &[u8]) -> Option<String> {
-    let text = std::str::from_utf8(raw).ok()?.trim();
+    let text = std::str::from_utf8(raw).ok()?.trim().as_bytes();
+    // Cut as bytes: the cut may fall inside a multi-byte character, which
+    // then fails the ASCII check instead of panicking a `str` slice.
     let kept = &text[..text.len().min(MAX_ID_BYTES)];
-    (!kept.is_empty() && kept.bytes().all(|b| b.is_ascii_graphic())).then(|| kept.to_owned())
+    let visible = !kept.is_empty() && kept.iter().all(u8::is_ascii_graphic);
+    visible.then(|| String::from_utf8_lossy(kept).into_owned())
 }
 
 /// A W3C Trace Context `traceparent` (version `00` layout): the caller's
@@ -209,6 +212,9 @@ mod tests {
         assert_eq!(id_text(b"a b"), None, "a space is not part of an id");
         assert_eq!(id_text("é".as_bytes()), None);
         assert_eq!(id_text(b"   "), None);
+        // A cut inside a multi-byte character drops the id, never panics.
+        let straddling = format!("{}é", "x".repeat(MAX_ID_BYTES - 1));
+        assert_eq!(id_text(straddling.as_bytes()), None);
         let long = "x".repeat(MAX_ID_BYTES + 10);
         assert_eq!(
             id_text(long.as_bytes()).map(|s| s.len()),

@@ -27,6 +27,9 @@ pub struct Facts {
     pub usage: Usage,
     /// The model the payload names.
     pub model: Option<String>,
+    /// The id the server gave its response: the top-level `id` of OpenAI
+    /// chunks and bodies, Anthropic's `message.id`, the Responses `response.id`.
+    pub response_id: Option<String>,
     /// A finish or stop reason, as sent.
     pub finish: Option<String>,
     /// A Responses output that holds a `function_call` item.
@@ -89,6 +92,7 @@ pub fn body(family: Family, v: &Value) -> Facts {
 fn openai(v: &Value, streamed: bool) -> Facts {
     let mut f = Facts {
         model: string(&v["model"]),
+        response_id: string(&v["id"]),
         error: !v["error"].is_null(),
         ..Facts::default()
     };
@@ -194,6 +198,7 @@ fn response_object(r: &Value, streamed: bool) -> Facts {
     let u = &r["usage"];
     let mut f = Facts {
         model: string(&r["model"]),
+        response_id: string(&r["id"]),
         usage: Usage {
             input: u["input_tokens"].as_u64(),
             cached: u["input_tokens_details"]["cached_tokens"].as_u64(),
@@ -246,6 +251,7 @@ fn anthropic_event(name: &str, v: &Value) -> Facts {
     match kind {
         "message_start" => {
             f.model = string(&v["message"]["model"]);
+            f.response_id = string(&v["message"]["id"]);
             f.usage = anthropic_usage(&v["message"]["usage"]);
         }
         "content_block_start" => {
@@ -276,6 +282,7 @@ fn anthropic_event(name: &str, v: &Value) -> Facts {
 fn anthropic_message(v: &Value) -> Facts {
     let mut f = Facts {
         model: string(&v["model"]),
+        response_id: string(&v["id"]),
         usage: anthropic_usage(&v["usage"]),
         finish: string(&v["stop_reason"]),
         error: v["type"] == "error",

@@ -75,6 +75,8 @@ pub struct Expected {
     pub reasoning_source: Option<&'static str>,
     pub hidden: u64,
     pub response_model: Option<String>,
+    /// The first response id, as kept (README, records: `response_id`).
+    pub response_id: Option<String>,
     /// The model value (A): the request's, else the response's reduced.
     pub model: Option<String>,
     pub finish_raw: Option<String>,
@@ -149,6 +151,7 @@ struct Acc {
     reasoning_bytes: u64,
     raw_reasoning: bool,
     response_model: Option<String>,
+    response_id: Option<String>,
     finish: Option<String>,
     function_call_item: bool,
     error: bool,
@@ -229,6 +232,9 @@ impl Acc {
         self.raw_reasoning |= f.raw_reasoning;
         if self.response_model.is_none() {
             self.response_model = f.model.clone().filter(|m| !m.is_empty());
+        }
+        if self.response_id.is_none() {
+            self.response_id = f.response_id.as_deref().and_then(kept_id);
         }
         if f.finish.is_some() {
             self.finish.clone_from(&f.finish);
@@ -316,12 +322,22 @@ impl Acc {
             reasoning_source,
             hidden,
             response_model: self.response_model,
+            response_id: self.response_id,
             model,
             finish_raw,
             finish_label,
             outcome,
         }
     }
+}
+
+/// An id as the README says it is kept: trimmed, its first 128 bytes,
+/// dropped unless they are visible ASCII.
+fn kept_id(id: &str) -> Option<String> {
+    let id = id.trim().as_bytes();
+    let kept = &id[..id.len().min(128)];
+    let visible = !kept.is_empty() && kept.iter().all(u8::is_ascii_graphic);
+    visible.then(|| String::from_utf8_lossy(kept).into_owned())
 }
 
 /// At most `max` bytes, cut on a character boundary.
