@@ -188,6 +188,7 @@ impl Metrics {
 
     /// Registers a family an exporter owns (e.g. the trace exporter's
     /// counters, present only when it runs).
+    #[cfg(feature = "otel")]
     pub(crate) fn register(
         &self,
         collector: Box<dyn prometheus::core::Collector>,
