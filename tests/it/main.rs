@@ -20,6 +20,7 @@ mod deploy;
 mod failures;
 mod finish_reason;
 mod fleet;
+mod following;
 mod framing;
 mod fuzz_smoke;
 mod garbage;

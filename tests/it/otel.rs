@@ -17,74 +17,13 @@ use serde_json::Value;
 use tokenclock::export::records::Record;
 use tokio::time::Instant;
 
-use crate::common::{self, client, process::sample, sim, upstream};
+use crate::common::{self, client, otel::Receiver, process::sample, sim, upstream};
 
 /// A traceparent the tests send: trace, the caller's span, sampled.
 const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CALLER: &str = "00f067aa0ba902b7";
 /// Text only the prompt carries.
 const PROMPT: &str = "Tell me about the zebra-quartz-1729 protocol";
-
-/// The receiver, killed when dropped.
-struct Receiver {
-    addr: SocketAddr,
-    child: Child,
-}
-
-impl Receiver {
-    /// Starts tests/otel/receiver.py; `delay` makes every export wait.
-    fn start(delay: Option<Duration>) -> Self {
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-        let python = root.join("target/venv-otel/bin/python");
-        assert!(
-            python.exists(),
-            "{} is missing: run tests/otel/venv.sh (tests/run.sh does)",
-            python.display()
-        );
-        let mut command = Command::new(&python);
-        command.arg(root.join("tests/otel/receiver.py"));
-        if let Some(delay) = delay {
-            command.args(["--delay", &delay.as_secs_f64().to_string()]);
-        }
-        let mut child = command
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start the OTLP receiver");
-        let stdout = child.stdout.take().expect("receiver stdout");
-        let mut line = String::new();
-        BufReader::new(stdout)
-            .read_line(&mut line)
-            .expect("the receiver's port");
-        let port: u16 = line
-            .trim()
-            .strip_prefix("PORT ")
-            .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| panic!("the receiver did not start: {line:?}"));
-        Self {
-            addr: SocketAddr::from(([127, 0, 0, 1], port)),
-            child,
-        }
-    }
-
-    async fn spans(&self) -> Vec<Value> {
-        let errors = client::get(self.addr, "/errors").await.body();
-        assert_eq!(errors, b"[]", "exports the receiver could not decode");
-        let body = client::get(self.addr, "/spans").await.body();
-        serde_json::from_slice(&body).expect("spans as JSON")
-    }
-
-    async fn raw(&self) -> Vec<u8> {
-        client::get(self.addr, "/raw").await.body()
-    }
-}
-
-impl Drop for Receiver {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn otel_config(endpoint: &str, extra: &str) -> String {
     format!(

@@ -4,6 +4,7 @@
 
 pub mod client;
 pub mod oracle;
+pub mod otel;
 pub mod process;
 pub mod prom;
 pub mod replay;
