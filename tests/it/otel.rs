@@ -6,10 +6,7 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    io::{BufRead, BufReader},
-    net::SocketAddr,
     path::PathBuf,
-    process::{Child, Command, Stdio},
     time::Duration,
 };
 
