@@ -121,13 +121,19 @@ pin_project! {
     /// The clock runs only while the reader waits on the body: time the
     /// reader spends not polling (a slow client) is not upstream idleness.
     /// It fails with `E`, which the inner body's errors convert into.
+    ///
+    /// A frame only stamps the next wait's deadline; the timer itself is
+    /// moved when it fires before that deadline (it was armed for an
+    /// earlier wait), so a stream pays one timer-wheel update per
+    /// `timeout`, not one per frame.
     pub(crate) struct IdleTimeout<B, E> {
         #[pin]
         inner: B,
         #[pin]
         sleep: Sleep,
         timeout: Duration,
-        waiting: bool,
+        // When the current wait fails; `None` while the reader holds a frame.
+        deadline: Option<Instant>,
         error: PhantomData<fn() -> E>,
     }
 }
@@ -139,7 +145,7 @@ impl<B, E> IdleTimeout<B, E> {
             inner,
             sleep: tokio::time::sleep(timeout),
             timeout,
-            waiting: false,
+            deadline: None,
             error: PhantomData,
         }
     }
@@ -158,16 +164,23 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, E>>> {
         let mut this = self.project();
-        if !*this.waiting {
-            *this.waiting = true;
-            this.sleep.as_mut().reset(Instant::now() + *this.timeout);
-        }
+        let timeout = *this.timeout;
+        let deadline = *this
+            .deadline
+            .get_or_insert_with(|| Instant::now() + timeout);
         if let Poll::Ready(frame) = this.inner.poll_frame(cx) {
-            *this.waiting = false;
+            *this.deadline = None;
             return Poll::Ready(frame.map(|f| f.map_err(E::from)));
         }
-        ready!(this.sleep.poll(cx));
-        Poll::Ready(Some(Err(E::idle(*this.timeout))))
+        // The timer was armed for this wait or an earlier one, never a later
+        // one: when it fires early it is moved to this wait's deadline.
+        loop {
+            ready!(this.sleep.as_mut().poll(cx));
+            if this.sleep.deadline() >= deadline {
+                return Poll::Ready(Some(Err(E::idle(timeout))));
+            }
+            this.sleep.as_mut().reset(deadline);
+        }
     }
 
     fn is_end_stream(&self) -> bool {
@@ -176,5 +189,95 @@ where
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+
+    use http_body_util::BodyExt;
+
+    use super::*;
+
+    const TIMEOUT: Duration = Duration::from_secs(10);
+
+    /// Yields one frame after each gap, then ends.
+    struct Paced {
+        gaps: VecDeque<Duration>,
+        sleep: Option<Pin<Box<Sleep>>>,
+    }
+
+    impl Body for Paced {
+        type Data = Bytes;
+        type Error = BodyError;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+            let Some(&gap) = self.gaps.front() else {
+                return Poll::Ready(None);
+            };
+            let sleep = self
+                .sleep
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep(gap)));
+            ready!(sleep.as_mut().poll(cx));
+            self.sleep = None;
+            self.gaps.pop_front();
+            Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b"x")))))
+        }
+    }
+
+    fn paced(gaps_in_timeouts: &[f64]) -> Pin<Box<IdleTimeout<Paced, BodyError>>> {
+        let gaps = gaps_in_timeouts
+            .iter()
+            .map(|g| TIMEOUT.mul_f64(*g))
+            .collect();
+        Box::pin(IdleTimeout::new(Paced { gaps, sleep: None }, TIMEOUT))
+    }
+
+    /// The next frame; a pinned box is `Unpin`, the body inside is not.
+    async fn next(
+        body: &mut Pin<Box<IdleTimeout<Paced, BodyError>>>,
+    ) -> Option<Result<Frame<Bytes>, BodyError>> {
+        BodyExt::frame(body).await
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn frames_closer_than_the_timeout_never_time_out() {
+        let mut body = paced(&[0.9, 0.6, 0.9, 0.99, 0.5, 0.9]);
+        for _ in 0..6 {
+            let frame = next(&mut body).await.map(|f| f.map(|_| ()));
+            assert!(matches!(frame, Some(Ok(()))), "{frame:?}");
+        }
+        assert!(next(&mut body).await.is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stall_fails_one_timeout_after_the_wait_began() {
+        let mut body = paced(&[0.5, 0.5, 3.0]);
+        for _ in 0..2 {
+            assert!(next(&mut body).await.is_some());
+        }
+        let waited = Instant::now();
+        let frame = next(&mut body).await;
+        assert!(
+            matches!(frame, Some(Err(BodyError::Idle(t))) if t == TIMEOUT),
+            "{frame:?}"
+        );
+        assert_eq!(waited.elapsed(), TIMEOUT, "not earlier, not later");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn time_the_reader_does_not_wait_is_not_idleness() {
+        let mut body = paced(&[0.5, 0.5, 0.5]);
+        assert!(next(&mut body).await.is_some());
+        // A slow client: the reader takes three timeouts to come back.
+        tokio::time::advance(TIMEOUT * 3).await;
+        for _ in 0..2 {
+            let frame = next(&mut body).await.map(|f| f.map(|_| ()));
+            assert!(matches!(frame, Some(Ok(()))), "{frame:?}");
+        }
     }
 }
