@@ -36,7 +36,7 @@ use crate::{
     measure::dialect::{Dialect, FinishReason},
     measure::slo,
     measure::slo::Slo,
-    measure::timeline::{Milestone, Outcome, Stage, Timeline, TimelineSink},
+    measure::timeline::{Milestone, Milestones, Outcome, Stage, Timeline, TimelineSink},
 };
 
 /// The exported families and what labels them; cheap to clone.
@@ -208,9 +208,12 @@ impl TimelineSink for Metrics {
         f.in_flight.with_label_values(&[dialect.as_str()]).inc();
     }
 
-    fn progressed(&self, t: &Timeline, milestone: Milestone) {
+    fn progressed(&self, t: &Timeline, milestones: Milestones) {
         let free = (self.shared.labels).admit(&self.view.caps, t.model.as_deref(), &t.labels);
-        self.milestone(&Series { free: &free }, t.dialect.as_str(), t, milestone);
+        let series = Series { free: &free };
+        for milestone in milestones.iter() {
+            self.milestone(&series, t.dialect.as_str(), t, milestone);
+        }
     }
 
     fn entered(&self, dialect: Dialect, stage: Stage) {

@@ -239,7 +239,7 @@ fn a_delivered_milestone_is_observed_once_not_again_at_the_end() {
     let m = metrics("");
     let mut t = request("m", vec![], 100);
     t.response_head = Some(t.start);
-    m.progressed(&t, Milestone::FirstToken);
+    m.progressed(&t, Milestones::default().with(Milestone::FirstToken));
     assert_eq!(
         first_token_counts(&m),
         (Some("1".into()), Some("1".into())),
@@ -265,8 +265,8 @@ fn disabled_families_and_phases_stay_out_when_delivered_early() {
     let m = metrics("[metrics]\ndisable = [\"time_to_first_token_seconds\", \"phase_seconds:headers_to_first_token\"]");
     let mut t = request("m", vec![], 100);
     t.response_head = Some(t.start);
-    m.progressed(&t, Milestone::FirstToken);
-    m.progressed(&t, Milestone::ResponseHeaders);
+    m.progressed(&t, Milestones::default().with(Milestone::FirstToken));
+    m.progressed(&t, Milestones::default().with(Milestone::ResponseHeaders));
     let text = scrape(&m);
     assert!(!text.contains("time_to_first_token_seconds"), "{text}");
     assert!(!text.contains("headers_to_first_token"), "{text}");

@@ -27,9 +27,7 @@ use crate::{
     measure::observe::{End, Observe},
     measure::read::ReadSettings,
     measure::slo::Limits,
-    measure::timeline::{
-        Hex, Milestone, Milestones, Outcome, RequestIds, Stage, Timeline, TimelineSink,
-    },
+    measure::timeline::{Hex, Milestones, Outcome, RequestIds, Stage, Timeline, TimelineSink},
 };
 
 /// The response side of an exchange; observes the body sent to the client.
@@ -256,9 +254,7 @@ impl Exchange {
             return;
         }
         if let Some(sink) = &self.sink {
-            fresh
-                .iter()
-                .for_each(|milestone: Milestone| sink.progressed(&self.timeline, milestone));
+            sink.progressed(&self.timeline, fresh);
         }
         self.timeline.delivered = reached;
     }

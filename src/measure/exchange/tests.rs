@@ -113,11 +113,13 @@ fn the_first_response_id_of_a_stream_is_kept() {
 struct Told(std::sync::Mutex<Vec<String>>);
 
 impl TimelineSink for Told {
-    fn progressed(&self, t: &Timeline, milestone: Milestone) {
-        self.push(format!(
-            "{milestone:?} {}",
-            t.model.as_deref().unwrap_or("-")
-        ));
+    fn progressed(&self, t: &Timeline, milestones: Milestones) {
+        for milestone in milestones.iter() {
+            self.push(format!(
+                "{milestone:?} {}",
+                t.model.as_deref().unwrap_or("-")
+            ));
+        }
     }
     fn entered(&self, _: crate::measure::dialect::Dialect, stage: Stage) {
         self.push(format!("+{}", stage.as_str()));

@@ -1,6 +1,6 @@
 //! Where timelines go: the [`TimelineSink`] trait the exporters implement.
 
-use super::{Milestone, Stage, Timeline};
+use super::{Milestones, Stage, Timeline};
 use crate::measure::dialect::Dialect;
 
 /// Where timelines go: metrics, records, tests.
@@ -10,12 +10,14 @@ pub trait TimelineSink: Send + Sync + 'static {
         let _ = dialect;
     }
 
-    /// The request reached `milestone`, and its model label is settled:
-    /// called at most once per milestone and request, on the task that
-    /// forwards the response, before [`TimelineSink::finished`]; the
-    /// milestone is then in `timeline.delivered` at the end. Must be cheap.
-    fn progressed(&self, timeline: &Timeline, milestone: Milestone) {
-        let _ = (timeline, milestone);
+    /// The request reached `milestones` (never empty; those reached
+    /// together, such as connect, upload and response head), and its model
+    /// label is settled: each milestone is handed over at most once per
+    /// request, on the task that forwards the response, before
+    /// [`TimelineSink::finished`], and is then in `timeline.delivered` at
+    /// the end. Must be cheap.
+    fn progressed(&self, timeline: &Timeline, milestones: Milestones) {
+        let _ = (timeline, milestones);
     }
 
     /// A request of `dialect` entered `stage`. Every entry is matched by
@@ -40,9 +42,9 @@ impl TimelineSink for Vec<std::sync::Arc<dyn TimelineSink>> {
         self.iter().for_each(|sink| sink.started(dialect));
     }
 
-    fn progressed(&self, timeline: &Timeline, milestone: Milestone) {
+    fn progressed(&self, timeline: &Timeline, milestones: Milestones) {
         self.iter()
-            .for_each(|sink| sink.progressed(timeline, milestone));
+            .for_each(|sink| sink.progressed(timeline, milestones));
     }
 
     fn entered(&self, dialect: Dialect, stage: Stage) {
