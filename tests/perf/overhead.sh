@@ -9,13 +9,20 @@
 #       event (sim_sent_unix_ns to the client), p50 and p99, minus direct's.
 #   (b) throughput: 256 streams, events as fast as possible; the proxy's CPU
 #       time per event (utime+stime from /proc/PID/stat) and events/s.
+#   (w) throughput per write: 256 streams x 200 events back to back, the
+#       simulator yielding between events (x-sim-schedule yield=1) so each
+#       leaves in its own write, as a token-by-token server writes; short
+#       streams, so each request's own cost weighs 10 times (b)'s. CPU per
+#       event, events/s, and (if perf can count syscalls) the proxy's reads,
+#       writes and readiness waits per event, also taken in (b): they show
+#       how many events each wake-up carried.
 #   (c) idle streams: 2,000 streams held open (first token 10 minutes away);
 #       the proxy's RSS per stream (VmRSS from /proc/PID/status), then dropped.
 # Fairness on 2 cores: sim and client on core 0, the proxy on core 1;
 # tokenclock --worker-threads 1, nginx worker_processes 1; a fresh proxy and
 # a warm-up per measurement; the vias' order rotated every repetition;
 # medians of N repetitions (default 3).
-# --only picks scenarios (say --only a for the latency runs alone); A_STREAMS
+# --only picks scenarios (say --only a for the latency runs alone; default abwc); A_STREAMS
 # in the environment sets the number of streams of (a) (default 32).
 # --trace adds (t): (a) once more per proxy with its syscalls recorded by
 # perf (linux-perf), for each proxy's in-proxy delay per event (in_proxy.py):
@@ -25,7 +32,7 @@
 # Everything listens on 127.0.0.1 and is killed on exit.
 set -euo pipefail
 
-QUICK=0 REPS=3 OUT=target/perf/overhead.json BUILD=1 UPSTREAM="" ONLY=abc TRACE=0
+QUICK=0 REPS=3 OUT=target/perf/overhead.json BUILD=1 UPSTREAM="" ONLY=abwc TRACE=0
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --quick) QUICK=1 REPS=1 ;;
@@ -40,16 +47,17 @@ while [[ $# -gt 0 ]]; do
     shift
 done
 
-[[ $ONLY =~ ^[abc]+$ ]] || { echo "overhead.sh: --only takes letters of abc, got '$ONLY'" >&2; exit 2; }
+[[ $ONLY =~ ^[abwc]+$ ]] || { echo "overhead.sh: --only takes letters of abwc, got '$ONLY'" >&2; exit 2; }
 (( TRACE == 0 )) || ONLY+=t
 
 PERF_DIR=$(cd "$(dirname "$0")" && pwd)
 cd "$PERF_DIR/../.."
-# Sizes: (a) streams, events; (b) streams, events per stream; (c) idle streams, hold time.
+# Sizes: (a) streams, events; (b) and (w) streams, events per stream; (c) idle streams, hold time.
 if [[ $QUICK == 1 ]]; then
-    A_STREAMS=4 A_EVENTS=8 B_STREAMS=16 B_EVENTS=200 C_STREAMS=50 C_HOLD=3
+    A_STREAMS=4 A_EVENTS=8 B_STREAMS=16 B_EVENTS=200 W_STREAMS=16 W_EVENTS=50 C_STREAMS=50 C_HOLD=3
 else
-    A_STREAMS=${A_STREAMS:-32} A_EVENTS=64 B_STREAMS=256 B_EVENTS=2000 C_STREAMS=2000 C_HOLD=12
+    A_STREAMS=${A_STREAMS:-32} A_EVENTS=64 B_STREAMS=256 B_EVENTS=2000 W_STREAMS=256 W_EVENTS=200
+    C_STREAMS=2000 C_HOLD=12
 fi
 SIM_PORT=${SIM_PORT:-18431} TC_PORT=${TC_PORT:-18432} TC_METRICS=${TC_METRICS:-18433} NGINX_PORT=${NGINX_PORT:-18434}
 BIN=target/release/tokenclock
@@ -109,7 +117,7 @@ warm_up() {
     local streams=4
     case "$1" in
         a | t) streams=$A_STREAMS ;;
-        b) streams=$(( B_STREAMS < 64 ? B_STREAMS : 64 )) ;;
+        b | w) streams=$(( B_STREAMS < 64 ? B_STREAMS : 64 )) ;;
     esac
     run_load /dev/null "$TMP/load.log" --concurrency "$streams" --requests $(( streams * 2 )) \
         --schedule "ttft_ms=1,gap_ms=1,tokens=16"
@@ -151,17 +159,53 @@ TRACE_EVENTS=$(printf 'syscalls:sys_%s_%s,' \
     exit write exit writev exit sendto exit sendmsg)
 TRACE_EVENTS=${TRACE_EVENTS%,}
 
-# (b) events as fast as possible; the proxy's CPU ticks around the run.
-scenario_b() {
-    local pids before after
+# The syscalls counted around (b) and (w) when perf can count them: the
+# proxy's reads, writes and readiness waits per event show how many events
+# each wake-up carried.
+COUNT_EVENTS=$(printf 'syscalls:sys_enter_%s,' read readv recvfrom recvmsg write writev sendto sendmsg \
+    epoll_wait epoll_pwait)
+COUNT_EVENTS=${COUNT_EVENTS%,}
+COUNT=0
+timeout 10 perf stat -x, -e syscalls:sys_enter_read -p $$ -- true >/dev/null 2>&1 && COUNT=1
+
+# throughput NAME VIA REP STREAMS SCHEDULE: events as fast as possible; the
+# proxy's CPU ticks, and its syscalls if perf counts them, around the run.
+throughput() {
+    local pids before after perf_pid="" counts="$TMP/count-$1-$2-$3.csv" calls=""
     pids=$(proxy_pids)
+    if (( COUNT == 1 )) && [[ -n $pids ]]; then
+        perf stat -x, -o "$counts" -e "$COUNT_EVENTS" -p "$(paste -sd, <<<"$pids")" 2>>"$TMP/perf.log" &
+        perf_pid=$!
+        PIDS+=("$perf_pid")
+        sleep 1 # perf attaches
+    fi
     # shellcheck disable=SC2086 # one pid per word
     before=$(cpu_ticks $pids)
-    run_load "$RESULTS/b-$1-$2.json" "$TMP/load.log" --concurrency "$B_STREAMS" \
-        --requests "$B_STREAMS" --schedule "ttft_ms=0,gap_ms=0,tokens=$B_EVENTS"
+    run_load "$RESULTS/$1-$2-$3.json" "$TMP/load.log" --concurrency "$4" --requests "$4" --schedule "$5"
     # shellcheck disable=SC2086
     after=$(cpu_ticks $pids)
-    echo "{\"cpu_ticks\": $(( after - before )), \"clk_tck\": $(getconf CLK_TCK)}" >"$RESULTS/b-$1-$2.cpu.json"
+    if [[ -n $perf_pid ]]; then
+        kill -INT "$perf_pid"
+        wait "$perf_pid" || true
+        forget "$perf_pid"
+        calls=$(awk -F, '
+            $3 ~ /(read|readv|recvfrom|recvmsg)$/ { r += $1 }
+            $3 ~ /(write|writev|sendto|sendmsg)$/ { w += $1 }
+            $3 ~ /epoll_p?wait$/ { e += $1 }
+            END { printf ", \"reads\": %d, \"writes\": %d, \"waits\": %d", r, w, e }' "$counts")
+    fi
+    echo "{\"cpu_ticks\": $(( after - before )), \"clk_tck\": $(getconf CLK_TCK)$calls}" \
+        >"$RESULTS/$1-$2-$3.cpu.json"
+}
+
+# (b) events as fast as possible, several to a write when they pile up.
+scenario_b() {
+    throughput b "$1" "$2" "$B_STREAMS" "ttft_ms=0,gap_ms=0,tokens=$B_EVENTS"
+}
+
+# (w) events as fast as possible, each in its own write, short streams.
+scenario_w() {
+    throughput w "$1" "$2" "$W_STREAMS" "ttft_ms=0,gap_ms=0,tokens=$W_EVENTS,yield=1"
 }
 
 # (c) idle streams held open: the proxy's RSS before and with them, then the
@@ -191,7 +235,7 @@ scenario_c() {
 # (what ran just before, on a shared machine, shows in the next p99).
 VIAS=(direct tokenclock nginx)
 for rep in $(seq 1 "$REPS"); do
-    for scenario in a t b c; do
+    for scenario in a t b w c; do
         [[ $ONLY == *"$scenario"* ]] || continue
         for i in 0 1 2; do
             via=${VIAS[$(( (i + rep - 1) % 3 ))]}

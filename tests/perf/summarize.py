@@ -26,7 +26,7 @@ def runs(results, scenario, via):
         summary = load(os.path.join(results, f"{scenario}-{via}-{rep}.json"))
         if summary is None:
             return out
-        extra = load(os.path.join(results, f"{scenario}-{via}-{rep}.{ {'a': 'none', 't': 'trace', 'b': 'cpu', 'c': 'rss'}[scenario]}.json"))
+        extra = load(os.path.join(results, f"{scenario}-{via}-{rep}.{ {'a': 'none', 't': 'trace', 'b': 'cpu', 'w': 'cpu', 'c': 'rss'}[scenario]}.json"))
         out.append((summary, extra or {}))
         rep += 1
 
@@ -43,6 +43,11 @@ def cpu_us_per_event(summary, extra):
     return extra["cpu_ticks"] / extra["clk_tck"] * 1e6 / events
 
 
+def calls_per_event(summary, extra, key):
+    events = summary["total"]["events"]
+    return extra[key] / events if key in extra and events else None
+
+
 def rss_kib_per_stream(extra):
     if not extra.get("streams"):
         return None
@@ -53,7 +58,7 @@ def per_via(results):
     """Median figures per via, and every repetition's raw figures."""
     medians, raw, errors = {}, {}, 0
     for via in VIAS:
-        a, t, b, c = (runs(results, s, via) for s in "atbc")
+        a, t, b, w, c = (runs(results, s, via) for s in "atbwc")
         figures = {
             "delay_p50_us": [s["event_delay_us"]["p50"] for s, _ in a],
             "delay_p99_us": [s["event_delay_us"]["p99"] for s, _ in a],
@@ -64,9 +69,17 @@ def per_via(results):
             "traced_unpaired_reads": [e.get("unpaired_reads") for _, e in t],
             "events_per_s": [s["events_per_s"] for s, _ in b],
             "cpu_us_per_event": [cpu_us_per_event(s, e) for s, e in b] if via != "direct" else [],
+            "reads_per_event": [calls_per_event(s, e, "reads") for s, e in b],
+            "writes_per_event": [calls_per_event(s, e, "writes") for s, e in b],
+            "waits_per_event": [calls_per_event(s, e, "waits") for s, e in b],
+            "w_events_per_s": [s["events_per_s"] for s, _ in w],
+            "w_cpu_us_per_event": [cpu_us_per_event(s, e) for s, e in w] if via != "direct" else [],
+            "w_reads_per_event": [calls_per_event(s, e, "reads") for s, e in w],
+            "w_writes_per_event": [calls_per_event(s, e, "writes") for s, e in w],
+            "w_waits_per_event": [calls_per_event(s, e, "waits") for s, e in w],
             "rss_kib_per_stream": [rss_kib_per_stream(e) for _, e in c],
         }
-        errors += sum(s["total"]["errors"] for s, _ in a + t + b + c)
+        errors += sum(s["total"]["errors"] for s, _ in a + t + b + w + c)
         raw[via] = figures
         medians[via] = {k: median(v) for k, v in figures.items()}
     return medians, raw, errors
@@ -91,6 +104,14 @@ def rows(m):
            ("(t) in-proxy delay p99, us", None, t["in_proxy_p99_us"], n["in_proxy_p99_us"]),
            ("(b) events/s", d["events_per_s"], t["events_per_s"], n["events_per_s"]),
            ("(b) proxy CPU per event, us", None, t["cpu_us_per_event"], n["cpu_us_per_event"]),
+           ("(b) proxy reads per event", None, t["reads_per_event"], n["reads_per_event"]),
+           ("(b) proxy writes per event", None, t["writes_per_event"], n["writes_per_event"]),
+           ("(b) proxy epoll waits per event", None, t["waits_per_event"], n["waits_per_event"]),
+           ("(w) events/s", d["w_events_per_s"], t["w_events_per_s"], n["w_events_per_s"]),
+           ("(w) proxy CPU per event, us", None, t["w_cpu_us_per_event"], n["w_cpu_us_per_event"]),
+           ("(w) proxy reads per event", None, t["w_reads_per_event"], n["w_reads_per_event"]),
+           ("(w) proxy writes per event", None, t["w_writes_per_event"], n["w_writes_per_event"]),
+           ("(w) proxy epoll waits per event", None, t["w_waits_per_event"], n["w_waits_per_event"]),
            ("(c) proxy RSS per idle stream, KiB", None, t["rss_kib_per_stream"], n["rss_kib_per_stream"])]
     return [{"metric": name, "direct": dv, "tokenclock": tv, "nginx": nv,
              "tokenclock_over_nginx": ratio(tv, nv),
@@ -111,7 +132,8 @@ def main():
     for r in table:
         if all(r[k] is None for k in VIAS):
             continue  # a scenario or a --trace figure this run did not measure
-        print(f"{r['metric']:<36} {fmt(r['direct']):>10} {fmt(r['tokenclock']):>11} {fmt(r['nginx']):>10} "
+        n = 2 if any(w in r["metric"] for w in ("reads", "writes", "waits")) else 1
+        print(f"{r['metric']:<36} {fmt(r['direct'], n):>10} {fmt(r['tokenclock'], n):>11} {fmt(r['nginx'], n):>10} "
               f"{fmt(r['tokenclock_over_nginx'], 2):>9} {fmt(r['tokenclock_over_direct'], 2):>10} {fmt(r['nginx_over_direct'], 2):>13}")
     print(f"medians of {reps} repetition(s){' (--quick)' if quick else ''}; failed requests: {errors}")
     with open(out, "w") as f:

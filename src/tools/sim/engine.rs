@@ -150,6 +150,10 @@ impl Pacer {
             Self::Schedule { schedule, base } => {
                 if !schedule.gap.is_zero() || i == 0 {
                     sleep_until(*base + schedule.offset(i)).await;
+                } else if schedule.yield_each {
+                    // The connection takes the event sent last and, finding
+                    // no other, writes it before this task sends the next.
+                    tokio::task::yield_now().await;
                 }
             }
         }

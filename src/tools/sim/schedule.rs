@@ -1,4 +1,4 @@
-//! Exact schedule mode: `x-sim-schedule: ttft_ms=450,gap_ms=25,tokens=120,per_event=1,reasoning_ms=0`
+//! Exact schedule mode: `x-sim-schedule: ttft_ms=450,gap_ms=25,tokens=120,per_event=1,reasoning_ms=0,yield=0`
 //! bypasses the queue model so timing tests know what to expect.
 
 use std::{str::FromStr, time::Duration};
@@ -16,6 +16,11 @@ pub struct Schedule {
     pub per_event: u64,
     /// Events within this long after the first token are reasoning.
     pub reasoning: Duration,
+    /// With no gap, yield to the connection between events (`yield=1`), so
+    /// each event leaves in its own write, as from a server that writes
+    /// token by token. Without it, back-to-back events pile up while the
+    /// connection writes, and leave several to a write.
+    pub yield_each: bool,
 }
 
 impl Default for Schedule {
@@ -26,13 +31,14 @@ impl Default for Schedule {
             tokens: 16,
             per_event: 1,
             reasoning: Duration::ZERO,
+            yield_each: false,
         }
     }
 }
 
 /// A schedule that does not parse.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("bad x-sim-schedule item {0:?} (keys: ttft_ms, gap_ms, tokens, per_event, reasoning_ms)")]
+#[error("bad x-sim-schedule item {0:?} (keys: ttft_ms, gap_ms, tokens, per_event, reasoning_ms, yield)")]
 pub struct ScheduleError(String);
 
 impl Schedule {
@@ -68,6 +74,7 @@ impl FromStr for Schedule {
                 "tokens" if n > 0 => s.tokens = n,
                 "per_event" if n > 0 => s.per_event = n,
                 "reasoning_ms" => s.reasoning = Duration::from_millis(n),
+                "yield" if n <= 1 => s.yield_each = n == 1,
                 _ => return Err(bad()),
             }
         }
@@ -90,6 +97,9 @@ mod tests {
         assert_eq!(s.offset(0), Duration::from_millis(450));
         assert_eq!(s.offset(2), Duration::from_millis(500));
         assert!(s.is_reasoning(1) && !s.is_reasoning(2));
+        assert!(!s.yield_each);
+        assert!("yield=1".parse::<Schedule>().expect("valid").yield_each);
+        assert!("yield=2".parse::<Schedule>().is_err());
         assert!("tokens=0".parse::<Schedule>().is_err());
         assert!("ttft=1".parse::<Schedule>().is_err());
     }
