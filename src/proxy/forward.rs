@@ -13,6 +13,7 @@ mod connect;
 mod error;
 mod headers;
 mod inject;
+mod pool;
 
 use std::{
     convert::Infallible,
@@ -24,11 +25,10 @@ use std::{
 
 use http::{header, uri::PathAndQuery, HeaderValue, Request, Response, StatusCode, Uri, Version};
 use hyper::body::Incoming;
-use hyper_util::client::legacy::connect::capture_connection;
 use tokio::time::Instant;
 use tower::Service;
 
-use self::client::{UpstreamBody, UpstreamClient};
+use self::client::{Answer, UpstreamBody, UpstreamClient};
 use self::client_body::ClientFault;
 pub use self::inject::StripUsage;
 pub(crate) use self::{
@@ -79,7 +79,7 @@ impl Proxy {
             .unwrap_or_else(|_| HeaderValue::from_static("localhost"));
         Ok(Self {
             inner: Arc::new(Inner {
-                client: client::build(config)?,
+                client: UpstreamClient::new(config)?,
                 upstream: config.upstream.clone(),
                 upstream_host,
                 preserve_host: config.preserve_host,
@@ -126,23 +126,18 @@ impl Inner {
             Ok(body) => body,
             Err(e) => return local_response(e, exchange),
         };
-        let mut upstream_request = match self.rewrite(parts, body, upload) {
+        let upstream_request = match self.rewrite(parts, body, upload) {
             Ok(r) => r,
             Err(e) => return local_response(e, exchange),
         };
-        let connection = capture_connection(&mut upstream_request);
-        let response = match self.send(upstream_request, &fault).await {
-            Ok(response) => response,
+        let answer = match self.send(upstream_request, start, &fault).await {
+            Ok(answer) => answer,
             Err(e) => return local_response(e, exchange),
         };
-        if let Some(connect) = connection
-            .connection_metadata()
-            .as_ref()
-            .and_then(|c| connect::paid_by(start, c))
-        {
+        if let Some(connect) = answer.connect {
             exchange.set_connect(connect);
         }
-        self.respond(response, exchange)
+        self.respond(answer, exchange)
     }
 
     /// The body to send upstream: the client's as it comes, or read whole
@@ -170,33 +165,34 @@ impl Inner {
     async fn send(
         &self,
         request: Request<UpstreamBody>,
+        start: Instant,
         fault: &ClientFault,
-    ) -> Result<Response<Incoming>, ProxyError> {
-        let sent = self.client.request(request);
+    ) -> Result<Answer, ProxyError> {
+        let sent = self.client.send(request, start, self.timeouts.connect);
         match tokio::time::timeout(self.timeouts.response_header, sent).await {
-            Ok(Ok(response)) if response.status() == StatusCode::SWITCHING_PROTOCOLS => {
+            Ok(Ok(answer)) if answer.response.status() == StatusCode::SWITCHING_PROTOCOLS => {
                 Err(ProxyError::UnsolicitedUpgrade)
             }
-            Ok(Ok(response)) => Ok(response),
+            Ok(Ok(answer)) => Ok(answer),
             Ok(Err(e)) => Err(match fault.get() {
                 Some(client) => ProxyError::ClientBody(client.clone()),
-                None => ProxyError::from_client(&e, self.timeouts.connect),
+                None => e,
             }),
             Err(_) => Err(ProxyError::HeaderTimeout(self.timeouts.response_header)),
         }
     }
 
     /// The upstream's response, addressed to the client and observed.
-    fn respond(&self, response: Response<Incoming>, mut exchange: Exchange) -> Response<ProxyBody> {
+    fn respond(&self, answer: Answer, mut exchange: Exchange) -> Response<ProxyBody> {
         let at = Instant::now();
         self.health.upstream_answered();
-        let (mut parts, body) = response.into_parts();
+        let (mut parts, body) = answer.response.into_parts();
         exchange.on_response_head(&parts, at);
         // The client's connection has its own version; hyper frames for it.
         parts.version = Version::default();
         headers::strip_response(&mut parts.headers);
         let strip = exchange.usage_injected() && exchange.streamed();
-        let body = ResponseBody::upstream(body, self.timeouts.idle);
+        let body = ResponseBody::upstream(body, answer.lease, self.timeouts.idle);
         let body = StripUsage::new(ObservedBody::new(body, exchange), strip);
         Response::from_parts(parts, body)
     }

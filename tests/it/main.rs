@@ -47,3 +47,4 @@ mod sim_faults;
 mod streams;
 mod tls;
 mod transparency;
+mod upstream_pool;

@@ -17,6 +17,7 @@ use std::future::Future;
 
 use tokio::time::{Instant, Sleep};
 
+use super::pool::Lease;
 use crate::measure::observe::Failure;
 
 /// Why a forwarded response body stopped before its end.
@@ -64,17 +65,19 @@ pin_project! {
     #[allow(missing_docs)] // pin-project-lite takes no docs on variant fields.
     pub enum ResponseBody {
         /// The upstream's body, frame for frame.
-        Upstream { #[pin] body: IdleTimeout<Incoming, BodyError> },
+        Upstream { #[pin] body: IdleTimeout<Received, BodyError> },
         /// A body made by the proxy itself (error responses).
         Local { #[pin] body: Full<Bytes> },
     }
 }
 
 impl ResponseBody {
-    /// The upstream's body, failed after `idle` without a frame.
-    pub fn upstream(body: Incoming, idle: Duration) -> Self {
+    /// The upstream's body, failed after `idle` without a frame. `lease`
+    /// is the pooled HTTP/1.1 connection it arrives on, driven by this
+    /// body; `None` when a task of its own drives it (HTTP/2).
+    pub(crate) fn upstream(body: Incoming, lease: Option<Lease>, idle: Duration) -> Self {
         Self::Upstream {
-            body: IdleTimeout::new(body, idle),
+            body: IdleTimeout::new(Received::new(body, lease), idle),
         }
     }
 
@@ -112,6 +115,103 @@ impl Body for ResponseBody {
             Self::Upstream { body } => body.size_hint(),
             Self::Local { body } => body.size_hint(),
         }
+    }
+}
+
+/// The upstream's response body, with the connection it arrives on when
+/// the body drives it.
+pub(crate) struct Received {
+    body: Incoming,
+    lease: Option<Lease>,
+    /// Frames went out since the body last had nothing: the client's
+    /// connection may hold them unwritten.
+    unflushed: bool,
+    /// A failure held back one wake-up, so those frames are written first.
+    failed: Option<hyper::Error>,
+}
+
+impl Received {
+    fn new(body: Incoming, lease: Option<Lease>) -> Self {
+        Self {
+            body,
+            lease,
+            unflushed: false,
+            failed: None,
+        }
+    }
+
+    /// The body first; when it has nothing, the connection reads and
+    /// decodes what the socket holds (registering this task for more),
+    /// and the body is asked again.
+    fn poll_upstream(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        if let Poll::Ready(frame) = Pin::new(&mut self.body).poll_frame(cx) {
+            return Poll::Ready(frame);
+        }
+        let Some(lease) = self.lease.as_mut() else {
+            return Poll::Pending;
+        };
+        lease.drive(cx);
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    /// Hands the connection back at a clean end, closes it on a failure.
+    fn settle(&mut self, frame: &Option<Result<Frame<Bytes>, hyper::Error>>, cx: &mut Context<'_>) {
+        if let Some(lease) = self.lease.as_mut() {
+            match frame {
+                Some(Err(_)) => lease.discard(),
+                None => lease.release(cx),
+                Some(Ok(_)) if self.body.is_end_stream() => lease.release(cx),
+                Some(Ok(_)) => {}
+            }
+        }
+    }
+}
+
+impl Body for Received {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    /// Every event of one read is forwarded in the same wake-up, and the
+    /// client's connection writes them together. A failure read with them
+    /// (the upstream sent its last bytes and closed) waits one wake-up:
+    /// hyper drops what it has not written when a body fails, and those
+    /// bytes are the client's.
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let this = self.get_mut();
+        if let Some(failed) = this.failed.take() {
+            return Poll::Ready(Some(Err(failed)));
+        }
+        let Poll::Ready(frame) = this.poll_upstream(cx) else {
+            this.unflushed = false;
+            return Poll::Pending;
+        };
+        this.settle(&frame, cx);
+        match frame {
+            Some(Err(e)) if this.unflushed => {
+                this.unflushed = false;
+                this.failed = Some(e);
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
+            frame => {
+                this.unflushed = true;
+                Poll::Ready(frame)
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.failed.is_none() && self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
     }
 }
 

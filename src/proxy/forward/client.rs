@@ -1,16 +1,31 @@
 //! The upstream client: a keep-alive pool of HTTP/1.1 (or HTTP/2)
 //! connections with `TCP_NODELAY`, over TLS for `https://` upstreams.
+//!
+//! HTTP/1.1 goes through [`Pool`], whose connections the forwarding task
+//! drives itself; HTTP/2 through hyper-util's client, which drives each
+//! connection in a task of its own (streams share it).
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
+
+use http::{Request, Response, Uri};
+use hyper::body::Incoming;
 
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::{
-    client::legacy::{connect::HttpConnector, Client},
+    client::legacy::{
+        connect::{capture_connection, HttpConnector},
+        Client,
+    },
     rt::{TokioExecutor, TokioTimer},
 };
 use rustls::crypto::ring;
 
-use super::{connect::TimedConnector, RequestBody};
+use super::{
+    connect::{self, TimedConnector},
+    error::ProxyError,
+    pool::{Lease, Pool, PoolError},
+    RequestBody,
+};
 use crate::{
     config::{Config, UpstreamProtocol},
     measure::exchange::Upload,
@@ -24,17 +39,92 @@ pub(super) type UpstreamBody = ObservedBody<RequestBody, Upload>;
 /// the connect timeout, TLS with the configured roots for `https://`.
 pub(crate) type Connector = TimedConnector<HttpsConnector<HttpConnector>>;
 
-/// The pooled upstream client.
-pub(super) type UpstreamClient = Client<Connector, UpstreamBody>;
+/// The proxy's upstream client.
+pub(super) enum UpstreamClient {
+    /// HTTP/1.1: connections driven by the tasks that use them.
+    Driven(Pool),
+    /// HTTP/2: hyper-util's client.
+    Spawned(Box<Client<Connector, UpstreamBody>>),
+}
 
-/// Builds a client from the validated config, sending bodies of type `B`:
-/// the proxy's own, or the health probe's empty one, so both reach the
-/// upstream over the same TCP, TLS and protocol settings.
-pub(crate) fn build<B>(config: &Config) -> Result<Client<Connector, B>, rustls::Error>
-where
-    B: hyper::body::Body + Send + 'static,
-    B::Data: Send,
-{
+/// A response head from the upstream.
+pub(super) struct Answer {
+    pub response: Response<Incoming>,
+    /// The connection the body arrives on, if the body drives it.
+    pub lease: Option<Lease>,
+    /// The connect this request waited for (zero on a pooled connection),
+    /// when known.
+    pub connect: Option<Duration>,
+}
+
+// === impl UpstreamClient ===
+
+impl UpstreamClient {
+    /// The client for the validated config.
+    pub(super) fn new(config: &Config) -> Result<Self, rustls::Error> {
+        Ok(match config.upstream.protocol {
+            UpstreamProtocol::Http1 => {
+                let target = Uri::builder()
+                    .scheme(config.upstream.scheme.clone())
+                    .authority(config.upstream.authority.clone())
+                    .path_and_query("/")
+                    .build()
+                    .map_err(|_| rustls::Error::General("invalid upstream URL".into()))?;
+                Self::Driven(Pool::new(
+                    connector(config)?,
+                    target,
+                    config.pool.max_idle_per_host,
+                    config.pool.idle_timeout,
+                ))
+            }
+            UpstreamProtocol::Http2 => Self::Spawned(Box::new(build(config)?)),
+        })
+    }
+
+    /// Sends `request` and waits for the response head (no timeout here).
+    /// `start` is when the request arrived: a connect opened after it is
+    /// the request's.
+    pub(super) async fn send(
+        &self,
+        mut request: Request<UpstreamBody>,
+        start: tokio::time::Instant,
+        connect_timeout: Duration,
+    ) -> Result<Answer, ProxyError> {
+        match self {
+            Self::Driven(pool) => match pool.send(request).await {
+                Ok(sent) => Ok(Answer {
+                    response: sent.response,
+                    lease: Some(sent.lease),
+                    connect: Some(sent.connect),
+                }),
+                Err(PoolError::Connect(e)) => {
+                    Err(ProxyError::from_connect(e.as_ref(), connect_timeout))
+                }
+                Err(PoolError::Upstream(e)) => Err(ProxyError::from_upstream(&e)),
+            },
+            Self::Spawned(client) => {
+                let connection = capture_connection(&mut request);
+                let response = client
+                    .request(request)
+                    .await
+                    .map_err(|e| ProxyError::from_client(&e, connect_timeout))?;
+                let connect = connection
+                    .connection_metadata()
+                    .as_ref()
+                    .and_then(|c| connect::paid_by(start, c));
+                Ok(Answer {
+                    response,
+                    lease: None,
+                    connect,
+                })
+            }
+        }
+    }
+}
+
+/// TCP with `TCP_NODELAY` and the connect timeout, TLS with the
+/// configured roots for `https://` and ALPN for the configured protocol.
+fn connector(config: &Config) -> Result<Connector, rustls::Error> {
     let mut http = HttpConnector::new();
     // Without it a small SSE write can wait ~40 ms for a delayed ACK.
     http.set_nodelay(true);
@@ -52,7 +142,17 @@ where
         UpstreamProtocol::Http1 => tls.enable_http1().wrap_connector(http),
         UpstreamProtocol::Http2 => tls.enable_http2().wrap_connector(http),
     };
+    Ok(TimedConnector::new(connector))
+}
 
+/// Builds a hyper-util client from the validated config, sending bodies of
+/// type `B`: the proxy's own over HTTP/2, or the health probe's empty one,
+/// so both reach the upstream over the same TCP, TLS and protocol settings.
+pub(crate) fn build<B>(config: &Config) -> Result<Client<Connector, B>, rustls::Error>
+where
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+{
     let mut builder = Client::builder(TokioExecutor::new());
     builder
         .pool_idle_timeout(config.pool.idle_timeout)
@@ -62,5 +162,5 @@ where
     if config.upstream.protocol == UpstreamProtocol::Http2 {
         builder.http2_only(true);
     }
-    Ok(builder.build(TimedConnector::new(connector)))
+    Ok(builder.build(connector(config)?))
 }

@@ -74,6 +74,13 @@ pin_project! {
     }
 }
 
+impl<T> Timed<T> {
+    /// When and how fast it was opened.
+    pub(super) fn timing(&self) -> ConnectTiming {
+        self.timing
+    }
+}
+
 impl<T: Connection> Connection for Timed<T> {
     fn connected(&self) -> Connected {
         self.io.connected().extra(self.timing)

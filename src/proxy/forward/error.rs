@@ -48,17 +48,27 @@ pub(crate) enum ProxyError {
 // === impl ProxyError ===
 
 impl ProxyError {
-    /// Classifies an error from the upstream client.
+    /// Classifies an error from hyper-util's client.
     pub(crate) fn from_client(err: &hyper_util::client::legacy::Error, connect: Duration) -> Self {
         if err.is_connect() {
-            if source_chain(err).any(|e| {
-                e.downcast_ref::<io::Error>()
-                    .is_some_and(|e| e.kind() == io::ErrorKind::TimedOut)
-            }) {
-                return Self::ConnectTimeout(connect);
-            }
-            return Self::Unavailable(innermost(err));
+            return Self::from_connect(err, connect);
         }
+        Self::from_upstream(err)
+    }
+
+    /// A connect that failed: timed out, refused, or TLS.
+    pub(crate) fn from_connect(err: &(dyn std::error::Error + 'static), connect: Duration) -> Self {
+        if source_chain(err).any(|e| {
+            e.downcast_ref::<io::Error>()
+                .is_some_and(|e| e.kind() == io::ErrorKind::TimedOut)
+        }) {
+            return Self::ConnectTimeout(connect);
+        }
+        Self::Unavailable(innermost(err))
+    }
+
+    /// A connection that failed after the request went out, before a head.
+    pub(crate) fn from_upstream(err: &(dyn std::error::Error + 'static)) -> Self {
         Self::Upstream(innermost(err))
     }
 
@@ -135,7 +145,7 @@ pub(super) fn source_chain<'a>(
 }
 
 /// The most specific message in the chain ("Connection refused (os error 111)").
-fn innermost(err: &hyper_util::client::legacy::Error) -> String {
+fn innermost(err: &(dyn std::error::Error + 'static)) -> String {
     source_chain(err)
         .last()
         .map_or_else(|| err.to_string(), |e| e.to_string())

@@ -38,7 +38,9 @@ impl Default for Schedule {
 
 /// A schedule that does not parse.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("bad x-sim-schedule item {0:?} (keys: ttft_ms, gap_ms, tokens, per_event, reasoning_ms, yield)")]
+#[error(
+    "bad x-sim-schedule item {0:?} (keys: ttft_ms, gap_ms, tokens, per_event, reasoning_ms, yield)"
+)]
 pub struct ScheduleError(String);
 
 impl Schedule {

@@ -1,0 +1,259 @@
+//! The HTTP/1.1 upstream pool, against a real hyper upstream that counts
+//! the connections it accepts and sees closed: a connection is reused after
+//! a clean end, not after a cut one; a close the upstream sent while the
+//! connection was idle is noticed, not walked into; `pool_idle_timeout`
+//! and `pool_max_idle_per_host` hold; bodies arrive byte for byte.
+
+use std::{
+    collections::VecDeque,
+    convert::Infallible,
+    net::SocketAddr,
+    pin::Pin,
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc,
+    },
+    task::{Context, Poll},
+    time::Duration,
+};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body::{Body, Frame};
+use http_body_util::{BodyExt, Full};
+use hyper::{body::Incoming, service::service_fn};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::TcpListener;
+
+use crate::common::{
+    self,
+    client::{collect, send},
+};
+
+/// Events of the streamed answer.
+const EVENTS: usize = 40;
+
+/// A hyper upstream counting the connections requests came on; `/stream` answers a chunked SSE
+/// body of [`EVENTS`] frames (`/stream?slow` 300 ms later, `?long` one of
+/// 64 MiB), anything else a `content-length` body.
+struct Counting {
+    addr: SocketAddr,
+    accepted: Arc<AtomicUsize>,
+    closed: Arc<AtomicUsize>,
+}
+
+impl Counting {
+    /// `idle_close`: the upstream closes a connection that waits this long
+    /// for its next request (its keep-alive).
+    async fn start(idle_close: Duration) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (accepted, closed): (Arc<AtomicUsize>, Arc<AtomicUsize>) = Default::default();
+        let (a, c) = (Arc::clone(&accepted), Arc::clone(&closed));
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let (accepted, closed) = (Arc::clone(&a), Arc::clone(&c));
+                tokio::spawn(async move {
+                    // Counted at its first request: the proxy's health
+                    // probe connects and sends nothing.
+                    let requests = Arc::new(AtomicUsize::new(0));
+                    let seen = Arc::clone(&requests);
+                    let service = service_fn(move |request| {
+                        if seen.fetch_add(1, Ordering::SeqCst) == 0 {
+                            accepted.fetch_add(1, Ordering::SeqCst);
+                        }
+                        answer(request)
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .timer(TokioTimer::new())
+                        .header_read_timeout(idle_close)
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                    if requests.load(Ordering::SeqCst) > 0 {
+                        closed.fetch_add(1, Ordering::SeqCst);
+                    }
+                });
+            }
+        });
+        Self {
+            addr,
+            accepted,
+            closed,
+        }
+    }
+
+    fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+
+    fn closed(&self) -> usize {
+        self.closed.load(Ordering::SeqCst)
+    }
+}
+
+async fn answer(request: Request<Incoming>) -> Result<Response<Frames>, Infallible> {
+    if request.uri().query() == Some("slow") {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let frames = if request.uri().query() == Some("long") {
+        // 64 MiB: more than the sockets between hold, never read whole.
+        let event = Bytes::from(format!("data: \"{}\"\n\n", "x".repeat(1018)));
+        std::iter::repeat_n(event, 65_536).collect()
+    } else if request.uri().path() == "/stream" {
+        stream_frames()
+    } else {
+        VecDeque::from([Bytes::from_static(b"{\"whole\":true}")])
+    };
+    let mut response = Response::new(Frames(frames.clone()));
+    if request.uri().path() != "/stream" {
+        let length = frames.iter().map(Bytes::len).sum::<usize>();
+        response
+            .headers_mut()
+            .insert(http::header::CONTENT_LENGTH, length.into());
+    }
+    Ok(response)
+}
+
+fn stream_frames() -> VecDeque<Bytes> {
+    (0..EVENTS)
+        .map(|i| Bytes::from(format!("data: {{\"i\":{i}}}\n\n")))
+        .chain([Bytes::from_static(b"data: [DONE]\n\n")])
+        .collect()
+}
+
+/// A body of frames all ready at once: the upstream writes them as fast
+/// as the socket takes them.
+struct Frames(VecDeque<Bytes>);
+
+impl Body for Frames {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        Poll::Ready(self.0.pop_front().map(|b| Ok(Frame::data(b))))
+    }
+}
+
+fn request(path: &str) -> Request<Full<Bytes>> {
+    Request::get(path)
+        .body(Full::new(Bytes::new()))
+        .expect("request")
+}
+
+/// Sends `path` through the proxy and checks the body arrived whole.
+async fn round_trip(proxy: SocketAddr, path: &str) {
+    let response = send(proxy, request(path)).await.expect("head");
+    assert_eq!(response.status(), 200);
+    let body = collect(response).await.expect("whole body").body();
+    let expected: Vec<u8> = if path.starts_with("/stream") {
+        stream_frames().iter().flat_map(|b| b.to_vec()).collect()
+    } else {
+        b"{\"whole\":true}".to_vec()
+    };
+    assert_eq!(body, expected, "{path}: the body arrives byte for byte");
+}
+
+/// Waits up to 5 s for `check`.
+async fn eventually(what: &str, check: impl Fn() -> bool) {
+    for _ in 0..100 {
+        if check() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{what}");
+}
+
+#[tokio::test]
+async fn requests_one_after_another_share_one_connection() {
+    let upstream = Counting::start(Duration::from_secs(30)).await;
+    let proxy = common::proxy(upstream.addr, "").await;
+    for i in 0..6 {
+        round_trip(proxy.addr, if i % 2 == 0 { "/stream" } else { "/whole" }).await;
+    }
+    assert_eq!(
+        upstream.accepted(),
+        1,
+        "every request reused the first connection"
+    );
+}
+
+#[tokio::test]
+async fn a_close_the_upstream_sent_while_idle_is_noticed() {
+    let upstream = Counting::start(Duration::from_millis(200)).await;
+    let proxy = common::proxy(upstream.addr, "pool_idle_timeout = \"30s\"").await;
+    round_trip(proxy.addr, "/stream").await;
+    eventually("the upstream closes the idle connection", || {
+        upstream.closed() == 1
+    })
+    .await;
+    round_trip(proxy.addr, "/stream").await;
+    round_trip(proxy.addr, "/whole").await;
+    assert_eq!(upstream.accepted(), 2, "a new connection after the close");
+}
+
+#[tokio::test]
+async fn pool_idle_timeout_retires_a_connection() {
+    let upstream = Counting::start(Duration::from_secs(30)).await;
+    let proxy = common::proxy(upstream.addr, "pool_idle_timeout = \"300ms\"").await;
+    round_trip(proxy.addr, "/stream").await;
+    // Closed by the pool itself, with no request to find it expired.
+    eventually("the proxy closes the expired connection", || {
+        upstream.closed() == 1
+    })
+    .await;
+    round_trip(proxy.addr, "/stream").await;
+    assert_eq!(upstream.accepted(), 2);
+}
+
+#[tokio::test]
+async fn a_response_the_client_left_is_not_reused() {
+    let upstream = Counting::start(Duration::from_secs(30)).await;
+    let proxy = common::proxy(upstream.addr, "").await;
+    let response = send(proxy.addr, request("/stream?long"))
+        .await
+        .expect("head");
+    let mut body = response.into_body();
+    let first = body.frame().await.expect("a frame").expect("data");
+    assert!(first.is_data());
+    drop(body);
+    eventually(
+        "the proxy closes the connection of the response left",
+        || upstream.closed() == 1,
+    )
+    .await;
+    round_trip(proxy.addr, "/stream").await;
+    assert_eq!(
+        upstream.accepted(),
+        2,
+        "a connection whose response was not read to its end is closed"
+    );
+}
+
+#[tokio::test]
+async fn at_most_pool_max_idle_per_host_stay_open() {
+    let upstream = Counting::start(Duration::from_secs(30)).await;
+    let proxy = common::proxy(upstream.addr, "pool_max_idle_per_host = 2").await;
+    let rounds = |n| futures_round(proxy.addr, n);
+    rounds(6).await;
+    assert_eq!(upstream.accepted(), 6, "six at once need six connections");
+    eventually("all but two idle connections are closed", || {
+        upstream.closed() == 4
+    })
+    .await;
+    rounds(2).await;
+    assert_eq!(upstream.accepted(), 6, "the two kept are reused");
+}
+
+/// `n` streamed requests at once.
+async fn futures_round(proxy: SocketAddr, n: usize) {
+    let tasks: Vec<_> = (0..n)
+        .map(|_| tokio::spawn(round_trip(proxy, "/stream?slow")))
+        .collect();
+    for task in tasks {
+        task.await.expect("request task");
+    }
+}
