@@ -28,6 +28,8 @@
 //!   and with the proxy's own [`Exchange`] observer on the synthetic chat
 //!   stream (ns per frame).
 //!
+//! The `/metrics` render has its own bench, `metrics_render`.
+//!
 //! [`SseFramer`]: tokenclock::measure::frame::sse::SseFramer
 //! [`NdjsonFramer`]: tokenclock::measure::frame::ndjson::NdjsonFramer
 //! [`Timeline`]: tokenclock::measure::timeline::Timeline
