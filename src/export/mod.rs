@@ -14,6 +14,6 @@
 
 pub(crate) mod admin;
 pub mod logging;
-pub(crate) mod metrics;
+pub mod metrics;
 pub mod otel;
 pub mod records;

@@ -10,6 +10,10 @@
 //! closed sets (enums, config) and the capped free-form [`LabelSpace`].
 //! A request's series are resolved when a milestone is delivered and when
 //! it finishes; nothing here runs per event.
+//!
+//! Public for the benchmarks (`tests/bench/metrics_render.rs`): [`Metrics::new`],
+//! the [`TimelineSink`] the proxy hands finished timelines to, and
+//! [`Metrics::encode`], the body `GET /metrics` serves.
 
 mod connections;
 mod families;
@@ -46,7 +50,7 @@ use crate::{
 /// comes from the config and a reload replaces it for requests that start
 /// afterwards, so no counter resets and no series is lost.
 #[derive(Clone)]
-pub(crate) struct Metrics {
+pub struct Metrics {
     shared: Arc<Shared>,
     view: Arc<View>,
 }
@@ -108,8 +112,9 @@ impl Ranges {
 // === impl Metrics ===
 
 impl Metrics {
-    /// Registers every family on a fresh registry.
-    pub(crate) fn new(export: &ExportSettings) -> Result<Self, prometheus::Error> {
+    /// Registers every family on a fresh registry, labelled as `export`
+    /// says: what the proxy does once at start.
+    pub fn new(export: &ExportSettings) -> Result<Self, prometheus::Error> {
         let registry = Registry::new();
         let build_info = IntGaugeVec::new(
             Opts::new(
@@ -157,8 +162,10 @@ impl Metrics {
         }
     }
 
-    /// The text exposition (format 0.0.4) of every family.
-    pub(crate) fn encode(&self) -> Result<Vec<u8>, prometheus::Error> {
+    /// The text exposition (format 0.0.4) of every family: gathers the
+    /// registry and encodes it, the body the admin endpoint serves for
+    /// `GET /metrics` (`export::admin`), on every scrape.
+    pub fn encode(&self) -> Result<Vec<u8>, prometheus::Error> {
         let mut buffer = Vec::with_capacity(64 * 1024);
         TextEncoder::new().encode(&self.shared.registry.gather(), &mut buffer)?;
         Ok(buffer)

@@ -1,0 +1,71 @@
+//! How a stream is cut into the chunks the proxy reads, and the synthetic
+//! vLLM chat stream (the recorded ones are in [`crate::recorded`]).
+
+use crate::recorded::Stream;
+use tokenclock::measure::dialect::Dialect;
+
+/// Tokens of the synthetic chat stream (it adds a role chunk, a finish
+/// chunk with usage and `[DONE]`).
+pub(crate) const SYNTHETIC_TOKENS: u64 = 1_000;
+/// A socket read's worth.
+const READ_CHUNK: usize = 4096;
+/// Small and odd, so most events are split across feeds.
+const SPLIT_CHUNK: usize = 61;
+
+/// How the upstream's bytes reach the framer.
+#[derive(Clone, Copy)]
+pub(crate) enum Chunking {
+    /// One block (event) per chunk, as a token-by-token server writes.
+    PerEvent,
+    /// 4 KiB chunks, as a reader that fell behind gets them.
+    Read,
+    /// 61-byte chunks: events split across reads.
+    Split,
+}
+
+impl Chunking {
+    pub(crate) const ALL: [Chunking; 3] = [Self::PerEvent, Self::Read, Self::Split];
+
+    /// The benchmark id part.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::PerEvent => "event_per_chunk",
+            Self::Read => "4KiB_chunks",
+            Self::Split => "61B_chunks",
+        }
+    }
+
+    /// `stream` cut this way.
+    pub(crate) fn chunks(self, stream: &Stream) -> Vec<&[u8]> {
+        match self {
+            Self::PerEvent => stream.block_slices(),
+            Self::Read => stream.bytes.chunks(READ_CHUNK).collect(),
+            Self::Split => stream.bytes.chunks(SPLIT_CHUNK).collect(),
+        }
+    }
+}
+
+/// A vLLM-style OpenAI chat stream: role, one token per chunk (about 270
+/// bytes each, `logprobs: null`), finish with usage, `[DONE]`.
+pub(crate) fn vllm_chat() -> Stream {
+    const HEAD: &str = r#"{"id":"chatcmpl-8f3a2c1e9b7d4e0fa1c2b3d4e5f60718","object":"chat.completion.chunk","created":1760000100,"model":"meta-llama/Llama-3.1-8B-Instruct","system_fingerprint":"fp_vllm_0_11_0","#;
+    let words = [
+        " the", " model", " answers", ",", " token", " by", " token", ".",
+    ];
+    let mut events = vec![format!(
+        "data: {HEAD}\"choices\":[{{\"index\":0,\"delta\":{{\"role\":\"assistant\",\"content\":\"\"}},\"logprobs\":null,\"finish_reason\":null}}]}}\n\n"
+    )];
+    for word in words.iter().cycle().take(SYNTHETIC_TOKENS as usize) {
+        events.push(format!(
+            "data: {HEAD}\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{word}\"}},\"logprobs\":null,\"finish_reason\":null}}]}}\n\n"
+        ));
+    }
+    events.push(format!(
+        "data: {HEAD}\"choices\":[{{\"index\":0,\"delta\":{{}},\"logprobs\":null,\"finish_reason\":\"stop\"}}],\"usage\":{{\"prompt_tokens\":27,\"total_tokens\":{},\"completion_tokens\":{SYNTHETIC_TOKENS}}}}}\n\n",
+        27 + SYNTHETIC_TOKENS
+    ));
+    events.push("data: [DONE]\n\n".to_owned());
+    let stream = Stream::from_blocks(Dialect::OpenAiChat, events);
+    assert_eq!(stream.token_events, SYNTHETIC_TOKENS, "one token per chunk");
+    stream
+}
