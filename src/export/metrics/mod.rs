@@ -20,11 +20,15 @@ mod families;
 mod labels;
 mod milestones;
 mod stages;
+mod text;
 mod upstream;
 
-use std::sync::Arc;
+use std::sync::{
+    atomic::{AtomicUsize, Ordering},
+    Arc,
+};
 
-use prometheus::{Encoder, HistogramVec, IntCounter, IntGaugeVec, Opts, Registry, TextEncoder};
+use prometheus::{HistogramVec, IntCounter, IntGaugeVec, Opts, Registry};
 
 use self::{
     connections::ConnectionFamilies, families::Families, stages::StageGauges,
@@ -64,6 +68,8 @@ struct Shared {
     labels: LabelSpace,
     /// Phases left out of their families (fixed at start, like families).
     disabled: Disabled,
+    /// Bytes of the last exposition, to size the next one's buffer.
+    rendered_bytes: AtomicUsize,
 }
 
 /// What a config reload may change about how requests are labelled.
@@ -147,6 +153,7 @@ impl Metrics {
                 stages,
                 labels: LabelSpace::new(1 + export.labels.len()),
                 disabled: export.disabled.clone(),
+                rendered_bytes: AtomicUsize::new(0),
             }),
             view: Arc::new(View::new(export)),
         })
@@ -166,8 +173,14 @@ impl Metrics {
     /// registry and encodes it, the body the admin endpoint serves for
     /// `GET /metrics` (`export::admin`), on every scrape.
     pub fn encode(&self) -> Result<Vec<u8>, prometheus::Error> {
-        let mut buffer = Vec::with_capacity(64 * 1024);
-        TextEncoder::new().encode(&self.shared.registry.gather(), &mut buffer)?;
+        // Room for the last scrape's size and a little growth, so a large
+        // exposition is not copied over and over as it grows.
+        let last = self.shared.rendered_bytes.load(Ordering::Relaxed);
+        let mut buffer = Vec::with_capacity((last + last / 8).max(64 * 1024));
+        text::encode(&self.shared.registry.gather(), &mut buffer);
+        self.shared
+            .rendered_bytes
+            .store(buffer.len(), Ordering::Relaxed);
         Ok(buffer)
     }
 
