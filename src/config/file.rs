@@ -299,7 +299,9 @@ impl File {
             export,
             shutdown_grace: self.shutdown_grace,
             worker_threads: match self.worker_threads {
-                0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+                0 => default_worker_threads(
+                    std::thread::available_parallelism().map_or(1, |n| n.get()),
+                ),
                 n => n,
             },
             log_format: self.log_format,
@@ -419,4 +421,18 @@ fn line_column(text: &str, offset: usize) -> (usize, usize) {
     let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
     let column = before.iter().rev().take_while(|&&b| b != b'\n').count() + 1;
     (line, column)
+}
+
+/// The most worker threads `worker_threads = 0` starts.
+const AUTO_WORKER_THREADS: usize = 4;
+
+/// `worker_threads = 0`: one per core the process may use, at most
+/// [`AUTO_WORKER_THREADS`]. `cores` honours the CPU affinity and the
+/// cgroup CPU quota (a pod's CPU limit), not just the node's cores. A
+/// sidecar shares its pod with the model server: on a 64-core GPU node
+/// with no CPU limit, 64 workers would only add idle threads and wake-ups
+/// spread over cores, where four forward several hundred thousand events
+/// a second.
+pub(super) fn default_worker_threads(cores: usize) -> usize {
+    cores.clamp(1, AUTO_WORKER_THREADS)
 }

@@ -52,7 +52,7 @@ fn defaults_are_the_documented_ones() {
     assert_eq!(c.timeouts.header_read, Duration::from_secs(30));
     assert_eq!(c.pool.idle_timeout, Duration::from_secs(4));
     assert_eq!(c.shutdown_grace, Duration::from_secs(30));
-    assert!(c.worker_threads >= 1);
+    assert!((1..=4).contains(&c.worker_threads));
     assert!(!c.preserve_host);
 }
 
@@ -182,4 +182,19 @@ fn connection_limits_and_deadlines_have_defaults_and_are_checked() {
         let e = error(&format!("upstream = \"http://a:1\"\n{line}\n"));
         assert!(e.starts_with(key), "{e}");
     }
+}
+
+#[test]
+fn worker_threads_zero_is_one_per_usable_core_up_to_four() {
+    use super::file::default_worker_threads;
+    assert_eq!(default_worker_threads(1), 1, "a pod limited to one CPU");
+    assert_eq!(default_worker_threads(2), 2);
+    assert_eq!(
+        default_worker_threads(64),
+        4,
+        "a 64-core node without a CPU limit"
+    );
+    assert_eq!(default_worker_threads(0), 1);
+    let explicit = parse("upstream = \"http://a:1\"\nworker_threads = 16").expect("valid");
+    assert_eq!(explicit.worker_threads, 16, "an explicit count is kept");
 }
