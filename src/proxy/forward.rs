@@ -246,7 +246,10 @@ impl Inner {
                     .insert(header::HOST, self.upstream_host.clone());
             }
         }
-        Ok(Request::from_parts(parts, ObservedBody::new(body, upload)))
+        Ok(Request::from_parts(
+            parts,
+            Box::pin(ObservedBody::new(body, upload)),
+        ))
     }
 }
 

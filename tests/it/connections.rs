@@ -130,6 +130,62 @@ async fn a_silent_socket_is_closed_after_header_read_timeout() {
     );
 }
 
+/// Sends `first`, waits until the proxy has surely seen it alone, then
+/// `rest`; returns the connection.
+async fn in_two_writes(addr: SocketAddr, first: &[u8], rest: &[u8]) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).await.expect("connect");
+    stream.write_all(first).await.expect("first bytes");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    stream.write_all(rest).await.expect("the rest");
+    stream
+}
+
+/// The protocol is chosen from the first bytes that arrive: ones that rule
+/// out the h2 preface ("G"), ones that may still be it ("P" of "POST"), and
+/// an h2 preface cut inside ("PRI"); each connection is served all the same.
+#[tokio::test]
+async fn a_head_split_in_its_first_bytes_is_served_over_http1_and_h2c() {
+    let upstream = Echo::start().await;
+    let proxy = common::proxy(upstream.addr, "").await;
+    for head in [
+        "GET /v1/models HTTP/1.1\r\nhost: a\r\nconnection: close\r\n\r\n",
+        "POST /v1/models HTTP/1.1\r\nhost: a\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+    ] {
+        let mut stream =
+            in_two_writes(proxy.addr, &head.as_bytes()[..1], &head.as_bytes()[1..]).await;
+        let mut answer = Vec::new();
+        let read = stream.read_to_end(&mut answer);
+        tokio::time::timeout(BOUND, read)
+            .await
+            .expect("answered")
+            .expect("read");
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(
+            answer.starts_with("HTTP/1.1 200"),
+            "{head:?} answered {answer:?}"
+        );
+    }
+    let mut rest = raw::PREFACE[3..].to_vec();
+    rest.extend(raw::frame(raw::SETTINGS, 0, 0, &[]));
+    rest.extend(raw::get());
+    let mut stream = in_two_writes(proxy.addr, &raw::PREFACE[..3], &rest).await;
+    let headers = async {
+        while let Some(frame) = raw::read(&mut stream).await {
+            if matches!(frame, (1, _, 1)) {
+                return true;
+            }
+        }
+        false
+    };
+    let answered = tokio::time::timeout(BOUND, headers)
+        .await
+        .expect("answered");
+    assert!(
+        answered,
+        "an h2 preface cut after 3 bytes got no response HEADERS"
+    );
+}
+
 #[tokio::test]
 async fn a_half_sent_h2_preface_is_closed_after_header_read_timeout() {
     let upstream = Echo::start().await;

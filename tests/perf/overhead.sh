@@ -18,11 +18,18 @@
 #       how many events each wake-up carried.
 #   (c) idle streams: 2,000 streams held open (first token 10 minutes away);
 #       the proxy's RSS per stream (VmRSS from /proc/PID/status), then dropped.
+#   (k) 10,000 slow streams (K_STREAMS), tokenclock only, opt-in (--only k):
+#       as (c) at the scale of issue #14's target, with max_connections
+#       raised to fit; needs 2 fds per stream in the proxy (client and
+#       upstream socket) plus pool, metrics and 64 reserved: ulimit -n of
+#       2 x K_STREAMS + 400. Its RSS per stream and open fds are logged,
+#       and written to k-tokenclock-REP.rss.json; the table leaves it out.
 # Fairness on 2 cores: sim and client on core 0, the proxy on core 1;
 # tokenclock --worker-threads 1, nginx worker_processes 1; a fresh proxy and
 # a warm-up per measurement; the vias' order rotated every repetition;
 # medians of N repetitions (default 3).
-# --only picks scenarios (say --only a for the latency runs alone; default abwc); A_STREAMS
+# --only picks scenarios (say --only a for the latency runs alone; default abwc, k is
+# opt-in); A_STREAMS
 # in the environment sets the number of streams of (a) (default 32).
 # --trace adds (t): (a) once more per proxy with its syscalls recorded by
 # perf (linux-perf), for each proxy's in-proxy delay per event (in_proxy.py):
@@ -47,7 +54,7 @@ while [[ $# -gt 0 ]]; do
     shift
 done
 
-[[ $ONLY =~ ^[abwc]+$ ]] || { echo "overhead.sh: --only takes letters of abwc, got '$ONLY'" >&2; exit 2; }
+[[ $ONLY =~ ^[abwck]+$ ]] || { echo "overhead.sh: --only takes letters of abwck, got '$ONLY'" >&2; exit 2; }
 (( TRACE == 0 )) || ONLY+=t
 
 PERF_DIR=$(cd "$(dirname "$0")" && pwd)
@@ -230,12 +237,59 @@ scenario_c() {
     forget "$load_pid"
 }
 
+# (k) slow streams at scale, through tokenclock alone (nginx's config holds
+# 16,384 connections, 8,192 streams): a fresh proxy whose max_connections
+# fits K_STREAMS, the streams opened as in (c), and the proxy's RSS sampled
+# every second until it stops growing (at this scale the proxy is still
+# opening upstream connections well after the client's are all open), with
+# the file descriptors it holds. Logs the RSS per stream.
+scenario_k() {
+    [[ $1 == tokenclock ]] || return 0
+    local streams=${K_STREAMS:-10000} hold=${K_HOLD:-60} before with=0 last=-1 fds load_pid
+    local progress="$TMP/k-$1-$2.log" tries
+    if (( $(ulimit -n) < 2 * streams + 400 )); then
+        log "(k) skipped: ulimit -n is $(ulimit -n); $streams streams need $(( 2 * streams + 400 ))"
+        return 0
+    fi
+    stop_proxy
+    printf 'max_connections = %d\npool_max_idle_per_host = 64\nmetrics_max_connections = 8\n' \
+        "$streams" >"$TMP/k.toml"
+    local TOKENCLOCK_CONFIG=$TMP/k.toml
+    export TOKENCLOCK_CONFIG
+    start_tokenclock
+    warm_up k
+    before=$(rss_kib "$PROXY_PID") # tokenclock is one process
+    run_load "$RESULTS/k-$1-$2.json" "$progress" --concurrency "$streams" --requests "$streams" \
+        --duration "${hold}s" --schedule "ttft_ms=600000,gap_ms=20,tokens=1" &
+    load_pid=$!
+    PIDS+=("$load_pid")
+    tries=$(( hold - 10 ))
+    while (( $(last_in_flight "$progress") < streams && tries-- > 0 )); do sleep 1; done
+    while (( with != last && tries-- > 0 )); do
+        last=$with
+        sleep 1
+        with=$(rss_kib "$PROXY_PID")
+    done
+    fds=$(find "/proc/$PROXY_PID/fd" -mindepth 1 -maxdepth 1 | wc -l)
+    echo "{\"rss_before_kib\": $before, \"rss_with_kib\": $with, \"streams\": $(last_in_flight "$progress"), \"fds\": $fds}" \
+        >"$RESULTS/k-$1-$2.rss.json"
+    wait "$load_pid" || die "the slow-stream load failed: $(tail -3 "$progress")"
+    forget "$load_pid"
+    python3 - "$RESULTS/k-$1-$2.rss.json" <<'PY' >&2
+import json, sys
+r = json.load(open(sys.argv[1]))
+per = (r["rss_with_kib"] - r["rss_before_kib"]) / r["streams"]
+print(f"overhead: (k) {r['streams']} slow streams: proxy RSS {r['rss_with_kib'] / 1024:.1f} MiB, "
+      f"{per:.1f} KiB per stream, {r['fds']} file descriptors open")
+PY
+}
+
 # Scenario by scenario, each via in turn, the order of the vias rotated
 # every repetition: no via always runs first, or always after the same one
 # (what ran just before, on a shared machine, shows in the next p99).
 VIAS=(direct tokenclock nginx)
 for rep in $(seq 1 "$REPS"); do
-    for scenario in a t b w c; do
+    for scenario in a t b w c k; do
         [[ $ONLY == *"$scenario"* ]] || continue
         for i in 0 1 2; do
             via=${VIAS[$(( (i + rep - 1) % 3 ))]}

@@ -26,9 +26,19 @@ use crate::{config::Timeouts, export::metrics::ConnectionMetrics};
 /// is dropped. Short: a client that answers at all answers within an RTT.
 const SHUTDOWN_LINGER: Duration = Duration::from_secs(1);
 
+/// The HTTP/2 connection preface (RFC 9113 §3.4); anything else is HTTP/1.
+const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
 /// How one listener serves its connections; shared by all of them.
 pub(crate) struct Serve {
+    /// Chooses HTTP/1.1 or h2 from the first bytes it reads itself.
     builder: auto::Builder<TokioExecutor>,
+    /// The same settings, HTTP/1.1 only: for a connection whose first bytes
+    /// (peeked, not read) already rule out h2. The auto builder reads the
+    /// first 24 bytes apart and hands them to hyper on their own, so hyper's
+    /// 8 KiB read buffer sees a partial head and doubles to 16 KiB for the
+    /// whole life of the connection; here hyper's first read has it all.
+    http1: auto::Builder<TokioExecutor>,
     header_read: Duration,
     idle: Duration,
     pub(super) metrics: ConnectionMetrics,
@@ -37,23 +47,29 @@ pub(crate) struct Serve {
 impl Serve {
     /// HTTP/1.1 and h2c on one port, with the client-side `timeouts`.
     pub(crate) fn new(timeouts: &Timeouts, metrics: ConnectionMetrics) -> Self {
-        let mut builder = auto::Builder::new(TokioExecutor::new());
-        builder
-            .http1()
-            .timer(TokioTimer::new())
-            .header_read_timeout(timeouts.header_read);
-        builder
-            .http2()
-            .timer(TokioTimer::new())
-            .keep_alive_interval(timeouts.keep_alive_interval)
-            .keep_alive_timeout(timeouts.keep_alive_timeout);
         Self {
-            builder,
+            builder: builder(timeouts),
+            http1: builder(timeouts).http1_only(),
             header_read: timeouts.header_read,
             idle: timeouts.client_idle,
             metrics,
         }
     }
+}
+
+/// HTTP/1.1 and h2c with tokenclock's timers and client-side `timeouts`.
+fn builder(timeouts: &Timeouts) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(timeouts.header_read);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(timeouts.keep_alive_interval)
+        .keep_alive_timeout(timeouts.keep_alive_timeout);
+    builder
 }
 
 /// Tells connections to finish, and learns when they all have.
@@ -112,13 +128,16 @@ where
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let activity = Arc::new(Activity::default());
-    let conn = serve.builder.serve_connection(
+    let mut deadline = Instant::now() + serve.header_read;
+    let Some(builder) = serve.choose(&stream, deadline, &mut drain).await else {
+        return Ok(());
+    };
+    let conn = builder.serve_connection(
         TokioIo::new(stream),
         Tracked::new(service, activity.clone()),
     );
     tokio::pin!(conn);
     let mut wait = Wait::Head;
-    let mut deadline = Instant::now() + serve.header_read;
     // False once shutdown began, or if the drain went away without one.
     let mut watching = true;
     loop {
@@ -162,7 +181,49 @@ where
     }
 }
 
+/// Whether the connection's first bytes, peeked when they arrive (left in
+/// the socket for hyper), rule out the h2 preface. `false` when they may
+/// still be it, so the auto builder decides. An error when the client
+/// closed before sending anything.
+async fn is_http1(stream: &TcpStream) -> std::io::Result<bool> {
+    let mut first = [0; H2_PREFACE.len()];
+    let n = stream.peek(&mut first).await?;
+    if n == 0 {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
+    Ok(first[..n] != H2_PREFACE[..n])
+}
+
 impl Serve {
+    /// The builder for a new connection, once its first bytes arrive by
+    /// `deadline`; `None` when it is to be closed unserved: it sent nothing
+    /// in time (a head timeout), closed, or shutdown began first.
+    async fn choose(
+        &self,
+        stream: &TcpStream,
+        deadline: Instant,
+        drain: &mut watch::Receiver<bool>,
+    ) -> Option<&auto::Builder<TokioExecutor>> {
+        tokio::select! {
+            biased;
+            first = tokio::time::timeout_at(deadline, is_http1(stream)) => match first {
+                Ok(Ok(true)) => Some(&self.http1),
+                Ok(Ok(false)) => Some(&self.builder),
+                Ok(Err(_)) => None,
+                Err(_) => {
+                    self.metrics.head_timeout.inc();
+                    None
+                }
+            },
+            // Closed at once, like any connection that owes its first head.
+            // (A drain gone without a shutdown disables this branch.)
+            Ok(()) = drain.changed() => {
+                self.metrics.shutdown.inc();
+                None
+            }
+        }
+    }
+
     fn limit(&self, wait: Wait) -> Duration {
         match wait {
             Wait::Head => self.header_read,
