@@ -18,6 +18,10 @@
 #       how many events each wake-up carried.
 #   (c) idle streams: 2,000 streams held open (first token 10 minutes away);
 #       the proxy's RSS per stream (VmRSS from /proc/PID/status), then dropped.
+#   (r) /metrics render, tokenclock only: 32 models on every API path, each
+#       ok, failed by the upstream (500, cut, malformed) and left by the
+#       client, then 20 scrapes (3 with --quick) timed by the client, and
+#       the proxy's CPU per scrape (render.py).
 #   (k) 10,000 slow streams (K_STREAMS), tokenclock only, opt-in (--only k):
 #       as (c) at the scale of issue #14's target, with max_connections
 #       raised to fit; needs 2 fds per stream in the proxy (client and
@@ -28,9 +32,9 @@
 # tokenclock --worker-threads 1, nginx worker_processes 1; a fresh proxy and
 # a warm-up per measurement; the vias' order rotated every repetition;
 # medians of N repetitions (default 3).
-# --only picks scenarios (say --only a for the latency runs alone; default abwc, k is
-# opt-in); A_STREAMS
-# in the environment sets the number of streams of (a) (default 32).
+# --only picks scenarios (say --only a for the latency runs alone; default
+# abwcr, k is opt-in); A_STREAMS in the environment sets the number of
+# streams of (a) (default 32).
 # --trace adds (t): (a) once more per proxy with its syscalls recorded by
 # perf (linux-perf), for each proxy's in-proxy delay per event (in_proxy.py):
 # from the wake-up that reported the event to its write, the part of the
@@ -39,7 +43,7 @@
 # Everything listens on 127.0.0.1 and is killed on exit.
 set -euo pipefail
 
-QUICK=0 REPS=3 OUT=target/perf/overhead.json BUILD=1 UPSTREAM="" ONLY=abwc TRACE=0
+QUICK=0 REPS=3 OUT=target/perf/overhead.json BUILD=1 UPSTREAM="" ONLY=abwcr TRACE=0
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --quick) QUICK=1 REPS=1 ;;
@@ -54,7 +58,7 @@ while [[ $# -gt 0 ]]; do
     shift
 done
 
-[[ $ONLY =~ ^[abwck]+$ ]] || { echo "overhead.sh: --only takes letters of abwck, got '$ONLY'" >&2; exit 2; }
+[[ $ONLY =~ ^[abwcrk]+$ ]] || { echo "overhead.sh: --only takes letters of abwcrk, got '$ONLY'" >&2; exit 2; }
 (( TRACE == 0 )) || ONLY+=t
 
 PERF_DIR=$(cd "$(dirname "$0")" && pwd)
@@ -68,6 +72,8 @@ else
 fi
 SIM_PORT=${SIM_PORT:-18431} TC_PORT=${TC_PORT:-18432} TC_METRICS=${TC_METRICS:-18433} NGINX_PORT=${NGINX_PORT:-18434}
 BIN=target/release/tokenclock
+# PROXY_BIN: the tokenclock under test, if not BIN (say, an older build for a before/after).
+PROXY_BIN=${PROXY_BIN:-$BIN}
 
 log() { echo "overhead: $*" >&2; }
 die() { log "$*"; exit 1; }
@@ -243,6 +249,13 @@ scenario_c() {
 # every second until it stops growing (at this scale the proxy is still
 # opening upstream connections well after the client's are all open), with
 # the file descriptors it holds. Logs the RSS per stream.
+# (r) the /metrics render with 32 models on every endpoint and outcome.
+scenario_r() {
+    [[ $1 == tokenclock ]] || return 0
+    python3 "$PERF_DIR/render.py" "$PROXY_URL" "http://127.0.0.1:$TC_METRICS" "$PROXY_PID" \
+        "$RESULTS/r-$1-$2.json" "$(( QUICK == 1 ? 3 : 20 ))"
+}
+
 scenario_k() {
     [[ $1 == tokenclock ]] || return 0
     local streams=${K_STREAMS:-10000} hold=${K_HOLD:-60} before with=0 last=-1 fds load_pid
@@ -289,11 +302,12 @@ PY
 # (what ran just before, on a shared machine, shows in the next p99).
 VIAS=(direct tokenclock nginx)
 for rep in $(seq 1 "$REPS"); do
-    for scenario in a t b w c k; do
+    for scenario in a t b w c r k; do
         [[ $ONLY == *"$scenario"* ]] || continue
         for i in 0 1 2; do
             via=${VIAS[$(( (i + rep - 1) % 3 ))]}
             [[ $via == direct && $scenario == [ct] ]] && continue
+            [[ $via != tokenclock && $scenario == [rk] ]] && continue
             log "rep $rep/$REPS: ($scenario) via $via"
             start_proxy "$via"
             warm_up "$scenario"

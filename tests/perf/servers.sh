@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # servers.sh: start and stop the simulator and the proxies under test for overhead.sh; source it after procfs.sh.
-# Expects BIN, TMP, PIDS, SIM_PORT, TC_PORT, TC_METRICS, NGINX_PORT; sets PROXY_PID and PROXY_URL.
+# Expects BIN, PROXY_BIN, TMP, PIDS, SIM_PORT, TC_PORT, TC_METRICS, NGINX_PORT; sets PROXY_PID and PROXY_URL.
 
 # start_sim: the simulator on core 0, on 127.0.0.1:SIM_PORT.
 start_sim() {
@@ -25,7 +25,7 @@ start_proxy() {
 start_tokenclock() {
     port_free "$TC_PORT" || die "port $TC_PORT is busy; set TC_PORT"
     : >"$TMP/tokenclock.log"
-    taskset -c 1 "$BIN" serve --upstream "http://$SIM_ADDR" --listen "127.0.0.1:$TC_PORT" \
+    taskset -c 1 "$PROXY_BIN" serve --upstream "http://$SIM_ADDR" --listen "127.0.0.1:$TC_PORT" \
         --metrics-listen "127.0.0.1:$TC_METRICS" --worker-threads 1 \
         >>"$TMP/tokenclock.log" 2>&1 &
     PROXY_PID=$!

@@ -26,7 +26,7 @@ def runs(results, scenario, via):
         summary = load(os.path.join(results, f"{scenario}-{via}-{rep}.json"))
         if summary is None:
             return out
-        extra = load(os.path.join(results, f"{scenario}-{via}-{rep}.{ {'a': 'none', 't': 'trace', 'b': 'cpu', 'w': 'cpu', 'c': 'rss'}[scenario]}.json"))
+        extra = load(os.path.join(results, f"{scenario}-{via}-{rep}.{ {'a': 'none', 't': 'trace', 'b': 'cpu', 'w': 'cpu', 'c': 'rss', 'r': 'none'}[scenario]}.json"))
         out.append((summary, extra or {}))
         rep += 1
 
@@ -58,7 +58,7 @@ def per_via(results):
     """Median figures per via, and every repetition's raw figures."""
     medians, raw, errors = {}, {}, 0
     for via in VIAS:
-        a, t, b, w, c = (runs(results, s, via) for s in "atbwc")
+        a, t, b, w, c, r = (runs(results, s, via) for s in "atbwcr")
         figures = {
             "delay_p50_us": [s["event_delay_us"]["p50"] for s, _ in a],
             "delay_p99_us": [s["event_delay_us"]["p99"] for s, _ in a],
@@ -78,6 +78,9 @@ def per_via(results):
             "w_writes_per_event": [calls_per_event(s, e, "writes") for s, e in w],
             "w_waits_per_event": [calls_per_event(s, e, "waits") for s, e in w],
             "rss_kib_per_stream": [rss_kib_per_stream(e) for _, e in c],
+            "scrape_ms_p50": [s["scrape_ms_p50"] for s, _ in r],
+            "scrape_cpu_ms": [s["cpu_ms_per_scrape"] for s, _ in r],
+            "scrape_series": [s["series"] for s, _ in r],
         }
         errors += sum(s["total"]["errors"] for s, _ in a + t + b + w + c)
         raw[via] = figures
@@ -112,7 +115,10 @@ def rows(m):
            ("(w) proxy reads per event", None, t["w_reads_per_event"], n["w_reads_per_event"]),
            ("(w) proxy writes per event", None, t["w_writes_per_event"], n["w_writes_per_event"]),
            ("(w) proxy epoll waits per event", None, t["w_waits_per_event"], n["w_waits_per_event"]),
-           ("(c) proxy RSS per idle stream, KiB", None, t["rss_kib_per_stream"], n["rss_kib_per_stream"])]
+           ("(c) proxy RSS per idle stream, KiB", None, t["rss_kib_per_stream"], n["rss_kib_per_stream"]),
+           ("(r) /metrics series", None, t["scrape_series"], None),
+           ("(r) /metrics scrape p50, ms", None, t["scrape_ms_p50"], None),
+           ("(r) proxy CPU per scrape, ms", None, t["scrape_cpu_ms"], None)]
     return [{"metric": name, "direct": dv, "tokenclock": tv, "nginx": nv,
              "tokenclock_over_nginx": ratio(tv, nv),
              "tokenclock_over_direct": ratio(tv, dv), "nginx_over_direct": ratio(nv, dv)}
