@@ -6,6 +6,7 @@ use serde::Deserialize;
 
 use super::{
     common::{cow, event_type, json, ArgLen, Counts, Summed, Tally, TextLen},
+    lazy::{scan_struct, Reader},
     Finish, ParseError, Parsed, Usage,
 };
 
@@ -23,6 +24,14 @@ struct Event<'a> {
     usage: Option<AnthropicUsage>,
 }
 
+scan_struct!(Event<'a> {
+    kind: "type",
+    message: "message",
+    delta: "delta",
+    content_block: "content_block",
+    usage: "usage",
+});
+
 /// The block a `content_block_start` opens. A tool call's name arrives
 /// here, before any `input_json_delta`: it is the first generated token of
 /// the call. Text and thinking blocks start empty.
@@ -33,6 +42,8 @@ struct StartBlock<'a> {
     #[serde(default)]
     name: TextLen,
 }
+
+scan_struct!(StartBlock<'a> { kind: "type", name: "name" });
 
 impl StartBlock<'_> {
     /// Bytes of tool-call name this block opens with (0 for other blocks).
@@ -63,6 +74,15 @@ struct Message<'a> {
     stop_reason: Option<Cow<'a, str>>,
 }
 
+scan_struct!(Message<'a> {
+    model: "model",
+    id: "id",
+    usage: "usage",
+    content: "content",
+    kind: "type",
+    stop_reason: "stop_reason",
+});
+
 /// A `content_block_delta` delta; `signature_delta` and `citations_delta`
 /// carry none of these fields. A `message_delta` delta carries `stop_reason`.
 #[derive(Deserialize)]
@@ -77,6 +97,13 @@ struct Delta<'a> {
     stop_reason: Option<Cow<'a, str>>,
 }
 
+scan_struct!(Delta<'a> {
+    text: "text",
+    thinking: "thinking",
+    partial_json: "partial_json",
+    stop_reason: "stop_reason",
+});
+
 /// A whole content block: `text`, `thinking`, or `tool_use` with its
 /// `name` and `input` object.
 #[derive(Deserialize)]
@@ -90,6 +117,13 @@ struct Block {
     #[serde(default)]
     input: ArgLen,
 }
+
+scan_struct!(Block {
+    text: "text",
+    thinking: "thinking",
+    name: "name",
+    input: "input",
+});
 
 impl Tally for Block {
     fn tally(self) -> Counts {
@@ -119,11 +153,23 @@ struct AnthropicUsage {
     output_tokens_details: Option<OutputDetails>,
 }
 
+scan_struct!(AnthropicUsage {
+    input_tokens: "input_tokens",
+    cache_creation_input_tokens: "cache_creation_input_tokens",
+    cache_read_input_tokens: "cache_read_input_tokens",
+    output_tokens: "output_tokens",
+    output_tokens_details: "output_tokens_details",
+});
+
 #[derive(Deserialize)]
 struct OutputDetails {
     #[serde(default)]
     thinking_tokens: Option<u64>,
 }
+
+scan_struct!(OutputDetails {
+    thinking_tokens: "thinking_tokens"
+});
 
 /// Anthropic's `input_tokens` leaves out cache reads and writes; the prompt
 /// is all three, as OpenAI's `prompt_tokens` (which includes cached tokens).
@@ -140,8 +186,12 @@ impl From<AnthropicUsage> for Usage {
     }
 }
 
-pub(super) fn event<'a>(name: &[u8], data: &'a [u8]) -> Result<Parsed<'a>, ParseError> {
-    let ev: Event<'a> = json(data)?;
+pub(super) fn event<'a>(
+    reader: Reader,
+    name: &[u8],
+    data: &'a [u8],
+) -> Result<Parsed<'a>, ParseError> {
+    let ev: Event<'a> = reader.read(data)?;
     let kind = event_type(ev.kind.as_deref(), name);
     Ok(match kind {
         "message_start" => {

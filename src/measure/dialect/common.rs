@@ -7,7 +7,7 @@ use serde::de::{
     Deserialize, Deserializer, Error, IgnoredAny, MapAccess, SeqAccess, Visitor,
 };
 
-use super::{ParseError, Parsed};
+use super::{lazy::scan_struct, ParseError, Parsed};
 
 /// Reads one JSON payload; any failure is [`ParseError::Json`].
 pub(super) fn json<'a, T: Deserialize<'a>>(data: &'a [u8]) -> Result<T, ParseError> {
@@ -46,7 +46,7 @@ pub(super) fn ns(v: Option<u64>) -> Option<Duration> {
     v.map(Duration::from_nanos)
 }
 
-fn len32(n: usize) -> u32 {
+pub(super) fn len32(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
@@ -237,9 +237,16 @@ impl<T> Default for Summed<T> {
     }
 }
 
+impl<T: Tally> Summed<T> {
+    /// Adds one element.
+    pub(super) fn push(&mut self, el: T) {
+        self.0.add(el.tally());
+    }
+}
+
 impl<'de, T: Deserialize<'de> + Tally> Deserialize<'de> for Summed<T> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        fold(d, |sum: &mut Summed<T>, el: T| sum.0.add(el.tally()))
+        fold(d, Summed::push)
     }
 }
 
@@ -264,14 +271,19 @@ impl<T> Default for SummedFinish<'_, T> {
     }
 }
 
+impl<'a, T: Finishing<'a>> SummedFinish<'a, T> {
+    /// Adds one element, keeping its finish reason if it gives one.
+    pub(super) fn push(&mut self, mut el: T) {
+        if let Some(finish) = el.finish() {
+            self.1 = Some(finish);
+        }
+        self.0.add(el.tally());
+    }
+}
+
 impl<'de: 'a, 'a, T: Deserialize<'de> + Finishing<'a>> Deserialize<'de> for SummedFinish<'a, T> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        fold(d, |sum: &mut SummedFinish<'a, T>, mut el: T| {
-            if let Some(finish) = el.finish() {
-                sum.1 = Some(finish);
-            }
-            sum.0.add(el.tally());
-        })
+        fold(d, SummedFinish::push)
     }
 }
 
@@ -319,6 +331,14 @@ struct Function {
     #[serde(default)]
     arguments: ArgLen,
 }
+
+scan_struct!(ToolCall {
+    function: "function"
+});
+scan_struct!(Function {
+    name: "name",
+    arguments: "arguments"
+});
 
 impl Tally for ToolCall {
     fn tally(self) -> Counts {

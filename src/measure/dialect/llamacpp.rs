@@ -6,6 +6,7 @@ use serde::{de::IgnoredAny, Deserialize};
 
 use super::{
     common::{cow, json, ms, Count, TextLen},
+    lazy::{scan_struct, Reader},
     Finish, ParseError, Parsed, ServerTimings, Usage,
 };
 
@@ -25,6 +26,13 @@ pub(super) struct Timings {
     #[serde(default)]
     pub(super) cache_n: Option<u64>,
 }
+
+scan_struct!(Timings {
+    prompt_ms: "prompt_ms",
+    predicted_ms: "predicted_ms",
+    prompt_n: "prompt_n",
+    cache_n: "cache_n",
+});
 
 impl Timings {
     /// The whole prompt and its cached part, given `tokens_evaluated` (the
@@ -80,6 +88,21 @@ struct Event<'a> {
     stopped_limit: bool,
 }
 
+scan_struct!(Event<'a> {
+    content: "content",
+    tokens: "tokens",
+    stop: "stop",
+    tokens_predicted: "tokens_predicted",
+    tokens_evaluated: "tokens_evaluated",
+    timings: "timings",
+    model: "model",
+    error: "error",
+    stop_type: "stop_type",
+    stopped_eos: "stopped_eos",
+    stopped_word: "stopped_word",
+    stopped_limit: "stopped_limit",
+});
+
 impl<'a> Event<'a> {
     /// `tokens_cached` is not read: it is the slot's whole context (prompt
     /// and generated), not the cached prompt; `timings.cache_n` is.
@@ -125,8 +148,8 @@ impl<'a> Event<'a> {
     }
 }
 
-pub(super) fn event(data: &[u8]) -> Result<Parsed<'_>, ParseError> {
-    json::<Event<'_>>(data).map(Event::parsed)
+pub(super) fn event(reader: Reader, data: &[u8]) -> Result<Parsed<'_>, ParseError> {
+    reader.read::<Event<'_>>(data).map(Event::parsed)
 }
 
 pub(super) fn body(data: &[u8]) -> Result<Parsed<'_>, ParseError> {

@@ -10,6 +10,7 @@
 mod anthropic;
 mod common;
 mod finish;
+mod lazy;
 mod llamacpp;
 mod ollama;
 mod openai;
@@ -17,6 +18,7 @@ mod openai_chat;
 mod openai_completions;
 mod openai_responses;
 mod request;
+mod scan;
 #[cfg(test)]
 mod tests;
 mod tgi;
@@ -24,6 +26,7 @@ mod tgi;
 use std::{borrow::Cow, time::Duration};
 
 pub(crate) use self::finish::Finish;
+use self::lazy::Reader;
 pub use self::{finish::FinishReason, request::RequestInfo};
 
 /// The API family of a request, chosen from its path (or forced in config).
@@ -113,16 +116,39 @@ impl Dialect {
     }
 
     /// Reads one streamed event: `name` is the SSE `event:` field (empty
-    /// when absent, and for NDJSON), `data` its payload.
+    /// when absent, and for NDJSON), `data` its payload. This is the
+    /// production path: a borrowed scan that reads only the fields the
+    /// dialect needs, and serde for the payloads it is unsure of.
     pub fn parse_event<'a>(self, name: &[u8], data: &'a [u8]) -> Result<Parsed<'a>, ParseError> {
+        self.read_event(Reader::Scan, name, data)
+    }
+
+    /// [`Dialect::parse_event`] by a full serde parse only: the reference
+    /// the scan must equal (property tests), and the `scan` bench's
+    /// baseline. Not used in production.
+    #[doc(hidden)]
+    pub fn parse_event_reference<'a>(
+        self,
+        name: &[u8],
+        data: &'a [u8],
+    ) -> Result<Parsed<'a>, ParseError> {
+        self.read_event(Reader::Serde, name, data)
+    }
+
+    fn read_event<'a>(
+        self,
+        reader: Reader,
+        name: &[u8],
+        data: &'a [u8],
+    ) -> Result<Parsed<'a>, ParseError> {
         match self {
-            Self::OpenAiChat => openai_chat::event(data),
-            Self::OpenAiCompletions => openai_completions::event(data),
-            Self::OpenAiResponses => openai_responses::event(name, data),
-            Self::Anthropic => anthropic::event(name, data),
-            Self::Tgi => tgi::event(data),
-            Self::Ollama => ollama::event(data),
-            Self::LlamaCpp => llamacpp::event(data),
+            Self::OpenAiChat => openai_chat::event(reader, data),
+            Self::OpenAiCompletions => openai_completions::event(reader, data),
+            Self::OpenAiResponses => openai_responses::event(reader, name, data),
+            Self::Anthropic => anthropic::event(reader, name, data),
+            Self::Tgi => tgi::event(reader, data),
+            Self::Ollama => ollama::event(reader, data),
+            Self::LlamaCpp => llamacpp::event(reader, data),
             Self::Unknown => Ok(Parsed::default()),
         }
     }

@@ -6,6 +6,7 @@ use serde::{de::IgnoredAny, Deserialize};
 
 use super::{
     common::{cow, json, ns, Summed, TextLen, ToolCall},
+    lazy::{scan_struct, Reader},
     Finish, ParseError, Parsed, ServerTimings, Usage,
 };
 
@@ -42,6 +43,21 @@ struct Line<'a> {
     error: Option<IgnoredAny>,
 }
 
+scan_struct!(Line<'a> {
+    model: "model",
+    message: "message",
+    response: "response",
+    thinking: "thinking",
+    done: "done",
+    done_reason: "done_reason",
+    prompt_eval_count: "prompt_eval_count",
+    eval_count: "eval_count",
+    load_duration: "load_duration",
+    prompt_eval_duration: "prompt_eval_duration",
+    eval_duration: "eval_duration",
+    error: "error",
+});
+
 #[derive(Deserialize)]
 struct Message {
     #[serde(default)]
@@ -51,6 +67,12 @@ struct Message {
     #[serde(default)]
     tool_calls: Summed<ToolCall>,
 }
+
+scan_struct!(Message {
+    content: "content",
+    thinking: "thinking",
+    tool_calls: "tool_calls",
+});
 
 impl<'a> Line<'a> {
     fn parsed(self) -> Parsed<'a> {
@@ -84,8 +106,8 @@ impl<'a> Line<'a> {
     }
 }
 
-pub(super) fn event(data: &[u8]) -> Result<Parsed<'_>, ParseError> {
-    json::<Line<'_>>(data).map(Line::parsed)
+pub(super) fn event(reader: Reader, data: &[u8]) -> Result<Parsed<'_>, ParseError> {
+    reader.read::<Line<'_>>(data).map(Line::parsed)
 }
 
 /// A non-streamed response is one line with `done: true`.

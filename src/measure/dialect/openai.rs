@@ -6,6 +6,7 @@ use serde::{de::IgnoredAny, Deserialize};
 
 use super::{
     common::{cow, done, is_done, json, ms, Finishing, SummedFinish},
+    lazy::{scan_struct, Reader, Scan, Scanner},
     llamacpp::Timings,
     Finish, ParseError, Parsed, ServerTimings, Usage,
 };
@@ -23,6 +24,13 @@ pub(super) struct OpenAiUsage {
     completion_tokens_details: Option<Details>,
 }
 
+scan_struct!(OpenAiUsage {
+    prompt_tokens: "prompt_tokens" | "input_tokens",
+    completion_tokens: "completion_tokens" | "output_tokens",
+    prompt_tokens_details: "prompt_tokens_details" | "input_tokens_details",
+    completion_tokens_details: "completion_tokens_details" | "output_tokens_details",
+});
+
 #[derive(Deserialize, Default)]
 struct Details {
     #[serde(default)]
@@ -30,6 +38,11 @@ struct Details {
     #[serde(default)]
     reasoning_tokens: Option<u64>,
 }
+
+scan_struct!(Details {
+    cached_tokens: "cached_tokens",
+    reasoning_tokens: "reasoning_tokens",
+});
 
 impl From<OpenAiUsage> for Usage {
     fn from(u: OpenAiUsage) -> Self {
@@ -53,6 +66,12 @@ struct VllmMetrics {
     queue_time_ms: Option<f64>,
 }
 
+scan_struct!(VllmMetrics {
+    time_to_first_token_ms: "time_to_first_token_ms",
+    generation_time_ms: "generation_time_ms",
+    queue_time_ms: "queue_time_ms",
+});
+
 /// Groq's `x_groq` object: on the last chunk of a stream it holds the usage
 /// (the top-level `usage` stays absent) and the server's own times, in s.
 #[derive(Deserialize)]
@@ -60,6 +79,8 @@ struct XGroq {
     #[serde(default)]
     usage: Option<GroqUsage>,
 }
+
+scan_struct!(XGroq { usage: "usage" });
 
 /// Groq's `x_groq.usage` and Cerebras' `time_info`: the server's own
 /// times, in seconds (Groq's also holds the token counts).
@@ -76,6 +97,14 @@ struct GroqUsage {
     #[serde(default)]
     completion_time: Option<f64>,
 }
+
+scan_struct!(GroqUsage {
+    prompt_tokens: "prompt_tokens",
+    completion_tokens: "completion_tokens",
+    queue_time: "queue_time",
+    prompt_time: "prompt_time",
+    completion_time: "completion_time",
+});
 
 impl GroqUsage {
     fn usage(&self) -> Usage {
@@ -123,6 +152,22 @@ struct Envelope<'a, C> {
     error: Option<IgnoredAny>,
 }
 
+impl<'a, C: Scan<'a> + Finishing<'a>> Scan<'a> for Envelope<'a, C> {
+    fn scan(s: &mut Scanner<'a>) -> Option<Self> {
+        scan_struct!(@fields s,
+            choices: "choices",
+            usage: "usage",
+            metrics: "metrics",
+            timings: "timings",
+            x_groq: "x_groq",
+            time_info: "time_info",
+            model: "model",
+            id: "id",
+            error: "error"
+        )
+    }
+}
+
 impl<'a, C> Envelope<'a, C> {
     fn parsed(self) -> Parsed<'a> {
         let counts = self.choices.0;
@@ -158,13 +203,14 @@ impl<'a, C> Envelope<'a, C> {
 }
 
 /// Reads one streamed chunk whose choices are `C`.
-pub(super) fn event<'a, C: Deserialize<'a> + Finishing<'a>>(
+pub(super) fn event<'a, C: Deserialize<'a> + Scan<'a> + Finishing<'a>>(
+    reader: Reader,
     data: &'a [u8],
 ) -> Result<Parsed<'a>, ParseError> {
     if is_done(data) {
         return Ok(done());
     }
-    json::<Envelope<'a, C>>(data).map(Envelope::parsed)
+    reader.read::<Envelope<'a, C>>(data).map(Envelope::parsed)
 }
 
 /// Reads a whole non-streamed response whose choices are `C`.

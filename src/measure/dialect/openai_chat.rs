@@ -6,6 +6,7 @@ use serde::Deserialize;
 
 use super::{
     common::{cow, Count, Counts, Finishing, Summed, Tally, TextLen, ToolCall},
+    lazy::{scan_struct, Reader},
     openai, ParseError, Parsed,
 };
 
@@ -43,6 +44,20 @@ struct Logprobs {
     content: Option<Count>,
 }
 
+scan_struct!(Choice<'a> {
+    delta: "delta" | "message",
+    logprobs: "logprobs",
+    finish_reason: "finish_reason",
+});
+scan_struct!(Delta {
+    content: "content",
+    refusal: "refusal",
+    reasoning: "reasoning",
+    reasoning_content: "reasoning_content",
+    tool_calls: "tool_calls",
+});
+scan_struct!(Logprobs { content: "content" });
+
 impl Tally for Choice<'_> {
     fn tally(self) -> Counts {
         let d = self.delta;
@@ -63,8 +78,8 @@ impl<'a> Finishing<'a> for Choice<'a> {
     }
 }
 
-pub(super) fn event(data: &[u8]) -> Result<Parsed<'_>, ParseError> {
-    openai::event::<Choice<'_>>(data)
+pub(super) fn event(reader: Reader, data: &[u8]) -> Result<Parsed<'_>, ParseError> {
+    openai::event::<Choice<'_>>(reader, data)
 }
 
 pub(super) fn body(data: &[u8]) -> Result<Parsed<'_>, ParseError> {

@@ -6,6 +6,7 @@ use serde::Deserialize;
 
 use super::{
     common::{cow, Count, Counts, Finishing, Tally, TextLen},
+    lazy::{scan_struct, Reader},
     openai, ParseError, Parsed,
 };
 
@@ -27,6 +28,13 @@ struct Logprobs {
     tokens: Option<Count>,
 }
 
+scan_struct!(Choice<'a> {
+    text: "text",
+    logprobs: "logprobs",
+    finish_reason: "finish_reason",
+});
+scan_struct!(Logprobs { tokens: "tokens" });
+
 impl Tally for Choice<'_> {
     fn tally(self) -> Counts {
         Counts {
@@ -43,8 +51,8 @@ impl<'a> Finishing<'a> for Choice<'a> {
     }
 }
 
-pub(super) fn event(data: &[u8]) -> Result<Parsed<'_>, ParseError> {
-    openai::event::<Choice<'_>>(data)
+pub(super) fn event(reader: Reader, data: &[u8]) -> Result<Parsed<'_>, ParseError> {
+    openai::event::<Choice<'_>>(reader, data)
 }
 
 pub(super) fn body(data: &[u8]) -> Result<Parsed<'_>, ParseError> {

@@ -9,6 +9,7 @@ use super::{
         cow, done, event_type, is_done, json, Counts, Finishing, Summed, SummedFinish, Tally,
         TextLen,
     },
+    lazy::{scan_struct, Reader},
     openai::OpenAiUsage,
     Finish, ParseError, Parsed, Usage,
 };
@@ -25,6 +26,13 @@ struct Event<'a> {
     #[serde(default, borrow)]
     item: Option<Item<'a>>,
 }
+
+scan_struct!(Event<'a> {
+    kind: "type",
+    delta: "delta",
+    response: "response",
+    item: "item",
+});
 
 /// The response object: the payload of the end events, and the whole body.
 #[derive(Deserialize)]
@@ -46,11 +54,22 @@ struct Response<'a> {
     incomplete_details: Option<Incomplete<'a>>,
 }
 
+scan_struct!(Response<'a> {
+    id: "id",
+    usage: "usage",
+    model: "model",
+    output: "output",
+    status: "status",
+    incomplete_details: "incomplete_details",
+});
+
 #[derive(Deserialize)]
 struct Incomplete<'a> {
     #[serde(default, borrow, deserialize_with = "cow")]
     reason: Option<Cow<'a, str>>,
 }
+
+scan_struct!(Incomplete<'a> { reason: "reason" });
 
 impl<'a> Response<'a> {
     /// The incomplete reason, else the status; a completed output that
@@ -86,6 +105,15 @@ struct Item<'a> {
     input: TextLen,
 }
 
+scan_struct!(Item<'a> {
+    kind: "type",
+    content: "content",
+    summary: "summary",
+    name: "name",
+    arguments: "arguments",
+    input: "input",
+});
+
 #[derive(Deserialize)]
 struct Part {
     #[serde(default)]
@@ -93,6 +121,11 @@ struct Part {
     #[serde(default)]
     refusal: TextLen,
 }
+
+scan_struct!(Part {
+    text: "text",
+    refusal: "refusal"
+});
 
 impl Tally for Part {
     fn tally(self) -> Counts {
@@ -141,11 +174,15 @@ impl<'a> Finishing<'a> for Item<'a> {
     }
 }
 
-pub(super) fn event<'a>(name: &[u8], data: &'a [u8]) -> Result<Parsed<'a>, ParseError> {
+pub(super) fn event<'a>(
+    reader: Reader,
+    name: &[u8],
+    data: &'a [u8],
+) -> Result<Parsed<'a>, ParseError> {
     if is_done(data) {
         return Ok(done());
     }
-    let mut ev: Event<'a> = json(data)?;
+    let mut ev: Event<'a> = reader.read(data)?;
     let response_id = ev.response.as_mut().and_then(|r| r.id.take());
     let kind = event_type(ev.kind.as_deref(), name);
     let delta = ev.delta.0;

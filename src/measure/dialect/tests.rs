@@ -16,6 +16,8 @@ mod edges;
 mod finish;
 mod fixtures;
 mod request;
+mod scan;
+mod scan_random;
 
 use super::{Dialect, Parsed, ServerTimings, Usage};
 

@@ -6,6 +6,7 @@ use serde::{de::IgnoredAny, Deserialize};
 
 use super::{
     common::{cow, json, TextLen},
+    lazy::{scan_struct, Reader},
     Finish, ParseError, Parsed, Usage,
 };
 
@@ -23,6 +24,13 @@ struct Event<'a> {
     error: Option<IgnoredAny>,
 }
 
+scan_struct!(Event<'a> {
+    token: "token",
+    generated_text: "generated_text",
+    details: "details",
+    error: "error",
+});
+
 #[derive(Deserialize)]
 struct Token {
     #[serde(default)]
@@ -30,6 +38,11 @@ struct Token {
     #[serde(default)]
     special: bool,
 }
+
+scan_struct!(Token {
+    text: "text",
+    special: "special"
+});
 
 #[derive(Deserialize)]
 struct Details<'a> {
@@ -41,6 +54,12 @@ struct Details<'a> {
     #[serde(default, borrow, deserialize_with = "cow")]
     finish_reason: Option<Cow<'a, str>>,
 }
+
+scan_struct!(Details<'a> {
+    generated_tokens: "generated_tokens",
+    input_length: "input_length",
+    finish_reason: "finish_reason",
+});
 
 impl<'a> Event<'a> {
     /// Counts and end; the generated text is the caller's choice.
@@ -64,8 +83,8 @@ impl<'a> Event<'a> {
 }
 
 /// A non-special token is exactly one generated token, even with empty text.
-pub(super) fn event(data: &[u8]) -> Result<Parsed<'_>, ParseError> {
-    let mut ev: Event<'_> = json(data)?;
+pub(super) fn event(reader: Reader, data: &[u8]) -> Result<Parsed<'_>, ParseError> {
+    let mut ev: Event<'_> = reader.read(data)?;
     let token = ev.token.take().filter(|t| !t.special);
     Ok(Parsed {
         output_bytes: token.as_ref().map_or(0, |t| t.text.0),

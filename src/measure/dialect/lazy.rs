@@ -1,0 +1,217 @@
+//! The dialects' own structs read by the [`Scanner`] instead of serde: the
+//! hot path's reader (issue #14).
+//!
+//! Each struct a dialect derives `Deserialize` for also implements [`Scan`]
+//! (through [`scan_struct!`]) with the same fields, keys and aliases, so
+//! what the dialect computes from it is shared code. Where the scanner is
+//! unsure it gives up and serde reads the payload ([`Reader::Scan`]); serde
+//! alone ([`Reader::Serde`]) is the reference the property tests and the
+//! `scan` bench compare it with. Production reads events with
+//! [`Reader::Scan`]; whole bodies are read by serde only.
+
+use std::borrow::Cow;
+
+use serde::{de::IgnoredAny, Deserialize};
+
+pub(super) use super::scan::Scanner;
+use super::{
+    common::{json, len32, ArgLen, Count, Finishing, Summed, SummedFinish, Tally, TextLen},
+    ParseError,
+};
+
+/// A value the scanner can read as serde would.
+pub(super) trait Scan<'a>: Sized {
+    /// Reads one value at the scanner; `None` when unsure (serde decides).
+    fn scan(s: &mut Scanner<'a>) -> Option<Self>;
+}
+
+/// How an event's payload is read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Reader {
+    /// The scanner, and serde for what it gives up on: production.
+    Scan,
+    /// serde alone: the reference.
+    Serde,
+    /// The scanner alone, for tests that check which payloads take the fast
+    /// path: a payload it gives up on is [`ParseError::Encoding`] (a reason
+    /// no event read can otherwise give).
+    #[cfg(test)]
+    ScanOnly,
+}
+
+impl Reader {
+    /// Reads one JSON payload into `T`; invalid JSON is [`ParseError::Json`].
+    pub(super) fn read<'a, T: Deserialize<'a> + Scan<'a>>(
+        self,
+        data: &'a [u8],
+    ) -> Result<T, ParseError> {
+        match self {
+            Self::Scan => scan(data).map_or_else(|| json(data), Ok),
+            Self::Serde => json(data),
+            #[cfg(test)]
+            Self::ScanOnly => scan(data).ok_or(ParseError::Encoding),
+        }
+    }
+}
+
+/// The whole payload as one `T`, nothing but whitespace around it.
+fn scan<'a, T: Scan<'a>>(data: &'a [u8]) -> Option<T> {
+    let mut s = Scanner::new(data);
+    let value = T::scan(&mut s)?;
+    s.finish()?;
+    Some(value)
+}
+
+/// Implements [`Scan`] for a struct that derives `Deserialize`:
+/// `Type<'a> { field: "key" | "alias", … }` names every field (else the
+/// struct literal does not compile) with the keys serde reads it under.
+/// Like serde, a key read twice (aliases included) is refused, and an
+/// unknown key's value is skipped; unlike serde, a struct sent as an array
+/// is left to serde.
+macro_rules! scan_struct {
+    ($ty:ident<$lt:lifetime> { $($field:ident: $($key:literal)|+),* $(,)? }) => {
+        impl<$lt> $crate::measure::dialect::lazy::Scan<$lt> for $ty<$lt> {
+            fn scan(s: &mut $crate::measure::dialect::lazy::Scanner<$lt>) -> Option<Self> {
+                scan_struct!(@fields s, $($field: $($key)|+),*)
+            }
+        }
+    };
+    ($ty:ident { $($field:ident: $($key:literal)|+),* $(,)? }) => {
+        impl<'s> $crate::measure::dialect::lazy::Scan<'s> for $ty {
+            fn scan(s: &mut $crate::measure::dialect::lazy::Scanner<'s>) -> Option<Self> {
+                scan_struct!(@fields s, $($field: $($key)|+),*)
+            }
+        }
+    };
+    (@fields $s:ident, $($field:ident: $($key:literal)|+),*) => {{
+        let mut value = Self { $($field: Default::default()),* };
+        let mut seen = 0u64;
+        $s.object(|s, key| {
+            let mut bit = 1u64;
+            $(
+                if $(key == $key.as_bytes())||+ {
+                    if seen & bit != 0 {
+                        return None;
+                    }
+                    seen |= bit;
+                    value.$field = $crate::measure::dialect::lazy::Scan::scan(s)?;
+                    return Some(());
+                }
+                bit <<= 1;
+            )*
+            let _ = bit;
+            s.skip()
+        })?;
+        Some(value)
+    }};
+}
+pub(super) use scan_struct;
+
+/// `null` is `None`, as serde's `Option`.
+impl<'a, T: Scan<'a>> Scan<'a> for Option<T> {
+    fn scan(s: &mut Scanner<'a>) -> Option<Self> {
+        match s.null()? {
+            true => Some(None),
+            false => T::scan(s).map(Some),
+        }
+    }
+}
+
+impl Scan<'_> for bool {
+    fn scan(s: &mut Scanner<'_>) -> Option<Self> {
+        s.bool()
+    }
+}
+
+impl Scan<'_> for u64 {
+    fn scan(s: &mut Scanner<'_>) -> Option<Self> {
+        s.number()?.as_u64()
+    }
+}
+
+/// Floats go through serde's own number parser, so they round as it does.
+impl Scan<'_> for f64 {
+    fn scan(s: &mut Scanner<'_>) -> Option<Self> {
+        serde_json::from_slice(s.number()?.raw).ok()
+    }
+}
+
+/// Borrowed unless escaped: serde unescapes those (rare: ids, models and
+/// finish reasons are plain).
+impl<'a> Scan<'a> for Cow<'a, str> {
+    fn scan(s: &mut Scanner<'a>) -> Option<Self> {
+        let text = s.string()?;
+        match text.escaped {
+            false => std::str::from_utf8(text.raw()).ok().map(Cow::Borrowed),
+            true => serde_json::from_slice(text.json).ok().map(Cow::Owned),
+        }
+    }
+}
+
+impl Scan<'_> for IgnoredAny {
+    fn scan(s: &mut Scanner<'_>) -> Option<Self> {
+        s.skip().map(|()| IgnoredAny)
+    }
+}
+
+/// A string's unescaped length; any other value 0. A number is checked
+/// as serde checks it here (its range), so odd ones are left to serde.
+fn text_len(s: &mut Scanner<'_>) -> Option<u32> {
+    match s.peek()? {
+        b'"' => s.string().map(|t| len32(t.len)),
+        b'-' | b'0'..=b'9' => s.number().filter(|n| n.in_range()).map(|_| 0),
+        _ => s.skip().map(|()| 0),
+    }
+}
+
+impl Scan<'_> for TextLen {
+    fn scan(s: &mut Scanner<'_>) -> Option<Self> {
+        text_len(s).map(TextLen)
+    }
+}
+
+/// An object or array counts its compact JSON length, as serde's `ArgLen`
+/// computes it from the value's bytes (tool arguments: not per token).
+impl Scan<'_> for ArgLen {
+    fn scan(s: &mut Scanner<'_>) -> Option<Self> {
+        match s.peek()? {
+            b'{' | b'[' => serde_json::from_slice(s.skip_raw()?).ok(),
+            _ => text_len(s).map(ArgLen),
+        }
+    }
+}
+
+impl Scan<'_> for Count {
+    fn scan(s: &mut Scanner<'_>) -> Option<Self> {
+        let mut n = 0u32;
+        s.array(|s| {
+            n = n.saturating_add(1);
+            s.skip()
+        })?;
+        Some(Count(n))
+    }
+}
+
+/// An array folded as read (`null`: empty), as serde's `fold`.
+fn fold<'a, T: Scan<'a>>(s: &mut Scanner<'a>, mut step: impl FnMut(T)) -> Option<()> {
+    match s.null()? {
+        true => Some(()),
+        false => s.array(|s| T::scan(s).map(&mut step)),
+    }
+}
+
+impl<'a, T: Scan<'a> + Tally> Scan<'a> for Summed<T> {
+    fn scan(s: &mut Scanner<'a>) -> Option<Self> {
+        let mut sum = Self::default();
+        fold(s, |el: T| sum.push(el))?;
+        Some(sum)
+    }
+}
+
+impl<'a, T: Scan<'a> + Finishing<'a>> Scan<'a> for SummedFinish<'a, T> {
+    fn scan(s: &mut Scanner<'a>) -> Option<Self> {
+        let mut sum = Self::default();
+        fold(s, |el: T| sum.push(el))?;
+        Some(sum)
+    }
+}

@@ -1,0 +1,319 @@
+//! A borrowed JSON scanner for the per-event hot path: it walks one payload
+//! in place, hands the dialect the keys and values it reads, and skips the
+//! rest without allocating or building anything.
+//!
+//! It is strict by design. Whatever it is unsure of (invalid JSON, an
+//! escaped key, a lone surrogate escape, invalid UTF-8 in any string,
+//! nesting deeper than [`MAX_DEPTH`]) makes it give up with `None`, and the
+//! payload is read again by serde, the reference (see `lazy`). So it never
+//! accepts a payload serde rejects; on what it accepts, the readers built
+//! on it give serde's result, which the property tests check.
+
+/// Nesting the scanner follows (objects and arrays); deeper payloads are
+/// left to serde, whose own limit (128) is then the one that applies.
+const MAX_DEPTH: u32 = 100;
+
+/// One string as it appears in the payload.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Str<'a> {
+    /// The string with its quotes, escapes as sent.
+    pub(super) json: &'a [u8],
+    /// Bytes after unescaping (UTF-8), what serde's `&str` would hold.
+    pub(super) len: usize,
+    /// Whether it holds an escape (then `json` is not the text itself).
+    pub(super) escaped: bool,
+}
+
+impl<'a> Str<'a> {
+    /// The bytes between the quotes.
+    pub(super) fn raw(&self) -> &'a [u8] {
+        self.json.get(1..self.json.len() - 1).unwrap_or_default()
+    }
+}
+
+/// One number as it appears in the payload, its grammar checked.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Number<'a> {
+    pub(super) raw: &'a [u8],
+    /// No sign, fraction or exponent: digits only.
+    pub(super) digits: bool,
+    /// With an exponent (serde refuses some: out of range).
+    pub(super) exponent: bool,
+}
+
+impl Number<'_> {
+    /// Whether serde reads it as some number for sure: no exponent and not
+    /// so long that it could overflow an `f64`.
+    pub(super) fn in_range(&self) -> bool {
+        !self.exponent && self.raw.len() <= 64
+    }
+
+    /// Its value when it is a `u64` serde accepts as one (digits only, no overflow).
+    pub(super) fn as_u64(&self) -> Option<u64> {
+        if !self.digits {
+            return None;
+        }
+        self.raw.iter().try_fold(0u64, |n, d| {
+            n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+        })
+    }
+}
+
+/// A cursor over one payload.
+pub(super) struct Scanner<'a> {
+    bytes: &'a [u8],
+    at: usize,
+    depth: u32,
+}
+
+impl<'a> Scanner<'a> {
+    pub(super) fn new(bytes: &'a [u8]) -> Self {
+        Self {
+            bytes,
+            at: 0,
+            depth: 0,
+        }
+    }
+
+    /// Ends the scan: only whitespace may follow the value.
+    pub(super) fn finish(mut self) -> Option<()> {
+        self.ws();
+        (self.at == self.bytes.len()).then_some(())
+    }
+
+    /// The next byte after whitespace, not consumed.
+    pub(super) fn peek(&mut self) -> Option<u8> {
+        self.ws();
+        self.bytes.get(self.at).copied()
+    }
+
+    fn ws(&mut self) {
+        while let Some(b' ' | b'\n' | b'\r' | b'\t') = self.bytes.get(self.at) {
+            self.at += 1;
+        }
+    }
+
+    fn eat(&mut self, byte: u8) -> Option<()> {
+        (self.peek()? == byte).then(|| self.at += 1)
+    }
+
+    fn word(&mut self, word: &[u8]) -> Option<()> {
+        let end = self.at + word.len();
+        (self.bytes.get(self.at..end)? == word).then(|| self.at = end)
+    }
+
+    /// Consumes `null` when it comes next; whether it did.
+    pub(super) fn null(&mut self) -> Option<bool> {
+        if self.peek()? != b'n' {
+            return Some(false);
+        }
+        self.word(b"null").map(|()| true)
+    }
+
+    pub(super) fn bool(&mut self) -> Option<bool> {
+        match self.peek()? {
+            b't' => self.word(b"true").map(|()| true),
+            b'f' => self.word(b"false").map(|()| false),
+            _ => None,
+        }
+    }
+
+    /// A number: `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`.
+    pub(super) fn number(&mut self) -> Option<Number<'a>> {
+        self.ws();
+        let (b, start) = (self.bytes, self.at);
+        let digits = |mut i: usize| {
+            while let Some(b'0'..=b'9') = b.get(i) {
+                i += 1;
+            }
+            i
+        };
+        let mut i = start + usize::from(b.get(start) == Some(&b'-'));
+        i = match b.get(i)? {
+            b'0' => i + 1,
+            b'1'..=b'9' => digits(i + 1),
+            _ => return None,
+        };
+        let int_end = i;
+        if b.get(i) == Some(&b'.') {
+            i = Some(digits(i + 1)).filter(|&end| end > i + 1)?;
+        }
+        let exponent = matches!(b.get(i), Some(b'e' | b'E'));
+        if exponent {
+            let sign = usize::from(matches!(b.get(i + 1), Some(b'+' | b'-')));
+            i = Some(digits(i + 1 + sign)).filter(|&end| end > i + 1 + sign)?;
+        }
+        self.at = i;
+        Some(Number {
+            raw: &b[start..i],
+            digits: b[start] != b'-' && int_end == i,
+            exponent,
+        })
+    }
+
+    /// A string; `None` unless one comes next.
+    pub(super) fn string(&mut self) -> Option<Str<'a>> {
+        if self.peek()? != b'"' {
+            return None;
+        }
+        let (b, start) = (self.bytes, self.at);
+        let (mut i, mut shrink, mut high) = (start + 1, 0, 0u64);
+        loop {
+            i += plain_run(b.get(i..)?, &mut high);
+            match b.get(i)? {
+                b'"' => break,
+                b'\\' => {
+                    let (sent, unescaped) = escape(b.get(i + 1..)?)?;
+                    i += 1 + sent;
+                    shrink += 1 + sent - unescaped;
+                }
+                _ => return None,
+            }
+        }
+        let json = &b[start..=i];
+        if high & HIGHS != 0 && std::str::from_utf8(json).is_err() {
+            return None;
+        }
+        self.at = i + 1;
+        Some(Str {
+            json,
+            len: json.len() - 2 - shrink,
+            escaped: shrink > 0,
+        })
+    }
+
+    fn enter(&mut self, open: u8) -> Option<()> {
+        self.eat(open)?;
+        self.depth += 1;
+        (self.depth <= MAX_DEPTH).then_some(())
+    }
+
+    /// After an element: `true` when another follows, `false` at `close`.
+    fn next(&mut self, close: u8) -> Option<bool> {
+        match self.peek()? {
+            b',' => self.at += 1,
+            c if c == close => {
+                self.at += 1;
+                self.depth -= 1;
+                return Some(false);
+            }
+            _ => return None,
+        }
+        Some(true)
+    }
+
+    /// Reads an object: `field` gets each key (never an escaped one) with
+    /// the scanner at its value, which it must consume.
+    pub(super) fn object(
+        &mut self,
+        mut field: impl FnMut(&mut Self, &'a [u8]) -> Option<()>,
+    ) -> Option<()> {
+        self.enter(b'{')?;
+        if self.peek()? == b'}' {
+            return self.next(b'}').map(drop);
+        }
+        loop {
+            let key = self.string().filter(|k| !k.escaped)?;
+            self.eat(b':')?;
+            field(self, key.raw())?;
+            if !self.next(b'}')? {
+                return Some(());
+            }
+        }
+    }
+
+    /// Reads an array: `element` is called at each element, which it must consume.
+    pub(super) fn array(&mut self, mut element: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        self.enter(b'[')?;
+        if self.peek()? == b']' {
+            return self.next(b']').map(drop);
+        }
+        loop {
+            element(self)?;
+            if !self.next(b']')? {
+                return Some(());
+            }
+        }
+    }
+
+    /// Skips one value of any kind, checked as strictly as the rest.
+    pub(super) fn skip(&mut self) -> Option<()> {
+        match self.peek()? {
+            b'{' => self.object(|s, _| s.skip()),
+            b'[' => self.array(Self::skip),
+            b'"' => self.string().map(drop),
+            b'n' => self.word(b"null"),
+            b't' => self.word(b"true"),
+            b'f' => self.word(b"false"),
+            _ => self.number().map(drop),
+        }
+    }
+
+    /// Skips one value and returns its bytes.
+    pub(super) fn skip_raw(&mut self) -> Option<&'a [u8]> {
+        self.ws();
+        let start = self.at;
+        self.skip()?;
+        self.bytes.get(start..self.at)
+    }
+}
+
+/// `0x0101…01`: one in each byte of a word.
+const ONES: u64 = u64::MAX / 255;
+/// The top bit of each byte of a word.
+const HIGHS: u64 = ONES << 7;
+
+/// Bytes up to the next quote, backslash or control character (or the
+/// end), eight at a time; ORs what it passes into `high` so the caller
+/// knows whether the string has non-ASCII bytes to validate.
+fn plain_run(s: &[u8], high: &mut u64) -> usize {
+    let has = |word: u64, byte: u8| {
+        let x = word ^ (ONES * u64::from(byte));
+        x.wrapping_sub(ONES) & !x
+    };
+    let mut i = 0;
+    while let Some(chunk) = s.get(i..).and_then(<[u8]>::first_chunk::<8>) {
+        let word = u64::from_le_bytes(*chunk);
+        *high |= word;
+        let control = word.wrapping_sub(ONES * 0x20) & !word;
+        let stop = (control | has(word, b'"') | has(word, b'\\')) & HIGHS;
+        if stop != 0 {
+            return i + stop.trailing_zeros() as usize / 8;
+        }
+        i += 8;
+    }
+    while let Some(&c) = s.get(i) {
+        if c == b'"' || c == b'\\' || c < 0x20 {
+            break;
+        }
+        *high |= u64::from(c);
+        i += 1;
+    }
+    i
+}
+
+/// One escape, `rest` starting after its backslash: the bytes it takes
+/// and the bytes it stands for. Surrogates must come as a valid pair.
+fn escape(rest: &[u8]) -> Option<(usize, usize)> {
+    match rest.first()? {
+        b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => Some((1, 1)),
+        b'u' => match hex4(rest.get(1..5)?)? {
+            0xD800..=0xDBFF => {
+                if rest.get(5..7)? != b"\\u" {
+                    return None;
+                }
+                let low = hex4(rest.get(7..11)?)?;
+                (0xDC00..=0xDFFF).contains(&low).then_some((11, 4))
+            }
+            0xDC00..=0xDFFF => None,
+            n => Some((5, char::from_u32(n)?.len_utf8())),
+        },
+        _ => None,
+    }
+}
+
+fn hex4(digits: &[u8]) -> Option<u32> {
+    digits
+        .iter()
+        .try_fold(0u32, |n, &d| Some(n << 4 | char::from(d).to_digit(16)?))
+}

@@ -1,0 +1,170 @@
+//! Criterion benchmarks of per-event parsing (issue #14): the production
+//! path ([`Dialect::parse_event`], a borrowed scan with serde for what it
+//! is unsure of) against the full serde parse it replaced
+//! ([`Dialect::parse_event_reference`]), per dialect.
+//!
+//! The events are the recorded fixtures (`tests/fixtures/real` by their
+//! manifest's path, `tests/fixtures/dialects` by file name), framed by the
+//! proxy's own framers. For each dialect, `all` is every event of its
+//! fixtures and `token` only those carrying a generated token (the common
+//! case of a stream); `chunk_250B` is the issue's OpenAI chat chunk
+//! (`"usage":null` on each). Throughput is in events: time per event is the
+//! inverse.
+//!
+//! Run with `cargo bench --bench scan`.
+
+use std::{fs, hint::black_box, path::Path, time::Duration};
+
+use criterion::{Criterion, Throughput};
+use tokenclock::measure::{
+    dialect::{Dialect, ParseError, Parsed},
+    frame::{ndjson::NdjsonFramer, sse::SseFramer},
+};
+
+/// Recorded-shape fixtures and the dialect each is read with.
+const DIALECT_FIXTURES: [(&str, Dialect); 12] = [
+    ("anthropic_thinking.sse", Dialect::Anthropic),
+    ("llamacpp_chat.sse", Dialect::OpenAiChat),
+    ("llamacpp_completion.sse", Dialect::LlamaCpp),
+    ("ollama_chat.ndjson", Dialect::Ollama),
+    ("ollama_generate.ndjson", Dialect::Ollama),
+    ("openai_chat_tools.sse", Dialect::OpenAiChat),
+    ("openai_completions.sse", Dialect::OpenAiCompletions),
+    ("openai_responses.sse", Dialect::OpenAiResponses),
+    ("sglang_chat.sse", Dialect::OpenAiChat),
+    ("tgi_generate_stream.sse", Dialect::Tgi),
+    ("vllm_chat_continuous_usage.sse", Dialect::OpenAiChat),
+    ("vllm_chat_reasoning.sse", Dialect::OpenAiChat),
+];
+
+/// The issue's chunk: a ~250-byte OpenAI chat chunk with `"usage":null`.
+const CHUNK_250B: &str = r#"{"id":"chatcmpl-9a8b7c6d5e4f3a2b1c0d","object":"chat.completion.chunk","created":1760000100,"model":"gpt-4o-mini-2024-07-18","system_fingerprint":"fp_0ba0d124f1","choices":[{"index":0,"delta":{"content":" token"},"logprobs":null,"finish_reason":null}],"usage":null}"#;
+
+/// One framed event: its SSE `event:` name and data.
+struct Event {
+    name: Vec<u8>,
+    data: Vec<u8>,
+}
+
+fn frame(path: &Path) -> Vec<Event> {
+    let bytes = fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut events = Vec::new();
+    if path.extension().is_some_and(|e| e == "ndjson") {
+        let mut framer = NdjsonFramer::new(usize::MAX);
+        let mut sink = |line: &[u8]| {
+            events.push(Event {
+                name: Vec::new(),
+                data: line.to_vec(),
+            })
+        };
+        framer.feed(&bytes, &mut sink);
+        framer.finish(&mut sink);
+    } else {
+        SseFramer::new(usize::MAX).feed(&bytes, &mut |e| {
+            events.push(Event {
+                name: e.event.to_vec(),
+                data: e.data.to_vec(),
+            })
+        });
+    }
+    events
+}
+
+/// Every streamed fixture with its dialect.
+fn fixtures() -> Vec<(Dialect, Vec<Event>)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let mut out: Vec<_> = DIALECT_FIXTURES
+        .iter()
+        .map(|(file, d)| (*d, frame(&root.join("dialects").join(file))))
+        .collect();
+    let manifest = fs::read_to_string(root.join("real/manifest.toml")).expect("manifest");
+    let mut file = None;
+    for line in manifest.lines() {
+        let value = |key: &str| {
+            let v = line.strip_prefix(key)?.trim_start().strip_prefix('=')?;
+            Some(v.trim().trim_matches('"').to_owned())
+        };
+        if let Some(f) = value("file") {
+            file = Some(f);
+        } else if let (Some(path), Some(f)) = (value("path"), file.take()) {
+            if f.ends_with(".sse") || f.ends_with(".ndjson") {
+                out.push((Dialect::from_path(&path), frame(&root.join("real").join(f))));
+            }
+        }
+    }
+    out
+}
+
+type Parse = for<'a> fn(Dialect, &[u8], &'a [u8]) -> Result<Parsed<'a>, ParseError>;
+
+fn readers() -> [(&'static str, Parse); 2] {
+    [
+        ("scan", |d, n, data| d.parse_event(n, data)),
+        ("reference", |d, n, data| d.parse_event_reference(n, data)),
+    ]
+}
+
+fn carries_token(p: &Parsed<'_>) -> bool {
+    p.reasoning_bytes + p.output_bytes + p.tool_bytes > 0 || p.tokens.is_some_and(|n| n > 0)
+}
+
+fn per_dialect(c: &mut Criterion) {
+    let fixtures = fixtures();
+    let mut group = c.benchmark_group("parse_event");
+    for dialect in Dialect::ALL.into_iter().filter(|d| *d != Dialect::Unknown) {
+        let all: Vec<&Event> = fixtures
+            .iter()
+            .filter(|(d, _)| *d == dialect)
+            .flat_map(|(_, events)| events)
+            .collect();
+        let token: Vec<&Event> = all
+            .iter()
+            .copied()
+            .filter(|e| {
+                let parsed = dialect.parse_event_reference(&e.name, &e.data);
+                parsed.is_ok_and(|p| carries_token(&p))
+            })
+            .collect();
+        for (set, events) in [("all", &all), ("token", &token)] {
+            group.throughput(Throughput::Elements(events.len() as u64));
+            for (reader, parse) in readers() {
+                let id = format!("{}/{set}/{reader}", dialect.as_str());
+                group.bench_function(id, |b| {
+                    b.iter(|| {
+                        for e in events {
+                            let _ = black_box(parse(dialect, &e.name, black_box(&e.data)));
+                        }
+                    })
+                });
+            }
+        }
+    }
+    group.throughput(Throughput::Elements(1));
+    for (reader, parse) in readers() {
+        group.bench_function(format!("openai_chat/chunk_250B/{reader}"), |b| {
+            b.iter(|| {
+                let _ = black_box(parse(
+                    Dialect::OpenAiChat,
+                    b"",
+                    black_box(CHUNK_250B.as_bytes()),
+                ));
+            })
+        });
+    }
+    group.finish();
+}
+
+fn config() -> Criterion {
+    Criterion::default()
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+        .sample_size(20)
+}
+
+// What `criterion_group!` and `criterion_main!` expand to, written out so
+// no undocumented public function is generated.
+fn main() {
+    let mut criterion = config().configure_from_args();
+    per_dialect(&mut criterion);
+    criterion.final_summary();
+}
