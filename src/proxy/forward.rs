@@ -3,7 +3,9 @@
 //!
 //! Request and response bodies are forwarded as they arrive, never
 //! collected; each is wrapped in an [`ObservedBody`], the seam where
-//! measurement sees the bytes pass.
+//! measurement sees the bytes pass. Upstream HTTP/1.1 connections come
+//! from `pool`, driven by the response body that reads them, so the
+//! events of one read leave in one write.
 
 mod admit;
 mod body;

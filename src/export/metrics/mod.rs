@@ -3,7 +3,8 @@
 //! map, served at `GET /metrics` (text format 0.0.4). The clocks that stop
 //! early (TTFT, TTFO and the phases up to the first token) are observed
 //! when the request reaches them ([`TimelineSink::progressed`]), the rest
-//! at the end; [`stages`] counts where in-flight requests are.
+//! at the end; [`stages`] counts where in-flight requests are; `text`
+//! writes the exposition.
 //!
 //! Every family lives in one [`Metrics`] value registered on an explicit
 //! [`Registry`] (never the crate's global one). Label values come from
