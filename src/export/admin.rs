@@ -49,7 +49,7 @@ impl Admin {
         };
         let metrics = self.metrics.clone();
         match tokio::task::spawn_blocking(move || metrics.encode()).await {
-            Ok(Ok(body)) => {
+            Ok(body) => {
                 let mut response = Response::new(Full::new(Bytes::from(body)));
                 response.headers_mut().insert(
                     header::CONTENT_TYPE,
@@ -57,7 +57,6 @@ impl Admin {
                 );
                 response
             }
-            Ok(Err(e)) => text(StatusCode::INTERNAL_SERVER_ERROR, &format!("{e}\n")),
             Err(_) => text(StatusCode::INTERNAL_SERVER_ERROR, "render failed\n"),
         }
     }

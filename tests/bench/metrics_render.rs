@@ -275,7 +275,7 @@ fn bench(c: &mut Criterion) {
             }
         }
     }
-    let text = metrics.encode().expect("the registry encodes");
+    let text = metrics.encode();
     let text = String::from_utf8(text).expect("the text format is UTF-8");
     let series = report(&text, n);
 

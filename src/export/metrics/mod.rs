@@ -173,7 +173,7 @@ impl Metrics {
     /// The text exposition (format 0.0.4) of every family: gathers the
     /// registry and encodes it, the body the admin endpoint serves for
     /// `GET /metrics` (`export::admin`), on every scrape.
-    pub fn encode(&self) -> Result<Vec<u8>, prometheus::Error> {
+    pub fn encode(&self) -> Vec<u8> {
         // Room for the last scrape's size and a little growth, so a large
         // exposition is not copied over and over as it grows.
         let last = self.shared.rendered_bytes.load(Ordering::Relaxed);
@@ -182,7 +182,7 @@ impl Metrics {
         self.shared
             .rendered_bytes
             .store(buffer.len(), Ordering::Relaxed);
-        Ok(buffer)
+        buffer
     }
 
     /// The connection series of one listener (`proxy` or `metrics`).

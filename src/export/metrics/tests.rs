@@ -33,7 +33,7 @@ fn request(model: &str, labels: Vec<Option<String>>, ttft_ms: u64) -> Timeline {
 }
 
 fn scrape(m: &Metrics) -> String {
-    String::from_utf8(m.encode().unwrap_or_default()).unwrap_or_default()
+    String::from_utf8(m.encode()).unwrap_or_default()
 }
 
 /// `_count` lines of the TTFT histogram.
