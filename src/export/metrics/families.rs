@@ -2,10 +2,9 @@
 //! labels come first and free-form ones (`model`, extra labels) last; see
 //! [`super::labels`] for why.
 
-use prometheus::{
-    Gauge, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
-};
+use prometheus::{Gauge, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry};
 
+use super::histogram::HistogramFamily;
 use crate::{config::ExportSettings, export::records};
 
 /// The families; each `*Vec` takes its closed labels, then the free ones.
@@ -13,19 +12,19 @@ use crate::{config::ExportSettings, export::records};
 /// registered nor observed.
 #[derive(Clone)]
 pub(super) struct Families {
-    pub ttft: Option<HistogramVec>,
-    pub ttfo: Option<HistogramVec>,
-    pub itl: Option<HistogramVec>,
-    pub inter_event: Option<HistogramVec>,
-    pub tpot: Option<HistogramVec>,
-    pub duration: Option<HistogramVec>,
-    pub phase: Option<HistogramVec>,
-    pub server_phase: Option<HistogramVec>,
-    pub input_tokens: Option<HistogramVec>,
-    pub cached_input_tokens: Option<HistogramVec>,
-    pub output_tokens: Option<HistogramVec>,
-    pub reasoning_tokens: Option<HistogramVec>,
-    pub event_tokens: Option<HistogramVec>,
+    pub ttft: Option<HistogramFamily>,
+    pub ttfo: Option<HistogramFamily>,
+    pub itl: Option<HistogramFamily>,
+    pub inter_event: Option<HistogramFamily>,
+    pub tpot: Option<HistogramFamily>,
+    pub duration: Option<HistogramFamily>,
+    pub phase: Option<HistogramFamily>,
+    pub server_phase: Option<HistogramFamily>,
+    pub input_tokens: Option<HistogramFamily>,
+    pub cached_input_tokens: Option<HistogramFamily>,
+    pub output_tokens: Option<HistogramFamily>,
+    pub reasoning_tokens: Option<HistogramFamily>,
+    pub event_tokens: Option<HistogramFamily>,
     pub requests: IntCounterVec,
     pub in_flight: IntGaugeVec,
     pub input_tokens_total: IntCounterVec,
@@ -55,23 +54,22 @@ impl Builder<'_> {
             .collect()
     }
 
-    /// The histogram family `name`, registered, unless it is disabled.
+    /// The histogram family `name`, unless it is disabled. Histograms are
+    /// kept out of the registry ([`super::histogram`]).
     fn histogram(
         &self,
         name: &str,
         help: &str,
         closed: &[&str],
-    ) -> Result<Option<HistogramVec>, prometheus::Error> {
+    ) -> Result<Option<HistogramFamily>, prometheus::Error> {
         if self.export.disabled.family(name) {
             return Ok(None);
         }
         let bounds = self.export.buckets.get(name).cloned().unwrap_or_default();
-        let opts = HistogramOpts::new(format!("tokenclock_{name}"), help).buckets(bounds);
         let labels = self.labels(closed);
         let names: Vec<&str> = labels.iter().map(String::as_str).collect();
-        let vec = HistogramVec::new(opts, &names)?;
-        self.registry.register(Box::new(vec.clone()))?;
-        Ok(Some(vec))
+        let family = HistogramFamily::new(&format!("tokenclock_{name}"), help, &names, &bounds)?;
+        Ok(Some(family))
     }
 
     fn counter(
@@ -110,7 +108,34 @@ impl Builder<'_> {
 }
 
 impl Families {
-    /// Creates and registers every family on `registry`.
+    /// The histogram families there are, sorted by name (the order of the
+    /// exposition).
+    pub(super) fn histograms(&self) -> Vec<HistogramFamily> {
+        let mut all: Vec<HistogramFamily> = [
+            &self.ttft,
+            &self.ttfo,
+            &self.itl,
+            &self.inter_event,
+            &self.tpot,
+            &self.duration,
+            &self.phase,
+            &self.server_phase,
+            &self.input_tokens,
+            &self.cached_input_tokens,
+            &self.output_tokens,
+            &self.reasoning_tokens,
+            &self.event_tokens,
+        ]
+        .into_iter()
+        .flatten()
+        .cloned()
+        .collect();
+        all.sort_by(|a, b| a.name().cmp(b.name()));
+        all
+    }
+
+    /// Creates every family, the counters and gauges registered on
+    /// `registry`.
     pub(super) fn register(
         registry: &Registry,
         export: &ExportSettings,

@@ -6,8 +6,10 @@
 //! at the end; [`stages`] counts where in-flight requests are; `text`
 //! writes the exposition.
 //!
-//! Every family lives in one [`Metrics`] value registered on an explicit
-//! [`Registry`] (never the crate's global one). Label values come from
+//! Every family lives in one [`Metrics`] value: the counters and gauges
+//! registered on an explicit [`Registry`] (never the crate's global one),
+//! the histograms kept by [`histogram`] (a scrape writes them straight from
+//! their counters, without the registry's copy of every series). Label values come from
 //! closed sets (enums, config) and the capped free-form [`LabelSpace`].
 //! A request's series are resolved when a milestone is delivered and when
 //! it finishes; nothing here runs per event.
@@ -18,6 +20,7 @@
 
 mod connections;
 mod families;
+mod histogram;
 mod labels;
 mod milestones;
 mod stages;
@@ -29,11 +32,11 @@ use std::sync::{
     Arc,
 };
 
-use prometheus::{HistogramVec, IntCounter, IntGaugeVec, Opts, Registry};
+use prometheus::{IntCounter, IntGaugeVec, Opts, Registry};
 
 use self::{
-    connections::ConnectionFamilies, families::Families, stages::StageGauges,
-    upstream::UpstreamFamilies,
+    connections::ConnectionFamilies, families::Families, histogram::HistogramFamily,
+    stages::StageGauges, upstream::UpstreamFamilies,
 };
 pub(crate) use self::{
     connections::ConnectionMetrics,
@@ -63,6 +66,8 @@ pub struct Metrics {
 struct Shared {
     registry: Registry,
     families: Families,
+    /// The histogram families (kept apart from `registry`), by name.
+    histograms: Vec<HistogramFamily>,
     connections: ConnectionFamilies,
     upstream: UpstreamFamilies,
     stages: StageGauges,
@@ -148,6 +153,7 @@ impl Metrics {
         Ok(Self {
             shared: Arc::new(Shared {
                 registry,
+                histograms: families.histograms(),
                 families,
                 connections,
                 upstream,
@@ -170,15 +176,25 @@ impl Metrics {
         }
     }
 
-    /// The text exposition (format 0.0.4) of every family: gathers the
-    /// registry and encodes it, the body the admin endpoint serves for
-    /// `GET /metrics` (`export::admin`), on every scrape.
+    /// The text exposition (format 0.0.4) of every family, the body the
+    /// admin endpoint serves for `GET /metrics` (`export::admin`) on every
+    /// scrape: the registry's families (gathered) and the histograms
+    /// (written from their counters), merged in order of name.
     pub fn encode(&self) -> Vec<u8> {
         // Room for the last scrape's size and a little growth, so a large
         // exposition is not copied over and over as it grows.
         let last = self.shared.rendered_bytes.load(Ordering::Relaxed);
         let mut buffer = Vec::with_capacity((last + last / 8).max(64 * 1024));
-        text::encode(&self.shared.registry.gather(), &mut buffer);
+        let gathered = self.shared.registry.gather();
+        let mut encoder = text::Encoder::default();
+        let mut histograms = self.shared.histograms.iter().peekable();
+        for family in &gathered {
+            while let Some(h) = histograms.next_if(|h| h.name() < family.name()) {
+                h.encode(&mut buffer);
+            }
+            encoder.family(family, &mut buffer);
+        }
+        histograms.for_each(|h| h.encode(&mut buffer));
         self.shared
             .rendered_bytes
             .store(buffer.len(), Ordering::Relaxed);
@@ -288,24 +304,36 @@ impl Series<'_> {
 // === impl Metrics ===
 
 impl Metrics {
+    /// TPOT, the inter-event gaps, the inter-token latencies and the
+    /// tokens per event; a series is made only for a request that has
+    /// something to observe in it (an error response has no gaps).
     fn latencies(&self, s: &Series<'_>, endpoint: &str, t: &Timeline) {
         let f = &self.shared.families;
         let labels = s.with(&[endpoint]);
         if let (Some(tpot), Some(d)) = (&f.tpot, t.tpot()) {
             tpot.with_label_values(&labels).observe(d.as_secs_f64());
         }
-        let series =
-            |vec: &Option<HistogramVec>| vec.as_ref().map(|v| v.with_label_values(&labels));
-        if let Some(inter_event) = series(&f.inter_event) {
-            t.gaps
-                .inter_event()
-                .for_each(|gap| inter_event.observe(gap.as_secs_f64()));
+        let mut gaps = t.gaps.inter_event().peekable();
+        if let (Some(inter_event), Some(_)) = (&f.inter_event, gaps.peek()) {
+            let series = inter_event.with_label_values(&labels);
+            gaps.for_each(|gap| series.observe(gap.as_secs_f64()));
         }
-        let (itl, per_event) = (series(&f.itl), series(&f.event_tokens));
-        if let (Some(per_event), true) = (&per_event, t.tokens.token_events > 0) {
+        if t.tokens.token_events == 0 {
+            return;
+        }
+        let per_event = f
+            .event_tokens
+            .as_ref()
+            .map(|v| v.with_label_values(&labels));
+        if let Some(per_event) = &per_event {
             per_event.observe(t.tokens.first_event_tokens() as f64);
         }
-        for (value, count) in t.inter_token_latencies() {
+        let mut latencies = t.inter_token_latencies().peekable();
+        let itl = match (&f.itl, latencies.peek()) {
+            (Some(itl), Some(_)) => Some(itl.with_label_values(&labels)),
+            _ => None,
+        };
+        for (value, count) in latencies {
             if let Some(per_event) = &per_event {
                 per_event.observe(count as f64);
             }
@@ -371,7 +399,7 @@ impl Metrics {
     fn sizes(&self, s: &Series<'_>, labels: &[&str], t: &Timeline) {
         let f = &self.shared.families;
         let tokens = &t.tokens;
-        let observe = |vec: &Option<HistogramVec>, n: Option<u64>| {
+        let observe = |vec: &Option<HistogramFamily>, n: Option<u64>| {
             if let (Some(vec), Some(n)) = (vec, n) {
                 vec.with_label_values(labels).observe(n as f64);
             }

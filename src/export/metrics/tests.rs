@@ -100,16 +100,21 @@ fn value(text: &str, prefix: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// A 429 whose body was not read.
+fn refused(t0: Instant) -> Timeline {
+    let mut refused = Timeline::new(t0, Dialect::OpenAiChat);
+    refused.status = Some(http::StatusCode::TOO_MANY_REQUESTS);
+    refused.finish(Outcome::HttpError, t0 + Duration::from_millis(5));
+    refused
+}
+
 #[test]
 fn only_ok_requests_that_were_read_have_a_size() {
     let m = metrics("");
     let t0 = Instant::now();
     // A 4xx whose body was not read, and a stream that failed with an
     // in-band error after 3 tokens: counted, spent, but no size.
-    let mut refused = Timeline::new(t0, Dialect::OpenAiChat);
-    refused.status = Some(http::StatusCode::TOO_MANY_REQUESTS);
-    refused.finish(Outcome::HttpError, t0 + Duration::from_millis(5));
-    m.finished(&refused);
+    m.finished(&refused(t0));
     let mut failed = request("m", vec![], 100);
     failed.outcome = Outcome::UpstreamError;
     m.finished(&failed);
@@ -298,4 +303,72 @@ fn the_stage_gauge_has_every_series_from_the_start_and_counts_moves() {
     let text = scrape(&m);
     assert_eq!(gauge(&text, "upload").as_deref(), Some("0"));
     assert_eq!(gauge(&text, "reasoning").as_deref(), Some("1"));
+}
+
+/// Histograms are written apart from the registry's families; the scrape
+/// still has every family once, in order of name (as the registry writes
+/// them), each with its `# HELP` and `# TYPE` before its samples.
+#[test]
+fn the_scrape_has_each_family_once_in_order_of_name() {
+    let m = metrics("");
+    m.finished(&request("m", vec![], 100));
+    let text = scrape(&m);
+    let types: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split(' ').next())
+        .collect();
+    let mut sorted = types.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(types, sorted, "sorted and unique");
+    assert!(types.contains(&"tokenclock_time_to_first_token_seconds"));
+    assert!(types.contains(&"tokenclock_requests_total"));
+    // Every sample line belongs to the family whose header came last.
+    let mut current = "";
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            current = rest.split(' ').next().unwrap_or("");
+        } else if !line.starts_with('#') {
+            assert!(line.starts_with(current), "{line} under {current}");
+        }
+    }
+}
+
+/// A request with no token events (refused by the server) makes no series
+/// in the families it has nothing to observe in: no empty inter-event,
+/// inter-token or tokens-per-event series, no TTFT.
+#[test]
+fn a_request_without_tokens_makes_no_empty_latency_series() {
+    let m = metrics("");
+    let t0 = Instant::now();
+    m.finished(&refused(t0));
+    let text = scrape(&m);
+    for family in [
+        "tokenclock_inter_event_latency_seconds",
+        "tokenclock_inter_token_latency_seconds",
+        "tokenclock_event_tokens",
+        "tokenclock_time_per_output_token_seconds",
+        "tokenclock_time_to_first_token_seconds",
+    ] {
+        assert!(!text.contains(family), "{family} in {text}");
+    }
+    assert_eq!(
+        value(&text, "tokenclock_request_duration_seconds_count"),
+        1.0
+    );
+    // One token event: tokens per event, but no gap and no inter-token
+    // latency yet.
+    let mut one = Timeline::new(t0, Dialect::OpenAiChat);
+    let token = Parsed {
+        output_bytes: 2,
+        ..Parsed::default()
+    };
+    one.record(&token, t0 + Duration::from_millis(5));
+    one.finish(Outcome::Ok, t0 + Duration::from_millis(6));
+    m.finished(&one);
+    let text = scrape(&m);
+    assert_eq!(value(&text, "tokenclock_event_tokens_count"), 1.0);
+    assert!(!text.contains("tokenclock_inter_event_latency_seconds"));
+    assert!(!text.contains("tokenclock_inter_token_latency_seconds"));
 }
