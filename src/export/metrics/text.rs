@@ -268,6 +268,18 @@ mod tests {
         String::from_utf8(out).expect("utf-8")
     }
 
+    /// The case proptest once shrank a failure to: a quote in the help
+    /// text stays unescaped (only label values escape it).
+    #[test]
+    fn a_quote_in_help_is_written_as_is() {
+        let registry = Registry::new();
+        let counter = IntCounterVec::new(Opts::new("t_total", "\""), &["a"]).expect("counter");
+        registry.register(Box::new(counter.clone())).expect("register");
+        counter.with_label_values(&[""]).inc();
+        assert_eq!(ours(&registry), reference(&registry));
+        assert!(ours(&registry).starts_with("# HELP t_total \"\n"));
+    }
+
     proptest! {
         /// Same bytes as `TextEncoder` for counters, gauges and histograms
         /// with any label values (quotes, backslashes, newlines, unicode),
