@@ -28,12 +28,18 @@
 #       upstream socket) plus pool, metrics and 64 reserved: ulimit -n of
 #       2 x K_STREAMS + 400. Its RSS per stream and open fds are logged,
 #       and written to k-tokenclock-REP.rss.json; the table leaves it out.
+#   (s) saturation, opt-in (--only s; needs root for a cpu cgroup): (w)'s
+#       load with the proxy held to S_SHARE percent of one core (default
+#       10) by a cgroup CPU quota, so that the proxy, not the client on core
+#       0, is what runs out: the events/s each proxy sustains at that share,
+#       the per-core ceiling (events/s / share), and the periods the quota
+#       throttled it (more than zero: it was saturated).
 # Fairness on 2 cores: sim and client on core 0, the proxy on core 1;
 # tokenclock --worker-threads 1, nginx worker_processes 1; a fresh proxy and
 # a warm-up per measurement; the vias' order rotated every repetition;
 # medians of N repetitions (default 3).
 # --only picks scenarios (say --only a for the latency runs alone; default
-# abwcr, k is opt-in); A_STREAMS in the environment sets the number of
+# abwcr, k and s are opt-in); A_STREAMS in the environment sets the number of
 # streams of (a) (default 32).
 # --trace adds (t): (a) once more per proxy with its syscalls recorded by
 # perf (linux-perf), for each proxy's in-proxy delay per event (in_proxy.py):
@@ -58,7 +64,7 @@ while [[ $# -gt 0 ]]; do
     shift
 done
 
-[[ $ONLY =~ ^[abwcrk]+$ ]] || { echo "overhead.sh: --only takes letters of abwcrk, got '$ONLY'" >&2; exit 2; }
+[[ $ONLY =~ ^[abwcrks]+$ ]] || { echo "overhead.sh: --only takes letters of abwcrks, got '$ONLY'" >&2; exit 2; }
 (( TRACE == 0 )) || ONLY+=t
 
 PERF_DIR=$(cd "$(dirname "$0")" && pwd)
@@ -72,6 +78,9 @@ else
 fi
 SIM_PORT=${SIM_PORT:-18431} TC_PORT=${TC_PORT:-18432} TC_METRICS=${TC_METRICS:-18433} NGINX_PORT=${NGINX_PORT:-18434}
 BIN=target/release/tokenclock
+# (s): the share of one core the proxy is held to, in percent.
+S_SHARE=${S_SHARE:-10}
+[[ $S_SHARE =~ ^[0-9]+$ ]] && (( S_SHARE >= 1 && S_SHARE <= 100 )) || { echo "overhead.sh: S_SHARE is a percent, 1 to 100" >&2; exit 2; }
 # PROXY_BIN: the tokenclock under test, if not BIN (say, an older build for a before/after).
 PROXY_BIN=${PROXY_BIN:-$BIN}
 
@@ -89,8 +98,11 @@ cleanup() {
     for pid in "${PIDS[@]}"; do
         wait "$pid" 2>/dev/null || true
     done
+    # (s)'s cgroup, empty once its proxies are gone.
+    if [[ -n $CG ]]; then rmdir "$CG" 2>/dev/null || log "could not remove $CG"; fi
     rm -rf "$TMP"
 }
+CG=""
 trap cleanup EXIT
 
 # shellcheck source=tests/perf/procfs.sh
@@ -130,7 +142,7 @@ warm_up() {
     local streams=4
     case "$1" in
         a | t) streams=$A_STREAMS ;;
-        b | w) streams=$(( B_STREAMS < 64 ? B_STREAMS : 64 )) ;;
+        b | w | s) streams=$(( B_STREAMS < 64 ? B_STREAMS : 64 )) ;;
     esac
     run_load /dev/null "$TMP/load.log" --concurrency "$streams" --requests $(( streams * 2 )) \
         --schedule "ttft_ms=1,gap_ms=1,tokens=16"
@@ -297,16 +309,51 @@ print(f"overhead: (k) {r['streams']} slow streams: proxy RSS {r['rss_with_kib'] 
 PY
 }
 
+# make_cgroup: CG, a cpu cgroup that holds its processes to S_SHARE% of one
+# core (cgroup v1's cpu controller, else v2's cpu.max).
+make_cgroup() {
+    local quota=$(( S_SHARE * 1000 ))
+    if [[ -d /sys/fs/cgroup/cpu && -w /sys/fs/cgroup/cpu ]]; then
+        CG=/sys/fs/cgroup/cpu/tokenclock-overhead-$$
+        mkdir "$CG" && echo 100000 >"$CG/cpu.cfs_period_us" && echo "$quota" >"$CG/cpu.cfs_quota_us" ||
+            die "(s): cannot set up the cpu cgroup $CG"
+    elif [[ -w /sys/fs/cgroup/cgroup.subtree_control ]] && grep -qw cpu /sys/fs/cgroup/cgroup.controllers; then
+        echo +cpu >/sys/fs/cgroup/cgroup.subtree_control 2>/dev/null || true
+        CG=/sys/fs/cgroup/tokenclock-overhead-$$
+        mkdir "$CG" && echo "$quota 100000" >"$CG/cpu.max" || die "(s): cannot set up the cpu cgroup $CG"
+    else
+        die "(s) needs a cpu cgroup it can create (cgroup v1 /sys/fs/cgroup/cpu or v2 with the cpu controller): run as root"
+    fi
+}
+
+# nr_throttled of CG: the quota periods that ran out.
+throttled() {
+    awk '$1 == "nr_throttled" { print $2 }' "$CG/cpu.stat"
+}
+
+# (s) (w)'s load, the proxy held to S_SHARE% of a core.
+scenario_s() {
+    [[ -n $CG ]] || make_cgroup
+    local pid before
+    for pid in $(proxy_pids); do
+        echo "$pid" >"$CG/cgroup.procs"
+    done
+    before=$(throttled)
+    throughput s "$1" "$2" "$W_STREAMS" "ttft_ms=0,gap_ms=0,tokens=$W_EVENTS,yield=1"
+    echo "{\"share_pct\": $S_SHARE, \"throttled_periods\": $(( $(throttled) - before ))}" \
+        >"$RESULTS/s-$1-$2.share.json"
+}
+
 # Scenario by scenario, each via in turn, the order of the vias rotated
 # every repetition: no via always runs first, or always after the same one
 # (what ran just before, on a shared machine, shows in the next p99).
 VIAS=(direct tokenclock nginx)
 for rep in $(seq 1 "$REPS"); do
-    for scenario in a t b w c r k; do
+    for scenario in a t b w c r k s; do
         [[ $ONLY == *"$scenario"* ]] || continue
         for i in 0 1 2; do
             via=${VIAS[$(( (i + rep - 1) % 3 ))]}
-            [[ $via == direct && $scenario == [ct] ]] && continue
+            [[ $via == direct && $scenario == [cts] ]] && continue
             [[ $via != tokenclock && $scenario == [rk] ]] && continue
             log "rep $rep/$REPS: ($scenario) via $via"
             start_proxy "$via"

@@ -26,7 +26,7 @@ def runs(results, scenario, via):
         summary = load(os.path.join(results, f"{scenario}-{via}-{rep}.json"))
         if summary is None:
             return out
-        extra = load(os.path.join(results, f"{scenario}-{via}-{rep}.{ {'a': 'none', 't': 'trace', 'b': 'cpu', 'w': 'cpu', 'c': 'rss', 'r': 'none'}[scenario]}.json"))
+        extra = load(os.path.join(results, f"{scenario}-{via}-{rep}.{ {'a': 'none', 't': 'trace', 'b': 'cpu', 'w': 'cpu', 'c': 'rss', 'r': 'none', 's': 'cpu'}[scenario]}.json"))
         out.append((summary, extra or {}))
         rep += 1
 
@@ -58,7 +58,9 @@ def per_via(results):
     """Median figures per via, and every repetition's raw figures."""
     medians, raw, errors = {}, {}, 0
     for via in VIAS:
-        a, t, b, w, c, r = (runs(results, s, via) for s in "atbwcr")
+        a, t, b, w, c, r, s_ = (runs(results, s, via) for s in "atbwcrs")
+        shares = [load(os.path.join(results, f"s-{via}-{rep}.share.json")) or {}
+                  for rep in range(1, len(s_) + 1)]
         figures = {
             "delay_p50_us": [s["event_delay_us"]["p50"] for s, _ in a],
             "delay_p99_us": [s["event_delay_us"]["p99"] for s, _ in a],
@@ -78,11 +80,16 @@ def per_via(results):
             "w_writes_per_event": [calls_per_event(s, e, "writes") for s, e in w],
             "w_waits_per_event": [calls_per_event(s, e, "waits") for s, e in w],
             "rss_kib_per_stream": [rss_kib_per_stream(e) for _, e in c],
+            "s_events_per_s": [s["events_per_s"] for s, _ in s_],
+            "s_ceiling_per_core": [s["events_per_s"] * 100 / sh["share_pct"]
+                                   for (s, _), sh in zip(s_, shares) if sh.get("share_pct")],
+            "s_cpu_us_per_event": [cpu_us_per_event(s, e) for s, e in s_],
+            "s_throttled_periods": [sh.get("throttled_periods") for sh in shares],
             "scrape_ms_p50": [s["scrape_ms_p50"] for s, _ in r],
             "scrape_cpu_ms": [s["cpu_ms_per_scrape"] for s, _ in r],
             "scrape_series": [s["series"] for s, _ in r],
         }
-        errors += sum(s["total"]["errors"] for s, _ in a + t + b + w + c)
+        errors += sum(s["total"]["errors"] for s, _ in a + t + b + w + c + s_)
         raw[via] = figures
         medians[via] = {k: median(v) for k, v in figures.items()}
     return medians, raw, errors
@@ -115,6 +122,10 @@ def rows(m):
            ("(w) proxy reads per event", None, t["w_reads_per_event"], n["w_reads_per_event"]),
            ("(w) proxy writes per event", None, t["w_writes_per_event"], n["w_writes_per_event"]),
            ("(w) proxy epoll waits per event", None, t["w_waits_per_event"], n["w_waits_per_event"]),
+           ("(s) events/s at the CPU quota", None, t["s_events_per_s"], n["s_events_per_s"]),
+           ("(s) per-core ceiling, events/s", None, t["s_ceiling_per_core"], n["s_ceiling_per_core"]),
+           ("(s) proxy CPU per event, us", None, t["s_cpu_us_per_event"], n["s_cpu_us_per_event"]),
+           ("(s) quota periods throttled", None, t["s_throttled_periods"], n["s_throttled_periods"]),
            ("(c) proxy RSS per idle stream, KiB", None, t["rss_kib_per_stream"], n["rss_kib_per_stream"]),
            ("(r) /metrics series", None, t["scrape_series"], None),
            ("(r) /metrics scrape p50, ms", None, t["scrape_ms_p50"], None),

@@ -274,7 +274,9 @@ mod tests {
     fn a_quote_in_help_is_written_as_is() {
         let registry = Registry::new();
         let counter = IntCounterVec::new(Opts::new("t_total", "\""), &["a"]).expect("counter");
-        registry.register(Box::new(counter.clone())).expect("register");
+        registry
+            .register(Box::new(counter.clone()))
+            .expect("register");
         counter.with_label_values(&[""]).inc();
         assert_eq!(ours(&registry), reference(&registry));
         assert!(ours(&registry).starts_with("# HELP t_total \"\n"));
