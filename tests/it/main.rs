@@ -29,6 +29,7 @@ mod lifecycle;
 mod live;
 mod load;
 mod logging;
+mod merging;
 mod metrics;
 mod models;
 mod otel;
