@@ -4,7 +4,7 @@
 
 use prometheus::{Gauge, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry};
 
-use super::histogram::HistogramFamily;
+use super::{counter::CounterFamily, family::Exposed, histogram::HistogramFamily};
 use crate::{config::ExportSettings, export::records};
 
 /// The families; each `*Vec` takes its closed labels, then the free ones.
@@ -25,15 +25,15 @@ pub(super) struct Families {
     pub output_tokens: Option<HistogramFamily>,
     pub reasoning_tokens: Option<HistogramFamily>,
     pub event_tokens: Option<HistogramFamily>,
-    pub requests: IntCounterVec,
+    pub requests: CounterFamily,
     pub in_flight: IntGaugeVec,
-    pub input_tokens_total: IntCounterVec,
-    pub output_tokens_total: IntCounterVec,
+    pub input_tokens_total: CounterFamily,
+    pub output_tokens_total: CounterFamily,
     pub count_source: IntCounterVec,
     pub parse_errors: IntCounterVec,
-    pub slo_requests: IntCounterVec,
-    pub slo_violations: IntCounterVec,
-    pub workload: Option<IntCounterVec>,
+    pub slo_requests: CounterFamily,
+    pub slo_violations: CounterFamily,
+    pub workload: Option<CounterFamily>,
     pub records_dropped: IntCounter,
     pub config_reloads: IntCounterVec,
     pub config_last_reload: Gauge,
@@ -72,46 +72,52 @@ impl Builder<'_> {
         Ok(Some(family))
     }
 
+    /// A counter family without free labels, registered.
     fn counter(
         &self,
         name: &str,
         help: &str,
         closed: &[&str],
-        free: bool,
     ) -> Result<IntCounterVec, prometheus::Error> {
-        let labels = if free {
-            self.labels(closed)
-        } else {
-            closed.iter().map(|s| s.to_string()).collect()
-        };
-        let names: Vec<&str> = labels.iter().map(String::as_str).collect();
-        let vec = IntCounterVec::new(Opts::new(format!("tokenclock_{name}"), help), &names)?;
+        let vec = IntCounterVec::new(Opts::new(format!("tokenclock_{name}"), help), closed)?;
         self.registry.register(Box::new(vec.clone()))?;
         Ok(vec)
     }
 }
 
 impl Builder<'_> {
-    /// The counter family `name` (with the free labels), unless disabled.
+    /// The counter family `name` with the free labels after `closed`, kept
+    /// out of the registry ([`super::family`]).
+    fn labelled_counter(
+        &self,
+        name: &str,
+        help: &str,
+        closed: &[&str],
+    ) -> Result<CounterFamily, prometheus::Error> {
+        let labels = self.labels(closed);
+        let names: Vec<&str> = labels.iter().map(String::as_str).collect();
+        CounterFamily::new(&format!("tokenclock_{name}"), help, &names)
+    }
+
+    /// [`Builder::labelled_counter`], unless disabled.
     fn optional_counter(
         &self,
         name: &str,
         help: &str,
         closed: &[&str],
-        free: bool,
-    ) -> Result<Option<IntCounterVec>, prometheus::Error> {
+    ) -> Result<Option<CounterFamily>, prometheus::Error> {
         if self.export.disabled.family(name) {
             return Ok(None);
         }
-        self.counter(name, help, closed, free).map(Some)
+        self.labelled_counter(name, help, closed).map(Some)
     }
 }
 
 impl Families {
-    /// The histogram families there are, sorted by name (the order of the
-    /// exposition).
-    pub(super) fn histograms(&self) -> Vec<HistogramFamily> {
-        let mut all: Vec<HistogramFamily> = [
+    /// The families kept out of the registry, sorted by name (the order
+    /// of the exposition).
+    pub(super) fn owned(&self) -> Vec<Box<dyn Exposed>> {
+        let histograms = [
             &self.ttft,
             &self.ttfo,
             &self.itl,
@@ -125,11 +131,21 @@ impl Families {
             &self.output_tokens,
             &self.reasoning_tokens,
             &self.event_tokens,
-        ]
-        .into_iter()
-        .flatten()
-        .cloned()
-        .collect();
+        ];
+        let counters = [
+            Some(&self.requests),
+            Some(&self.input_tokens_total),
+            Some(&self.output_tokens_total),
+            Some(&self.slo_requests),
+            Some(&self.slo_violations),
+            self.workload.as_ref(),
+        ];
+        let mut all: Vec<Box<dyn Exposed>> = histograms
+            .into_iter()
+            .flatten()
+            .map(HistogramFamily::exposed)
+            .chain(counters.into_iter().flatten().map(CounterFamily::exposed))
+            .collect();
         all.sort_by(|a, b| a.name().cmp(b.name()));
         all
     }
@@ -159,7 +175,7 @@ impl Families {
         registry.register(Box::new(in_flight.clone()))?;
         let records_dropped = IntCounter::new(records::DROPPED_NAME, records::DROPPED_HELP)?;
         registry.register(Box::new(records_dropped.clone()))?;
-        let config_reloads = b.counter("config_reloads_total", "Config reloads (SIGHUP) by result: ok (applied, perhaps partly) or error (refused, the running config stays).", &["result"], false)?;
+        let config_reloads = b.counter("config_reloads_total", "Config reloads (SIGHUP) by result: ok (applied, perhaps partly) or error (refused, the running config stays).", &["result"])?;
         for result in ["ok", "error"] {
             config_reloads.with_label_values(&[result]);
         }
@@ -182,15 +198,15 @@ impl Families {
             output_tokens: b.histogram("request_output_tokens", "Generated tokens per request, reasoning included.", e)?,
             reasoning_tokens: b.histogram("request_reasoning_tokens", "Reasoning tokens per request.", e)?,
             event_tokens: b.histogram("event_tokens", "Tokens per token-bearing event.", e)?,
-            requests: b.counter("requests_total", "Finished requests by outcome, status code (000: no status reached the client) and normalised finish reason (none: the server sent none).", &["endpoint", "outcome", "code", "finish_reason"], true)?,
+            requests: b.labelled_counter("requests_total", "Finished requests by outcome, status code (000: no status reached the client) and normalised finish reason (none: the server sent none).", &["endpoint", "outcome", "code", "finish_reason"])?,
             in_flight,
-            input_tokens_total: b.counter("input_tokens_total", "Prompt tokens of finished requests.", e, true)?,
-            output_tokens_total: b.counter("output_tokens_total", "Generated tokens of finished requests, by kind (output or reasoning).", &["endpoint", "kind"], true)?,
-            count_source: b.counter("token_count_source_total", "Requests by where their output token count came from: usage, per_event, events or estimated.", &["source"], false)?,
-            parse_errors: b.counter("parse_errors_total", "Payloads that could not be read (traffic forwarded unchanged), by reason.", &["endpoint", "reason"], false)?,
-            slo_requests: b.counter("slo_requests_total", "Requests judged against each SLO; goodput is rate(...{result=\"met\"}).", &["endpoint", "slo", "result"], true)?,
-            slo_violations: b.counter("slo_violations_total", "Missed objectives per SLO.", &["endpoint", "slo", "objective"], true)?,
-            workload: b.optional_counter("workload_requests_total", "Requests by input and output token range: the workload map.", &["input_tokens_range", "output_tokens_range"], true)?,
+            input_tokens_total: b.labelled_counter("input_tokens_total", "Prompt tokens of finished requests.", e)?,
+            output_tokens_total: b.labelled_counter("output_tokens_total", "Generated tokens of finished requests, by kind (output or reasoning).", &["endpoint", "kind"])?,
+            count_source: b.counter("token_count_source_total", "Requests by where their output token count came from: usage, per_event, events or estimated.", &["source"])?,
+            parse_errors: b.counter("parse_errors_total", "Payloads that could not be read (traffic forwarded unchanged), by reason.", &["endpoint", "reason"])?,
+            slo_requests: b.labelled_counter("slo_requests_total", "Requests judged against each SLO; goodput is rate(...{result=\"met\"}).", &["endpoint", "slo", "result"])?,
+            slo_violations: b.labelled_counter("slo_violations_total", "Missed objectives per SLO.", &["endpoint", "slo", "objective"])?,
+            workload: b.optional_counter("workload_requests_total", "Requests by input and output token range: the workload map.", &["input_tokens_range", "output_tokens_range"])?,
             records_dropped,
             config_reloads,
             config_last_reload,

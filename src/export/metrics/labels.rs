@@ -9,11 +9,11 @@
 //!
 //! The `prometheus` crate keys a series by a hash of its label values
 //! concatenated without a separator, so `{a="ab",b="c"}` and
-//! `{a="a",b="bc"}` would be one series. tokenclock puts every closed-set
-//! label (endpoint, outcome, code, finish_reason, phase…, whose values are
-//! prefix-free) before the free-form ones, so only the free-form tail could
-//! collide; a tuple whose concatenation equals an admitted one's is mapped
-//! to `other`.
+//! `{a="a",b="bc"}` would be one series. The families that carry these
+//! labels are no longer the crate's ([`super::family`] keys a series by its
+//! values), so they no longer collide; the rule from when they were stays:
+//! every closed-set label comes before the free-form ones, and a tuple
+//! whose concatenation equals an admitted one's is mapped to `other`.
 
 use std::{
     collections::{HashMap, HashSet},

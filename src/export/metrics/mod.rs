@@ -6,10 +6,11 @@
 //! at the end; [`stages`] counts where in-flight requests are; `text`
 //! writes the exposition.
 //!
-//! Every family lives in one [`Metrics`] value: the counters and gauges
-//! registered on an explicit [`Registry`] (never the crate's global one),
-//! the histograms kept by [`histogram`] (a scrape writes them straight from
-//! their counters, without the registry's copy of every series). Label values come from
+//! Every family lives in one [`Metrics`] value: the histograms and the
+//! counters labelled by model kept by `family` (a scrape writes them
+//! straight from their atomics, without the registry's copy of every
+//! series), the few other counters and gauges registered on an explicit
+//! [`Registry`] (never the crate's global one). Label values come from
 //! closed sets (enums, config) and the capped free-form [`LabelSpace`].
 //! A request's series are resolved when a milestone is delivered and when
 //! it finishes; nothing here runs per event.
@@ -19,7 +20,9 @@
 //! [`Metrics::encode`], the body `GET /metrics` serves.
 
 mod connections;
+mod counter;
 mod families;
+mod family;
 mod histogram;
 mod labels;
 mod milestones;
@@ -35,8 +38,8 @@ use std::sync::{
 use prometheus::{IntCounter, IntGaugeVec, Opts, Registry};
 
 use self::{
-    connections::ConnectionFamilies, families::Families, histogram::HistogramFamily,
-    stages::StageGauges, upstream::UpstreamFamilies,
+    connections::ConnectionFamilies, families::Families, family::Exposed,
+    histogram::HistogramFamily, stages::StageGauges, upstream::UpstreamFamilies,
 };
 pub(crate) use self::{
     connections::ConnectionMetrics,
@@ -66,8 +69,8 @@ pub struct Metrics {
 struct Shared {
     registry: Registry,
     families: Families,
-    /// The histogram families (kept apart from `registry`), by name.
-    histograms: Vec<HistogramFamily>,
+    /// The families kept apart from `registry`, by name.
+    owned: Vec<Box<dyn Exposed>>,
     connections: ConnectionFamilies,
     upstream: UpstreamFamilies,
     stages: StageGauges,
@@ -153,7 +156,7 @@ impl Metrics {
         Ok(Self {
             shared: Arc::new(Shared {
                 registry,
-                histograms: families.histograms(),
+                owned: families.owned(),
                 families,
                 connections,
                 upstream,
@@ -187,14 +190,14 @@ impl Metrics {
         let mut buffer = Vec::with_capacity((last + last / 8).max(64 * 1024));
         let gathered = self.shared.registry.gather();
         let mut encoder = text::Encoder::default();
-        let mut histograms = self.shared.histograms.iter().peekable();
+        let mut owned = self.shared.owned.iter().peekable();
         for family in &gathered {
-            while let Some(h) = histograms.next_if(|h| h.name() < family.name()) {
-                h.encode(&mut buffer);
+            while let Some(own) = owned.next_if(|own| own.name() < family.name()) {
+                own.encode(&mut buffer);
             }
             encoder.family(family, &mut buffer);
         }
-        histograms.for_each(|h| h.encode(&mut buffer));
+        owned.for_each(|own| own.encode(&mut buffer));
         self.shared
             .rendered_bytes
             .store(buffer.len(), Ordering::Relaxed);
