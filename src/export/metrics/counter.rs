@@ -2,56 +2,28 @@
 //! per series, written as the crate's `TextEncoder` writes an
 //! `IntCounterVec`.
 
-use std::sync::{
-    atomic::{AtomicU64, Ordering},
-    Arc,
-};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{
-    family::{Core, Exposed, Family, Kind},
+    family::{Family, Handle, Kind},
     text,
 };
 
-/// One counter family with its series; cheap to clone.
-#[derive(Clone)]
-pub(super) struct CounterFamily {
-    family: Family<Plain>,
-}
-
-/// One series of a counter family.
-pub(super) struct Counter {
-    core: Arc<Core<AtomicU64>>,
-}
+/// A counter family with its series; cheap to clone.
+pub(super) type CounterFamily = Family<Plain>;
 
 /// Counters have nothing but their value.
 pub(super) struct Plain;
 
-impl CounterFamily {
+impl Family<Plain> {
     /// A family named `name` with the `labels` callers pass values for, in
     /// that order; errors as the crate's `IntCounterVec` would.
     pub(super) fn new(name: &str, help: &str, labels: &[&str]) -> Result<Self, prometheus::Error> {
-        Ok(Self {
-            family: Family::new(Plain, name, help, labels)?,
-        })
-    }
-
-    /// The series of `values`, made on first use.
-    ///
-    /// # Panics
-    /// When `values` has not one value per label.
-    pub(super) fn with_label_values(&self, values: &[&str]) -> Counter {
-        Counter {
-            core: self.family.series(values),
-        }
-    }
-
-    /// The family, as the scrape writes it.
-    pub(super) fn exposed(&self) -> Box<dyn Exposed> {
-        Box::new(self.family.clone())
+        Family::with_kind(Plain, name, help, labels)
     }
 }
 
-impl Counter {
+impl Handle<Plain> {
     pub(super) fn inc(&self) {
         self.inc_by(1);
     }
@@ -119,7 +91,7 @@ mod tests {
             }
         }
         let mut out = Vec::new();
-        family.exposed().encode(&mut out);
+        family.encode(&mut out);
         String::from_utf8(out).expect("utf-8")
     }
 

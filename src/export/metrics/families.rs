@@ -143,8 +143,10 @@ impl Families {
         let mut all: Vec<Box<dyn Exposed>> = histograms
             .into_iter()
             .flatten()
-            .map(HistogramFamily::exposed)
-            .chain(counters.into_iter().flatten().map(CounterFamily::exposed))
+            .map(|f| Box::new(f.clone()) as Box<dyn Exposed>)
+            .chain(
+                (counters.into_iter().flatten()).map(|f| Box::new(f.clone()) as Box<dyn Exposed>),
+            )
             .collect();
         all.sort_by(|a, b| a.name().cmp(b.name()));
         all

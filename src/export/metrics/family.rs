@@ -87,17 +87,24 @@ struct Inner<K: Kind> {
     order: Box<[usize]>,
     /// The label names in exposition order.
     names: Box<[String]>,
-    series: RwLock<Series<K::Values>>,
+    series: RwLock<Index<K::Values>>,
     hasher: RandomState,
 }
 
 /// A family's series, found by label values and kept in exposition order.
-struct Series<V> {
+struct Index<V> {
     /// Keyed by the hash of the values; a hash shared by two tuples keeps
     /// both, told apart by their values.
     by_hash: HashMap<u64, Vec<Arc<Core<V>>>>,
     /// Values in exposition order → series: the order of a scrape.
     sorted: BTreeMap<Box<[String]>, Arc<Core<V>>>,
+}
+
+/// One series: what a request observes into or counts in. Resolve it once
+/// per request and family ([`Family::with_label_values`]); its kind says
+/// what it does (`histogram.rs`, `counter.rs`).
+pub(super) struct Handle<K: Kind> {
+    pub(super) core: Arc<Core<K::Values>>,
 }
 
 /// One series: its label values and text, and its values.
@@ -113,7 +120,7 @@ impl<K: Kind> Family<K> {
     /// A family named `name` with the `labels` callers pass values for, in
     /// that order. Errors as the crate would: an invalid name or label
     /// name, an empty help.
-    pub(super) fn new(
+    pub(super) fn with_kind(
         kind: K,
         name: &str,
         help: &str,
@@ -135,7 +142,7 @@ impl<K: Kind> Family<K> {
                 help: help.to_owned(),
                 names: order.iter().map(|&i| labels[i].to_owned()).collect(),
                 order: order.into_boxed_slice(),
-                series: RwLock::new(Series {
+                series: RwLock::new(Index {
                     by_hash: HashMap::new(),
                     sorted: BTreeMap::new(),
                 }),
@@ -150,11 +157,11 @@ impl<K: Kind> Family<K> {
     /// # Panics
     /// When `values` has not one value per label: a bug in the caller, as
     /// with the crate's `with_label_values`.
-    pub(super) fn series(&self, values: &[&str]) -> Arc<Core<K::Values>> {
+    pub(super) fn with_label_values(&self, values: &[&str]) -> Handle<K> {
         let f = &*self.inner;
         assert_eq!(values.len(), f.order.len(), "one value per label");
         let hash = f.hash(values);
-        let found = |series: &Series<K::Values>| {
+        let found = |series: &Index<K::Values>| {
             series.by_hash.get(&hash).and_then(|cores| {
                 cores
                     .iter()
@@ -166,17 +173,17 @@ impl<K: Kind> Family<K> {
         // is a whole insert.
         let read = f.series.read().unwrap_or_else(|e| e.into_inner());
         if let Some(core) = found(&read) {
-            return core;
+            return Handle { core };
         }
         drop(read);
         let mut write = f.series.write().unwrap_or_else(|e| e.into_inner());
         if let Some(core) = found(&write) {
-            return core;
+            return Handle { core };
         }
         let core = Arc::new(f.core(values));
         write.by_hash.entry(hash).or_default().push(core.clone());
         write.sorted.insert(core.values.clone(), core.clone());
-        core
+        Handle { core }
     }
 
     /// Appends the family's exposition to `out`; nothing when it has no

@@ -18,22 +18,12 @@ use std::{
 };
 
 use super::{
-    family::{Core, Exposed, Family, Kind},
+    family::{Family, Handle, Kind},
     text,
 };
 
-/// One histogram family with its series; cheap to clone.
-#[derive(Clone)]
-pub(super) struct HistogramFamily {
-    family: Family<Buckets>,
-}
-
-/// One series: what a request observes into. Resolve it once per request
-/// and family ([`HistogramFamily::with_label_values`]); observing is a
-/// bucket search and two atomic adds.
-pub(super) struct Histogram {
-    core: Arc<Core<Counts>>,
-}
+/// A histogram family with its series; cheap to clone.
+pub(super) type HistogramFamily = Family<Buckets>;
 
 /// A family's bucket bounds.
 pub(super) struct Buckets {
@@ -56,7 +46,7 @@ pub(super) struct Counts {
 /// The label names a histogram cannot have (the crate refuses them too).
 const RESERVED: &str = "le";
 
-impl HistogramFamily {
+impl Family<Buckets> {
     /// A family named `name` with the `labels` callers pass values for,
     /// in that order, and `buckets` (the crate's defaults when empty; a
     /// trailing `+Inf` is implicit). Errors as the crate's `HistogramVec`
@@ -82,25 +72,7 @@ impl HistogramFamily {
             bounds: bounds.into(),
             tails,
         };
-        Ok(Self {
-            family: Family::new(kind, name, help, labels)?,
-        })
-    }
-
-    /// The series of `values` (one per label, in the order the family was
-    /// made with), made on first use.
-    ///
-    /// # Panics
-    /// When `values` has not one value per label.
-    pub(super) fn with_label_values(&self, values: &[&str]) -> Histogram {
-        Histogram {
-            core: self.family.series(values),
-        }
-    }
-
-    /// The family, as the scrape writes it.
-    pub(super) fn exposed(&self) -> Box<dyn Exposed> {
-        Box::new(self.family.clone())
+        Family::with_kind(kind, name, help, labels)
     }
 }
 
@@ -170,7 +142,7 @@ fn bounds(buckets: &[f64]) -> Result<Vec<f64>, prometheus::Error> {
     Ok(bounds)
 }
 
-impl Histogram {
+impl Handle<Buckets> {
     /// Counts `v` in the first bucket whose bound is ≥ `v` (`+Inf`'s for
     /// NaN and for values past the last bound) and adds it to the sum.
     pub(super) fn observe(&self, v: f64) {

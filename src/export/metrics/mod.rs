@@ -181,8 +181,8 @@ impl Metrics {
 
     /// The text exposition (format 0.0.4) of every family, the body the
     /// admin endpoint serves for `GET /metrics` (`export::admin`) on every
-    /// scrape: the registry's families (gathered) and the histograms
-    /// (written from their counters), merged in order of name.
+    /// scrape: the registry's families (gathered) and those kept apart
+    /// from it (written from their atomics), merged in order of name.
     pub fn encode(&self) -> Vec<u8> {
         // Room for the last scrape's size and a little growth, so a large
         // exposition is not copied over and over as it grows.

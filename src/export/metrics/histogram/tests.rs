@@ -35,7 +35,7 @@ fn ours(buckets: &[f64], observations: &[(Vec<String>, f64)]) -> String {
         family.with_label_values(&values).observe(*v);
     }
     let mut out = Vec::new();
-    family.exposed().encode(&mut out);
+    family.encode(&mut out);
     String::from_utf8(out).expect("utf-8")
 }
 
@@ -149,7 +149,7 @@ fn concurrent_observations_are_all_counted() {
         thread.join().expect("no panic");
     }
     let mut out = Vec::new();
-    family.exposed().encode(&mut out);
+    family.encode(&mut out);
     let text = String::from_utf8(out).expect("utf-8");
     // Per tuple: 4 threads × 5,000 values n + i % 3 ≤ 5, all in the first
     // bucket; `x` has the even i, `y` the odd ones.
