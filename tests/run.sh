@@ -8,7 +8,8 @@ log() { printf '\n== %s\n' "$*"; }
 
 # Programs the tests run, as `command:debian-package`.
 need=()
-for tool in kill:procps prometheus:prometheus promtool:prometheus nginx:nginx taskset:util-linux python3:python3; do
+for tool in kill:procps prometheus:prometheus promtool:prometheus nginx:nginx taskset:util-linux python3:python3 \
+  valgrind:valgrind callgrind_control:valgrind; do
   type -P "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool#*:}")
 done
 # tests/deploy/venv.sh makes a venv for hadolint, kubernetes-validate and
@@ -62,7 +63,7 @@ failed=$((failed + py_failed))
 [ "$status" -ne 0 ] || status=$py_status
 if [ "$status" -eq 0 ]; then
   log "tests/perf/overhead.sh --quick (produces the table; figures are not asserted)"
-  bash tests/perf/overhead.sh --quick --no-build --out target/perf/overhead-quick.json || status=$?
+  bash tests/perf/overhead.sh --quick --only abwcri --no-build --out target/perf/overhead-quick.json || status=$?
 fi
 # One step counted as one test: passes or fails the run.
 counted() {

@@ -28,6 +28,16 @@
 #       upstream socket) plus pool, metrics and 64 reserved: ulimit -n of
 #       2 x K_STREAMS + 400. Its RSS per stream and open fds are logged,
 #       and written to k-tokenclock-REP.rss.json; the table leaves it out.
+#   (i) instructions, opt-in (--only i; valgrind, installed with apt-get
+#       if missing): the proxy's user-space instructions per event and per
+#       request, counted by callgrind: the one figure this noisy, shared,
+#       counter-less VM cannot move. The proxy runs under callgrind on core
+#       1; I_STREAMS (default 32) streams paced as (a)'s (one event per
+#       read), then back to back (events piled up, as in (s)); in each, once
+#       with I_SHORT (8) and once with I_LONG (128) events per stream, the
+#       same requests: per event is the slope between the two, per request
+#       what is left. The kernel's share (the system calls, about the same
+#       for both proxies) is not counted.
 #   (s) saturation, opt-in (--only s; needs root for a cpu cgroup): (w)'s
 #       load with the proxy held to S_SHARE percent of one core (default
 #       10) by a cgroup CPU quota, so that the proxy, not the client on core
@@ -39,7 +49,7 @@
 # a warm-up per measurement; the vias' order rotated every repetition;
 # medians of N repetitions (default 3).
 # --only picks scenarios (say --only a for the latency runs alone; default
-# abwcr, k and s are opt-in); A_STREAMS in the environment sets the number of
+# abwcr, i, k and s are opt-in); A_STREAMS in the environment sets the number of
 # streams of (a) (default 32).
 # --trace adds (t): (a) once more per proxy with its syscalls recorded by
 # perf (linux-perf), for each proxy's in-proxy delay per event (in_proxy.py):
@@ -64,7 +74,7 @@ while [[ $# -gt 0 ]]; do
     shift
 done
 
-[[ $ONLY =~ ^[abwcrks]+$ ]] || { echo "overhead.sh: --only takes letters of abwcrks, got '$ONLY'" >&2; exit 2; }
+[[ $ONLY =~ ^[abwcriks]+$ ]] || { echo "overhead.sh: --only takes letters of abwcriks, got '$ONLY'" >&2; exit 2; }
 (( TRACE == 0 )) || ONLY+=t
 
 PERF_DIR=$(cd "$(dirname "$0")" && pwd)
@@ -72,9 +82,11 @@ cd "$PERF_DIR/../.."
 # Sizes: (a) streams, events; (b) and (w) streams, events per stream; (c) idle streams, hold time.
 if [[ $QUICK == 1 ]]; then
     A_STREAMS=4 A_EVENTS=8 B_STREAMS=16 B_EVENTS=200 W_STREAMS=16 W_EVENTS=50 C_STREAMS=50 C_HOLD=3
+    I_STREAMS=8 I_SHORT=4 I_LONG=32
 else
     A_STREAMS=${A_STREAMS:-32} A_EVENTS=64 B_STREAMS=256 B_EVENTS=2000 W_STREAMS=256 W_EVENTS=200
     C_STREAMS=2000 C_HOLD=12
+    I_STREAMS=${I_STREAMS:-32} I_SHORT=${I_SHORT:-8} I_LONG=${I_LONG:-128}
 fi
 SIM_PORT=${SIM_PORT:-18431} TC_PORT=${TC_PORT:-18432} TC_METRICS=${TC_METRICS:-18433} NGINX_PORT=${NGINX_PORT:-18434}
 BIN=target/release/tokenclock
@@ -121,6 +133,10 @@ command -v python3 >/dev/null || die "python3 is needed for the summary"
 if ! command -v nginx >/dev/null; then
     log "installing nginx with apt-get"
     if [[ $(id -u) == 0 ]]; then apt-get install -y -q nginx >&2; else sudo -n apt-get install -y -q nginx >&2; fi
+fi
+if [[ $ONLY == *i* ]] && ! command -v valgrind >/dev/null; then
+    log "installing valgrind with apt-get"
+    if [[ $(id -u) == 0 ]]; then apt-get install -y -q valgrind >&2; else sudo -n apt-get install -y -q valgrind >&2; fi
 fi
 if [[ $BUILD == 1 ]]; then
     log "building the release binary"
@@ -309,6 +325,51 @@ print(f"overhead: (k) {r['streams']} slow streams: proxy RSS {r['rss_with_kib'] 
 PY
 }
 
+# (i) the proxy under callgrind, in two regimes: paced as (a) (gap 20 ms:
+# each event its own read) and back to back (gap 0: under callgrind the
+# proxy is the bottleneck, so events pile up as in (s)). In each, a short
+# and a long load with the same requests, each counted alone and dumped.
+scenario_i() {
+    local streams=$I_STREAMS short=$I_SHORT long=$I_LONG counts=$TMP/i-$1-$2.out
+    local gap len n=0 args=()
+    stop_proxy
+    start_counted "$1" "$counts"
+    run_load /dev/null "$TMP/load.log" --concurrency "$streams" --requests "$streams" \
+        --schedule "ttft_ms=0,gap_ms=20,tokens=$short"
+    for gap in 20 0; do
+        for len in "$short" "$long"; do
+            n=$(( n + 1 ))
+            callgrind_control -i on "$PROXY_PID" >/dev/null 2>&1
+            run_load "$RESULTS/i-$1-$2-$gap-$len.json" "$TMP/load.log" --concurrency "$streams" \
+                --requests $(( 2 * streams )) --schedule "ttft_ms=0,gap_ms=$gap,tokens=$len"
+            callgrind_control -i off "$PROXY_PID" >/dev/null 2>&1
+            callgrind_control -d "$PROXY_PID" >/dev/null 2>&1
+            local tries=100
+            until grep -qs '^totals:' "$counts.$n"; do
+                (( tries-- > 0 )) || die "(i): no callgrind dump $counts.$n"
+                sleep 0.1
+            done
+            args+=("$counts.$n" "$RESULTS/i-$1-$2-$gap-$len.json")
+        done
+    done
+    cp "$RESULTS/i-$1-$2-20-$long.json" "$RESULTS/i-$1-$2.json"
+    python3 - "$RESULTS/i-$1-$2.ir.json" "${args[@]}" <<'PY'
+import json, sys
+out, files = sys.argv[1], sys.argv[2:]
+loads = []
+for counts, summary in zip(files[::2], files[1::2]):
+    ir = next(int(l.split()[1]) for l in open(counts) if l.startswith("totals:"))
+    total = json.load(open(summary))["total"]
+    loads.append({"ir": ir, "events": total["events"], "requests": total["requests"]})
+result = {}
+for regime, (s, l) in (("paced", loads[0:2]), ("piled", loads[2:4])):
+    per_event = (l["ir"] - s["ir"]) / (l["events"] - s["events"])
+    result[regime] = {"short": s, "long": l, "ir_per_event": per_event,
+                      "ir_per_request": (s["ir"] - per_event * s["events"]) / s["requests"]}
+json.dump(result, open(out, "w"))
+PY
+}
+
 # make_cgroup: CG, a cpu cgroup that holds its processes to S_SHARE% of one
 # core (cgroup v1's cpu controller, else v2's cpu.max).
 make_cgroup() {
@@ -349,11 +410,11 @@ scenario_s() {
 # (what ran just before, on a shared machine, shows in the next p99).
 VIAS=(direct tokenclock nginx)
 for rep in $(seq 1 "$REPS"); do
-    for scenario in a t b w c r k s; do
+    for scenario in a t b w c r i k s; do
         [[ $ONLY == *"$scenario"* ]] || continue
         for i in 0 1 2; do
             via=${VIAS[$(( (i + rep - 1) % 3 ))]}
-            [[ $via == direct && $scenario == [cts] ]] && continue
+            [[ $via == direct && $scenario == [ctis] ]] && continue
             [[ $via != tokenclock && $scenario == [rk] ]] && continue
             log "rep $rep/$REPS: ($scenario) via $via"
             start_proxy "$via"

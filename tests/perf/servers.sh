@@ -87,6 +87,37 @@ start_nginx() {
     done
 }
 
+# start_counted VIA OUT: the proxy (tokenclock or nginx) on core 1 under
+# valgrind's callgrind, counting nothing until told to (callgrind_control
+# -i on); nginx as one process (master_process off). Each dump is written
+# to OUT.N. Slow to start: valgrind translates the binary first.
+start_counted() {
+    local out=$2 port
+    case "$1" in
+        tokenclock)
+            port=$TC_PORT
+            taskset -c 1 valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out" \
+                "$PROXY_BIN" serve --upstream "http://$SIM_ADDR" --listen "127.0.0.1:$TC_PORT" \
+                --metrics-listen "127.0.0.1:$TC_METRICS" --worker-threads 1 >"$TMP/counted.log" 2>&1 &
+            ;;
+        nginx)
+            port=$NGINX_PORT
+            nginx_conf | sed 's/^daemon off;$/daemon off;\nmaster_process off;/' >"$TMP/nginx-counted.conf"
+            taskset -c 1 valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out" \
+                nginx -p "$TMP/" -c "$TMP/nginx-counted.conf" -e "$TMP/nginx-error.log" >"$TMP/counted.log" 2>&1 &
+            ;;
+    esac
+    PROXY_PID=$!
+    PIDS+=("$PROXY_PID")
+    PROXY_URL="http://127.0.0.1:$port"
+    local tries=600
+    until ! port_free "$port"; do
+        (( tries-- > 0 )) || { tail -5 "$TMP/counted.log" >&2; die "$1 under callgrind did not start"; }
+        kill -0 "$PROXY_PID" 2>/dev/null || { tail -5 "$TMP/counted.log" >&2; die "$1 under callgrind exited"; }
+        sleep 0.1
+    done
+}
+
 # stop_proxy: stops the proxy (and its workers) and waits for it; bounded.
 stop_proxy() {
     [[ -n $PROXY_PID ]] || return 0

@@ -26,7 +26,7 @@ def runs(results, scenario, via):
         summary = load(os.path.join(results, f"{scenario}-{via}-{rep}.json"))
         if summary is None:
             return out
-        extra = load(os.path.join(results, f"{scenario}-{via}-{rep}.{ {'a': 'none', 't': 'trace', 'b': 'cpu', 'w': 'cpu', 'c': 'rss', 'r': 'none', 's': 'cpu'}[scenario]}.json"))
+        extra = load(os.path.join(results, f"{scenario}-{via}-{rep}.{ {'a': 'none', 't': 'trace', 'b': 'cpu', 'w': 'cpu', 'c': 'rss', 'r': 'none', 'i': 'ir', 's': 'cpu'}[scenario]}.json"))
         out.append((summary, extra or {}))
         rep += 1
 
@@ -58,7 +58,7 @@ def per_via(results):
     """Median figures per via, and every repetition's raw figures."""
     medians, raw, errors = {}, {}, 0
     for via in VIAS:
-        a, t, b, w, c, r, s_ = (runs(results, s, via) for s in "atbwcrs")
+        a, t, b, w, c, r, i, s_ = (runs(results, s, via) for s in "atbwcris")
         shares = [load(os.path.join(results, f"s-{via}-{rep}.share.json")) or {}
                   for rep in range(1, len(s_) + 1)]
         figures = {
@@ -87,11 +87,15 @@ def per_via(results):
             "s_throttled_periods": [sh.get("throttled_periods") for sh in shares],
             "s_reads_per_event": [calls_per_event(s, e, "reads") for s, e in s_],
             "s_writes_per_event": [calls_per_event(s, e, "writes") for s, e in s_],
+            "ir_per_event": [e.get("paced", {}).get("ir_per_event") for _, e in i],
+            "ir_per_request": [e.get("paced", {}).get("ir_per_request") for _, e in i],
+            "ir_per_event_piled": [e.get("piled", {}).get("ir_per_event") for _, e in i],
+            "ir_per_request_piled": [e.get("piled", {}).get("ir_per_request") for _, e in i],
             "scrape_ms_p50": [s["scrape_ms_p50"] for s, _ in r],
             "scrape_cpu_ms": [s["cpu_ms_per_scrape"] for s, _ in r],
             "scrape_series": [s["series"] for s, _ in r],
         }
-        errors += sum(s["total"]["errors"] for s, _ in a + t + b + w + c + s_)
+        errors += sum(s["total"]["errors"] for s, _ in a + t + b + w + c + i + s_)
         raw[via] = figures
         medians[via] = {k: median(v) for k, v in figures.items()}
     return medians, raw, errors
@@ -130,6 +134,11 @@ def rows(m):
            ("(s) proxy reads per event", None, t["s_reads_per_event"], n["s_reads_per_event"]),
            ("(s) proxy writes per event", None, t["s_writes_per_event"], n["s_writes_per_event"]),
            ("(s) quota periods throttled", None, t["s_throttled_periods"], n["s_throttled_periods"]),
+           ("(i) user instr./event, paced", None, t["ir_per_event"], n["ir_per_event"]),
+           ("(i) user instr./request, paced", None, t["ir_per_request"], n["ir_per_request"]),
+           ("(i) user instr./event, piled up", None, t["ir_per_event_piled"], n["ir_per_event_piled"]),
+           ("(i) user instr./request, piled up", None, t["ir_per_request_piled"],
+            n["ir_per_request_piled"]),
            ("(c) proxy RSS per idle stream, KiB", None, t["rss_kib_per_stream"], n["rss_kib_per_stream"]),
            ("(r) /metrics series", None, t["scrape_series"], None),
            ("(r) /metrics scrape p50, ms", None, t["scrape_ms_p50"], None),
