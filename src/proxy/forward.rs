@@ -16,6 +16,7 @@ mod error;
 mod headers;
 mod inject;
 mod pool;
+mod woken;
 
 use std::{
     convert::Infallible,

@@ -17,7 +17,7 @@ use std::future::Future;
 
 use tokio::time::{Instant, Sleep};
 
-use super::pool::Lease;
+use super::{pool::Lease, woken::Woken};
 use crate::measure::observe::Failure;
 
 /// Why a forwarded response body stopped before its end.
@@ -130,6 +130,9 @@ pub(crate) struct Received {
     failed: Option<hyper::Error>,
     /// What ended a merge (trailers, the end, a failure), returned next.
     next: Option<Option<Result<Frame<Bytes>, hyper::Error>>>,
+    /// Whether the body or the connection woke the task since they last
+    /// had nothing; they are polled with its waker.
+    woken: Woken,
 }
 
 /// The most bytes one merged frame gathers.
@@ -143,6 +146,7 @@ impl Received {
             unflushed: false,
             failed: None,
             next: None,
+            woken: Woken::new(),
         }
     }
 
@@ -157,23 +161,28 @@ impl Received {
     /// are the same; only the chunk boundaries, which are the connection's
     /// own (hop-by-hop), change. The first frame alone is passed on
     /// uncopied.
+    ///
+    /// Also says whether the merge ended because the body and the
+    /// connection had nothing more (then they registered `cx`'s waker).
     fn merge(
         &mut self,
         frame: Option<Result<Frame<Bytes>, hyper::Error>>,
         cx: &mut Context<'_>,
-    ) -> Option<Result<Frame<Bytes>, hyper::Error>> {
+    ) -> (Option<Result<Frame<Bytes>, hyper::Error>>, bool) {
         let first = match frame {
             Some(Ok(frame)) => match frame.into_data() {
                 Ok(data) => data,
-                Err(frame) => return Some(Ok(frame)),
+                Err(frame) => return (Some(Ok(frame)), false),
             },
-            other => return other,
+            other => return (other, false),
         };
         let mut merged: Option<BytesMut> = None;
+        let mut drained = false;
         while !self.body.is_end_stream()
             && merged.as_ref().map_or(first.len(), BytesMut::len) < MERGE_LIMIT
         {
             let Poll::Ready(more) = self.poll_upstream(cx) else {
+                drained = true;
                 break;
             };
             match more.map(|r| r.map(Frame::into_data)) {
@@ -199,7 +208,8 @@ impl Received {
                 }
             }
         }
-        Some(Ok(Frame::data(merged.map_or(first, BytesMut::freeze))))
+        let frame = Frame::data(merged.map_or(first, BytesMut::freeze));
+        (Some(Ok(frame)), drained)
     }
 
     /// The body first; when it has nothing, the connection reads and
@@ -242,6 +252,11 @@ impl Body for Received {
     /// (the upstream sent its last bytes and closed) waits one wake-up:
     /// hyper drops what it has not written when a body fails, and those
     /// bytes are the client's.
+    ///
+    /// A poll that nothing can have changed returns pending at once
+    /// (`woken`): hyper polls the body again right after writing a frame,
+    /// and the merge that made the frame has just found the body and the
+    /// connection with nothing more.
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -253,11 +268,23 @@ impl Body for Received {
         let frame = match this.next.take() {
             Some(frame) => frame,
             None => {
-                let Poll::Ready(frame) = this.poll_upstream(cx) else {
+                if !this.woken.take(cx) {
+                    this.unflushed = false;
+                    return Poll::Pending;
+                }
+                let waker = this.woken.waker();
+                let mut upstream = Context::from_waker(&waker);
+                let Poll::Ready(frame) = this.poll_upstream(&mut upstream) else {
                     this.unflushed = false;
                     return Poll::Pending;
                 };
-                this.merge(frame, cx)
+                let (frame, drained) = this.merge(frame, &mut upstream);
+                if !drained {
+                    // Something is left (the merge's limit, what ended it):
+                    // the next poll goes down.
+                    this.woken.ready();
+                }
+                frame
             }
         };
         this.settle(&frame, cx);
