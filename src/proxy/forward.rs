@@ -16,7 +16,6 @@ mod error;
 mod headers;
 mod inject;
 mod pool;
-mod woken;
 
 use std::{
     convert::Infallible,

@@ -9,8 +9,11 @@
 //!   swapped in for requests that start afterwards.
 //! - [`health`]: readiness, which is green only when traffic would flow,
 //!   and the optional HTTP probe of the upstream it follows.
+//! - `woken`: a poll that nothing can have changed returns at once, for
+//!   the body, its idle timer and the connection loop above.
 
 pub mod forward;
 pub mod health;
 pub mod reload;
 pub(crate) mod server;
+mod woken;

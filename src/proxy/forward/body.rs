@@ -17,8 +17,9 @@ use std::future::Future;
 
 use tokio::time::{Instant, Sleep};
 
-use super::{pool::Lease, woken::Woken};
+use super::pool::Lease;
 use crate::measure::observe::Failure;
+use crate::proxy::woken::Woken;
 
 /// Why a forwarded response body stopped before its end.
 #[derive(Debug, thiserror::Error)]
@@ -321,7 +322,8 @@ pin_project! {
     /// A frame only stamps the next wait's deadline; the timer itself is
     /// moved when it fires before that deadline (it was armed for an
     /// earlier wait), so a stream pays one timer-wheel update per
-    /// `timeout`, not one per frame.
+    /// `timeout`, not one per frame. Nor is the timer polled on every
+    /// wait: only when it woke the task since it was last pending.
     pub(crate) struct IdleTimeout<B, E> {
         #[pin]
         inner: B,
@@ -330,6 +332,9 @@ pin_project! {
         timeout: Duration,
         // When the current wait fails; `None` while the reader holds a frame.
         deadline: Option<Instant>,
+        // Whether the timer woke the task since it was last polled pending:
+        // until it does, it cannot have fired, and is not polled again.
+        timer: Woken,
         error: PhantomData<fn() -> E>,
     }
 }
@@ -342,6 +347,7 @@ impl<B, E> IdleTimeout<B, E> {
             sleep: tokio::time::sleep(timeout),
             timeout,
             deadline: None,
+            timer: Woken::new(),
             error: PhantomData,
         }
     }
@@ -370,9 +376,15 @@ where
         }
         // The timer was armed for this wait or an earlier one, never a later
         // one: when it fires early it is moved to this wait's deadline.
+        if !this.timer.take(cx) {
+            return Poll::Pending;
+        }
+        let waker = this.timer.waker();
+        let mut timer = Context::from_waker(&waker);
         loop {
-            ready!(this.sleep.as_mut().poll(cx));
+            ready!(this.sleep.as_mut().poll(&mut timer));
             if this.sleep.deadline() >= deadline {
+                this.timer.ready();
                 return Poll::Ready(Some(Err(E::idle(timeout))));
             }
             this.sleep.as_mut().reset(deadline);

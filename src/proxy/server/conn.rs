@@ -8,7 +8,12 @@
 //! `client_idle_timeout`. On shutdown, idle and head-less connections are
 //! closed at once; busy ones finish their requests first.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    future::Future,
+    sync::Arc,
+    task::{Context, Poll},
+    time::Duration,
+};
 
 use http::{Request, Response};
 use hyper::body::Incoming;
@@ -19,6 +24,7 @@ use hyper_util::{
 use tokio::{net::TcpStream, sync::watch, time::Instant};
 
 use super::activity::{Activity, Tracked};
+use crate::proxy::woken::Woken;
 use crate::{config::Timeouts, export::metrics::ConnectionMetrics};
 
 /// After shutdown begins, an idle connection gets this long to finish on
@@ -140,12 +146,43 @@ where
     let mut wait = Wait::Head;
     // False once shutdown began, or if the drain went away without one.
     let mut watching = true;
+    // Whether the activity, the deadline or the drain woke the task since
+    // they were last polled pending: most wake-ups are the connection's
+    // (every event forwarded), and those leave the three as they were.
+    let side = Woken::new();
     loop {
         let idle = activity.is_idle();
-        tokio::select! {
-            biased;
-            result = conn.as_mut() => return result,
-            () = activity.changed() => {
+        let changed = activity.changed();
+        let sleep = tokio::time::sleep_until(deadline);
+        let drained = drain.changed();
+        tokio::pin!(changed, sleep, drained);
+        side.ready(); // new futures: each is polled once
+        let event = std::future::poll_fn(|cx| {
+            if let Poll::Ready(result) = conn.as_mut().poll(cx) {
+                return Poll::Ready(Event::Closed(result));
+            }
+            if !side.take(cx) {
+                return Poll::Pending;
+            }
+            let waker = side.waker();
+            let mut cx = Context::from_waker(&waker);
+            if changed.as_mut().poll(&mut cx).is_ready() {
+                return Poll::Ready(Event::Activity);
+            }
+            if idle && sleep.as_mut().poll(&mut cx).is_ready() {
+                return Poll::Ready(Event::Deadline);
+            }
+            if watching {
+                if let Poll::Ready(result) = drained.as_mut().poll(&mut cx) {
+                    return Poll::Ready(Event::Drain(result.is_ok()));
+                }
+            }
+            Poll::Pending
+        })
+        .await;
+        match event {
+            Event::Closed(result) => return result,
+            Event::Activity => {
                 if activity.is_idle() {
                     if matches!(wait, Wait::Head) && activity.has_started() {
                         wait = Wait::Idle;
@@ -153,7 +190,7 @@ where
                     deadline = Instant::now() + serve.limit(wait);
                 }
             }
-            () = tokio::time::sleep_until(deadline), if idle => {
+            Event::Deadline => {
                 // A request may have started while the connection was polled.
                 if !activity.is_idle() || (matches!(wait, Wait::Head) && activity.has_started()) {
                     continue;
@@ -165,9 +202,9 @@ where
                 }
                 return Ok(());
             }
-            changed = drain.changed(), if watching => {
+            Event::Drain(signalled) => {
                 watching = false;
-                if changed.is_err() {
+                if !signalled {
                     continue;
                 }
                 if activity.is_idle() {
@@ -179,6 +216,19 @@ where
             }
         }
     }
+}
+
+/// What ended one wait of [`serve`]'s loop.
+enum Event<E> {
+    /// The connection closed, or failed.
+    Closed(Result<(), E>),
+    /// A request started or ended.
+    Activity,
+    /// The deadline of the wait passed.
+    Deadline,
+    /// The drain changed: `true` when shutdown began, `false` when it went
+    /// away without one.
+    Drain(bool),
 }
 
 /// Whether the connection's first bytes, peeked when they arrive (left in
