@@ -81,8 +81,8 @@ impl Woken {
 
     /// The waker the sources are polled with: wake-ups set the flag and
     /// reach the task.
-    pub(crate) fn waker(&self) -> Waker {
-        self.waker.clone()
+    pub(crate) fn waker(&self) -> &Waker {
+        &self.waker
     }
 }
 
@@ -128,7 +128,7 @@ mod tests {
         assert!(woken.take(&cx), "the first poll goes down");
         assert!(!woken.take(&cx), "nothing woke it since");
         // A source registered the body's waker, and wakes it later.
-        let registered = woken.waker();
+        let registered = woken.waker().clone();
         registered.wake_by_ref();
         assert_eq!(count.0.load(Ordering::SeqCst), 1, "passed on at once");
         assert!(woken.take(&cx), "the next poll goes down");
@@ -152,7 +152,7 @@ mod tests {
     fn wake_ups_reach_the_task_that_polled_last() {
         let (first, second) = (Arc::new(Count::default()), Arc::new(Count::default()));
         let woken = Woken::new();
-        let registered = woken.waker();
+        let registered = woken.waker().clone();
         registered.wake_by_ref();
         let waker = Waker::from(first.clone());
         woken.take(&Context::from_waker(&waker));
@@ -171,7 +171,7 @@ mod tests {
         let task = Waker::from(count.clone());
         let cx = Context::from_waker(&task);
         let woken = Arc::new(Woken::new());
-        let registered = woken.waker();
+        let registered = woken.waker().clone();
         woken.take(&cx);
         let mut seen = 0;
         let thread = std::thread::spawn(move || {

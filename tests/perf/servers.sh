@@ -79,10 +79,17 @@ start_nginx() {
     PROXY_PID=$!
     PIDS+=("$PROXY_PID")
     PROXY_URL="http://127.0.0.1:$NGINX_PORT"
-    local tries=100
-    until ! port_free "$NGINX_PORT"; do
-        (( tries-- > 0 )) || { cat "$TMP/nginx-error.log" >&2; die "nginx did not start"; }
-        kill -0 "$PROXY_PID" 2>/dev/null || { cat "$TMP/nginx.log" "$TMP/nginx-error.log" >&2; die "nginx exited"; }
+    await_port "$NGINX_PORT" 10 nginx "$TMP/nginx.log" "$TMP/nginx-error.log"
+}
+
+# await_port PORT SECONDS WHAT LOG...: waits until PROXY_PID accepts on
+# 127.0.0.1:PORT; dies with the LOGs' tails when it exits or the time runs out.
+await_port() {
+    local port=$1 tries=$(( $2 * 10 )) what=$3
+    shift 3
+    until ! port_free "$port"; do
+        (( tries-- > 0 )) || { tail -n 5 "$@" >&2; die "$what did not start"; }
+        kill -0 "$PROXY_PID" 2>/dev/null || { tail -n 5 "$@" >&2; die "$what exited"; }
         sleep 0.1
     done
 }
@@ -94,14 +101,17 @@ start_nginx() {
 start_counted() {
     local out=$2 port
     case "$1" in
+        tokenclock) port=$TC_PORT ;;
+        nginx) port=$NGINX_PORT ;;
+    esac
+    port_free "$port" || die "port $port is busy"
+    case "$1" in
         tokenclock)
-            port=$TC_PORT
             taskset -c 1 valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out" \
                 "$PROXY_BIN" serve --upstream "http://$SIM_ADDR" --listen "127.0.0.1:$TC_PORT" \
                 --metrics-listen "127.0.0.1:$TC_METRICS" --worker-threads 1 >"$TMP/counted.log" 2>&1 &
             ;;
         nginx)
-            port=$NGINX_PORT
             nginx_conf | sed 's/^daemon off;$/daemon off;\nmaster_process off;/' >"$TMP/nginx-counted.conf"
             taskset -c 1 valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out" \
                 nginx -p "$TMP/" -c "$TMP/nginx-counted.conf" -e "$TMP/nginx-error.log" >"$TMP/counted.log" 2>&1 &
@@ -110,12 +120,7 @@ start_counted() {
     PROXY_PID=$!
     PIDS+=("$PROXY_PID")
     PROXY_URL="http://127.0.0.1:$port"
-    local tries=600
-    until ! port_free "$port"; do
-        (( tries-- > 0 )) || { tail -5 "$TMP/counted.log" >&2; die "$1 under callgrind did not start"; }
-        kill -0 "$PROXY_PID" 2>/dev/null || { tail -5 "$TMP/counted.log" >&2; die "$1 under callgrind exited"; }
-        sleep 0.1
-    done
+    await_port "$port" 60 "$1 under callgrind" "$TMP/counted.log"
 }
 
 # stop_proxy: stops the proxy (and its workers) and waits for it; bounded.

@@ -122,18 +122,23 @@ impl Body for ResponseBody {
 /// The upstream's response body, with the connection it arrives on when
 /// the body drives it.
 pub(crate) struct Received {
-    body: Incoming,
-    lease: Option<Lease>,
+    upstream: Upstream,
     /// Frames went out since the body last had nothing: the client's
     /// connection may hold them unwritten.
     unflushed: bool,
     /// A failure held back one wake-up, so those frames are written first.
     failed: Option<hyper::Error>,
-    /// What ended a merge (trailers, the end, a failure), returned next.
-    next: Option<Option<Result<Frame<Bytes>, hyper::Error>>>,
     /// Whether the body or the connection woke the task since they last
     /// had nothing; they are polled with its waker.
     woken: Woken,
+}
+
+/// What [`Received`] reads from: the body, and the connection it drives.
+struct Upstream {
+    body: Incoming,
+    lease: Option<Lease>,
+    /// What ended a merge (trailers, the end, a failure), returned next.
+    next: Option<Option<Result<Frame<Bytes>, hyper::Error>>>,
 }
 
 /// The most bytes one merged frame gathers.
@@ -142,15 +147,19 @@ const MERGE_LIMIT: usize = 64 * 1024;
 impl Received {
     fn new(body: Incoming, lease: Option<Lease>) -> Self {
         Self {
-            body,
-            lease,
+            upstream: Upstream {
+                body,
+                lease,
+                next: None,
+            },
             unflushed: false,
             failed: None,
-            next: None,
             woken: Woken::new(),
         }
     }
+}
 
+impl Upstream {
     /// `frame` and the data frames that are ready right behind it, as one.
     ///
     /// Servers send a chunk per event, and hyper yields a frame per chunk,
@@ -248,7 +257,7 @@ impl Body for Received {
     type Error = hyper::Error;
 
     /// Every event of one read is forwarded in the same wake-up, merged
-    /// into one frame ([`Received::merge`]), and the client's connection
+    /// into one frame (`Upstream::merge`), and the client's connection
     /// writes them together. A failure read with them
     /// (the upstream sent its last bytes and closed) waits one wake-up:
     /// hyper drops what it has not written when a body fails, and those
@@ -266,20 +275,20 @@ impl Body for Received {
         if let Some(failed) = this.failed.take() {
             return Poll::Ready(Some(Err(failed)));
         }
-        let frame = match this.next.take() {
+        let upstream = &mut this.upstream;
+        let frame = match upstream.next.take() {
             Some(frame) => frame,
             None => {
                 if !this.woken.take(cx) {
                     this.unflushed = false;
                     return Poll::Pending;
                 }
-                let waker = this.woken.waker();
-                let mut upstream = Context::from_waker(&waker);
-                let Poll::Ready(frame) = this.poll_upstream(&mut upstream) else {
+                let mut woken = Context::from_waker(this.woken.waker());
+                let Poll::Ready(frame) = upstream.poll_upstream(&mut woken) else {
                     this.unflushed = false;
                     return Poll::Pending;
                 };
-                let (frame, drained) = this.merge(frame, &mut upstream);
+                let (frame, drained) = upstream.merge(frame, &mut woken);
                 if !drained {
                     // Something is left (the merge's limit, what ended it):
                     // the next poll goes down.
@@ -288,7 +297,7 @@ impl Body for Received {
                 frame
             }
         };
-        this.settle(&frame, cx);
+        upstream.settle(&frame, cx);
         match frame {
             Some(Err(e)) if this.unflushed => {
                 this.unflushed = false;
@@ -304,11 +313,12 @@ impl Body for Received {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.failed.is_none() && self.next.is_none() && self.body.is_end_stream()
+        let upstream = &self.upstream;
+        self.failed.is_none() && upstream.next.is_none() && upstream.body.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
+        self.upstream.body.size_hint()
     }
 }
 
@@ -379,8 +389,7 @@ where
         if !this.timer.take(cx) {
             return Poll::Pending;
         }
-        let waker = this.timer.waker();
-        let mut timer = Context::from_waker(&waker);
+        let mut timer = Context::from_waker(this.timer.waker());
         loop {
             ready!(this.sleep.as_mut().poll(&mut timer));
             if this.sleep.deadline() >= deadline {

@@ -164,8 +164,7 @@ where
             if !side.take(cx) {
                 return Poll::Pending;
             }
-            let waker = side.waker();
-            let mut cx = Context::from_waker(&waker);
+            let mut cx = Context::from_waker(side.waker());
             if changed.as_mut().poll(&mut cx).is_ready() {
                 return Poll::Ready(Event::Activity);
             }
