@@ -4,8 +4,9 @@
 //! Request and response bodies are forwarded as they arrive, never
 //! collected; each is wrapped in an [`ObservedBody`], the seam where
 //! measurement sees the bytes pass. Upstream HTTP/1.1 connections come
-//! from `pool`, driven by the response body that reads them, so the
-//! events of one read leave in one write.
+//! from `pool`, read by the response body itself and spoken in
+//! tokenclock's own codec (`h1`), so the events of one read are decoded in
+//! place and leave in one write.
 
 mod admit;
 mod body;
@@ -13,6 +14,7 @@ mod client;
 mod client_body;
 mod connect;
 mod error;
+mod h1;
 mod headers;
 mod inject;
 mod pool;
@@ -194,7 +196,7 @@ impl Inner {
         parts.version = Version::default();
         headers::strip_response(&mut parts.headers);
         let strip = exchange.usage_injected() && exchange.streamed();
-        let body = ResponseBody::upstream(body, answer.lease, self.timeouts.idle);
+        let body = ResponseBody::upstream(body, self.timeouts.idle);
         let body = StripUsage::new(ObservedBody::new(body, exchange), strip);
         Response::from_parts(parts, body)
     }

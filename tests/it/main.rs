@@ -49,3 +49,4 @@ mod streams;
 mod tls;
 mod transparency;
 mod upstream_pool;
+mod upstream_wire;

@@ -95,6 +95,11 @@ async fn answer(request: Request<Incoming>) -> Result<Response<Frames>, Infallib
     if request.uri().query() == Some("slow") {
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
+    if request.uri().path() == "/empty" {
+        let mut response = Response::new(Frames(VecDeque::new()));
+        *response.status_mut() = http::StatusCode::NO_CONTENT;
+        return Ok(response);
+    }
     let frames = if request.uri().query() == Some("long") {
         // 64 MiB: more than the sockets between hold, never read whole.
         let event = Bytes::from(format!("data: \"{}\"\n\n", "x".repeat(1018)));
@@ -173,6 +178,25 @@ async fn requests_one_after_another_share_one_connection() {
     let proxy = common::proxy(upstream.addr, "").await;
     for i in 0..6 {
         round_trip(proxy.addr, if i % 2 == 0 { "/stream" } else { "/whole" }).await;
+    }
+    assert_eq!(
+        upstream.accepted(),
+        1,
+        "every request reused the first connection"
+    );
+}
+
+/// A response without a body (204) is never read, so its connection goes
+/// back to the pool with the head.
+#[tokio::test]
+async fn a_response_without_a_body_leaves_its_connection_for_the_next() {
+    let upstream = Counting::start(Duration::from_secs(30)).await;
+    let proxy = common::proxy(upstream.addr, "").await;
+    for _ in 0..3 {
+        let response = send(proxy.addr, request("/empty")).await.expect("head");
+        assert_eq!(response.status(), 204);
+        assert!(collect(response).await.expect("no body").body().is_empty());
+        round_trip(proxy.addr, "/stream").await;
     }
     assert_eq!(
         upstream.accepted(),

@@ -17,16 +17,19 @@ use std::future::Future;
 
 use tokio::time::{Instant, Sleep};
 
-use super::pool::Lease;
+use super::pool::{Lease, PoolError};
 use crate::measure::observe::Failure;
 use crate::proxy::woken::Woken;
 
 /// Why a forwarded response body stopped before its end.
 #[derive(Debug, thiserror::Error)]
 pub enum BodyError {
-    /// The upstream connection failed mid-body (reset, closed early).
+    /// The HTTP/2 upstream connection failed mid-body (reset, closed early).
     #[error("upstream body failed: {0}")]
     Upstream(#[from] hyper::Error),
+    /// The HTTP/1.1 upstream connection failed mid-body.
+    #[error("upstream body failed: {0}")]
+    Pooled(#[from] PoolError),
     /// The upstream sent nothing for `idle_timeout`.
     #[error("upstream sent nothing for {0:?}")]
     Idle(Duration),
@@ -36,6 +39,7 @@ impl Failure for BodyError {
     fn is_timeout(&self) -> bool {
         match self {
             Self::Upstream(e) => e.is_timeout(),
+            Self::Pooled(e) => e.is_timeout(),
             Self::Idle(_) => true,
         }
     }
@@ -60,6 +64,14 @@ pub(crate) trait IdleError {
     fn idle(after: Duration) -> Self;
 }
 
+/// Where an upstream response body comes from.
+pub(crate) enum Source {
+    /// A pooled HTTP/1.1 connection, read by the body itself.
+    Pooled(Lease),
+    /// hyper-util's HTTP/2 client, whose connection a task of its own drives.
+    Spawned(Incoming),
+}
+
 pin_project! {
     /// A response body as sent to the client.
     #[project = ResponseBodyProj]
@@ -73,12 +85,10 @@ pin_project! {
 }
 
 impl ResponseBody {
-    /// The upstream's body, failed after `idle` without a frame. `lease`
-    /// is the pooled HTTP/1.1 connection it arrives on, driven by this
-    /// body; `None` when a task of its own drives it (HTTP/2).
-    pub(crate) fn upstream(body: Incoming, lease: Option<Lease>, idle: Duration) -> Self {
+    /// The upstream's body, failed after `idle` without a frame.
+    pub(crate) fn upstream(source: Source, idle: Duration) -> Self {
         Self::Upstream {
-            body: IdleTimeout::new(Received::new(body, lease), idle),
+            body: IdleTimeout::new(Received::new(source), idle),
         }
     }
 
@@ -119,39 +129,47 @@ impl Body for ResponseBody {
     }
 }
 
-/// The upstream's response body, with the connection it arrives on when
-/// the body drives it.
+/// The upstream's response body, as the client's connection reads it.
 pub(crate) struct Received {
     upstream: Upstream,
     /// Frames went out since the body last had nothing: the client's
     /// connection may hold them unwritten.
     unflushed: bool,
     /// A failure held back one wake-up, so those frames are written first.
-    failed: Option<hyper::Error>,
-    /// Whether the body or the connection woke the task since they last
-    /// had nothing; they are polled with its waker.
+    failed: Option<BodyError>,
+    /// Whether the body woke the task since it last had nothing; it is
+    /// polled with its waker.
     woken: Woken,
 }
 
-/// What [`Received`] reads from: the body, and the connection it drives.
-struct Upstream {
-    body: Incoming,
-    lease: Option<Lease>,
-    /// What ended a merge (trailers, the end, a failure), returned next.
-    next: Option<Option<Result<Frame<Bytes>, hyper::Error>>>,
+/// What [`Received`] reads from.
+enum Upstream {
+    /// A pooled HTTP/1.1 connection: it gathers what one read brought into
+    /// one frame itself (`Lease::poll_next`).
+    Pooled(Lease),
+    /// An HTTP/2 body, its frames merged here.
+    Spawned {
+        body: Incoming,
+        /// What ended a merge (trailers, the end, a failure), returned next.
+        next: Option<Option<Result<Frame<Bytes>, hyper::Error>>>,
+    },
 }
+
+/// A frame (or the end, or a failure), and whether the upstream had
+/// nothing more behind it.
+type Merged = (Option<Result<Frame<Bytes>, BodyError>>, bool);
 
 /// The most bytes one merged frame gathers.
 const MERGE_LIMIT: usize = 64 * 1024;
 
 impl Received {
-    fn new(body: Incoming, lease: Option<Lease>) -> Self {
+    fn new(source: Source) -> Self {
+        let upstream = match source {
+            Source::Pooled(lease) => Upstream::Pooled(lease),
+            Source::Spawned(body) => Upstream::Spawned { body, next: None },
+        };
         Self {
-            upstream: Upstream {
-                body,
-                lease,
-                next: None,
-            },
+            upstream,
             unflushed: false,
             failed: None,
             woken: Woken::new(),
@@ -160,144 +178,137 @@ impl Received {
 }
 
 impl Upstream {
-    /// `frame` and the data frames that are ready right behind it, as one.
+    /// The next frame: every data frame ready now, as one. Also says
+    /// whether nothing is left (the body registered `cx`'s waker).
     ///
-    /// Servers send a chunk per event, and hyper yields a frame per chunk,
-    /// however many one read brought: each went through the observing body
-    /// and hyper's chunk encoder on its own, so under load (events piling
-    /// up) tokenclock spent twice nginx's CPU per event (nginx forwards a
-    /// read as one chunk). The frames merged are those already read or
-    /// readable now: none is waited for, so none is delayed, and the bytes
-    /// are the same; only the chunk boundaries, which are the connection's
-    /// own (hop-by-hop), change. The first frame alone is passed on
-    /// uncopied.
-    ///
-    /// Also says whether the merge ended because the body and the
-    /// connection had nothing more (then they registered `cx`'s waker).
-    fn merge(
-        &mut self,
-        frame: Option<Result<Frame<Bytes>, hyper::Error>>,
-        cx: &mut Context<'_>,
-    ) -> (Option<Result<Frame<Bytes>, hyper::Error>>, bool) {
-        let first = match frame {
-            Some(Ok(frame)) => match frame.into_data() {
-                Ok(data) => data,
-                Err(frame) => return (Some(Ok(frame)), false),
-            },
-            other => return (other, false),
-        };
-        let mut merged: Option<BytesMut> = None;
-        let mut drained = false;
-        while !self.body.is_end_stream()
-            && merged.as_ref().map_or(first.len(), BytesMut::len) < MERGE_LIMIT
-        {
-            let Poll::Ready(more) = self.poll_upstream(cx) else {
-                drained = true;
-                break;
-            };
-            match more.map(|r| r.map(Frame::into_data)) {
-                Some(Ok(Ok(data))) => {
-                    let buffer = merged.get_or_insert_with(|| {
-                        let mut buffer = BytesMut::with_capacity(4 * (first.len() + data.len()));
-                        buffer.extend_from_slice(&first);
-                        buffer
-                    });
-                    buffer.extend_from_slice(&data);
+    /// Servers send a chunk per event, and a body decoded chunk by chunk
+    /// yields a frame per chunk however many one read brought: each went
+    /// through the observing body and hyper's chunk encoder on its own, so
+    /// under load (events piling up) tokenclock spent twice nginx's CPU per
+    /// event (nginx forwards a read as one chunk). The frames merged are
+    /// those already read or readable now: none is waited for, so none is
+    /// delayed, and the bytes are the same; only the chunk boundaries,
+    /// which are the connection's own (hop-by-hop), change.
+    fn poll_merged(&mut self, cx: &mut Context<'_>) -> Poll<Merged> {
+        match self {
+            Self::Pooled(lease) => {
+                let frame = ready!(lease.poll_next(cx));
+                Poll::Ready((frame.map(|f| f.map_err(BodyError::from)), lease.drained()))
+            }
+            Self::Spawned { body, next } => {
+                if let Some(frame) = next.take() {
+                    return Poll::Ready((frame.map(|f| f.map_err(BodyError::from)), false));
                 }
-                Some(Ok(Err(frame))) => {
-                    self.next = Some(Some(Ok(frame)));
-                    break;
-                }
-                Some(Err(e)) => {
-                    self.next = Some(Some(Err(e)));
-                    break;
-                }
-                None => {
-                    self.next = Some(None);
-                    break;
-                }
+                let frame = ready!(Pin::new(&mut *body).poll_frame(cx));
+                let (frame, drained) = merge(body, next, frame, cx);
+                Poll::Ready((frame.map(|f| f.map_err(BodyError::from)), drained))
             }
         }
-        let frame = Frame::data(merged.map_or(first, BytesMut::freeze));
-        (Some(Ok(frame)), drained)
     }
 
-    /// The body first; when it has nothing, the connection reads and
-    /// decodes what the socket holds (registering this task for more),
-    /// and the body is asked again.
-    fn poll_upstream(
-        &mut self,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        if let Poll::Ready(frame) = Pin::new(&mut self.body).poll_frame(cx) {
-            return Poll::Ready(frame);
+    fn is_end_stream(&self) -> bool {
+        match self {
+            Self::Pooled(lease) => lease.is_end_stream(),
+            Self::Spawned { body, next } => next.is_none() && body.is_end_stream(),
         }
-        let Some(lease) = self.lease.as_mut() else {
-            return Poll::Pending;
-        };
-        lease.drive(cx);
-        Pin::new(&mut self.body).poll_frame(cx)
     }
 
-    /// Hands the connection back at a clean end, closes it on a failure.
-    fn settle(&mut self, frame: &Option<Result<Frame<Bytes>, hyper::Error>>, cx: &mut Context<'_>) {
-        if let Some(lease) = self.lease.as_mut() {
-            match frame {
-                Some(Err(_)) => lease.discard(),
-                None => lease.release(cx),
-                Some(Ok(_)) if self.body.is_end_stream() => lease.release(cx),
-                Some(Ok(_)) => {}
-            }
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            Self::Pooled(lease) => lease.size_hint(),
+            Self::Spawned { body, .. } => body.size_hint(),
         }
     }
 }
 
+/// `frame` and the data frames of `body` ready right behind it, as one;
+/// what ended the merge goes to `next`. The first frame alone is passed
+/// on uncopied. Also says whether the merge ended because the body had
+/// nothing more (then it registered `cx`'s waker).
+fn merge(
+    body: &mut Incoming,
+    next: &mut Option<Option<Result<Frame<Bytes>, hyper::Error>>>,
+    frame: Option<Result<Frame<Bytes>, hyper::Error>>,
+    cx: &mut Context<'_>,
+) -> (Option<Result<Frame<Bytes>, hyper::Error>>, bool) {
+    let first = match frame {
+        Some(Ok(frame)) => match frame.into_data() {
+            Ok(data) => data,
+            Err(frame) => return (Some(Ok(frame)), false),
+        },
+        other => return (other, false),
+    };
+    let mut merged: Option<BytesMut> = None;
+    let mut drained = false;
+    while !body.is_end_stream() && merged.as_ref().map_or(first.len(), BytesMut::len) < MERGE_LIMIT
+    {
+        let Poll::Ready(more) = Pin::new(&mut *body).poll_frame(cx) else {
+            drained = true;
+            break;
+        };
+        match more.map(|r| r.map(Frame::into_data)) {
+            Some(Ok(Ok(data))) => {
+                let buffer = merged.get_or_insert_with(|| {
+                    let mut buffer = BytesMut::with_capacity(4 * (first.len() + data.len()));
+                    buffer.extend_from_slice(&first);
+                    buffer
+                });
+                buffer.extend_from_slice(&data);
+            }
+            Some(Ok(Err(frame))) => {
+                *next = Some(Some(Ok(frame)));
+                break;
+            }
+            Some(Err(e)) => {
+                *next = Some(Some(Err(e)));
+                break;
+            }
+            None => {
+                *next = Some(None);
+                break;
+            }
+        }
+    }
+    let frame = Frame::data(merged.map_or(first, BytesMut::freeze));
+    (Some(Ok(frame)), drained)
+}
+
 impl Body for Received {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BodyError;
 
-    /// Every event of one read is forwarded in the same wake-up, merged
-    /// into one frame (`Upstream::merge`), and the client's connection
-    /// writes them together. A failure read with them
-    /// (the upstream sent its last bytes and closed) waits one wake-up:
-    /// hyper drops what it has not written when a body fails, and those
-    /// bytes are the client's.
+    /// Every event of one read is forwarded in the same wake-up, as one
+    /// frame, and the client's connection writes them together. A failure
+    /// read with them (the upstream sent its last bytes and closed) waits
+    /// one wake-up: hyper drops what it has not written when a body fails,
+    /// and those bytes are the client's.
     ///
     /// A poll that nothing can have changed returns pending at once
     /// (`woken`): hyper polls the body again right after writing a frame,
-    /// and the merge that made the frame has just found the body and the
-    /// connection with nothing more.
+    /// and the poll that made the frame has just found the upstream with
+    /// nothing more.
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let this = self.get_mut();
         if let Some(failed) = this.failed.take() {
             return Poll::Ready(Some(Err(failed)));
         }
-        let upstream = &mut this.upstream;
-        let frame = match upstream.next.take() {
-            Some(frame) => frame,
-            None => {
-                if !this.woken.take(cx) {
-                    this.unflushed = false;
-                    return Poll::Pending;
-                }
-                let mut woken = Context::from_waker(this.woken.waker());
-                let Poll::Ready(frame) = upstream.poll_upstream(&mut woken) else {
-                    this.unflushed = false;
-                    return Poll::Pending;
-                };
-                let (frame, drained) = upstream.merge(frame, &mut woken);
-                if !drained {
-                    // Something is left (the merge's limit, what ended it):
-                    // the next poll goes down.
-                    this.woken.ready();
-                }
-                frame
-            }
+        if !this.woken.take(cx) {
+            this.unflushed = false;
+            return Poll::Pending;
+        }
+        let mut woken = Context::from_waker(this.woken.waker());
+        let Poll::Ready((frame, drained)) = this.upstream.poll_merged(&mut woken) else {
+            this.unflushed = false;
+            return Poll::Pending;
         };
-        upstream.settle(&frame, cx);
+        if !drained {
+            // Something is left (a limit, what ended the frame): the next
+            // poll goes down.
+            this.woken.ready();
+        }
         match frame {
             Some(Err(e)) if this.unflushed => {
                 this.unflushed = false;
@@ -313,12 +324,11 @@ impl Body for Received {
     }
 
     fn is_end_stream(&self) -> bool {
-        let upstream = &self.upstream;
-        self.failed.is_none() && upstream.next.is_none() && upstream.body.is_end_stream()
+        self.failed.is_none() && self.upstream.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.upstream.body.size_hint()
+        self.upstream.size_hint()
     }
 }
 

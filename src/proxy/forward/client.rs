@@ -8,7 +8,6 @@
 use std::{pin::Pin, sync::Arc, time::Duration};
 
 use http::{Request, Response, Uri};
-use hyper::body::Incoming;
 
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::{
@@ -21,9 +20,10 @@ use hyper_util::{
 use rustls::crypto::ring;
 
 use super::{
+    body::Source,
     connect::{self, TimedConnector},
     error::ProxyError,
-    pool::{Lease, Pool, PoolError},
+    pool::{Pool, PoolError},
     RequestBody,
 };
 use crate::{
@@ -50,11 +50,9 @@ pub(super) enum UpstreamClient {
     Spawned(Box<Client<Connector, UpstreamBody>>),
 }
 
-/// A response head from the upstream.
+/// A response head from the upstream, and where its body comes from.
 pub(super) struct Answer {
-    pub response: Response<Incoming>,
-    /// The connection the body arrives on, if the body drives it.
-    pub lease: Option<Lease>,
+    pub response: Response<Source>,
     /// The connect this request waited for (zero on a pooled connection),
     /// when known.
     pub connect: Option<Duration>,
@@ -96,14 +94,13 @@ impl UpstreamClient {
         match self {
             Self::Driven(pool) => match pool.send(request).await {
                 Ok(sent) => Ok(Answer {
-                    response: sent.response,
-                    lease: Some(sent.lease),
+                    response: sent.response.map(Source::Pooled),
                     connect: Some(sent.connect),
                 }),
                 Err(PoolError::Connect(e)) => {
                     Err(ProxyError::from_connect(e.as_ref(), connect_timeout))
                 }
-                Err(PoolError::Upstream(e)) => Err(ProxyError::from_upstream(&e)),
+                Err(e) => Err(ProxyError::from_upstream(&e)),
             },
             Self::Spawned(client) => {
                 let connection = capture_connection(&mut request);
@@ -116,8 +113,7 @@ impl UpstreamClient {
                     .as_ref()
                     .and_then(|c| connect::paid_by(start, c));
                 Ok(Answer {
-                    response,
-                    lease: None,
+                    response: response.map(Source::Spawned),
                     connect,
                 })
             }

@@ -12,18 +12,24 @@ const HOP_BY_HOP: [HeaderName; 4] = [
     header::TE,
 ];
 
+/// The header names a list-valued header (`Connection`, `Trailer`) holds,
+/// over all its lines; what is not a valid name is left out.
+pub(super) fn listed(headers: &HeaderMap, list: &HeaderName) -> Vec<HeaderName> {
+    headers
+        .get_all(list)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect()
+}
+
 /// Removes hop-by-hop headers: `Connection` and every header it names,
 /// `Keep-Alive`, `Proxy-Connection`, `Transfer-Encoding`, `Upgrade`, `TE`
 /// (keeping `TE: trailers`, so upstreams still send trailers), and `Expect`
 /// on requests, which the proxy's own server side has already answered.
 pub(super) fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
-        .collect();
+    let named = listed(headers, &header::CONNECTION);
     let wants_trailers = headers
         .get_all(header::TE)
         .iter()

@@ -1,14 +1,17 @@
-//! The HTTP/1.1 upstream pool: each connection is driven by the task that
-//! uses it, not by a task of its own.
+//! The HTTP/1.1 upstream pool: each connection is read and written by the
+//! task that uses it, not by a task of its own, in tokenclock's own
+//! HTTP/1.1 codec (`h1`).
 //!
 //! hyper-util's pooled client spawns one task per upstream connection, so
 //! every streamed event wakes two tasks (the upstream connection's, then
 //! the client connection's) and crosses between them through a channel of
 //! one chunk. The client's connection then finds no second chunk ready and
 //! writes each event on its own, however many arrived in one read. Here the
-//! response body polls its upstream connection itself: a read that brings
-//! ten events is decoded and forwarded in one wake-up and one write, as
-//! nginx does.
+//! response body reads its upstream connection itself: a read that brings
+//! ten events is decoded in place and forwarded as one frame, in one
+//! wake-up and one write, as nginx does. While a response waits for its
+//! next bytes it holds no read buffer (an idle stream costs no 8 KiB), and
+//! a connection holds no write buffer once its request is sent.
 //!
 //! What the pool keeps of hyper-util's: a connection is reused only after
 //! its response ended cleanly, checked alive when taken (a close the
@@ -20,38 +23,62 @@
 //! own: `upstream_protocol = "http2"` stays on hyper-util's client.
 
 use std::{
-    future::Future,
+    future::poll_fn,
+    io,
     pin::Pin,
     sync::{Arc, Mutex, Weak},
-    task::{Context, Poll, Waker},
+    task::{ready, Context, Poll, Waker},
     time::Duration,
 };
 
-use http::{uri::PathAndQuery, Request, Response, Uri};
-use hyper::{
-    body::Incoming,
-    client::conn::http1::{Builder, Connection, SendRequest},
+use bytes::{Bytes, BytesMut};
+use http::{header, HeaderMap, Method, Request, Response, Uri};
+use http_body::{Body, Frame, SizeHint};
+use hyper_util::rt::TokioIo;
+use tokio::{
+    io::{AsyncRead, AsyncWrite, ReadBuf},
+    time::Instant,
 };
-use tokio::time::Instant;
 use tower::Service;
 
 use super::{
     client::{Connector, UpstreamBody},
     connect::Timed,
+    h1::{self, BodySize, Decoded, Decoder, Framing, WireError},
 };
 
 /// A connection as the connector opens it.
 type Io = <Connector as Service<Uri>>::Response;
 
-/// Why a request got no response head from the pool.
+/// The most body bytes one frame gathers from what was read.
+const FRAME_LIMIT: usize = 64 * 1024;
+/// What a read asks the socket for at least.
+const READ_SIZE: usize = 8 * 1024;
+/// The most request bytes gathered before they are written.
+const WRITE_LIMIT: usize = 64 * 1024;
+
+/// Why a request got no response head from the pool, or a body failed.
 #[derive(Debug, thiserror::Error)]
-pub(super) enum PoolError {
+pub enum PoolError {
     /// The TCP or TLS connect failed.
     #[error("connect failed: {0}")]
     Connect(Box<dyn std::error::Error + Send + Sync>),
-    /// The connection failed while sending the request or reading the head.
+    /// The connection failed (reset, closed, timed out).
     #[error(transparent)]
-    Upstream(#[from] hyper::Error),
+    Io(#[from] io::Error),
+    /// The upstream's bytes are not HTTP/1.1, or ended too soon.
+    #[error(transparent)]
+    Wire(#[from] WireError),
+    /// The client's request body failed while it was being sent.
+    #[error("the request body failed: {0}")]
+    Body(Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl PoolError {
+    /// Whether the connection timed out.
+    pub(crate) fn is_timeout(&self) -> bool {
+        matches!(self, Self::Io(e) if e.kind() == io::ErrorKind::TimedOut)
+    }
 }
 
 /// The upstream's keep-alive HTTP/1.1 connections; cheap to clone.
@@ -75,18 +102,17 @@ struct Idle {
     since: Instant,
 }
 
-/// One upstream connection: the handle requests are sent on, and the
-/// future that reads and writes its socket.
+/// One upstream connection, and what was read from it and not yet used.
 struct Conn {
-    sender: SendRequest<UpstreamBody>,
-    driver: Connection<Io, UpstreamBody>,
+    /// Boxed: a TLS stream holds its session inline (over a kilobyte),
+    /// and connections move in and out of the pool.
+    io: Box<TokioIo<Io>>,
+    buf: BytesMut,
 }
 
 /// A response head and what it cost to get.
 pub(super) struct Sent {
-    pub response: Response<Incoming>,
-    /// The connection the body arrives on, returned to the pool at its end.
-    pub lease: Lease,
+    pub response: Response<Lease>,
     /// The connect this request waited for; zero on a pooled connection.
     pub connect: Duration,
 }
@@ -117,57 +143,76 @@ impl Pool {
     }
 
     /// Sends `request` (its URI is sent in origin form) on a pooled
-    /// connection, or a new one, and waits for the response head, driving
-    /// the connection meanwhile.
-    pub(super) async fn send(&self, mut request: Request<UpstreamBody>) -> Result<Sent, PoolError> {
-        let path = request
-            .uri()
-            .path_and_query()
-            .cloned()
-            .unwrap_or_else(|| PathAndQuery::from_static("/"));
-        *request.uri_mut() = Uri::from(path);
+    /// connection, or a new one, and waits for the response head.
+    ///
+    /// The request is written as its body comes while the response is
+    /// read, as hyper's client does: an upstream may answer before the body
+    /// ends (an echo, an early error), and the rest of the body is then
+    /// sent by the response's body as it is read ([`Lease`]). A pooled
+    /// connection the upstream closed before it took any byte is left for
+    /// a new one, with the same bytes.
+    pub(super) async fn send(&self, request: Request<UpstreamBody>) -> Result<Sent, PoolError> {
+        let (mut parts, body) = request.into_parts();
+        let size = if body.is_end_stream() {
+            BodySize::Empty
+        } else {
+            body.size_hint()
+                .exact()
+                .map_or(BodySize::Unknown, BodySize::Known)
+        };
+        let mut out = Vec::with_capacity(1024);
+        let framing = h1::encode_request(&mut parts, size, &mut out);
+        let mut upload = Some(Box::new(Upload::new(body, framing, out, &parts.headers)));
         let (mut conn, mut connect) = match self.shared.take() {
             Some(conn) => (conn, Duration::ZERO),
             None => self.connect().await?,
         };
         let mut reused = connect.is_zero();
-        loop {
-            let sending = std::pin::pin!(conn.sender.try_send_request(request));
-            match (Drive {
-                driver: Some(&mut conn.driver),
-                sending,
+        let mut failed_write = None;
+        let head = loop {
+            let exchanged = poll_fn(|cx| {
+                exchange(&mut conn, &mut upload, &mut failed_write, &parts.method, cx)
             })
-            .await
-            {
-                Ok(response) => {
-                    let lease = Lease {
-                        conn: Some(conn),
-                        pool: Arc::downgrade(&self.shared),
-                    };
-                    return Ok(Sent {
-                        response,
-                        lease,
-                        connect,
-                    });
+            .await;
+            match exchanged {
+                Ok(head) => break head,
+                // The upstream closed a pooled connection before the request
+                // reached it: nothing was sent, so send it anew.
+                Err(PoolError::Io(_))
+                    if reused && upload.as_ref().is_some_and(|u| u.untouched()) =>
+                {
+                    (conn, connect) = self.connect().await?;
+                    reused = false;
+                    failed_write = None;
                 }
-                Err(mut e) => match e.take_message() {
-                    // The upstream closed a pooled connection before the
-                    // request left: nothing was sent, so send it anew.
-                    Some(unsent) if reused => {
-                        request = unsent;
-                        (conn, connect) = self.connect().await?;
-                        reused = false;
-                    }
-                    _ => return Err(PoolError::Upstream(e.into_error())),
-                },
+                Err(e) => return Err(e),
             }
+        };
+        let (response_parts, ()) = head.response.into_parts();
+        let mut lease = Lease {
+            conn: Some(conn),
+            upload,
+            decoder: Decoder::new(head.framing),
+            keep_alive: head.keep_alive && failed_write.is_none(),
+            drained: false,
+            next: None,
+            pool: Arc::downgrade(&self.shared),
+        };
+        if lease.decoder.is_done() {
+            // No body (204, 304, HEAD, `content-length: 0`): nobody will
+            // read one, so the connection goes back now.
+            lease.release();
         }
+        Ok(Sent {
+            response: Response::from_parts(response_parts, lease),
+            connect,
+        })
     }
 
     /// Opens a connection; returns it and how long that took.
     async fn connect(&self) -> Result<(Conn, Duration), PoolError> {
         let mut connector = self.shared.connector.clone();
-        std::future::poll_fn(|cx| connector.poll_ready(cx))
+        poll_fn(|cx| connector.poll_ready(cx))
             .await
             .map_err(PoolError::Connect)?;
         let io: Timed<_> = connector
@@ -175,8 +220,171 @@ impl Pool {
             .await
             .map_err(PoolError::Connect)?;
         let took = io.timing().took;
-        let (sender, driver) = Builder::new().handshake(io).await?;
-        Ok((Conn { sender, driver }, took))
+        let conn = Conn {
+            io: Box::new(TokioIo::new(io)),
+            buf: BytesMut::new(),
+        };
+        Ok((conn, took))
+    }
+}
+
+/// Writes what the request has ready and reads until a response head
+/// has come. A write that fails is held in `failed_write` while the
+/// upstream may still answer (an early error before it closed); without a
+/// head it is the failure.
+fn exchange(
+    conn: &mut Conn,
+    upload: &mut Option<Box<Upload>>,
+    failed_write: &mut Option<PoolError>,
+    method: &Method,
+    cx: &mut Context<'_>,
+) -> Poll<Result<h1::Head, PoolError>> {
+    if let Some(sending) = upload.as_mut() {
+        match sending.poll_send(&mut conn.io, cx) {
+            Poll::Ready(Ok(())) => *upload = None,
+            Poll::Ready(Err(PoolError::Body(e))) => return Poll::Ready(Err(PoolError::Body(e))),
+            Poll::Ready(Err(e)) if sending.untouched() => return Poll::Ready(Err(e)),
+            Poll::Ready(Err(e)) => {
+                *upload = None;
+                *failed_write = Some(e);
+            }
+            Poll::Pending => {}
+        }
+    }
+    loop {
+        if let Some(head) = h1::parse_response(&mut conn.buf, method)? {
+            return Poll::Ready(Ok(head));
+        }
+        let read = ready!(conn.poll_read(cx));
+        match (read, failed_write.take()) {
+            (Ok(0), Some(e)) | (Err(_), Some(e)) => return Poll::Ready(Err(e)),
+            (Ok(0), None) => return Poll::Ready(Err(WireError::Incomplete.into())),
+            (Err(e), None) => return Poll::Ready(Err(e.into())),
+            (Ok(_), failed) => *failed_write = failed,
+        }
+    }
+}
+
+/// A request on its way out: the head, then the body framed as the head
+/// says, written as the body yields it.
+struct Upload {
+    body: UpstreamBody,
+    framing: Framing,
+    /// Body bytes still owed by a `content-length`.
+    owed: u64,
+    /// Encoded bytes not yet written, from `written` on.
+    out: Vec<u8>,
+    written: usize,
+    /// No byte was written yet (a pooled connection that fails then can
+    /// be replaced).
+    untouched: bool,
+    /// The body ended and its end is in `out`.
+    ended: bool,
+    /// The trailer names the request's `Trailer` header announced.
+    trailers: HeaderMap,
+}
+
+impl Upload {
+    fn new(body: UpstreamBody, framing: Framing, head: Vec<u8>, headers: &HeaderMap) -> Self {
+        let owed = match framing {
+            Framing::Length(n) => n,
+            Framing::Chunked | Framing::Close => 0,
+        };
+        let mut trailers = HeaderMap::new();
+        for value in headers.get_all(header::TRAILER) {
+            trailers.append(header::TRAILER, value.clone());
+        }
+        Self {
+            body,
+            framing,
+            owed,
+            out: head,
+            written: 0,
+            untouched: true,
+            ended: framing == Framing::Length(0),
+            trailers,
+        }
+    }
+
+    fn untouched(&self) -> bool {
+        self.untouched
+    }
+
+    /// Writes what is encoded, then what the body has ready, until the
+    /// socket or the body must wait; ready once the whole request is
+    /// written and flushed.
+    fn poll_send(
+        &mut self,
+        io: &mut TokioIo<Io>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<(), PoolError>> {
+        loop {
+            while self.written < self.out.len() {
+                let n = ready!(Pin::new(&mut *io).poll_write(cx, &self.out[self.written..]))?;
+                if n == 0 {
+                    return Poll::Ready(Err(io::Error::from(io::ErrorKind::WriteZero).into()));
+                }
+                self.untouched = false;
+                self.written += n;
+            }
+            self.out.clear();
+            self.written = 0;
+            if self.ended {
+                return Pin::new(&mut *io).poll_flush(cx).map_err(PoolError::from);
+            }
+            // What the body has ready now, up to a write's worth.
+            while !self.ended && self.out.len() < WRITE_LIMIT {
+                match self.body.as_mut().poll_frame(cx) {
+                    Poll::Ready(Some(Ok(frame))) => self.frame(frame)?,
+                    Poll::Ready(Some(Err(e))) => {
+                        return Poll::Ready(Err(PoolError::Body(e.into())))
+                    }
+                    Poll::Ready(None) => self.end(None)?,
+                    Poll::Pending => break,
+                }
+            }
+            if self.out.is_empty() {
+                // The body waits: what was written must not (TLS buffers).
+                ready!(Pin::new(&mut *io).poll_flush(cx))?;
+                return Poll::Pending;
+            }
+        }
+    }
+
+    fn frame(&mut self, frame: Frame<Bytes>) -> Result<(), PoolError> {
+        let trailers = match frame.into_data() {
+            Ok(data) if data.is_empty() => return Ok(()),
+            Ok(data) => {
+                match self.framing {
+                    Framing::Chunked => h1::encode_chunk(&data, &mut self.out),
+                    Framing::Length(_) | Framing::Close => {
+                        self.owed = self
+                            .owed
+                            .checked_sub(data.len() as u64)
+                            .ok_or(WireError::RequestLength)?;
+                        self.out.extend_from_slice(&data);
+                    }
+                }
+                return Ok(());
+            }
+            Err(frame) => frame.into_trailers().ok(),
+        };
+        self.end(trailers.as_ref())
+    }
+
+    fn end(&mut self, trailers: Option<&HeaderMap>) -> Result<(), PoolError> {
+        if self.ended {
+            return Ok(());
+        }
+        self.ended = true;
+        match self.framing {
+            Framing::Chunked => h1::encode_last_chunk(trailers, &self.trailers, &mut self.out),
+            Framing::Length(_) | Framing::Close if self.owed > 0 => {
+                return Err(WireError::RequestLength.into())
+            }
+            Framing::Length(_) | Framing::Close => {}
+        }
+        Ok(())
     }
 }
 
@@ -246,68 +454,165 @@ async fn reap(shared: Weak<Shared>) {
 // === impl Conn ===
 
 impl Conn {
-    /// Reads what the upstream sent while the connection was idle: a close
-    /// ends the driver. True if it can take a request.
+    /// Whether the upstream left the idle connection as it was: a close,
+    /// an error or bytes nobody asked for (read now) retire it.
     fn alive(&mut self) -> bool {
         let mut cx = Context::from_waker(Waker::noop());
-        Pin::new(&mut self.driver).poll(&mut cx).is_pending() && self.sender.is_ready()
+        let mut byte = [0u8; 1];
+        let mut probe = ReadBuf::new(&mut byte);
+        self.buf.is_empty()
+            && Pin::new(&mut self.io)
+                .poll_read(&mut cx, &mut probe)
+                .is_pending()
     }
-}
 
-/// Polls the connection's driver, then the response it is to deliver.
-struct Drive<'c, F> {
-    /// `None` once the connection ended (the response then fails).
-    driver: Option<&'c mut Connection<Io, UpstreamBody>>,
-    sending: F,
-}
-
-impl<F: Future + Unpin> Future for Drive<'_, F> {
-    type Output = F::Output;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        if let Some(driver) = self.driver.as_mut() {
-            if Pin::new(&mut **driver).poll(cx).is_ready() {
-                self.driver = None;
-            }
+    /// Reads what the socket has into `buf`; the bytes read, 0 at its end.
+    fn poll_read(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        if self.buf.capacity() - self.buf.len() < READ_SIZE / 4 {
+            self.buf.reserve(READ_SIZE);
         }
-        Pin::new(&mut self.sending).poll(cx)
+        tokio_util::io::poll_read_buf(Pin::new(&mut self.io), cx, &mut self.buf)
     }
 }
 
-/// The connection a response body arrives on. The body drives it, and at
-/// the body's clean end gives it back to the pool; dropped sooner, the
-/// connection closes (its response was not read to the end).
+/// A response body, read from the connection it arrives on. At its clean
+/// end the connection goes back to the pool; dropped sooner, it closes
+/// (its response was not read to the end).
 pub(crate) struct Lease {
+    /// `None` once the body ended or failed.
     conn: Option<Conn>,
+    /// The rest of the request, when the upstream answered before all of it
+    /// was written: sent as the response is read.
+    upload: Option<Box<Upload>>,
+    decoder: Decoder,
+    keep_alive: bool,
+    /// The last poll read the socket until it had nothing (and registered
+    /// the task for its next bytes).
+    drained: bool,
+    /// What came after the last frame's data (trailers, the end, a
+    /// failure), returned next.
+    next: Option<Option<Result<Frame<Bytes>, PoolError>>>,
     pool: Weak<Shared>,
 }
 
 // === impl Lease ===
 
 impl Lease {
-    /// Lets the connection read and decode what the socket holds, so the
-    /// body finds it; registers `cx` for the socket's next bytes.
-    pub(super) fn drive(&mut self, cx: &mut Context<'_>) {
-        if let Some(conn) = self.conn.as_mut() {
-            if Pin::new(&mut conn.driver).poll(cx).is_ready() {
-                self.conn = None;
-            }
-        }
+    /// Whether the last poll left nothing unread: the socket registered
+    /// the task, and nothing waits to be returned.
+    pub(super) fn drained(&self) -> bool {
+        self.drained && self.next.is_none()
     }
 
-    /// The body ended cleanly: the connection goes back to the pool if it
-    /// can take another request.
-    pub(super) fn release(&mut self, cx: &mut Context<'_>) {
-        self.drive(cx);
-        if let (Some(conn), Some(pool)) = (self.conn.take(), self.pool.upgrade()) {
-            if conn.sender.is_ready() {
+    /// The body ended: the connection goes back to the pool if it can take
+    /// another request (and the upstream sent nothing beyond the body).
+    fn release(&mut self) {
+        if let (Some(mut conn), Some(pool)) = (self.conn.take(), self.pool.upgrade()) {
+            if self.keep_alive && self.upload.is_none() && conn.buf.is_empty() {
+                // An idle connection holds no buffer either.
+                conn.buf = BytesMut::new();
                 pool.put(conn);
             }
         }
     }
 
-    /// The body failed: the connection is not reused.
-    pub(super) fn discard(&mut self) {
-        self.conn = None;
+    /// Everything one poll can give: the data of every chunk the buffer
+    /// and the socket hold now, as one frame (up to [`FRAME_LIMIT`]); what
+    /// ended it (trailers, the end, a failure) comes next.
+    pub(super) fn poll_next(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, PoolError>>> {
+        if let Some(next) = self.next.take() {
+            return Poll::Ready(next);
+        }
+        loop {
+            let Some(conn) = self.conn.as_mut() else {
+                return Poll::Ready(None);
+            };
+            if let Some(upload) = self.upload.as_mut() {
+                match upload.poll_send(&mut conn.io, cx) {
+                    Poll::Ready(Ok(())) => self.upload = None,
+                    // The response goes on; the connection is not reused.
+                    Poll::Ready(Err(_)) => {
+                        self.upload = None;
+                        self.keep_alive = false;
+                    }
+                    Poll::Pending => {}
+                }
+            }
+            let read = conn.poll_read(cx);
+            self.drained = read.is_pending();
+            let (data, decoded) = match self.decoder.decode(&mut conn.buf, FRAME_LIMIT) {
+                Ok(decoded) => decoded,
+                Err(e) => {
+                    self.conn = None;
+                    return Poll::Ready(Some(Err(e.into())));
+                }
+            };
+            let after = match (decoded, read) {
+                (Decoded::End(trailers), _) => {
+                    self.release();
+                    Some(trailers.map(|t| Ok(Frame::trailers(t))))
+                }
+                (Decoded::More, Poll::Ready(Err(e))) => {
+                    self.conn = None;
+                    Some(Some(Err(e.into())))
+                }
+                (Decoded::More, Poll::Ready(Ok(0))) => {
+                    self.conn = None;
+                    if self.decoder.ends_at_close() {
+                        Some(None)
+                    } else {
+                        Some(Some(Err(WireError::Incomplete.into())))
+                    }
+                }
+                (Decoded::More, Poll::Ready(Ok(_))) if data.is_empty() => continue,
+                (Decoded::More, _) => None,
+                (Decoded::Full, _) => {
+                    // More may be decodable without a read: poll again.
+                    self.drained = false;
+                    None
+                }
+            };
+            if !data.is_empty() {
+                // The end needs no stash: the body reports it
+                // (`is_end_stream`), and hyper's server ends a response
+                // whose length is written without polling again.
+                self.next = after.filter(Option::is_some);
+                return Poll::Ready(Some(Ok(Frame::data(data))));
+            }
+            if let Some(after) = after {
+                return Poll::Ready(after);
+            }
+            // Nothing came: hold no buffer while the stream waits.
+            if let Some(conn) = self.conn.as_mut().filter(|c| c.buf.is_empty()) {
+                conn.buf = BytesMut::new();
+            }
+            return Poll::Pending;
+        }
+    }
+}
+
+impl Body for Lease {
+    type Data = Bytes;
+    type Error = PoolError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, PoolError>>> {
+        self.get_mut().poll_next(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.next.is_none() && (self.conn.is_none() || self.decoder.is_done())
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self.decoder.remaining() {
+            Some(n) => SizeHint::with_exact(n),
+            None => SizeHint::default(),
+        }
     }
 }
