@@ -111,6 +111,8 @@ async fn a_body_delimited_by_the_close_ends_there_and_is_whole() {
     assert_eq!(t.outcome, Outcome::Ok);
 }
 
+/// A body cut short of its length, or followed by a malformed chunk:
+/// every byte before is forwarded, then the client sees the cut.
 #[tokio::test]
 async fn a_body_cut_short_of_its_length_is_a_cut_not_an_end() {
     let script = vec![
@@ -119,6 +121,18 @@ async fn a_body_cut_short_of_its_length_is_a_cut_not_an_end() {
         )),
         Step::Write(Bytes::from_static(EVENTS)),
     ];
+    assert_cut(script).await;
+    let script = vec![
+        Step::Write(bytes(
+            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n",
+        )),
+        Step::Write(Bytes::from([&chunk(EVENTS)[..], b"zz\r\n"].concat())),
+        Step::Pause(Duration::from_millis(300)),
+    ];
+    assert_cut(script).await;
+}
+
+async fn assert_cut(script: Vec<Step>) {
     let upstream = Scripted::start(script).await;
     let (proxy, mut timelines) = common::proxy_with_timelines(upstream.addr, "").await;
     let response = send(proxy.addr, post(b"{}")).await.expect("response head");
@@ -166,13 +180,8 @@ async fn an_answer_before_the_request_body_was_sent_reaches_the_client() {
         let Ok((mut stream, _)) = listener.accept().await else {
             return;
         };
-        let mut head = Vec::new();
-        let mut buf = vec![0u8; 64 * 1024];
-        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-            match stream.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => head.extend_from_slice(&buf[..n]),
-            }
+        if read_until(&mut stream, b"\r\n\r\n").await.is_none() {
+            return;
         }
         let answer = format!(
             "HTTP/1.1 413 Payload Too Large\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
@@ -204,6 +213,111 @@ async fn an_answer_before_the_request_body_was_sent_reaches_the_client() {
         .expect("no deadlock")
         .expect("the refusal's body");
     assert_eq!(got.body(), refusal);
+}
+
+/// A whole response in one write, its last event without the blank line
+/// that would end it, with usage injected (so the proxy holds that last
+/// event back until the body ends): the body must still end. The upstream
+/// side once said "nothing left, wait" after its end, and the wait was
+/// for ever.
+#[tokio::test]
+async fn a_response_read_whole_with_an_unended_last_event_ends() {
+    const PARTIAL: &[u8] = b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\ndata: [DONE]";
+    let whole = [
+        &b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"[..],
+        &chunk(PARTIAL),
+        b"0\r\n\r\n",
+    ]
+    .concat();
+    // The connection stays open (keep-alive): its close cannot end the wait.
+    let script = vec![
+        Step::Write(Bytes::from(whole)),
+        Step::Pause(Duration::from_secs(15)),
+    ];
+    let upstream = Scripted::start(script).await;
+    let proxy = common::proxy(upstream.addr, "usage_mode = \"inject\"").await;
+    let request =
+        post(br#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#);
+    let response = send(proxy.addr, request).await.expect("response");
+    let got = tokio::time::timeout(Duration::from_secs(10), collect(response))
+        .await
+        .expect("the body ends")
+        .expect("a clean end");
+    assert_eq!(got.body(), PARTIAL);
+}
+
+/// The client's request body goes bad (a malformed chunk) after the
+/// upstream began its answer: the upstream would wait for the rest of the
+/// body for ever, so the exchange ends on both sides at once, not at an
+/// idle timeout.
+#[tokio::test]
+async fn a_request_body_that_fails_mid_answer_ends_the_exchange() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (closed_tx, closed_rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let Ok((mut stream, _)) = listener.accept().await else {
+            return;
+        };
+        if read_until(&mut stream, b"\r\n\r\n").await.is_none() {
+            return;
+        }
+        let mut buf = vec![0u8; 4096];
+        let answer = [
+            &b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"[..],
+            &chunk(EVENTS),
+        ]
+        .concat();
+        let _ = stream.write_all(&answer).await;
+        // Waits for the rest of the request body, as a server does.
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+        let _ = closed_tx.send(());
+    });
+    let proxy = common::proxy(addr, "").await;
+    let mut client = tokio::net::TcpStream::connect(proxy.addr)
+        .await
+        .expect("connect");
+    client
+        .write_all(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n")
+        .await
+        .expect("write");
+    read_until(&mut client, EVENTS)
+        .await
+        .expect("the answer began");
+    let mut buf = vec![0u8; 4096];
+    client.write_all(b"zz\r\n").await.expect("write");
+    let ended = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match client.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the client's connection ends");
+    tokio::time::timeout(Duration::from_secs(10), closed_rx)
+        .await
+        .expect("the upstream's connection ends")
+        .expect("the upstream saw it");
+}
+
+/// Reads `stream` until what it read holds `pattern`; `None` at its end.
+async fn read_until(stream: &mut tokio::net::TcpStream, pattern: &[u8]) -> Option<Vec<u8>> {
+    let mut seen = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    while !seen.windows(pattern.len()).any(|w| w == pattern) {
+        match stream.read(&mut buf).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => seen.extend_from_slice(&buf[..n]),
+        }
+    }
+    Some(seen)
 }
 
 /// A request body of `left` frames of 64 KiB, one every 10 ms.

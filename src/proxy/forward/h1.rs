@@ -22,8 +22,9 @@ use http::{
 pub(super) const MAX_HEAD: usize = 8192 + 4096 * 100;
 /// The most header lines a response head (or trailer section) may hold: hyper's.
 const MAX_HEADERS: usize = 100;
-/// The longest chunk-size line, extensions included.
-const MAX_SIZE_LINE: usize = 4096;
+/// The longest chunk-size line, extensions included: hyper's limit on a
+/// body's chunk extensions (16 KiB).
+const MAX_SIZE_LINE: usize = 16 * 1024;
 
 /// Why the upstream's bytes could not be read as HTTP/1.1.
 #[derive(Debug, thiserror::Error)]
@@ -179,7 +180,9 @@ pub(super) fn parse_response(
         let mut response = Response::new(());
         *response.status_mut() = status;
         *response.version_mut() = version;
-        if !reason.is_empty() && status.canonical_reason() != Some(reason) {
+        // Kept as sent when it is not the canonical one, empty included,
+        // so the client's status line is the upstream's (as hyper does).
+        if status.canonical_reason() != Some(reason) {
             if let Ok(reason) = hyper::ext::ReasonPhrase::try_from(reason.as_bytes()) {
                 response.extensions_mut().insert(reason);
             }
@@ -191,6 +194,11 @@ pub(super) fn parse_response(
         {
             Framing::Length(0)
         } else if headers.contains_key(header::TRANSFER_ENCODING) {
+            // RFC 9112 §6.1: an HTTP/1.0 message with a transfer coding has
+            // faulty framing (a smuggling vector); hyper refuses it too.
+            if version == Version::HTTP_10 {
+                return Err(WireError::Head("transfer-encoding in an HTTP/1.0 response"));
+            }
             if is_chunked(&headers) {
                 Framing::Chunked
             } else {
@@ -284,6 +292,9 @@ pub(super) enum Decoded {
     Full,
     /// The body ended; trailers when it had some.
     End(Option<HeaderMap>),
+    /// What follows the data is not a valid body: the data that came
+    /// before it is still returned, the failure comes after it.
+    Failed(WireError),
 }
 
 /// A response body's decoder, state kept across reads.
@@ -340,17 +351,14 @@ impl Decoder {
         self.state == State::Close
     }
 
-    /// Decodes what `buf` holds, up to `limit` bytes of body data: the data
+    /// Decodes what `buf` holds, up to `limit` bytes of body data (or up
+    /// to what is malformed): the data
     /// of every chunk is moved together to the front of `buf` and returned
     /// as one `Bytes` (a single chunk is not copied), the framing around it
     /// is removed from `buf`, and what is left there is the start of what
     /// comes next. Partial chunks are returned as far as they arrived:
     /// nothing the upstream sent waits for the rest of its chunk.
-    pub(super) fn decode(
-        &mut self,
-        buf: &mut BytesMut,
-        limit: usize,
-    ) -> Result<(Bytes, Decoded), WireError> {
+    pub(super) fn decode(&mut self, buf: &mut BytesMut, limit: usize) -> (Bytes, Decoded) {
         // Body data is moved to `buf[start..start + gathered]`; `at` is
         // where decoding is.
         let (mut start, mut gathered, mut at) = (0usize, 0usize, 0usize);
@@ -363,6 +371,11 @@ impl Decoder {
             *gathered += len;
         };
         let outcome = loop {
+            // A finished body ends before the limit counts: its connection
+            // goes back to the pool with this frame.
+            if self.state == State::Done {
+                break Decoded::End(None);
+            }
             if gathered >= limit {
                 break Decoded::Full;
             }
@@ -395,11 +408,14 @@ impl Decoder {
                     let line = &buf[at..];
                     let Some(end) = memchr::memchr(b'\n', line) else {
                         if line.len() > MAX_SIZE_LINE {
-                            return Err(WireError::Chunked("chunk-size line too long"));
+                            break Decoded::Failed(WireError::Chunked("chunk-size line too long"));
                         }
                         break Decoded::More;
                     };
-                    let size = chunk_size(&line[..=end])?;
+                    let size = match chunk_size(&line[..=end]) {
+                        Ok(size) => size,
+                        Err(e) => break Decoded::Failed(e),
+                    };
                     at += end + 1;
                     self.state = if size == 0 {
                         State::Trailers
@@ -410,9 +426,13 @@ impl Decoder {
                 State::ChunkEnd => {
                     match buf.get(at..at + 2) {
                         Some(b"\r\n") => at += 2,
-                        Some(_) => return Err(WireError::Chunked("no CRLF after chunk data")),
+                        Some(_) => {
+                            break Decoded::Failed(WireError::Chunked("no CRLF after chunk data"))
+                        }
                         None if buf.get(at..) == Some(b"\r") || rest == 0 => break Decoded::More,
-                        None => return Err(WireError::Chunked("no CRLF after chunk data")),
+                        None => {
+                            break Decoded::Failed(WireError::Chunked("no CRLF after chunk data"))
+                        }
                     }
                     self.state = State::Size;
                 }
@@ -425,16 +445,17 @@ impl Decoder {
                     }
                     let Some(end) = memchr::memmem::find(section, b"\r\n\r\n") else {
                         if section.len() > MAX_HEAD {
-                            return Err(WireError::Chunked("trailers too large"));
+                            break Decoded::Failed(WireError::Chunked("trailers too large"));
                         }
                         break Decoded::More;
                     };
                     let mut lines = [httparse::EMPTY_HEADER; MAX_HEADERS];
-                    let trailers = match httparse::parse_headers(&section[..end + 4], &mut lines) {
-                        Ok(httparse::Status::Complete((_, lines))) => {
-                            header_map(lines).map_err(|_| WireError::Chunked("invalid trailer"))?
-                        }
-                        _ => return Err(WireError::Chunked("invalid trailers")),
+                    let parsed = match httparse::parse_headers(&section[..end + 4], &mut lines) {
+                        Ok(httparse::Status::Complete((_, lines))) => header_map(lines).ok(),
+                        _ => None,
+                    };
+                    let Some(trailers) = parsed else {
+                        break Decoded::Failed(WireError::Chunked("invalid trailers"));
                     };
                     at += end + 4;
                     self.state = State::Done;
@@ -451,7 +472,7 @@ impl Decoder {
             buf.advance(at - start - gathered);
             data
         };
-        Ok((data, outcome))
+        (data, outcome)
     }
 }
 
@@ -462,7 +483,10 @@ fn chunk_size(line: &[u8]) -> Result<u64, WireError> {
         .strip_suffix(b"\r\n")
         .ok_or(WireError::Chunked("chunk-size line without CRLF"))?;
     let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
-    if digits == 0 || digits > 16 {
+    // Leading zeros are allowed in any number (as hyper reads them); what
+    // is left must fit in 64 bits.
+    let zeros = line[..digits].iter().take_while(|&&b| b == b'0').count();
+    if digits == 0 || digits - zeros > 16 {
         return Err(WireError::Chunked("invalid chunk size"));
     }
     let rest = &line[digits..];
@@ -477,7 +501,7 @@ fn chunk_size(line: &[u8]) -> Result<u64, WireError> {
     if rest.iter().any(|&b| b == b'\r' || b == b'\n') {
         return Err(WireError::Chunked("invalid chunk extension"));
     }
-    let text = std::str::from_utf8(&line[..digits])
+    let text = std::str::from_utf8(&line[zeros.min(digits - 1)..digits])
         .map_err(|_| WireError::Chunked("invalid chunk size"))?;
     u64::from_str_radix(text, 16).map_err(|_| WireError::Chunked("invalid chunk size"))
 }

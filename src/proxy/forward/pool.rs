@@ -195,6 +195,7 @@ impl Pool {
             decoder: Decoder::new(head.framing),
             keep_alive: head.keep_alive && failed_write.is_none(),
             drained: false,
+            read_end: None,
             next: None,
             pool: Arc::downgrade(&self.shared),
         };
@@ -492,6 +493,9 @@ pub(crate) struct Lease {
     /// What came after the last frame's data (trailers, the end, a
     /// failure), returned next.
     next: Option<Option<Result<Frame<Bytes>, PoolError>>>,
+    /// The socket's end (`Ok(0)`) or failure, read while the buffer still
+    /// held more body than one frame takes: reported once that is decoded.
+    read_end: Option<io::Result<usize>>,
     pool: Weak<Shared>,
 }
 
@@ -501,7 +505,7 @@ impl Lease {
     /// Whether the last poll left nothing unread: the socket registered
     /// the task, and nothing waits to be returned.
     pub(super) fn drained(&self) -> bool {
-        self.drained && self.next.is_none()
+        self.drained && self.next.is_none() && self.conn.is_some()
     }
 
     /// The body ended: the connection goes back to the pool if it can take
@@ -533,7 +537,15 @@ impl Lease {
             if let Some(upload) = self.upload.as_mut() {
                 match upload.poll_send(&mut conn.io, cx) {
                     Poll::Ready(Ok(())) => self.upload = None,
-                    // The response goes on; the connection is not reused.
+                    // The client's body failed: the upstream would wait for
+                    // the rest of it, and the client is gone.
+                    Poll::Ready(Err(e @ PoolError::Body(_))) => {
+                        self.upload = None;
+                        self.conn = None;
+                        return Poll::Ready(Some(Err(e)));
+                    }
+                    // The upstream stopped reading (it answered early): the
+                    // response goes on; the connection is not reused.
                     Poll::Ready(Err(_)) => {
                         self.upload = None;
                         self.keep_alive = false;
@@ -541,17 +553,22 @@ impl Lease {
                     Poll::Pending => {}
                 }
             }
-            let read = conn.poll_read(cx);
-            self.drained = read.is_pending();
-            let (data, decoded) = match self.decoder.decode(&mut conn.buf, FRAME_LIMIT) {
-                Ok(decoded) => decoded,
-                Err(e) => {
-                    self.conn = None;
-                    return Poll::Ready(Some(Err(e.into())));
-                }
+            let read = match self.read_end.take() {
+                Some(end) => Poll::Ready(end),
+                None => conn.poll_read(cx),
             };
+            self.drained = read.is_pending();
+            let (data, decoded) = self.decoder.decode(&mut conn.buf, FRAME_LIMIT);
             let after = match (decoded, read) {
-                (Decoded::End(trailers), _) => {
+                (Decoded::Failed(e), _) => {
+                    self.conn = None;
+                    Some(Some(Err(e.into())))
+                }
+                (Decoded::End(trailers), read) => {
+                    if matches!(read, Poll::Ready(Ok(0) | Err(_))) {
+                        // The upstream closed as the body ended.
+                        self.keep_alive = false;
+                    }
                     self.release();
                     Some(trailers.map(|t| Ok(Frame::trailers(t))))
                 }
@@ -569,8 +586,12 @@ impl Lease {
                 }
                 (Decoded::More, Poll::Ready(Ok(_))) if data.is_empty() => continue,
                 (Decoded::More, _) => None,
-                (Decoded::Full, _) => {
-                    // More may be decodable without a read: poll again.
+                (Decoded::Full, read) => {
+                    // More may be decodable without a read: poll again,
+                    // and report the socket's end after it.
+                    if let Poll::Ready(end @ (Ok(0) | Err(_))) = read {
+                        self.read_end = Some(end);
+                    }
                     self.drained = false;
                     None
                 }

@@ -176,6 +176,14 @@ fn the_response_framing_follows_rfc_9112() {
         let head = format!("HTTP/1.1 200 OK\r\n{bad}\r\n\r\n");
         assert!(parse(head.as_bytes(), &Method::POST).is_err(), "{bad}");
     }
+    assert!(
+        parse(
+            b"HTTP/1.0 200 OK\r\ntransfer-encoding: chunked\r\n\r\n",
+            &Method::POST
+        )
+        .is_err(),
+        "RFC 9112 section 6.1: faulty framing"
+    );
 }
 
 #[test]
@@ -247,6 +255,12 @@ fn an_unusual_reason_phrase_is_kept_for_the_client() {
         .extensions()
         .get::<hyper::ext::ReasonPhrase>()
         .is_none());
+    // An empty one too: the client's status line ends as the upstream's.
+    let head = parse(b"HTTP/1.1 200 \r\ncontent-length: 0\r\n\r\n", &Method::GET)
+        .expect("valid")
+        .expect("whole");
+    let reason = head.response.extensions().get::<hyper::ext::ReasonPhrase>();
+    assert_eq!(reason.map(|r| r.as_bytes()), Some(&b""[..]));
 }
 
 #[test]
@@ -277,12 +291,13 @@ fn decode_in_reads(
     let mut buf = BytesMut::new();
     let (mut frames, mut at, mut reads) = (Vec::new(), 0, reads.iter().cycle());
     loop {
-        let (data, decoded) = decoder.decode(&mut buf, limit)?;
+        let (data, decoded) = decoder.decode(&mut buf, limit);
         if !data.is_empty() {
             frames.push(data);
         }
         match decoded {
             Decoded::End(trailers) => return Ok((frames, trailers, true)),
+            Decoded::Failed(e) => return Err(e),
             Decoded::Full => {}
             Decoded::More if at == wire.len() => return Ok((frames, None, false)),
             Decoded::More => {
@@ -307,9 +322,7 @@ fn the_chunks_of_one_read_leave_as_one_frame() {
 fn one_chunk_leaves_without_a_copy() {
     let mut buf = BytesMut::from(&b"5\r\nhello\r\n"[..]);
     let start = buf.as_ptr() as usize;
-    let (data, _) = Decoder::new(Framing::Chunked)
-        .decode(&mut buf, 1024)
-        .expect("valid");
+    let (data, _) = Decoder::new(Framing::Chunked).decode(&mut buf, 1024);
     assert_eq!(&data[..], b"hello");
     assert_eq!(
         data.as_ptr() as usize,
@@ -322,13 +335,13 @@ fn one_chunk_leaves_without_a_copy() {
 fn a_partial_chunk_leaves_as_far_as_it_came() {
     let mut decoder = Decoder::new(Framing::Chunked);
     let mut buf = BytesMut::from(&b"A\r\n0123"[..]);
-    let (data, decoded) = decoder.decode(&mut buf, 1024).expect("valid");
+    let (data, decoded) = decoder.decode(&mut buf, 1024);
     assert_eq!(
         (&data[..], matches!(decoded, Decoded::More)),
         (&b"0123"[..], true)
     );
     buf.extend_from_slice(b"456789\r\n0\r\n\r\nNEXT");
-    let (data, decoded) = decoder.decode(&mut buf, 1024).expect("valid");
+    let (data, decoded) = decoder.decode(&mut buf, 1024);
     assert_eq!(&data[..], b"456789");
     assert!(matches!(decoded, Decoded::End(None)));
     assert_eq!(&buf[..], b"NEXT", "what follows the body stays");
@@ -372,6 +385,34 @@ fn malformed_chunked_bodies_fail() {
 }
 
 #[test]
+fn chunk_sizes_may_have_leading_zeros_and_long_extensions() {
+    let ext = "x".repeat(8 * 1024);
+    let wire = format!("00000000000000000000003;e={ext}\r\nabc\r\n0000\r\n\r\n");
+    let (frames, _, ended) =
+        decode_in_reads(Framing::Chunked, wire.as_bytes(), &[100], 1024).expect("valid");
+    assert_eq!(frames.concat(), b"abc");
+    assert!(ended);
+}
+
+/// A body that ends exactly at the frame limit ends with that frame (its
+/// connection goes back to the pool), not one decode later.
+#[test]
+fn a_body_that_fills_the_limit_ends_with_it() {
+    let mut decoder = Decoder::new(Framing::Length(4));
+    let mut buf = BytesMut::from(&b"abcd"[..]);
+    let (data, decoded) = decoder.decode(&mut buf, 4);
+    assert_eq!(&data[..], b"abcd");
+    assert!(matches!(decoded, Decoded::End(None)), "{decoded:?}");
+    let mut decoder = Decoder::new(Framing::Chunked);
+    let mut buf = BytesMut::from(&b"4\r\nabcd\r\n0\r\n\r\n"[..]);
+    let (data, decoded) = decoder.decode(&mut buf, 4);
+    assert_eq!(&data[..], b"abcd");
+    assert!(matches!(decoded, Decoded::Full), "{decoded:?}");
+    let (data, decoded) = decoder.decode(&mut buf, 4);
+    assert!(data.is_empty() && matches!(decoded, Decoded::End(None)));
+}
+
+#[test]
 fn a_length_body_ends_at_its_length_and_a_close_body_never() {
     let (frames, _, ended) =
         decode_in_reads(Framing::Length(5), b"helloEXTRA", &[2], 1024).expect("valid");
@@ -405,4 +446,18 @@ proptest! {
         prop_assert!(trailers.is_none());
         prop_assert!(ended);
     }
+}
+
+/// What the upstream sent before its body went wrong is forwarded; the
+/// failure comes after it.
+#[test]
+fn the_data_before_a_malformed_chunk_is_returned_first() {
+    let mut decoder = Decoder::new(Framing::Chunked);
+    let mut buf = BytesMut::from(&b"3\r\nabc\r\n2\r\nde\r\nzz\r\n"[..]);
+    let (data, decoded) = decoder.decode(&mut buf, 1024);
+    assert_eq!(&data[..], b"abcde");
+    assert!(
+        matches!(decoded, Decoded::Failed(WireError::Chunked(_))),
+        "{decoded:?}"
+    );
 }
