@@ -46,8 +46,14 @@ log "cargo test --release"
 mkdir -p target
 out=target/test-output.txt
 set +e
-cargo test --release --locked 2>&1 | tee "$out"
+# The clock tests compare each stamp with the instant the upstream wrote,
+# to 2 ms: they run on their own afterwards, not among the suite's parallel
+# tests, whose load on 2 cores delays a wake-up by more than that.
+cargo test --release --locked -- --skip clock:: 2>&1 | tee "$out"
 status=${PIPESTATUS[0]}
+log "cargo test --release --test it clock:: (alone)"
+cargo test --release --locked --test it -- clock:: --test-threads=1 2>&1 | tee -a "$out"
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 # Counting greps find nothing when a build fails: no set -e around them.
 passed=$(grep -Eo '[0-9]+ passed' "$out" | awk '{s += $1} END {print s + 0}')
 failed=$(grep -Eo '[0-9]+ failed' "$out" | awk '{s += $1} END {print s + 0}')
