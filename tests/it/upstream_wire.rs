@@ -215,6 +215,50 @@ async fn an_answer_before_the_request_body_was_sent_reaches_the_client() {
     assert_eq!(got.body(), refusal);
 }
 
+/// Streams read on one thread share its read buffer; what a read leaves
+/// undecoded (half a chunk-size line, a CR) stays with its own stream.
+/// Eight streams at once, each with its size lines, data and CRLFs cut
+/// across writes: every body arrives whole, every event counted.
+#[tokio::test]
+async fn streams_cut_mid_chunk_at_once_each_get_their_own_bytes() {
+    let size = format!("{:x}", EVENTS.len());
+    let cut = |at: &str| Step::Write(Bytes::copy_from_slice(at.as_bytes()));
+    let pause = || Step::Pause(Duration::from_millis(3));
+    let script = vec![
+        Step::Write(bytes(
+            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n",
+        )),
+        cut(&size[..1]),
+        pause(),
+        Step::Write(Bytes::from([&size.as_bytes()[1..], b"\r\n", &EVENTS[..9]].concat())),
+        pause(),
+        Step::Write(Bytes::from([&EVENTS[9..], b"\r"].concat())),
+        pause(),
+        cut("\n0\r\n\r"),
+        pause(),
+        cut("\n"),
+    ];
+    let upstream = Scripted::start(script).await;
+    let (proxy, mut timelines) = common::proxy_with_timelines(upstream.addr, "").await;
+    let addr = proxy.addr;
+    let streams: Vec<_> = (0..8)
+        .map(|_| {
+            tokio::spawn(async move {
+                let response = send(addr, post(b"{}")).await.expect("response");
+                collect(response).await.expect("a clean end").body()
+            })
+        })
+        .collect();
+    for stream in streams {
+        assert_eq!(stream.await.expect("stream"), EVENTS);
+    }
+    for _ in 0..8 {
+        let t = common::next_timeline(&mut timelines).await;
+        assert_eq!(t.outcome, Outcome::Ok);
+        assert_eq!(t.tokens.token_events, 1);
+    }
+}
+
 /// A whole response in one write, its last event without the blank line
 /// that would end it, with usage injected (so the proxy holds that last
 /// event back until the body ends): the body must still end. The upstream
