@@ -18,6 +18,9 @@
 #       how many events each wake-up carried.
 #   (c) idle streams: 2,000 streams held open (first token 10 minutes away);
 #       the proxy's RSS per stream (VmRSS from /proc/PID/status), then dropped.
+#   (f) flowing streams: 2,000 streams at once (F_STREAMS), each 10 events
+#       500 ms apart, as issue #14's third scenario; the proxy's peak RSS
+#       (sampled every 0.1 s) over its RSS before, per stream.
 #   (r) /metrics render, tokenclock only: 32 models on every API path, each
 #       ok, failed by the upstream (500, cut, malformed) and left by the
 #       client, then 20 scrapes (3 with --quick) timed by the client, and
@@ -59,7 +62,7 @@
 # Everything listens on 127.0.0.1 and is killed on exit.
 set -euo pipefail
 
-QUICK=0 REPS=3 OUT=target/perf/overhead.json BUILD=1 UPSTREAM="" ONLY=abwcr TRACE=0
+QUICK=0 REPS=3 OUT=target/perf/overhead.json BUILD=1 UPSTREAM="" ONLY=abwcfr TRACE=0
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --quick) QUICK=1 REPS=1 ;;
@@ -74,18 +77,21 @@ while [[ $# -gt 0 ]]; do
     shift
 done
 
-[[ $ONLY =~ ^[abwcriks]+$ ]] || { echo "overhead.sh: --only takes letters of abwcriks, got '$ONLY'" >&2; exit 2; }
+[[ $ONLY =~ ^[abwcfriks]+$ ]] || { echo "overhead.sh: --only takes letters of abwcfriks, got '$ONLY'" >&2; exit 2; }
 (( TRACE == 0 )) || ONLY+=t
 
 PERF_DIR=$(cd "$(dirname "$0")" && pwd)
 cd "$PERF_DIR/../.."
-# Sizes: (a) streams, events; (b) and (w) streams, events per stream; (c) idle streams, hold time.
+# Sizes: (a) streams, events; (b) and (w) streams, events per stream; (c) idle streams, hold time;
+# (f) streams, events per stream, ms between events.
 if [[ $QUICK == 1 ]]; then
     A_STREAMS=4 A_EVENTS=8 B_STREAMS=16 B_EVENTS=200 W_STREAMS=16 W_EVENTS=50 C_STREAMS=50 C_HOLD=3
+    F_STREAMS=50 F_EVENTS=5 F_GAP=200
     I_STREAMS=8 I_SHORT=4 I_LONG=32
 else
     A_STREAMS=${A_STREAMS:-32} A_EVENTS=64 B_STREAMS=256 B_EVENTS=2000 W_STREAMS=256 W_EVENTS=200
     C_STREAMS=2000 C_HOLD=12
+    F_STREAMS=${F_STREAMS:-2000} F_EVENTS=10 F_GAP=500
     I_STREAMS=${I_STREAMS:-32} I_SHORT=${I_SHORT:-8} I_LONG=${I_LONG:-128}
 fi
 SIM_PORT=${SIM_PORT:-18431} TC_PORT=${TC_PORT:-18432} TC_METRICS=${TC_METRICS:-18433} NGINX_PORT=${NGINX_PORT:-18434}
@@ -271,6 +277,30 @@ scenario_c() {
     forget "$load_pid"
 }
 
+# (f) flowing streams: F_STREAMS at once, F_EVENTS events F_GAP ms apart;
+# the proxy's peak RSS over its RSS before, sampled every 0.1 s while they
+# run (what a held stream costs while its events flow, not only while it
+# waits for its first).
+scenario_f() {
+    local pids before peak=0 rss load_pid progress="$TMP/f-$1-$2.log"
+    pids=$(proxy_pids)
+    # shellcheck disable=SC2086
+    before=$(rss_kib $pids)
+    run_load "$RESULTS/f-$1-$2.json" "$progress" --concurrency "$F_STREAMS" --requests "$F_STREAMS" \
+        --schedule "ttft_ms=0,gap_ms=$F_GAP,tokens=$F_EVENTS" &
+    load_pid=$!
+    PIDS+=("$load_pid")
+    while kill -0 "$load_pid" 2>/dev/null; do
+        # shellcheck disable=SC2086
+        rss=$(rss_kib $pids)
+        if (( rss > peak )); then peak=$rss; fi
+        sleep 0.1
+    done
+    wait "$load_pid" || die "the flowing-stream load failed: $(tail -3 "$progress")"
+    forget "$load_pid"
+    echo "{\"rss_before_kib\": $before, \"rss_with_kib\": $peak, \"streams\": $F_STREAMS}" >"$RESULTS/f-$1-$2.rss.json"
+}
+
 # (k) slow streams at scale, through tokenclock alone (nginx's config holds
 # 16,384 connections, 8,192 streams): a fresh proxy whose max_connections
 # fits K_STREAMS, the streams opened as in (c), and the proxy's RSS sampled
@@ -410,11 +440,11 @@ scenario_s() {
 # (what ran just before, on a shared machine, shows in the next p99).
 VIAS=(direct tokenclock nginx)
 for rep in $(seq 1 "$REPS"); do
-    for scenario in a t b w c r i k s; do
+    for scenario in a t b w c f r i k s; do
         [[ $ONLY == *"$scenario"* ]] || continue
         for i in 0 1 2; do
             via=${VIAS[$(( (i + rep - 1) % 3 ))]}
-            [[ $via == direct && $scenario == [ctis] ]] && continue
+            [[ $via == direct && $scenario == [ctfis] ]] && continue
             [[ $via != tokenclock && $scenario == [rk] ]] && continue
             log "rep $rep/$REPS: ($scenario) via $via"
             start_proxy "$via"

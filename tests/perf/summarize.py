@@ -26,7 +26,7 @@ def runs(results, scenario, via):
         summary = load(os.path.join(results, f"{scenario}-{via}-{rep}.json"))
         if summary is None:
             return out
-        extra = load(os.path.join(results, f"{scenario}-{via}-{rep}.{ {'a': 'none', 't': 'trace', 'b': 'cpu', 'w': 'cpu', 'c': 'rss', 'r': 'none', 'i': 'ir', 's': 'cpu'}[scenario]}.json"))
+        extra = load(os.path.join(results, f"{scenario}-{via}-{rep}.{ {'a': 'none', 't': 'trace', 'b': 'cpu', 'w': 'cpu', 'c': 'rss', 'f': 'rss', 'r': 'none', 'i': 'ir', 's': 'cpu'}[scenario]}.json"))
         out.append((summary, extra or {}))
         rep += 1
 
@@ -58,7 +58,7 @@ def per_via(results):
     """Median figures per via, and every repetition's raw figures."""
     medians, raw, errors = {}, {}, 0
     for via in VIAS:
-        a, t, b, w, c, r, i, s_ = (runs(results, s, via) for s in "atbwcris")
+        a, t, b, w, c, f, r, i, s_ = (runs(results, s, via) for s in "atbwcfris")
         shares = [load(os.path.join(results, f"s-{via}-{rep}.share.json")) or {}
                   for rep in range(1, len(s_) + 1)]
         figures = {
@@ -80,6 +80,7 @@ def per_via(results):
             "w_writes_per_event": [calls_per_event(s, e, "writes") for s, e in w],
             "w_waits_per_event": [calls_per_event(s, e, "waits") for s, e in w],
             "rss_kib_per_stream": [rss_kib_per_stream(e) for _, e in c],
+            "f_rss_kib_per_stream": [rss_kib_per_stream(e) for _, e in f],
             "s_events_per_s": [s["events_per_s"] for s, _ in s_],
             "s_ceiling_per_core": [s["events_per_s"] * 100 / sh["share_pct"]
                                    for (s, _), sh in zip(s_, shares) if sh.get("share_pct")],
@@ -95,7 +96,7 @@ def per_via(results):
             "scrape_cpu_ms": [s["cpu_ms_per_scrape"] for s, _ in r],
             "scrape_series": [s["series"] for s, _ in r],
         }
-        errors += sum(s["total"]["errors"] for s, _ in a + t + b + w + c + i + s_)
+        errors += sum(s["total"]["errors"] for s, _ in a + t + b + w + c + f + i + s_)
         raw[via] = figures
         medians[via] = {k: median(v) for k, v in figures.items()}
     return medians, raw, errors
@@ -140,6 +141,8 @@ def rows(m):
            ("(i) user instr./request, piled up", None, t["ir_per_request_piled"],
             n["ir_per_request_piled"]),
            ("(c) proxy RSS per idle stream, KiB", None, t["rss_kib_per_stream"], n["rss_kib_per_stream"]),
+           ("(f) peak RSS per flowing stream, KiB", None, t["f_rss_kib_per_stream"],
+            n["f_rss_kib_per_stream"]),
            ("(r) /metrics series", None, t["scrape_series"], None),
            ("(r) /metrics scrape p50, ms", None, t["scrape_ms_p50"], None),
            ("(r) proxy CPU per scrape, ms", None, t["scrape_cpu_ms"], None)]
