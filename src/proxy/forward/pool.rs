@@ -54,14 +54,14 @@ type Io = <Connector as Service<Uri>>::Response;
 const FRAME_LIMIT: usize = 64 * 1024;
 /// What a read asks the socket for at least.
 const READ_SIZE: usize = 8 * 1024;
+/// The most request bytes gathered before they are written.
+const WRITE_LIMIT: usize = 64 * 1024;
 
 thread_local! {
     /// The buffer response bodies read into on this worker thread (see
     /// [`Lease::poll_next`]): one per thread, not one per stream.
     static READ: std::cell::RefCell<BytesMut> = std::cell::RefCell::new(BytesMut::new());
 }
-/// The most request bytes gathered before they are written.
-const WRITE_LIMIT: usize = 64 * 1024;
 
 /// Why a request got no response head from the pool, or a body failed.
 #[derive(Debug, thiserror::Error)]
