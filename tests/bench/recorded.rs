@@ -30,9 +30,7 @@ pub(crate) const MAX_EVENT_BYTES: usize = 1024 * 1024;
 pub(crate) const TOKEN_EVENTS: u64 = 400;
 
 /// The recording of every dialect that reads events (paths under
-/// `tests/fixtures`; see `real/manifest.toml`). TGI's native
-/// `/generate_stream` has no real recording, so its documented-format
-/// fixture stands in.
+/// `tests/fixtures`; see `real/manifest.toml`).
 pub(crate) const RECORDINGS: [(Dialect, &str); 7] = [
     (Dialect::OpenAiChat, "real/openai_chat_usage.sse"),
     (
@@ -44,7 +42,7 @@ pub(crate) const RECORDINGS: [(Dialect, &str); 7] = [
         "real/openai_responses_reasoning_summary.sse",
     ),
     (Dialect::Anthropic, "real/anthropic_messages_cache_read.sse"),
-    (Dialect::Tgi, "dialects/tgi_generate_stream.sse"),
+    (Dialect::Tgi, "real/tgi_generate_stream.sse"),
     (Dialect::Ollama, "real/ollama_chat_stream.ndjson"),
     (Dialect::LlamaCpp, "real/llamacpp_completion_stream.sse"),
 ];
