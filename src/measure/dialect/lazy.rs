@@ -56,7 +56,7 @@ impl Reader {
 
 /// The whole payload as one `T`, nothing but whitespace around it.
 fn scan<'a, T: Scan<'a>>(data: &'a [u8]) -> Option<T> {
-    let mut s = Scanner::new(data);
+    let mut s = Scanner::new(std::str::from_utf8(data).ok()?);
     let value = T::scan(&mut s)?;
     s.finish()?;
     Some(value)
@@ -117,6 +117,13 @@ impl<'a, T: Scan<'a>> Scan<'a> for Option<T> {
     }
 }
 
+/// Boxed as serde's `Box<T>`: for the parts a stream sends once.
+impl<'a, T: Scan<'a>> Scan<'a> for Box<T> {
+    fn scan(s: &mut Scanner<'a>) -> Option<Self> {
+        T::scan(s).map(Box::new)
+    }
+}
+
 impl Scan<'_> for bool {
     fn scan(s: &mut Scanner<'_>) -> Option<Self> {
         s.bool()
@@ -142,8 +149,8 @@ impl<'a> Scan<'a> for Cow<'a, str> {
     fn scan(s: &mut Scanner<'a>) -> Option<Self> {
         let text = s.string()?;
         match text.escaped {
-            false => std::str::from_utf8(text.raw()).ok().map(Cow::Borrowed),
-            true => serde_json::from_slice(text.json).ok().map(Cow::Owned),
+            false => Some(Cow::Borrowed(text.raw())),
+            true => serde_json::from_str(text.json).ok().map(Cow::Owned),
         }
     }
 }

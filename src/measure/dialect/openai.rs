@@ -132,17 +132,19 @@ impl GroqUsage {
 struct Envelope<'a, C> {
     #[serde(default)]
     choices: SummedFinish<'a, C>,
+    /// The parts a stream sends once, at its end, are boxed: every chunk
+    /// moves the envelope, and they would make up most of its size.
     #[serde(default)]
-    usage: Option<OpenAiUsage>,
+    usage: Option<Box<OpenAiUsage>>,
     #[serde(default)]
-    metrics: Option<VllmMetrics>,
+    metrics: Option<Box<VllmMetrics>>,
     #[serde(default)]
-    timings: Option<Timings>,
+    timings: Option<Box<Timings>>,
     #[serde(default)]
-    x_groq: Option<XGroq>,
+    x_groq: Option<Box<XGroq>>,
     /// Cerebras.
     #[serde(default)]
-    time_info: Option<GroqUsage>,
+    time_info: Option<Box<GroqUsage>>,
     #[serde(default, borrow, deserialize_with = "cow")]
     model: Option<Cow<'a, str>>,
     /// `chatcmpl-…`, `cmpl-…`: the same on every chunk of a stream.
@@ -174,7 +176,7 @@ impl<'a, C> Envelope<'a, C> {
         // llama.cpp puts the cached prompt in `timings`, not in usage.
         let cache_n = self.timings.as_ref().and_then(|t| t.cache_n);
         let groq = self.x_groq.and_then(|x| x.usage);
-        let usage = self.usage.map(Usage::from).map(|u| Usage {
+        let usage = self.usage.map(|u| Usage::from(*u)).map(|u| Usage {
             cached_input: u.cached_input.or(cache_n),
             ..u
         });
@@ -187,7 +189,10 @@ impl<'a, C> Envelope<'a, C> {
                 load: None,
             }),
             (None, Some(t)) => Some(t.server()),
-            (None, None) => groq.or(self.time_info).as_ref().map(GroqUsage::server),
+            (None, None) => groq
+                .or(self.time_info.map(|t| *t))
+                .as_ref()
+                .map(GroqUsage::server),
         };
         Parsed {
             cumulative: usage.is_some() && counts.items > 0,

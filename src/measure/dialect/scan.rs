@@ -3,7 +3,7 @@
 //! rest without allocating or building anything.
 //!
 //! It is strict by design. Whatever it is unsure of (invalid JSON, an
-//! escaped key, a lone surrogate escape, invalid UTF-8 in any string,
+//! escaped key, a lone surrogate escape, a payload that is not UTF-8,
 //! nesting deeper than [`MAX_DEPTH`]) makes it give up with `None`, and the
 //! payload is read again by serde, the reference (see `lazy`). So it never
 //! accepts a payload serde rejects; on what it accepts, the readers built
@@ -17,7 +17,7 @@ const MAX_DEPTH: u32 = 100;
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Str<'a> {
     /// The string with its quotes, escapes as sent.
-    pub(super) json: &'a [u8],
+    pub(super) json: &'a str,
     /// Bytes after unescaping (UTF-8), what serde's `&str` would hold.
     pub(super) len: usize,
     /// Whether it holds an escape (then `json` is not the text itself).
@@ -25,8 +25,8 @@ pub(super) struct Str<'a> {
 }
 
 impl<'a> Str<'a> {
-    /// The bytes between the quotes.
-    pub(super) fn raw(&self) -> &'a [u8] {
+    /// The text between the quotes, escapes as sent.
+    pub(super) fn raw(&self) -> &'a str {
         self.json.get(1..self.json.len() - 1).unwrap_or_default()
     }
 }
@@ -61,15 +61,20 @@ impl Number<'_> {
 
 /// A cursor over one payload.
 pub(super) struct Scanner<'a> {
+    /// The payload, checked to be UTF-8 once, as a whole: a payload that is
+    /// not is left to serde (which refuses invalid UTF-8 in a string, and
+    /// outside strings it is not JSON), so no string is checked alone.
+    text: &'a str,
     bytes: &'a [u8],
     at: usize,
     depth: u32,
 }
 
 impl<'a> Scanner<'a> {
-    pub(super) fn new(bytes: &'a [u8]) -> Self {
+    pub(super) fn new(text: &'a str) -> Self {
         Self {
-            bytes,
+            text,
+            bytes: text.as_bytes(),
             at: 0,
             depth: 0,
         }
@@ -82,17 +87,20 @@ impl<'a> Scanner<'a> {
     }
 
     /// The next byte after whitespace, not consumed.
+    #[inline]
     pub(super) fn peek(&mut self) -> Option<u8> {
         self.ws();
         self.bytes.get(self.at).copied()
     }
 
+    #[inline]
     fn ws(&mut self) {
         while let Some(b' ' | b'\n' | b'\r' | b'\t') = self.bytes.get(self.at) {
             self.at += 1;
         }
     }
 
+    #[inline]
     fn eat(&mut self, byte: u8) -> Option<()> {
         (self.peek()? == byte).then(|| self.at += 1)
     }
@@ -152,9 +160,9 @@ impl<'a> Scanner<'a> {
             return None;
         }
         let (b, start) = (self.bytes, self.at);
-        let (mut i, mut shrink, mut high) = (start + 1, 0, 0u64);
+        let (mut i, mut shrink) = (start + 1, 0);
         loop {
-            i += plain_run(b.get(i..)?, &mut high);
+            i += plain_run(b.get(i..)?);
             match b.get(i)? {
                 b'"' => break,
                 b'\\' => {
@@ -165,10 +173,7 @@ impl<'a> Scanner<'a> {
                 _ => return None,
             }
         }
-        let json = &b[start..=i];
-        if high & HIGHS != 0 && std::str::from_utf8(json).is_err() {
-            return None;
-        }
+        let json = self.text.get(start..=i)?;
         self.at = i + 1;
         Some(Str {
             json,
@@ -184,15 +189,12 @@ impl<'a> Scanner<'a> {
         if self.peek()? != b'"' {
             return None;
         }
-        let (b, start, mut high) = (self.bytes, self.at + 1, 0u64);
-        let end = start + plain_run(b.get(start..)?, &mut high);
+        let (b, start) = (self.bytes, self.at + 1);
+        let end = start + plain_run(b.get(start..)?);
         if *b.get(end)? != b'"' {
             return None; // an escape, or a control character
         }
         let key = &b[start..end];
-        if high & HIGHS != 0 && std::str::from_utf8(key).is_err() {
-            return None;
-        }
         self.at = end + 1;
         Some(key)
     }
@@ -204,6 +206,7 @@ impl<'a> Scanner<'a> {
     }
 
     /// After an element: `true` when another follows, `false` at `close`.
+    #[inline]
     fn next(&mut self, close: u8) -> Option<bool> {
         match self.peek()? {
             b',' => self.at += 1,
@@ -279,9 +282,8 @@ const ONES: u64 = u64::MAX / 255;
 const HIGHS: u64 = ONES << 7;
 
 /// Bytes up to the next quote, backslash or control character (or the
-/// end), eight at a time; ORs what it passes into `high` so the caller
-/// knows whether the string has non-ASCII bytes to validate.
-fn plain_run(s: &[u8], high: &mut u64) -> usize {
+/// end), eight at a time.
+fn plain_run(s: &[u8]) -> usize {
     let has = |word: u64, byte: u8| {
         let x = word ^ (ONES * u64::from(byte));
         x.wrapping_sub(ONES) & !x
@@ -289,7 +291,6 @@ fn plain_run(s: &[u8], high: &mut u64) -> usize {
     let mut i = 0;
     while let Some(chunk) = s.get(i..).and_then(<[u8]>::first_chunk::<8>) {
         let word = u64::from_le_bytes(*chunk);
-        *high |= word;
         let control = word.wrapping_sub(ONES * 0x20) & !word;
         let stop = (control | has(word, b'"') | has(word, b'\\')) & HIGHS;
         if stop != 0 {
@@ -301,7 +302,6 @@ fn plain_run(s: &[u8], high: &mut u64) -> usize {
         if c == b'"' || c == b'\\' || c < 0x20 {
             break;
         }
-        *high |= u64::from(c);
         i += 1;
     }
     i
