@@ -9,7 +9,10 @@
 //! fixtures and `token` only those carrying a generated token (the common
 //! case of a stream); `chunk_250B` is the OpenAI chat chunk
 //! (`"usage":null` on each). Throughput is in events: time per event is the
-//! inverse.
+//! inverse. `stream` reads each fixture's events in order with one
+//! [`Events`] per fixture, as the proxy reads a response (OpenAI-style
+//! chunks then skip the start they repeat); `chunk_250B/stream` is that
+//! chunk over and over, as one stream.
 //!
 //! Run with `cargo bench --bench scan`.
 
@@ -17,7 +20,7 @@ use std::{fs, hint::black_box, path::Path, time::Duration};
 
 use criterion::{Criterion, Throughput};
 use tokenclock::measure::{
-    dialect::{Dialect, ParseError, Parsed},
+    dialect::{Dialect, Events, ParseError, Parsed},
     frame::{ndjson::NdjsonFramer, sse::SseFramer},
 };
 
@@ -112,31 +115,45 @@ fn per_dialect(c: &mut Criterion) {
     let fixtures = fixtures();
     let mut group = c.benchmark_group("parse_event");
     for dialect in Dialect::ALL.into_iter().filter(|d| *d != Dialect::Unknown) {
-        let all: Vec<&Event> = fixtures
+        let all: Vec<Vec<&Event>> = fixtures
             .iter()
             .filter(|(d, _)| *d == dialect)
-            .flat_map(|(_, events)| events)
+            .map(|(_, events)| events.iter().collect())
             .collect();
-        let token: Vec<&Event> = all
+        let token: Vec<Vec<&Event>> = all
             .iter()
-            .copied()
-            .filter(|e| {
-                let parsed = dialect.parse_event_reference(&e.name, &e.data);
-                parsed.is_ok_and(|p| carries_token(&p))
+            .map(|events| {
+                let carries = |e: &&Event| {
+                    let parsed = dialect.parse_event_reference(&e.name, &e.data);
+                    parsed.is_ok_and(|p| carries_token(&p))
+                };
+                events.iter().copied().filter(carries).collect()
             })
             .collect();
-        for (set, events) in [("all", &all), ("token", &token)] {
-            group.throughput(Throughput::Elements(events.len() as u64));
+        for (set, streams) in [("all", &all), ("token", &token)] {
+            let count = streams.iter().map(Vec::len).sum::<usize>();
+            group.throughput(Throughput::Elements(count as u64));
             for (reader, parse) in readers() {
                 let id = format!("{}/{set}/{reader}", dialect.as_str());
                 group.bench_function(id, |b| {
                     b.iter(|| {
-                        for e in events {
+                        for e in streams.iter().flatten() {
                             let _ = black_box(parse(dialect, &e.name, black_box(&e.data)));
                         }
                     })
                 });
             }
+            let id = format!("{}/{set}/stream", dialect.as_str());
+            group.bench_function(id, |b| {
+                b.iter(|| {
+                    for events in streams {
+                        let mut reader = Events::new(dialect);
+                        for e in events {
+                            let _ = black_box(reader.parse(&e.name, black_box(&e.data)));
+                        }
+                    }
+                })
+            });
         }
     }
     group.throughput(Throughput::Elements(1));
@@ -151,6 +168,12 @@ fn per_dialect(c: &mut Criterion) {
             })
         });
     }
+    let mut reader = Events::new(Dialect::OpenAiChat);
+    group.bench_function("openai_chat/chunk_250B/stream", |b| {
+        b.iter(|| {
+            let _ = black_box(reader.parse(b"", black_box(CHUNK_250B.as_bytes())));
+        })
+    });
     group.finish();
 }
 

@@ -86,23 +86,26 @@ macro_rules! scan_struct {
     (@fields $s:ident, $($field:ident: $($key:literal)|+),*) => {{
         let mut value = Self { $($field: Default::default()),* };
         let mut seen = 0u64;
-        $s.object(|s, key| {
-            let mut bit = 1u64;
-            $(
-                if $(key == $key.as_bytes())||+ {
-                    if seen & bit != 0 {
-                        return None;
-                    }
-                    seen |= bit;
-                    value.$field = $crate::measure::dialect::lazy::Scan::scan(s)?;
-                    return Some(());
-                }
-                bit <<= 1;
-            )*
-            let _ = bit;
-            s.skip()
-        })?;
+        $s.object(|s, key| scan_struct!(@field value, &mut seen, s, key; $($field: $($key)|+),*))?;
         Some(value)
+    }};
+    // One member whose key was read: `$value` gets the field it names,
+    // `$seen` (`&mut u64`, one bit per field in order) says which were read.
+    (@field $value:ident, $seen:expr, $s:ident, $k:ident; $($field:ident: $($key:literal)|+),*) => {{
+        let mut bit = 1u64;
+        $(
+            if $($k == $key.as_bytes())||+ {
+                if *$seen & bit != 0 {
+                    return None;
+                }
+                *$seen |= bit;
+                $value.$field = $crate::measure::dialect::lazy::Scan::scan($s)?;
+                return Some(());
+            }
+            bit <<= 1;
+        )*
+        let _ = bit;
+        $s.skip()
     }};
 }
 pub(super) use scan_struct;

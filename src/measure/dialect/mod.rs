@@ -168,6 +168,44 @@ impl Dialect {
     }
 }
 
+/// Reads the events of one response, in order: its dialect, and what that
+/// keeps from one event to the next (the start every OpenAI-style chunk of
+/// a stream repeats, read once: see `openai/prefix.rs`). Each event reads
+/// as [`Dialect::parse_event`] reads it alone; only the cost differs.
+#[derive(Debug)]
+pub struct Events {
+    dialect: Dialect,
+    prefix: openai::Prefix,
+}
+
+// === impl Events ===
+
+impl Events {
+    /// A reader for one response of `dialect`, that has read nothing yet.
+    pub fn new(dialect: Dialect) -> Self {
+        Self {
+            dialect,
+            prefix: openai::Prefix::default(),
+        }
+    }
+
+    /// The dialect it reads.
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
+    /// Reads the next event of the response (see [`Dialect::parse_event`]).
+    pub fn parse<'a>(&mut self, name: &[u8], data: &'a [u8]) -> Result<Parsed<'a>, ParseError> {
+        match self.dialect {
+            Dialect::OpenAiChat => openai_chat::event_in_stream(&mut self.prefix, data),
+            Dialect::OpenAiCompletions => {
+                openai_completions::event_in_stream(&mut self.prefix, data)
+            }
+            dialect => dialect.parse_event(name, data),
+        }
+    }
+}
+
 /// Token usage as reported by the server. Every field is optional: servers
 /// report different subsets, and a later report fills in what an earlier
 /// one lacked.

@@ -1,9 +1,12 @@
 //! The chunk envelope the OpenAI-style dialects share: choices, usage, vLLM `metrics`, llama.cpp `timings`, `[DONE]`.
 
+mod prefix;
+
 use std::borrow::Cow;
 
 use serde::{de::IgnoredAny, Deserialize};
 
+pub(crate) use self::prefix::Prefix;
 use super::{
     common::{cow, done, is_done, json, ms, Finishing, SummedFinish},
     lazy::{scan_struct, Reader, Scan, Scanner},
@@ -156,7 +159,34 @@ struct Envelope<'a, C> {
 
 impl<'a, C: Scan<'a> + Finishing<'a>> Scan<'a> for Envelope<'a, C> {
     fn scan(s: &mut Scanner<'a>) -> Option<Self> {
-        scan_struct!(@fields s,
+        let mut value = Self::empty();
+        let mut seen = 0;
+        s.object(|s, key| value.field(&mut seen, s, key))?;
+        Some(value)
+    }
+}
+
+impl<'a, C: Scan<'a> + Finishing<'a>> Envelope<'a, C> {
+    /// An envelope no member was read into.
+    fn empty() -> Self {
+        Self {
+            choices: SummedFinish::default(),
+            usage: None,
+            metrics: None,
+            timings: None,
+            x_groq: None,
+            time_info: None,
+            model: None,
+            id: None,
+            error: None,
+        }
+    }
+
+    /// Reads one member, its key read: `seen` has a bit per field read.
+    #[inline(always)]
+    fn field(&mut self, seen: &mut u64, s: &mut Scanner<'a>, key: &[u8]) -> Option<()> {
+        let value = self;
+        scan_struct!(@field value, seen, s, key;
             choices: "choices",
             usage: "usage",
             metrics: "metrics",
@@ -216,6 +246,21 @@ pub(super) fn event<'a, C: Deserialize<'a> + Scan<'a> + Finishing<'a>>(
         return Ok(done());
     }
     reader.read::<Envelope<'a, C>>(data).map(Envelope::parsed)
+}
+
+/// Reads one chunk of a stream as [`event`] does, with what the stream's
+/// earlier chunks taught `prefix` (the start they repeat): the same result.
+pub(super) fn event_in_stream<'a, C: Deserialize<'a> + Scan<'a> + Finishing<'a>>(
+    prefix: &mut Prefix,
+    data: &'a [u8],
+) -> Result<Parsed<'a>, ParseError> {
+    if is_done(data) {
+        return Ok(done());
+    }
+    let envelope = prefix.scan::<C>(data);
+    envelope
+        .map_or_else(|| json::<Envelope<'a, C>>(data), Ok)
+        .map(Envelope::parsed)
 }
 
 /// Reads a whole non-streamed response whose choices are `C`.

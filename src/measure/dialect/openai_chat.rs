@@ -11,7 +11,7 @@ use super::{
 };
 
 #[derive(Deserialize)]
-struct Choice<'a> {
+pub(super) struct Choice<'a> {
     #[serde(default, alias = "message")]
     delta: Delta,
     #[serde(default)]
@@ -80,6 +80,13 @@ impl<'a> Finishing<'a> for Choice<'a> {
 
 pub(super) fn event(reader: Reader, data: &[u8]) -> Result<Parsed<'_>, ParseError> {
     openai::event::<Choice<'_>>(reader, data)
+}
+
+pub(super) fn event_in_stream<'a>(
+    prefix: &mut openai::Prefix,
+    data: &'a [u8],
+) -> Result<Parsed<'a>, ParseError> {
+    openai::event_in_stream::<Choice<'a>>(prefix, data)
 }
 
 pub(super) fn body(data: &[u8]) -> Result<Parsed<'_>, ParseError> {

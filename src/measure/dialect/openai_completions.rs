@@ -55,6 +55,13 @@ pub(super) fn event(reader: Reader, data: &[u8]) -> Result<Parsed<'_>, ParseErro
     openai::event::<Choice<'_>>(reader, data)
 }
 
+pub(super) fn event_in_stream<'a>(
+    prefix: &mut openai::Prefix,
+    data: &'a [u8],
+) -> Result<Parsed<'a>, ParseError> {
+    openai::event_in_stream::<Choice<'a>>(prefix, data)
+}
+
 pub(super) fn body(data: &[u8]) -> Result<Parsed<'_>, ParseError> {
     openai::body::<Choice<'_>>(data)
 }

@@ -68,6 +68,8 @@ pub(super) struct Scanner<'a> {
     bytes: &'a [u8],
     at: usize,
     depth: u32,
+    /// Where the last key read starts (its opening quote).
+    key_at: usize,
 }
 
 impl<'a> Scanner<'a> {
@@ -77,7 +79,24 @@ impl<'a> Scanner<'a> {
             bytes: text.as_bytes(),
             at: 0,
             depth: 0,
+            key_at: 0,
         }
+    }
+
+    /// A scanner over the rest of an object whose start was read before:
+    /// `text` follows its `{` or a `,` after one of its members, so a key
+    /// comes first (see [`Scanner::members`]).
+    pub(super) fn resume(text: &'a str) -> Self {
+        Self {
+            depth: 1,
+            ..Self::new(text)
+        }
+    }
+
+    /// Where the last key read starts (its opening quote), from the start
+    /// of the text.
+    pub(super) fn key_at(&self) -> usize {
+        self.key_at
     }
 
     /// Ends the scan: only whitespace may follow the value.
@@ -190,6 +209,7 @@ impl<'a> Scanner<'a> {
             return None;
         }
         let (b, start) = (self.bytes, self.at + 1);
+        self.key_at = self.at;
         let end = start + plain_run(b.get(start..)?);
         if *b.get(end)? != b'"' {
             return None; // an escape, or a control character
@@ -224,12 +244,22 @@ impl<'a> Scanner<'a> {
     /// the scanner at its value, which it must consume.
     pub(super) fn object(
         &mut self,
-        mut field: impl FnMut(&mut Self, &'a [u8]) -> Option<()>,
+        field: impl FnMut(&mut Self, &'a [u8]) -> Option<()>,
     ) -> Option<()> {
         self.enter(b'{')?;
         if self.peek()? == b'}' {
             return self.next(b'}').map(drop);
         }
+        self.members(field)
+    }
+
+    /// Reads the members of an object up to its `}`, from a key on: the
+    /// rest of [`Scanner::object`], and what a [`Scanner::resume`]d one reads.
+    #[inline]
+    pub(super) fn members(
+        &mut self,
+        mut field: impl FnMut(&mut Self, &'a [u8]) -> Option<()>,
+    ) -> Option<()> {
         loop {
             let key = self.key()?;
             self.eat(b':')?;

@@ -5,7 +5,7 @@ use http::{header, HeaderMap, StatusCode};
 use tokio::time::Instant;
 
 use crate::{
-    measure::dialect::{Dialect, ParseError},
+    measure::dialect::{Dialect, Events, ParseError},
     measure::frame::ndjson::NdjsonFramer,
     measure::frame::sse::SseFramer,
     measure::timeline::Timeline,
@@ -16,7 +16,7 @@ pub(super) enum Reader {
     /// Server-Sent Events.
     Sse {
         framer: SseFramer,
-        dialect: Dialect,
+        events: Events,
         oversized: u64,
     },
     /// Newline-delimited JSON (Ollama).
@@ -59,7 +59,7 @@ impl Reader {
         let reader = if content_type.starts_with("text/event-stream") {
             Self::Sse {
                 framer: SseFramer::new(max_event_bytes),
-                dialect,
+                events: Events::new(dialect),
                 oversized: 0,
             }
         } else if content_type.starts_with("application/x-ndjson") {
@@ -90,7 +90,8 @@ impl Reader {
     /// its end). A body that is not read never names one.
     pub(super) fn may_name_model(&self) -> bool {
         match self {
-            Self::Sse { dialect, .. } | Self::Ndjson { dialect, .. } => dialect.streams_model(),
+            Self::Sse { events, .. } => events.dialect().streams_model(),
+            Self::Ndjson { dialect, .. } => dialect.streams_model(),
             Self::Json { .. } => true,
             Self::Skip => false,
         }
@@ -101,12 +102,12 @@ impl Reader {
         match self {
             Self::Sse {
                 framer,
-                dialect,
+                events,
                 oversized,
             } => {
                 framer.feed(
                     data,
-                    &mut |event| match dialect.parse_event(event.event, event.data) {
+                    &mut |event| match events.parse(event.event, event.data) {
                         Ok(parsed) => timeline.record(&parsed, at),
                         Err(e) => timeline.parse_error(e),
                     },

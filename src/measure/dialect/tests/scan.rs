@@ -5,7 +5,7 @@
 use std::{fs, path::Path};
 
 use super::{ndjson, sse, Frame};
-use crate::measure::dialect::{lazy::Reader, Dialect, ParseError, Parsed};
+use crate::measure::dialect::{lazy::Reader, Dialect, Events, ParseError, Parsed};
 
 /// The scan's result (with serde for what it gives up on), the scanner's
 /// alone (`Encoding` where it gave up), and the reference's.
@@ -74,6 +74,26 @@ fn every_fixture_event_reads_as_the_reference_in_every_dialect() {
         read > 3000 && fast > 1000,
         "{read} read, {fast} on the fast path"
     );
+}
+
+/// Every fixture read as a stream, in order, by one `Events` per file and
+/// dialect (as the proxy reads a response) reads event by event as each
+/// event alone.
+#[test]
+fn every_fixture_read_in_order_reads_as_each_event_alone() {
+    let frames = fixture_frames();
+    for d in Dialect::ALL {
+        let mut current = None;
+        let mut events = Events::new(d);
+        for (file, f) in &frames {
+            if current != Some(file) {
+                (current, events) = (Some(file), Events::new(d));
+            }
+            let (name, data) = (f.name.as_bytes(), f.data.as_bytes());
+            let read = events.parse(name, data);
+            assert_eq!(read, d.parse_event(name, data), "{file} {d:?} {:?}", f.data);
+        }
+    }
 }
 
 /// The unescaped UTF-8 length, as serde's `&str` has it: a short escape is

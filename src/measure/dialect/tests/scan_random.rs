@@ -7,7 +7,7 @@
 use proptest::prelude::*;
 
 use super::{ndjson, scan::outcomes, sse};
-use crate::measure::dialect::Dialect;
+use crate::measure::dialect::{Dialect, Events};
 
 /// A JSON value as written: numbers and raw string bodies kept as text, so
 /// odd forms (`1E+2`, `-0`, `01`, lone surrogates) can be sent.
@@ -389,5 +389,73 @@ proptest! {
         let mut w = Writer { out: Vec::new(), style };
         w.value(&J::Obj(fields));
         check(name, &damage(w.out, how, at, byte))?;
+    }
+}
+
+/// OpenAI-style chunks: the events whose start a stream repeats.
+fn chunk_templates() -> Vec<J> {
+    let sse_files: [&[u8]; 4] = [
+        fixture!("openai_chat_tools.sse"),
+        fixture!("openai_completions.sse"),
+        fixture!("vllm_chat_reasoning.sse"),
+        fixture!("vllm_chat_continuous_usage.sse"),
+    ];
+    let tree = |data: &str| serde_json::from_str::<serde_json::Value>(data).ok();
+    sse_files
+        .into_iter()
+        .flat_map(sse)
+        .filter_map(|f| Some(tree(&f.data)?.into()))
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1000))]
+
+    /// A stream of chunks that mostly start alike (the same template
+    /// written the same way, changed here and there, sometimes ahead of
+    /// `choices`, sometimes damaged), read in order by one `Events` per
+    /// dialect: each event reads as it reads alone.
+    #[test]
+    fn stream_events_read_in_order_as_each_alone(
+        pick in any::<prop::sample::Index>(),
+        chunks in prop::collection::vec(
+            (
+                prop::collection::vec((any::<usize>(), change()), 0..3),
+                any::<u8>(),
+                any::<u64>(),
+                (any::<u8>(), any::<usize>(), any::<u8>()),
+            ),
+            1..10,
+        ),
+        style in any::<u64>(),
+    ) {
+        let templates = chunk_templates();
+        let base = &templates[pick.index(templates.len())];
+        let written: Vec<Vec<u8>> = chunks
+            .into_iter()
+            .map(|(changes, odd, other_style, (how, at, byte))| {
+                let mut event = base.clone();
+                for (at, change) in changes {
+                    apply(&mut event, at, change);
+                }
+                // Written the same way three times out of four (so the
+                // start is the same), damaged one time out of eight.
+                let style = if odd % 4 == 0 { other_style } else { style };
+                let mut w = Writer { out: Vec::new(), style };
+                w.value(&event);
+                match odd % 8 {
+                    1 => damage(w.out, how, at, byte),
+                    _ => w.out,
+                }
+            })
+            .collect();
+        for d in Dialect::ALL {
+            let mut events = Events::new(d);
+            for data in &written {
+                let alone = d.parse_event(b"", data);
+                let read = events.parse(b"", data);
+                prop_assert_eq!(read, alone, "{:?} {}", d, String::from_utf8_lossy(data));
+            }
+        }
     }
 }
