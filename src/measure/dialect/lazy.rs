@@ -56,7 +56,7 @@ impl Reader {
 
 /// The whole payload as one `T`, nothing but whitespace around it.
 fn scan<'a, T: Scan<'a>>(data: &'a [u8]) -> Option<T> {
-    let mut s = Scanner::new(std::str::from_utf8(data).ok()?);
+    let mut s = Scanner::new(data);
     let value = T::scan(&mut s)?;
     s.finish()?;
     Some(value)
@@ -152,8 +152,8 @@ impl<'a> Scan<'a> for Cow<'a, str> {
     fn scan(s: &mut Scanner<'a>) -> Option<Self> {
         let text = s.string()?;
         match text.escaped {
-            false => Some(Cow::Borrowed(text.raw())),
-            true => serde_json::from_str(text.json).ok().map(Cow::Owned),
+            false => std::str::from_utf8(text.raw()).ok().map(Cow::Borrowed),
+            true => serde_json::from_slice(text.json).ok().map(Cow::Owned),
         }
     }
 }

@@ -3,7 +3,7 @@
 //! rest without allocating or building anything.
 //!
 //! It is strict by design. Whatever it is unsure of (invalid JSON, an
-//! escaped key, a lone surrogate escape, a payload that is not UTF-8,
+//! escaped key, a lone surrogate escape, invalid UTF-8 in any string,
 //! nesting deeper than [`MAX_DEPTH`]) makes it give up with `None`, and the
 //! payload is read again by serde, the reference (see `lazy`). So it never
 //! accepts a payload serde rejects; on what it accepts, the readers built
@@ -17,7 +17,7 @@ const MAX_DEPTH: u32 = 100;
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Str<'a> {
     /// The string with its quotes, escapes as sent.
-    pub(super) json: &'a str,
+    pub(super) json: &'a [u8],
     /// Bytes after unescaping (UTF-8), what serde's `&str` would hold.
     pub(super) len: usize,
     /// Whether it holds an escape (then `json` is not the text itself).
@@ -25,8 +25,8 @@ pub(super) struct Str<'a> {
 }
 
 impl<'a> Str<'a> {
-    /// The text between the quotes, escapes as sent.
-    pub(super) fn raw(&self) -> &'a str {
+    /// The bytes between the quotes.
+    pub(super) fn raw(&self) -> &'a [u8] {
         self.json.get(1..self.json.len() - 1).unwrap_or_default()
     }
 }
@@ -61,10 +61,6 @@ impl Number<'_> {
 
 /// A cursor over one payload.
 pub(super) struct Scanner<'a> {
-    /// The payload, checked to be UTF-8 once, as a whole: a payload that is
-    /// not is left to serde (which refuses invalid UTF-8 in a string, and
-    /// outside strings it is not JSON), so no string is checked alone.
-    text: &'a str,
     bytes: &'a [u8],
     at: usize,
     depth: u32,
@@ -73,10 +69,9 @@ pub(super) struct Scanner<'a> {
 }
 
 impl<'a> Scanner<'a> {
-    pub(super) fn new(text: &'a str) -> Self {
+    pub(super) fn new(bytes: &'a [u8]) -> Self {
         Self {
-            text,
-            bytes: text.as_bytes(),
+            bytes,
             at: 0,
             depth: 0,
             key_at: 0,
@@ -84,17 +79,17 @@ impl<'a> Scanner<'a> {
     }
 
     /// A scanner over the rest of an object whose start was read before:
-    /// `text` follows its `{` or a `,` after one of its members, so a key
+    /// `bytes` follow its `{` or a `,` after one of its members, so a key
     /// comes first (see [`Scanner::members`]).
-    pub(super) fn resume(text: &'a str) -> Self {
+    pub(super) fn resume(bytes: &'a [u8]) -> Self {
         Self {
             depth: 1,
-            ..Self::new(text)
+            ..Self::new(bytes)
         }
     }
 
     /// Where the last key read starts (its opening quote), from the start
-    /// of the text.
+    /// of the bytes.
     pub(super) fn key_at(&self) -> usize {
         self.key_at
     }
@@ -179,9 +174,9 @@ impl<'a> Scanner<'a> {
             return None;
         }
         let (b, start) = (self.bytes, self.at);
-        let (mut i, mut shrink) = (start + 1, 0);
+        let (mut i, mut shrink, mut high) = (start + 1, 0, 0u64);
         loop {
-            i += plain_run(b.get(i..)?);
+            i += plain_run(b.get(i..)?, &mut high);
             match b.get(i)? {
                 b'"' => break,
                 b'\\' => {
@@ -192,7 +187,10 @@ impl<'a> Scanner<'a> {
                 _ => return None,
             }
         }
-        let json = self.text.get(start..=i)?;
+        let json = &b[start..=i];
+        if high & HIGHS != 0 && std::str::from_utf8(json).is_err() {
+            return None;
+        }
         self.at = i + 1;
         Some(Str {
             json,
@@ -208,13 +206,16 @@ impl<'a> Scanner<'a> {
         if self.peek()? != b'"' {
             return None;
         }
-        let (b, start) = (self.bytes, self.at + 1);
+        let (b, start, mut high) = (self.bytes, self.at + 1, 0u64);
         self.key_at = self.at;
-        let end = start + plain_run(b.get(start..)?);
+        let end = start + plain_run(b.get(start..)?, &mut high);
         if *b.get(end)? != b'"' {
             return None; // an escape, or a control character
         }
         let key = &b[start..end];
+        if high & HIGHS != 0 && std::str::from_utf8(key).is_err() {
+            return None;
+        }
         self.at = end + 1;
         Some(key)
     }
@@ -312,8 +313,9 @@ const ONES: u64 = u64::MAX / 255;
 const HIGHS: u64 = ONES << 7;
 
 /// Bytes up to the next quote, backslash or control character (or the
-/// end), eight at a time.
-fn plain_run(s: &[u8]) -> usize {
+/// end), eight at a time; ORs what it passes into `high` so the caller
+/// knows whether the string has non-ASCII bytes to validate.
+fn plain_run(s: &[u8], high: &mut u64) -> usize {
     let has = |word: u64, byte: u8| {
         let x = word ^ (ONES * u64::from(byte));
         x.wrapping_sub(ONES) & !x
@@ -321,6 +323,7 @@ fn plain_run(s: &[u8]) -> usize {
     let mut i = 0;
     while let Some(chunk) = s.get(i..).and_then(<[u8]>::first_chunk::<8>) {
         let word = u64::from_le_bytes(*chunk);
+        *high |= word;
         let control = word.wrapping_sub(ONES * 0x20) & !word;
         let stop = (control | has(word, b'"') | has(word, b'\\')) & HIGHS;
         if stop != 0 {
@@ -332,6 +335,7 @@ fn plain_run(s: &[u8]) -> usize {
         if c == b'"' || c == b'\\' || c < 0x20 {
             break;
         }
+        *high |= u64::from(c);
         i += 1;
     }
     i

@@ -64,7 +64,7 @@ impl Prefix {
         if self.learnt < MAX_LEARNT {
             return self.learn(data);
         }
-        let mut s = Scanner::new(std::str::from_utf8(data).ok()?);
+        let mut s = Scanner::new(data);
         let value = Envelope::scan(&mut s)?;
         s.finish()?;
         Some(value)
@@ -72,7 +72,7 @@ impl Prefix {
 
     /// Scans `data` after the start it shares with the chunk this was learnt from.
     fn resume<'a, C: Scan<'a> + Finishing<'a>>(&self, data: &'a [u8]) -> Option<Envelope<'a, C>> {
-        let rest = std::str::from_utf8(data.get(self.bytes.len()..)?).ok()?;
+        let rest = data.get(self.bytes.len()..)?;
         let text = |span: &Option<Range<usize>>| match span {
             None => Some(None),
             Some(span) => std::str::from_utf8(data.get(span.clone())?)
@@ -95,7 +95,7 @@ impl Prefix {
         &mut self,
         data: &'a [u8],
     ) -> Option<Envelope<'a, C>> {
-        let mut s = Scanner::new(std::str::from_utf8(data).ok()?);
+        let mut s = Scanner::new(data);
         let mut value = Envelope::empty();
         let mut seen = 0;
         let mut mark = None;
