@@ -52,7 +52,7 @@ pub(crate) use self::{
 };
 use crate::{
     measure::dialect::{
-        Dialect, Finish, FinishReason, ParseError, Parsed, RequestInfo, ServerTimings, Usage,
+        Dialect, Finish, FinishReason, Name, ParseError, Parsed, RequestInfo, ServerTimings, Usage,
     },
     measure::slo::Limits,
 };
@@ -266,10 +266,14 @@ impl Timeline {
             merge_server(&mut self.server, server);
         }
         if self.response_model.is_none() {
-            self.response_model = parsed.model.as_deref().map(str::to_owned);
+            self.response_model = parsed
+                .model
+                .as_ref()
+                .and_then(Name::to_text)
+                .map(str::to_owned);
         }
         if let Some(id) = &parsed.response_id {
-            self.ids.response_id_seen(id);
+            self.ids.response_id_seen(id.as_bytes());
         }
         self.in_band_error |= parsed.error;
         if let Some(finish) = &parsed.finish {

@@ -5,9 +5,9 @@ use std::borrow::Cow;
 use serde::Deserialize;
 
 use super::{
-    common::{cow, event_type, json, ArgLen, Counts, Summed, Tally, TextLen},
+    common::{cow, event_type, json, name, ArgLen, Counts, Summed, Tally, TextLen},
     lazy::{scan_struct, Reader},
-    Finish, ParseError, Parsed, Usage,
+    Finish, Name, ParseError, Parsed, Usage,
 };
 
 #[derive(Deserialize)]
@@ -58,11 +58,11 @@ impl StartBlock<'_> {
 /// The message object: in `message_start`, and the whole body.
 #[derive(Deserialize)]
 struct Message<'a> {
-    #[serde(default, borrow, deserialize_with = "cow")]
-    model: Option<Cow<'a, str>>,
+    #[serde(default, borrow, deserialize_with = "name")]
+    model: Option<Name<'a>>,
     /// `msg_…`.
-    #[serde(default, borrow, deserialize_with = "cow")]
-    id: Option<Cow<'a, str>>,
+    #[serde(default, borrow, deserialize_with = "name")]
+    id: Option<Name<'a>>,
     #[serde(default)]
     usage: Option<AnthropicUsage>,
     #[serde(default)]

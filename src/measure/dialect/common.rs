@@ -7,7 +7,7 @@ use serde::de::{
     Deserialize, Deserializer, Error, IgnoredAny, MapAccess, SeqAccess, Visitor,
 };
 
-use super::{lazy::scan_struct, ParseError, Parsed};
+use super::{lazy::scan_struct, Name, ParseError, Parsed};
 
 /// Reads one JSON payload; any failure is [`ParseError::Json`].
 pub(super) fn json<'a, T: Deserialize<'a>>(data: &'a [u8]) -> Result<T, ParseError> {
@@ -48,6 +48,11 @@ pub(super) fn ns(v: Option<u64>) -> Option<Duration> {
 
 pub(super) fn len32(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// Deserializes an optional [`Name`] as [`cow`] reads a string.
+pub(super) fn name<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Name<'de>>, D::Error> {
+    cow(d).map(|text| text.map(Name::from))
 }
 
 /// Deserializes an optional string, borrowing it from the payload unless it

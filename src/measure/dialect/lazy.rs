@@ -16,7 +16,7 @@ use serde::{de::IgnoredAny, Deserialize};
 pub(super) use super::scan::Scanner;
 use super::{
     common::{json, len32, ArgLen, Count, Finishing, Summed, SummedFinish, Tally, TextLen},
-    ParseError,
+    Name, ParseError,
 };
 
 /// A value the scanner can read as serde would.
@@ -161,6 +161,20 @@ impl<'a> Scan<'a> for Cow<'a, str> {
 impl Scan<'_> for IgnoredAny {
     fn scan(s: &mut Scanner<'_>) -> Option<Self> {
         s.skip().map(|()| IgnoredAny)
+    }
+}
+
+/// Borrowed unless escaped, as [`Cow<str>`]'s; its bytes are not checked as
+/// text again (the scanner checked any non-ASCII string).
+impl<'a> Scan<'a> for Name<'a> {
+    fn scan(s: &mut Scanner<'a>) -> Option<Self> {
+        let text = s.string()?;
+        match text.escaped {
+            false => Some(Name::from(text.raw())),
+            true => serde_json::from_slice::<String>(text.json)
+                .ok()
+                .map(|t| Name::from(Cow::Owned(t))),
+        }
     }
 }
 

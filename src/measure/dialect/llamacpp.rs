@@ -5,9 +5,9 @@ use std::borrow::Cow;
 use serde::{de::IgnoredAny, Deserialize};
 
 use super::{
-    common::{cow, json, ms, Count, TextLen},
+    common::{cow, json, ms, name, Count, TextLen},
     lazy::{scan_struct, Reader},
-    Finish, ParseError, Parsed, ServerTimings, Usage,
+    Finish, Name, ParseError, Parsed, ServerTimings, Usage,
 };
 
 /// llama.cpp `timings` (ms), on the final event of both its native and its
@@ -72,8 +72,8 @@ struct Event<'a> {
     tokens_evaluated: Option<u64>,
     #[serde(default)]
     timings: Option<Timings>,
-    #[serde(default, borrow, deserialize_with = "cow")]
-    model: Option<Cow<'a, str>>,
+    #[serde(default, borrow, deserialize_with = "name")]
+    model: Option<Name<'a>>,
     #[serde(default)]
     error: Option<IgnoredAny>,
     /// `eos`, `word`, `limit` (`none` while not stopped); newer servers.

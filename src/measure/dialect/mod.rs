@@ -206,6 +206,61 @@ impl Events {
     }
 }
 
+/// A name the server sent (the model that answered, its response id): the
+/// string's bytes, borrowed from the payload unless it held escapes. They
+/// are UTF-8 (the scanner checks a string with a non-ASCII byte, serde
+/// every string), kept as bytes so that an event does not check them again
+/// as text: only the timeline, which keeps the first, turns one into text.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Name<'a>(Cow<'a, [u8]>);
+
+// === impl Name ===
+
+impl<'a> Name<'a> {
+    /// The name as sent (unescaped).
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// The name as text; `None` only if it were not UTF-8, which a name
+    /// read from a payload always is.
+    pub fn to_text(&self) -> Option<&str> {
+        std::str::from_utf8(&self.0).ok()
+    }
+
+    /// Whether it is borrowed from the payload (it held no escape).
+    pub fn is_borrowed(&self) -> bool {
+        matches!(self.0, Cow::Borrowed(_))
+    }
+}
+
+impl<'a> From<Cow<'a, str>> for Name<'a> {
+    fn from(text: Cow<'a, str>) -> Self {
+        Self(match text {
+            Cow::Borrowed(text) => Cow::Borrowed(text.as_bytes()),
+            Cow::Owned(text) => Cow::Owned(text.into_bytes()),
+        })
+    }
+}
+
+impl<'a> From<&'a str> for Name<'a> {
+    fn from(text: &'a str) -> Self {
+        Self(Cow::Borrowed(text.as_bytes()))
+    }
+}
+
+impl<'a> From<&'a [u8]> for Name<'a> {
+    fn from(bytes: &'a [u8]) -> Self {
+        Self(Cow::Borrowed(bytes))
+    }
+}
+
+impl std::fmt::Debug for Name<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&String::from_utf8_lossy(&self.0), f)
+    }
+}
+
 /// Token usage as reported by the server. Every field is optional: servers
 /// report different subsets, and a later report fills in what an earlier
 /// one lacked.
@@ -278,11 +333,11 @@ pub struct Parsed<'a> {
     /// Timings the server reported in this event.
     pub server: Option<ServerTimings>,
     /// The model the server says answered.
-    pub model: Option<Cow<'a, str>>,
+    pub model: Option<Name<'a>>,
     /// The id the server gave its response (OpenAI `chatcmpl-…` / `cmpl-…`,
     /// Anthropic `msg_…`, Responses `resp_…`), borrowed from the payload;
     /// absent in formats without one (Ollama, TGI and llama.cpp native).
-    pub response_id: Option<Cow<'a, str>>,
+    pub response_id: Option<Name<'a>>,
     /// Why generation stopped, when this event says (a choice's
     /// `finish_reason`, Anthropic's `stop_reason`, Ollama's `done_reason`, …).
     pub finish: Option<Finish<'a>>,

@@ -5,15 +5,15 @@ use std::borrow::Cow;
 use serde::{de::IgnoredAny, Deserialize};
 
 use super::{
-    common::{cow, json, ns, Summed, TextLen, ToolCall},
+    common::{cow, json, name, ns, Summed, TextLen, ToolCall},
     lazy::{scan_struct, Reader},
-    Finish, ParseError, Parsed, ServerTimings, Usage,
+    Finish, Name, ParseError, Parsed, ServerTimings, Usage,
 };
 
 #[derive(Deserialize)]
 struct Line<'a> {
-    #[serde(default, borrow, deserialize_with = "cow")]
-    model: Option<Cow<'a, str>>,
+    #[serde(default, borrow, deserialize_with = "name")]
+    model: Option<Name<'a>>,
     /// `/api/chat`.
     #[serde(default)]
     message: Option<Message>,

@@ -2,16 +2,14 @@
 
 mod prefix;
 
-use std::borrow::Cow;
-
 use serde::{de::IgnoredAny, Deserialize};
 
 pub(crate) use self::prefix::Prefix;
 use super::{
-    common::{cow, done, is_done, json, ms, Finishing, SummedFinish},
+    common::{done, is_done, json, ms, name, Finishing, SummedFinish},
     lazy::{scan_struct, Reader, Scan, Scanner},
     llamacpp::Timings,
-    Finish, ParseError, Parsed, ServerTimings, Usage,
+    Finish, Name, ParseError, Parsed, ServerTimings, Usage,
 };
 
 /// OpenAI usage; the aliases read the Responses API's names.
@@ -148,11 +146,11 @@ struct Envelope<'a, C> {
     /// Cerebras.
     #[serde(default)]
     time_info: Option<Box<GroqUsage>>,
-    #[serde(default, borrow, deserialize_with = "cow")]
-    model: Option<Cow<'a, str>>,
+    #[serde(default, borrow, deserialize_with = "name")]
+    model: Option<Name<'a>>,
     /// `chatcmpl-…`, `cmpl-…`: the same on every chunk of a stream.
-    #[serde(default, borrow, deserialize_with = "cow")]
-    id: Option<Cow<'a, str>>,
+    #[serde(default, borrow, deserialize_with = "name")]
+    id: Option<Name<'a>>,
     #[serde(default)]
     error: Option<IgnoredAny>,
 }

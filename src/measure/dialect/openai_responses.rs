@@ -6,12 +6,12 @@ use serde::Deserialize;
 
 use super::{
     common::{
-        cow, done, event_type, is_done, json, Counts, Finishing, Summed, SummedFinish, Tally,
+        cow, done, event_type, is_done, json, name, Counts, Finishing, Summed, SummedFinish, Tally,
         TextLen,
     },
     lazy::{scan_struct, Reader},
     openai::OpenAiUsage,
-    Finish, ParseError, Parsed, Usage,
+    Finish, Name, ParseError, Parsed, Usage,
 };
 
 #[derive(Deserialize)]
@@ -39,12 +39,12 @@ scan_struct!(Event<'a> {
 struct Response<'a> {
     /// `resp_…`: on `response.created` and every later `response.*`
     /// lifecycle event.
-    #[serde(default, borrow, deserialize_with = "cow")]
-    id: Option<Cow<'a, str>>,
+    #[serde(default, borrow, deserialize_with = "name")]
+    id: Option<Name<'a>>,
     #[serde(default)]
     usage: Option<OpenAiUsage>,
-    #[serde(default, borrow, deserialize_with = "cow")]
-    model: Option<Cow<'a, str>>,
+    #[serde(default, borrow, deserialize_with = "name")]
+    model: Option<Name<'a>>,
     #[serde(default, borrow)]
     output: SummedFinish<'a, Item<'a>>,
     #[serde(default, borrow, deserialize_with = "cow")]

@@ -133,9 +133,10 @@ fn summarize(dialect: Dialect, frames: &[Frame]) -> Summary {
             s.cumulative.push(i);
         }
         s.server = p.server.or(s.server);
-        s.model = p.model.map(|m| m.into_owned()).or(s.model.take());
+        let text = |name: &super::Name<'_>| name.to_text().map(str::to_owned);
+        s.model = p.model.as_ref().and_then(text).or(s.model.take());
         if s.response_id.is_none() {
-            s.response_id = p.response_id.map(|id| id.into_owned());
+            s.response_id = p.response_id.as_ref().and_then(text);
         }
         if p.end {
             s.ends.push(i);

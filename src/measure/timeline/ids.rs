@@ -41,10 +41,11 @@ impl RequestIds {
         }
     }
 
-    /// Keeps the first response id seen; later ones are ignored.
-    pub fn response_id_seen(&mut self, id: &str) {
+    /// Keeps the first response id seen (its bytes, as sent); later ones
+    /// are ignored.
+    pub fn response_id_seen(&mut self, id: impl AsRef<[u8]>) {
         if self.response_id.is_none() {
-            self.response_id = id_text(id.as_bytes());
+            self.response_id = id_text(id.as_ref());
         }
     }
 }

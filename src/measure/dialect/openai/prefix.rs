@@ -18,9 +18,9 @@
 //! stream is scanned whole, as before. Property tests check that a stream
 //! read this way gives, event by event, what reading each event alone gives.
 
-use std::{borrow::Cow, ops::Range};
+use std::ops::Range;
 
-use super::{Envelope, Finishing, Scan, Scanner};
+use super::{Envelope, Finishing, Name, Scan, Scanner};
 
 /// The shortest start worth keeping: shorter, the copy and the compare
 /// would cost about what they save.
@@ -73,15 +73,14 @@ impl Prefix {
     /// Scans `data` after the start it shares with the chunk this was learnt from.
     fn resume<'a, C: Scan<'a> + Finishing<'a>>(&self, data: &'a [u8]) -> Option<Envelope<'a, C>> {
         let rest = data.get(self.bytes.len()..)?;
-        let text = |span: &Option<Range<usize>>| match span {
+        // The same bytes as in the chunk they were read from.
+        let name = |span: &Option<Range<usize>>| match span {
             None => Some(None),
-            Some(span) => std::str::from_utf8(data.get(span.clone())?)
-                .ok()
-                .map(|t| Some(Cow::Borrowed(t))),
+            Some(span) => data.get(span.clone()).map(|b| Some(Name::from(b))),
         };
         let mut value = Envelope::empty();
-        value.model = text(&self.model)?;
-        value.id = text(&self.id)?;
+        value.model = name(&self.model)?;
+        value.id = name(&self.id)?;
         let mut seen = self.seen;
         let mut s = Scanner::resume(rest);
         s.members(|s, key| value.field(&mut seen, s, key))?;
@@ -131,13 +130,14 @@ impl Prefix {
         if others || !(MIN_BYTES..=MAX_BYTES).contains(&at) {
             return None;
         }
-        // Where a borrowed string lies in `data`; an unescaped one only.
-        let span = |text: &Option<Cow<'a, str>>| match text {
+        // Where a borrowed name lies in `data`; an unescaped one only.
+        let span = |name: &Option<Name<'a>>| match name {
             None => Some(None),
-            Some(Cow::Owned(_)) => None,
-            Some(Cow::Borrowed(text)) => {
-                let start = (text.as_ptr() as usize).checked_sub(data.as_ptr() as usize)?;
-                let end = start + text.len();
+            Some(name) if !name.is_borrowed() => None,
+            Some(name) => {
+                let bytes = name.as_bytes();
+                let start = (bytes.as_ptr() as usize).checked_sub(data.as_ptr() as usize)?;
+                let end = start + bytes.len();
                 (end <= at).then_some(Some(start..end))
             }
         };
@@ -153,7 +153,7 @@ impl Prefix {
 
 #[cfg(test)]
 mod tests {
-    use super::{Envelope, Prefix};
+    use super::{Envelope, Name, Prefix};
     use crate::measure::dialect::{openai_chat::Choice, Dialect, Events};
 
     /// A vLLM chunk; `{}` is what comes before `"choices"` after the model.
@@ -176,8 +176,11 @@ mod tests {
         assert_eq!(&prefix.bytes[..], &first.as_bytes()[..start]);
         assert!(prefix.resume::<Choice<'_>>(second.as_bytes()).is_some());
         let envelope = scan(&mut prefix, &second).expect("read");
-        assert_eq!(envelope.model.as_deref(), Some("m"));
-        assert_eq!(envelope.id.as_deref(), Some("chatcmpl-1"));
+        assert_eq!(envelope.model.as_ref().and_then(Name::to_text), Some("m"));
+        assert_eq!(
+            envelope.id.as_ref().and_then(Name::to_text),
+            Some("chatcmpl-1")
+        );
         assert_eq!(prefix.learnt, 1, "a hit learns nothing");
     }
 

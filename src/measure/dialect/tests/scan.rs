@@ -184,10 +184,10 @@ fn kept_strings_are_unescaped_or_borrowed() {
     let data = br#"{"id":"chatcmpl-1","model":"org\/m\u00e9","choices":[{"delta":{},"finish_reason":"stop"}]}"#;
     let (scan, alone, reference) = outcomes(Dialect::OpenAiChat, b"", data);
     let parsed = alone.expect("fast path");
-    assert_eq!(parsed.model.as_deref(), Some("org/mé"));
-    assert!(matches!(
-        parsed.response_id,
-        Some(std::borrow::Cow::Borrowed("chatcmpl-1"))
-    ));
+    let model = parsed.model.expect("a model");
+    assert_eq!(model.to_text(), Some("org/mé"));
+    assert!(!model.is_borrowed());
+    let id = parsed.response_id.expect("an id");
+    assert!(id.is_borrowed() && id.to_text() == Some("chatcmpl-1"));
     assert_eq!(scan, reference);
 }
