@@ -21,6 +21,7 @@
 use std::ops::Range;
 
 use super::{Envelope, Finishing, Name, Scan, Scanner};
+use crate::measure::dialect::lazy;
 
 /// The shortest start worth keeping: shorter, the copy and the compare
 /// would cost about what they save.
@@ -64,10 +65,7 @@ impl Prefix {
         if self.learnt < MAX_LEARNT {
             return self.learn(data);
         }
-        let mut s = Scanner::new(data);
-        let value = Envelope::scan(&mut s)?;
-        s.finish()?;
-        Some(value)
+        lazy::scan(data)
     }
 
     /// Scans `data` after the start it shares with the chunk this was learnt from.
