@@ -50,10 +50,13 @@ fn load(proxy: &common::Proxy, rate: f64, seconds: u64) -> LoadConfig {
     config
 }
 
-/// The TTFTs (s) of the records in `path` for `model`.
+/// The TTFTs (s) of the records in `path` for `model`. The file is read
+/// while the record writer appends to it, so a last line without its
+/// newline is still being written: it is left for the next read.
 fn ttfts(path: &PathBuf, model: &str) -> Vec<f64> {
     let text = std::fs::read_to_string(path).expect("records");
-    text.lines()
+    text.split_inclusive('\n')
+        .filter_map(|line| line.strip_suffix('\n'))
         .map(|line| serde_json::from_str::<serde_json::Value>(line).expect("a JSON record"))
         .filter(|r| r["model"] == model)
         .filter_map(|r| r["ttft_ms"].as_f64())
