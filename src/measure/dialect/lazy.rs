@@ -13,7 +13,7 @@ use std::borrow::Cow;
 
 use serde::{de::IgnoredAny, Deserialize};
 
-pub(super) use super::scan::Scanner;
+pub(super) use super::scan::{Scanner, Text};
 use super::{
     common::{json, len32, ArgLen, Count, Finishing, Summed, SummedFinish, Tally, TextLen},
     Name, ParseError,
@@ -56,10 +56,16 @@ impl Reader {
 
 /// The whole payload as one `T`, nothing but whitespace around it.
 pub(super) fn scan<'a, T: Scan<'a>>(data: &'a [u8]) -> Option<T> {
+    scan_counting(data).map(|(value, _)| value)
+}
+
+/// [`scan`], with the text it counted.
+pub(super) fn scan_counting<'a, T: Scan<'a>>(data: &'a [u8]) -> Option<(T, Text)> {
     let mut s = Scanner::new(data);
     let value = T::scan(&mut s)?;
+    let text = s.text();
     s.finish()?;
-    Some(value)
+    Some((value, text))
 }
 
 /// Implements [`Scan`] for a struct that derives `Deserialize`:
@@ -182,7 +188,11 @@ impl<'a> Scan<'a> for Name<'a> {
 /// as serde checks it here (its range), so odd ones are left to serde.
 fn text_len(s: &mut Scanner<'_>) -> Option<u32> {
     match s.peek()? {
-        b'"' => s.string().map(|t| len32(t.len)),
+        b'"' => {
+            let text = s.string()?;
+            s.counted(&text);
+            Some(len32(text.len))
+        }
         b'-' | b'0'..=b'9' => s.number().filter(|n| n.in_range()).map(|_| 0),
         _ => s.skip().map(|()| 0),
     }
@@ -199,7 +209,10 @@ impl Scan<'_> for TextLen {
 impl Scan<'_> for ArgLen {
     fn scan(s: &mut Scanner<'_>) -> Option<Self> {
         match s.peek()? {
-            b'{' | b'[' => serde_json::from_slice(s.skip_raw()?).ok(),
+            b'{' | b'[' => {
+                s.counted_otherwise();
+                serde_json::from_slice(s.skip_raw()?).ok()
+            }
             _ => text_len(s).map(ArgLen),
         }
     }

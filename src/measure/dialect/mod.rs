@@ -169,13 +169,14 @@ impl Dialect {
 }
 
 /// Reads the events of one response, in order: its dialect, and what that
-/// keeps from one event to the next (the start every OpenAI-style chunk of
-/// a stream repeats, read once: see `openai/prefix.rs`). Each event reads
-/// as [`Dialect::parse_event`] reads it alone; only the cost differs.
+/// keeps from one event to the next (what OpenAI-style chunks of a stream
+/// repeat, read once: see `openai/prefix.rs` and `openai/template.rs`).
+/// Each event reads as [`Dialect::parse_event`] reads it alone; only the
+/// cost differs.
 #[derive(Debug)]
 pub struct Events {
     dialect: Dialect,
-    prefix: openai::Prefix,
+    learnt: openai::Learnt,
 }
 
 // === impl Events ===
@@ -185,7 +186,7 @@ impl Events {
     pub fn new(dialect: Dialect) -> Self {
         Self {
             dialect,
-            prefix: openai::Prefix::default(),
+            learnt: openai::Learnt::default(),
         }
     }
 
@@ -197,9 +198,9 @@ impl Events {
     /// Reads the next event of the response (see [`Dialect::parse_event`]).
     pub fn parse<'a>(&mut self, name: &[u8], data: &'a [u8]) -> Result<Parsed<'a>, ParseError> {
         match self.dialect {
-            Dialect::OpenAiChat => openai_chat::event_in_stream(&mut self.prefix, data),
+            Dialect::OpenAiChat => openai_chat::event_in_stream(&mut self.learnt, data),
             Dialect::OpenAiCompletions => {
-                openai_completions::event_in_stream(&mut self.prefix, data)
+                openai_completions::event_in_stream(&mut self.learnt, data)
             }
             dialect => dialect.parse_event(name, data),
         }

@@ -1,13 +1,16 @@
 //! The chunk envelope the OpenAI-style dialects share: choices, usage, vLLM `metrics`, llama.cpp `timings`, `[DONE]`.
 
 mod prefix;
+mod template;
+
+use std::ops::Range;
 
 use serde::{de::IgnoredAny, Deserialize};
 
-pub(crate) use self::prefix::Prefix;
+use self::{prefix::Prefix, template::Template};
 use super::{
     common::{done, is_done, json, ms, name, Finishing, SummedFinish},
-    lazy::{scan_struct, Reader, Scan, Scanner},
+    lazy::{scan_struct, Reader, Scan, Scanner, Text},
     llamacpp::Timings,
     Finish, Name, ParseError, Parsed, ServerTimings, Usage,
 };
@@ -199,6 +202,17 @@ impl<'a, C: Scan<'a> + Finishing<'a>> Envelope<'a, C> {
 }
 
 impl<'a, C> Envelope<'a, C> {
+    /// Whether it read nothing but choices and names: none of the parts a
+    /// stream sends once, no error.
+    fn names_only(&self) -> bool {
+        self.usage.is_none()
+            && self.metrics.is_none()
+            && self.timings.is_none()
+            && self.x_groq.is_none()
+            && self.time_info.is_none()
+            && self.error.is_none()
+    }
+
     fn parsed(self) -> Parsed<'a> {
         let counts = self.choices.0;
         // llama.cpp puts the cached prompt in `timings`, not in usage.
@@ -246,16 +260,83 @@ pub(super) fn event<'a, C: Deserialize<'a> + Scan<'a> + Finishing<'a>>(
     reader.read::<Envelope<'a, C>>(data).map(Envelope::parsed)
 }
 
+/// Where a name (`model`, `id`) lies in a kept chunk, to be read in place
+/// from the next one: two offsets, as a stream's kept bytes are few.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Span {
+    start: u16,
+    end: u16,
+}
+
+impl Span {
+    /// Where `name`, read from `data`, lies in it: `Some(None)` for no
+    /// name, `None` for one that cannot be read in place (escaped, so not
+    /// borrowed from `data`, or too far into it).
+    fn find(name: &Option<Name<'_>>, data: &[u8]) -> Option<Option<Range<usize>>> {
+        match name {
+            None => Some(None),
+            Some(name) if !name.is_borrowed() => None,
+            Some(name) => {
+                let bytes = name.as_bytes();
+                let start = (bytes.as_ptr() as usize).checked_sub(data.as_ptr() as usize)?;
+                let end = start + bytes.len();
+                (end <= data.len()).then_some(Some(start..end))
+            }
+        }
+    }
+
+    fn new(range: Option<Range<usize>>) -> Option<Option<Self>> {
+        let Some(range) = range else {
+            return Some(None);
+        };
+        Some(Some(Self {
+            start: u16::try_from(range.start).ok()?,
+            end: u16::try_from(range.end).ok()?,
+        }))
+    }
+
+    /// The name at `span` in `data`, `by` bytes further than where it was
+    /// found: `Some(None)` for no name.
+    fn read(span: Option<Self>, data: &[u8], by: usize) -> Option<Option<Name<'_>>> {
+        let Some(span) = span else {
+            return Some(None);
+        };
+        let bytes = data.get(usize::from(span.start) + by..usize::from(span.end) + by)?;
+        Some(Some(Name::from(bytes)))
+    }
+}
+
+/// What a stream's earlier chunks taught: the start they repeat
+/// (`prefix.rs`) and the chunk they repeat but for its text (`template.rs`).
+#[derive(Debug, Default)]
+pub(crate) struct Learnt {
+    prefix: Prefix,
+    template: Template,
+}
+
+impl Learnt {
+    /// Reads one chunk with what was learnt, and learns from it; `None`
+    /// when the scanner is unsure (serde decides).
+    fn scan<'a, C: Scan<'a> + Finishing<'a>>(&mut self, data: &'a [u8]) -> Option<Envelope<'a, C>> {
+        if let Some(envelope) = self.template.read(data) {
+            return Some(envelope);
+        }
+        let (envelope, text) = self.prefix.scan(data)?;
+        self.template.learn(data, &envelope, text);
+        Some(envelope)
+    }
+}
+
 /// Reads one chunk of a stream as [`event`] does, with what the stream's
-/// earlier chunks taught `prefix` (the start they repeat): the same result.
+/// earlier chunks taught: the same result.
 pub(super) fn event_in_stream<'a, C: Deserialize<'a> + Scan<'a> + Finishing<'a>>(
-    prefix: &mut Prefix,
+    learnt: &mut Learnt,
     data: &'a [u8],
 ) -> Result<Parsed<'a>, ParseError> {
     if is_done(data) {
         return Ok(done());
     }
-    let envelope = prefix.scan::<C>(data);
+    let envelope = learnt.scan::<C>(data);
     envelope
         .map_or_else(|| json::<Envelope<'a, C>>(data), Ok)
         .map(Envelope::parsed)

@@ -83,10 +83,10 @@ pub(super) fn event(reader: Reader, data: &[u8]) -> Result<Parsed<'_>, ParseErro
 }
 
 pub(super) fn event_in_stream<'a>(
-    prefix: &mut openai::Prefix,
+    learnt: &mut openai::Learnt,
     data: &'a [u8],
 ) -> Result<Parsed<'a>, ParseError> {
-    openai::event_in_stream::<Choice<'a>>(prefix, data)
+    openai::event_in_stream::<Choice<'a>>(learnt, data)
 }
 
 pub(super) fn body(data: &[u8]) -> Result<Parsed<'_>, ParseError> {

@@ -9,6 +9,8 @@
 //! accepts a payload serde rejects; on what it accepts, the readers built
 //! on it give serde's result, which the property tests check.
 
+use std::ops::Range;
+
 /// Nesting the scanner follows (objects and arrays); deeper payloads are
 /// left to serde, whose own limit (128) is then the one that applies.
 const MAX_DEPTH: u32 = 100;
@@ -59,6 +61,34 @@ impl Number<'_> {
     }
 }
 
+/// The text a scan counted (the non-empty strings [`Scanner::counted`]
+/// was told of): where it lies when it was one string, which a stream's
+/// next chunk may repeat the rest around (see `openai/template.rs`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(super) enum Text {
+    /// No string counted, or none but empty ones.
+    #[default]
+    None,
+    /// One: the string with its quotes at `json` (from the start of the
+    /// bytes), `len` bytes once unescaped.
+    One { json: Range<usize>, len: u32 },
+    /// More than one, or a count the scanner did not read itself.
+    Many,
+}
+
+impl Text {
+    /// The same text in bytes that `by` more bytes precede.
+    pub(super) fn shifted(self, by: usize) -> Self {
+        match self {
+            Self::One { json, len } => Self::One {
+                json: json.start + by..json.end + by,
+                len,
+            },
+            other => other,
+        }
+    }
+}
+
 /// A cursor over one payload.
 pub(super) struct Scanner<'a> {
     bytes: &'a [u8],
@@ -66,6 +96,8 @@ pub(super) struct Scanner<'a> {
     depth: u32,
     /// Where the last key read starts (its opening quote).
     key_at: usize,
+    /// The text counted so far.
+    text: Text,
 }
 
 impl<'a> Scanner<'a> {
@@ -75,6 +107,7 @@ impl<'a> Scanner<'a> {
             at: 0,
             depth: 0,
             key_at: 0,
+            text: Text::None,
         }
     }
 
@@ -92,6 +125,31 @@ impl<'a> Scanner<'a> {
     /// of the bytes.
     pub(super) fn key_at(&self) -> usize {
         self.key_at
+    }
+
+    /// Notes that the string just read (`str`) was counted as text.
+    #[inline]
+    pub(super) fn counted(&mut self, str: &Str<'a>) {
+        if str.len == 0 {
+            return;
+        }
+        self.text = match self.text {
+            Text::None => Text::One {
+                json: self.at - str.json.len()..self.at,
+                len: u32::try_from(str.len).unwrap_or(u32::MAX),
+            },
+            _ => Text::Many,
+        };
+    }
+
+    /// Notes a count taken otherwise than from a string the scanner read.
+    pub(super) fn counted_otherwise(&mut self) {
+        self.text = Text::Many;
+    }
+
+    /// The text counted so far.
+    pub(super) fn text(&self) -> Text {
+        self.text.clone()
     }
 
     /// Ends the scan: only whitespace may follow the value.

@@ -18,9 +18,7 @@
 //! stream is scanned whole, as before. Property tests check that a stream
 //! read this way gives, event by event, what reading each event alone gives.
 
-use std::ops::Range;
-
-use super::{Envelope, Finishing, Name, Scan, Scanner};
+use super::{Envelope, Finishing, Name, Scan, Scanner, Span, Text};
 use crate::measure::dialect::lazy;
 
 /// The shortest start worth keeping: shorter, the copy and the compare
@@ -44,46 +42,48 @@ pub(crate) struct Prefix {
     /// The envelope's fields read in them (its `seen` bits).
     seen: u64,
     /// Where `model`'s and `id`'s text lie in them, when read as strings.
-    model: Option<Range<usize>>,
-    id: Option<Range<usize>>,
+    model: Option<Span>,
+    id: Option<Span>,
     /// Starts learnt so far (see [`MAX_LEARNT`]).
     learnt: u8,
 }
 
 impl Prefix {
     /// Reads one chunk with what this stream's earlier chunks taught: the
-    /// envelope, or `None` when the scanner is unsure (serde decides).
+    /// envelope and the text the scan counted, or `None` when the scanner
+    /// is unsure (serde decides).
     pub(super) fn scan<'a, C: Scan<'a> + Finishing<'a>>(
         &mut self,
         data: &'a [u8],
-    ) -> Option<Envelope<'a, C>> {
+    ) -> Option<(Envelope<'a, C>, Text)> {
         if !self.bytes.is_empty() && data.starts_with(&self.bytes) {
-            if let Some(envelope) = self.resume(data) {
-                return Some(envelope);
+            if let Some(read) = self.resume(data) {
+                return Some(read);
             }
         }
         if self.learnt < MAX_LEARNT {
             return self.learn(data);
         }
-        lazy::scan(data)
+        lazy::scan_counting(data)
     }
 
     /// Scans `data` after the start it shares with the chunk this was learnt from.
-    fn resume<'a, C: Scan<'a> + Finishing<'a>>(&self, data: &'a [u8]) -> Option<Envelope<'a, C>> {
+    fn resume<'a, C: Scan<'a> + Finishing<'a>>(
+        &self,
+        data: &'a [u8],
+    ) -> Option<(Envelope<'a, C>, Text)> {
         let rest = data.get(self.bytes.len()..)?;
         // The same bytes as in the chunk they were read from.
-        let name = |span: &Option<Range<usize>>| match span {
-            None => Some(None),
-            Some(span) => data.get(span.clone()).map(|b| Some(Name::from(b))),
-        };
         let mut value = Envelope::empty();
-        value.model = name(&self.model)?;
-        value.id = name(&self.id)?;
+        value.model = Span::read(self.model, data, 0)?;
+        value.id = Span::read(self.id, data, 0)?;
         let mut seen = self.seen;
         let mut s = Scanner::resume(rest);
         s.members(|s, key| value.field(&mut seen, s, key))?;
+        // The start holds no text the scan counts (only names).
+        let text = s.text().shifted(self.bytes.len());
         s.finish()?;
-        Some(value)
+        Some((value, text))
     }
 
     /// Scans `data` whole, and keeps its start for the next chunk when it
@@ -91,7 +91,7 @@ impl Prefix {
     fn learn<'a, C: Scan<'a> + Finishing<'a>>(
         &mut self,
         data: &'a [u8],
-    ) -> Option<Envelope<'a, C>> {
+    ) -> Option<(Envelope<'a, C>, Text)> {
         let mut s = Scanner::new(data);
         let mut value = Envelope::empty();
         let mut seen = 0;
@@ -102,11 +102,12 @@ impl Prefix {
             }
             value.field(&mut seen, s, key)
         })?;
+        let text = s.text();
         s.finish()?;
         if let Some(Some(learnt)) = mark {
             *self = learnt;
         }
-        Some(value)
+        Some((value, text))
     }
 
     /// The start of `data` up to its `choices` key at `at`, with what the
@@ -118,32 +119,19 @@ impl Prefix {
         seen: u64,
         at: usize,
     ) -> Option<Self> {
-        let v = value;
-        let others = v.usage.is_some()
-            || v.metrics.is_some()
-            || v.timings.is_some()
-            || v.x_groq.is_some()
-            || v.time_info.is_some()
-            || v.error.is_some();
-        if others || !(MIN_BYTES..=MAX_BYTES).contains(&at) {
+        if !value.names_only() || !(MIN_BYTES..=MAX_BYTES).contains(&at) {
             return None;
         }
-        // Where a borrowed name lies in `data`; an unescaped one only.
-        let span = |name: &Option<Name<'a>>| match name {
-            None => Some(None),
-            Some(name) if !name.is_borrowed() => None,
-            Some(name) => {
-                let bytes = name.as_bytes();
-                let start = (bytes.as_ptr() as usize).checked_sub(data.as_ptr() as usize)?;
-                let end = start + bytes.len();
-                (end <= at).then_some(Some(start..end))
-            }
+        // Where a borrowed name lies in `data`: in the start kept.
+        let span = |name: &Option<Name<'a>>| match Span::find(name, data)? {
+            Some(range) if range.end > at => None,
+            range => Span::new(range),
         };
         Some(Self {
             bytes: data.get(..at)?.into(),
             seen,
-            model: span(&v.model)?,
-            id: span(&v.id)?,
+            model: span(&value.model)?,
+            id: span(&value.id)?,
             learnt: self.learnt + 1,
         })
     }
@@ -162,7 +150,7 @@ mod tests {
     }
 
     fn scan<'a>(prefix: &mut Prefix, data: &'a str) -> Option<Envelope<'a, Choice<'a>>> {
-        prefix.scan(data.as_bytes())
+        prefix.scan(data.as_bytes()).map(|(envelope, _)| envelope)
     }
 
     #[test]
