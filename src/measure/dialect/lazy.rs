@@ -56,16 +56,10 @@ impl Reader {
 
 /// The whole payload as one `T`, nothing but whitespace around it.
 pub(super) fn scan<'a, T: Scan<'a>>(data: &'a [u8]) -> Option<T> {
-    scan_counting(data).map(|(value, _)| value)
-}
-
-/// [`scan`], with the text it counted.
-pub(super) fn scan_counting<'a, T: Scan<'a>>(data: &'a [u8]) -> Option<(T, Text)> {
     let mut s = Scanner::new(data);
     let value = T::scan(&mut s)?;
-    let text = s.text();
     s.finish()?;
-    Some((value, text))
+    Some(value)
 }
 
 /// Implements [`Scan`] for a struct that derives `Deserialize`:

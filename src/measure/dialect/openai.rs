@@ -7,7 +7,10 @@ use std::ops::Range;
 
 use serde::{de::IgnoredAny, Deserialize};
 
-use self::{prefix::Prefix, template::Template};
+use self::{
+    prefix::Prefix,
+    template::{Notes, Template},
+};
 use super::{
     common::{done, is_done, json, ms, name, Finishing, SummedFinish},
     lazy::{scan_struct, Reader, Scan, Scanner, Text},
@@ -295,14 +298,20 @@ impl Span {
         }))
     }
 
-    /// The name at `span` in `data`, `by` bytes further than where it was
-    /// found: `Some(None)` for no name.
-    fn read(span: Option<Self>, data: &[u8], by: usize) -> Option<Option<Name<'_>>> {
+    /// The name at `span` in `data`: `Some(None)` for no name.
+    fn read(span: Option<Self>, data: &[u8]) -> Option<Option<Name<'_>>> {
+        Self::read_moved(span, data, 0)
+    }
+
+    /// The name at `span` in `data`, moved by `by` bytes (a wrapping
+    /// difference: negative when what came before it shrank).
+    fn read_moved(span: Option<Self>, data: &[u8], by: usize) -> Option<Option<Name<'_>>> {
         let Some(span) = span else {
             return Some(None);
         };
-        let bytes = data.get(usize::from(span.start) + by..usize::from(span.end) + by)?;
-        Some(Some(Name::from(bytes)))
+        let start = usize::from(span.start).wrapping_add(by);
+        let end = usize::from(span.end).wrapping_add(by);
+        Some(Some(Name::from(data.get(start..end)?)))
     }
 }
 
@@ -311,18 +320,22 @@ impl Span {
 #[derive(Debug, Default)]
 pub(crate) struct Learnt {
     prefix: Prefix,
-    template: Template,
+    template: Option<Box<Template>>,
 }
 
 impl Learnt {
     /// Reads one chunk with what was learnt, and learns from it; `None`
     /// when the scanner is unsure (serde decides).
     fn scan<'a, C: Scan<'a> + Finishing<'a>>(&mut self, data: &'a [u8]) -> Option<Envelope<'a, C>> {
-        if let Some(envelope) = self.template.read(data) {
-            return Some(envelope);
+        if let Some(template) = &mut self.template {
+            match template.read(data) {
+                Some(envelope) => return Some(envelope),
+                None => template.missed(),
+            }
         }
-        let (envelope, text) = self.prefix.scan(data)?;
-        self.template.learn(data, &envelope, text);
+        let mut notes = Notes::default();
+        let envelope = self.prefix.scan(data, &mut notes)?;
+        Template::learn(&mut self.template, data, &envelope, &notes);
         Some(envelope)
     }
 }

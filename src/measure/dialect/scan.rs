@@ -127,6 +127,11 @@ impl<'a> Scanner<'a> {
         self.key_at
     }
 
+    /// Where the scanner is, from the start of the bytes.
+    pub(super) fn at(&self) -> usize {
+        self.at
+    }
+
     /// Notes that the string just read (`str`) was counted as text.
     #[inline]
     pub(super) fn counted(&mut self, str: &Str<'a>) {

@@ -18,8 +18,7 @@
 //! stream is scanned whole, as before. Property tests check that a stream
 //! read this way gives, event by event, what reading each event alone gives.
 
-use super::{Envelope, Finishing, Name, Scan, Scanner, Span, Text};
-use crate::measure::dialect::lazy;
+use super::{template::Notes, Envelope, Finishing, Name, Scan, Scanner, Span};
 
 /// The shortest start worth keeping: shorter, the copy and the compare
 /// would cost about what they save.
@@ -50,40 +49,50 @@ pub(crate) struct Prefix {
 
 impl Prefix {
     /// Reads one chunk with what this stream's earlier chunks taught: the
-    /// envelope and the text the scan counted, or `None` when the scanner
-    /// is unsure (serde decides).
+    /// envelope, or `None` when the scanner is unsure (serde decides).
+    /// `notes` gets what the scan found for the template.
     pub(super) fn scan<'a, C: Scan<'a> + Finishing<'a>>(
         &mut self,
         data: &'a [u8],
-    ) -> Option<(Envelope<'a, C>, Text)> {
+        notes: &mut Notes,
+    ) -> Option<Envelope<'a, C>> {
         if !self.bytes.is_empty() && data.starts_with(&self.bytes) {
-            if let Some(read) = self.resume(data) {
+            if let Some(read) = self.resume(data, notes) {
                 return Some(read);
             }
+            *notes = Notes::default();
         }
         if self.learnt < MAX_LEARNT {
-            return self.learn(data);
+            return self.learn(data, notes);
         }
-        lazy::scan_counting(data)
+        let mut s = Scanner::new(data);
+        let mut value = Envelope::empty();
+        let mut seen = 0;
+        s.object(|s, key| notes.field(&mut value, &mut seen, s, key, 0))?;
+        notes.text = s.text();
+        s.finish()?;
+        Some(value)
     }
 
     /// Scans `data` after the start it shares with the chunk this was learnt from.
     fn resume<'a, C: Scan<'a> + Finishing<'a>>(
         &self,
         data: &'a [u8],
-    ) -> Option<(Envelope<'a, C>, Text)> {
-        let rest = data.get(self.bytes.len()..)?;
+        notes: &mut Notes,
+    ) -> Option<Envelope<'a, C>> {
+        let at = self.bytes.len();
+        let rest = data.get(at..)?;
         // The same bytes as in the chunk they were read from.
         let mut value = Envelope::empty();
-        value.model = Span::read(self.model, data, 0)?;
-        value.id = Span::read(self.id, data, 0)?;
+        value.model = Span::read(self.model, data)?;
+        value.id = Span::read(self.id, data)?;
         let mut seen = self.seen;
         let mut s = Scanner::resume(rest);
-        s.members(|s, key| value.field(&mut seen, s, key))?;
+        s.members(|s, key| notes.field(&mut value, &mut seen, s, key, at))?;
         // The start holds no text the scan counts (only names).
-        let text = s.text().shifted(self.bytes.len());
+        notes.text = s.text().shifted(at);
         s.finish()?;
-        Some((value, text))
+        Some(value)
     }
 
     /// Scans `data` whole, and keeps its start for the next chunk when it
@@ -91,7 +100,8 @@ impl Prefix {
     fn learn<'a, C: Scan<'a> + Finishing<'a>>(
         &mut self,
         data: &'a [u8],
-    ) -> Option<(Envelope<'a, C>, Text)> {
+        notes: &mut Notes,
+    ) -> Option<Envelope<'a, C>> {
         let mut s = Scanner::new(data);
         let mut value = Envelope::empty();
         let mut seen = 0;
@@ -100,14 +110,14 @@ impl Prefix {
             if key == b"choices" && mark.is_none() {
                 mark = Some(self.mark(data, &value, seen, s.key_at()));
             }
-            value.field(&mut seen, s, key)
+            notes.field(&mut value, &mut seen, s, key, 0)
         })?;
-        let text = s.text();
+        notes.text = s.text();
         s.finish()?;
         if let Some(Some(learnt)) = mark {
             *self = learnt;
         }
-        Some((value, text))
+        Some(value)
     }
 
     /// The start of `data` up to its `choices` key at `at`, with what the
@@ -139,7 +149,7 @@ impl Prefix {
 
 #[cfg(test)]
 mod tests {
-    use super::{Envelope, Name, Prefix};
+    use super::{Envelope, Name, Notes, Prefix};
     use crate::measure::dialect::{openai_chat::Choice, Dialect, Events};
 
     /// A vLLM chunk; `{}` is what comes before `"choices"` after the model.
@@ -150,7 +160,7 @@ mod tests {
     }
 
     fn scan<'a>(prefix: &mut Prefix, data: &'a str) -> Option<Envelope<'a, Choice<'a>>> {
-        prefix.scan(data.as_bytes()).map(|(envelope, _)| envelope)
+        prefix.scan(data.as_bytes(), &mut Notes::default())
     }
 
     #[test]
@@ -160,7 +170,10 @@ mod tests {
         assert!(scan(&mut prefix, &first).is_some());
         let start = first.find(r#""choices""#).expect("choices");
         assert_eq!(&prefix.bytes[..], &first.as_bytes()[..start]);
-        assert!(prefix.resume::<Choice<'_>>(second.as_bytes()).is_some());
+        let notes = &mut Notes::default();
+        assert!(prefix
+            .resume::<Choice<'_>>(second.as_bytes(), notes)
+            .is_some());
         let envelope = scan(&mut prefix, &second).expect("read");
         assert_eq!(envelope.model.as_ref().and_then(Name::to_text), Some("m"));
         assert_eq!(
