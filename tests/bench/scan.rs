@@ -11,8 +11,9 @@
 //! (`"usage":null` on each). Throughput is in events: time per event is the
 //! inverse. `stream` reads each fixture's events in order with one
 //! [`Events`] per fixture, as the proxy reads a response (OpenAI-style
-//! chunks then skip the start they repeat); `chunk_250B/stream` is that
-//! chunk over and over, as one stream.
+//! chunks then skip the start they repeat, and one that repeats the chunk
+//! before it but for its text is read without a scan); `chunk_250B/stream`
+//! is that chunk over and over, as one stream.
 //!
 //! Run with `cargo bench --bench scan`.
 
