@@ -152,6 +152,11 @@ impl<'a> Scanner<'a> {
         self.text = Text::Many;
     }
 
+    /// Whether any text was counted so far.
+    pub(super) fn counted_any(&self) -> bool {
+        self.text != Text::None
+    }
+
     /// The text counted so far.
     pub(super) fn text(&self) -> Text {
         self.text.clone()

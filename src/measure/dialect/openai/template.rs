@@ -62,7 +62,9 @@ pub(super) struct Notes {
 impl Notes {
     /// Reads one top-level member as the envelope does (see
     /// `Envelope::field`), noting where its value lies when the envelope
-    /// ignores it; `at` bytes precede the scanner's.
+    /// ignores it and it comes after counted text (those before are kept
+    /// as bytes, and would only take up holes); `at` bytes precede the
+    /// scanner's.
     #[inline(always)]
     pub(super) fn field<'a, C: Scan<'a> + Finishing<'a>>(
         &mut self,
@@ -74,7 +76,7 @@ impl Notes {
     ) -> Option<()> {
         let (start, before) = (s.at(), *seen);
         value.field(seen, s, key)?;
-        if *seen == before && self.len < MAX_HOLES {
+        if *seen == before && self.len < MAX_HOLES && s.counted_any() {
             self.ignored[self.len] = (at + start, at + s.at());
             self.len += 1;
         }
@@ -477,6 +479,26 @@ mod tests {
                 Some("chatcmpl-9")
             );
         }
+    }
+
+    /// OpenAI's layout: members the envelope ignores before `choices`
+    /// (`object`, `created`, `service_tier`, `system_fingerprint`) and an
+    /// `obfuscation` nonce after: the first chunk kept reads the rest.
+    #[test]
+    fn members_before_the_text_do_not_take_up_holes() {
+        let chunk = |t: &str, nonce: &str| {
+            format!(
+                r#"{{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"gpt","service_tier":"default","system_fingerprint":"fp_1","choices":[{{"index":0,"delta":{{"content":"{t}"}},"logprobs":null,"finish_reason":null}}],"usage":null,"obfuscation":"{nonce}"}}"#
+            )
+        };
+        let chunks = [
+            chunk("a", "x1"),
+            chunk("bc", "Qz"),
+            chunk("d", "long nonce"),
+        ];
+        let events = read(Dialect::OpenAiChat, &chunks);
+        assert_eq!(template(&events).learnt, 1);
+        assert_eq!(template(&events).hole_count, 1);
     }
 
     /// More members to ignore than holes: those after the last hole are
