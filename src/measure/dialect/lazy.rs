@@ -55,7 +55,7 @@ impl Reader {
 }
 
 /// The whole payload as one `T`, nothing but whitespace around it.
-pub(super) fn scan<'a, T: Scan<'a>>(data: &'a [u8]) -> Option<T> {
+fn scan<'a, T: Scan<'a>>(data: &'a [u8]) -> Option<T> {
     let mut s = Scanner::new(data);
     let value = T::scan(&mut s)?;
     s.finish()?;

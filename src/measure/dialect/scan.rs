@@ -11,6 +11,8 @@
 
 use std::ops::Range;
 
+use super::common::len32;
+
 /// Nesting the scanner follows (objects and arrays); deeper payloads are
 /// left to serde, whose own limit (128) is then the one that applies.
 const MAX_DEPTH: u32 = 100;
@@ -141,7 +143,7 @@ impl<'a> Scanner<'a> {
         self.text = match self.text {
             Text::None => Text::One {
                 json: self.at - str.json.len()..self.at,
-                len: u32::try_from(str.len).unwrap_or(u32::MAX),
+                len: len32(str.len),
             },
             _ => Text::Many,
         };

@@ -62,16 +62,7 @@ impl Prefix {
             }
             *notes = Notes::default();
         }
-        if self.learnt < MAX_LEARNT {
-            return self.learn(data, notes);
-        }
-        let mut s = Scanner::new(data);
-        let mut value = Envelope::empty();
-        let mut seen = 0;
-        s.object(|s, key| notes.field(&mut value, &mut seen, s, key, 0))?;
-        notes.text = s.text();
-        s.finish()?;
-        Some(value)
+        self.learn(data, notes)
     }
 
     /// Scans `data` after the start it shares with the chunk this was learnt from.
@@ -96,7 +87,7 @@ impl Prefix {
     }
 
     /// Scans `data` whole, and keeps its start for the next chunk when it
-    /// can be kept (see the module).
+    /// can be kept (see the module) and fewer than [`MAX_LEARNT`] were.
     fn learn<'a, C: Scan<'a> + Finishing<'a>>(
         &mut self,
         data: &'a [u8],
@@ -107,7 +98,7 @@ impl Prefix {
         let mut seen = 0;
         let mut mark = None;
         s.object(|s, key| {
-            if key == b"choices" && mark.is_none() {
+            if key == b"choices" && mark.is_none() && self.learnt < MAX_LEARNT {
                 mark = Some(self.mark(data, &value, seen, s.key_at()));
             }
             notes.field(&mut value, &mut seen, s, key, 0)

@@ -96,7 +96,7 @@ enum Kind {
 #[derive(Debug)]
 pub(crate) struct Template {
     /// The kept chunk without its text string: the bytes up to its opening
-    /// quote, then those after its closing quote. Empty until kept.
+    /// quote, then those after its closing quote. Empty once let go.
     bytes: Box<[u8]>,
     /// Where the string was: `bytes[..head]` came before it.
     head: u16,
@@ -279,7 +279,7 @@ impl Template {
 #[cfg(test)]
 mod tests {
     use super::{Kind, Template, MAX_LEARNT};
-    use crate::measure::dialect::{Dialect, Events};
+    use crate::measure::dialect::{Dialect, Events, Parsed};
 
     /// A vLLM chunk whose delta is `delta`.
     fn chunk(delta: &str) -> String {
@@ -298,6 +298,15 @@ mod tests {
             assert_eq!(events.parse(b"", data.as_bytes()), alone, "{data}");
         }
         events
+    }
+
+    /// The names an event read by the template carries.
+    fn assert_names(parsed: &Parsed<'_>, model: &str, id: &str) {
+        assert_eq!(parsed.model.as_ref().and_then(|m| m.to_text()), Some(model));
+        assert_eq!(
+            parsed.response_id.as_ref().and_then(|m| m.to_text()),
+            Some(id)
+        );
     }
 
     fn template(events: &Events) -> &Template {
@@ -392,14 +401,7 @@ mod tests {
         assert_eq!(template(&events).learnt, 1);
         let mut events = events;
         let parsed = events.parse(b"", chunks[1].as_bytes()).expect("read");
-        assert_eq!(
-            parsed.model.as_ref().and_then(|m| m.to_text()),
-            Some("llama")
-        );
-        assert_eq!(
-            parsed.response_id.as_ref().and_then(|m| m.to_text()),
-            Some("chatcmpl-9")
-        );
+        assert_names(&parsed, "llama", "chatcmpl-9");
     }
 
     #[test]
@@ -470,14 +472,7 @@ mod tests {
         );
         for data in &chunks {
             let parsed = events.parse(b"", data.as_bytes()).expect("read");
-            assert_eq!(
-                parsed.model.as_ref().and_then(|m| m.to_text()),
-                Some("llama")
-            );
-            assert_eq!(
-                parsed.response_id.as_ref().and_then(|m| m.to_text()),
-                Some("chatcmpl-9")
-            );
+            assert_names(&parsed, "llama", "chatcmpl-9");
         }
     }
 
