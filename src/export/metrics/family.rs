@@ -19,9 +19,11 @@
 
 use std::{
     collections::{BTreeMap, HashMap},
-    hash::{BuildHasher, Hash, Hasher, RandomState},
+    hash::{BuildHasher, Hash, Hasher},
     sync::{Arc, RwLock},
 };
+
+use foldhash::fast::RandomState;
 
 use super::text;
 
@@ -88,6 +90,11 @@ struct Inner<K: Kind> {
     /// The label names in exposition order.
     names: Box<[String]>,
     series: RwLock<Index<K::Values>>,
+    /// foldhash, seeded per process: a lookup runs a few times per
+    /// request, and SipHash (std's) made it several hundred instructions.
+    /// Its weaker resistance to chosen collisions costs little here: the
+    /// label space admits a bounded number of series, and colliding tuples
+    /// are still told apart by their values.
     hasher: RandomState,
 }
 
@@ -95,7 +102,7 @@ struct Inner<K: Kind> {
 struct Index<V> {
     /// Keyed by the hash of the values; a hash shared by two tuples keeps
     /// both, told apart by their values.
-    by_hash: HashMap<u64, Vec<Arc<Core<V>>>>,
+    by_hash: HashMap<u64, Vec<Arc<Core<V>>>, RandomState>,
     /// Values in exposition order → series: the order of a scrape.
     sorted: BTreeMap<Box<[String]>, Arc<Core<V>>>,
 }
@@ -143,10 +150,10 @@ impl<K: Kind> Family<K> {
                 names: order.iter().map(|&i| labels[i].to_owned()).collect(),
                 order: order.into_boxed_slice(),
                 series: RwLock::new(Index {
-                    by_hash: HashMap::new(),
+                    by_hash: HashMap::default(),
                     sorted: BTreeMap::new(),
                 }),
-                hasher: RandomState::new(),
+                hasher: RandomState::default(),
             }),
         })
     }

@@ -147,25 +147,105 @@ impl Handle<Buckets> {
     /// NaN and for values past the last bound) and adds it to the sum.
     pub(super) fn observe(&self, v: f64) {
         let counts = &self.core.sample;
-        let i =
-            (counts.bounds).partition_point(|b| !matches!(v.partial_cmp(b), Some(Less | Equal)));
-        if let Some(bucket) = counts.buckets.get(i) {
+        if let Some(bucket) = counts.buckets.get(counts.bucket(v)) {
             bucket.fetch_add(1, Ordering::Relaxed);
         }
-        // An atomic f64 add; no other write contends but another
-        // observation of the same series.
-        let mut bits = counts.sum.load(Ordering::Relaxed);
+        counts.add(v);
+    }
+
+    /// A batch of observations of this series, counted when it is dropped.
+    pub(super) fn batch(&self) -> Batch<'_> {
+        Batch {
+            counts: &self.core.sample,
+            bucket: 0,
+            run: 0,
+            sum: 0.0,
+        }
+    }
+}
+
+impl Counts {
+    /// The index of the bucket `v` falls in: the first whose bound is ≥
+    /// `v`, else (past the last bound, or NaN) `+Inf`'s.
+    fn bucket(&self, v: f64) -> usize {
+        (self.bounds).partition_point(|b| !matches!(v.partial_cmp(b), Some(Less | Equal)))
+    }
+
+    /// Whether `v` falls in bucket `i`: above the bound before it (if
+    /// any), at most its own (if any). NaN passes only when there is
+    /// neither, where `+Inf`'s is the only bucket.
+    fn holds(&self, i: usize, v: f64) -> bool {
+        let above = i == 0 || self.bounds.get(i - 1).is_some_and(|b| *b < v);
+        let within = self.bounds.get(i).is_none_or(|b| v <= *b);
+        above && within
+    }
+
+    /// Adds `v` to the sum; an atomic f64 add, which no other write
+    /// contends but another observation of the same series.
+    fn add(&self, v: f64) {
+        let mut bits = self.sum.load(Ordering::Relaxed);
         loop {
             let next = (f64::from_bits(bits) + v).to_bits();
-            match (counts.sum).compare_exchange_weak(
-                bits,
-                next,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
+            match (self.sum).compare_exchange_weak(bits, next, Ordering::Relaxed, Ordering::Relaxed)
+            {
                 Ok(_) => break,
                 Err(current) => bits = current,
             }
+        }
+    }
+}
+
+/// Observations of one series gathered before they are counted, for the
+/// values a request observes by the hundred (its gaps and inter-token
+/// latencies): a run of values in one bucket is one atomic add, and the
+/// batch's sum is one, where [`Handle::observe`] does two per value. A
+/// stream's gaps are alike, so the bucket of the value before is tried
+/// first, before the search.
+///
+/// A scrape sees the batch when it is dropped (or a run so far, when
+/// the bucket changes): the counts are the same as observing each value,
+/// the sum the same up to the order of f64 additions.
+pub(super) struct Batch<'a> {
+    counts: &'a Counts,
+    /// The bucket of the current run.
+    bucket: usize,
+    /// Values in the current run, not yet counted.
+    run: u64,
+    /// The sum of the values observed, not yet added.
+    sum: f64,
+}
+
+impl Batch<'_> {
+    /// Observes `v` `n` times.
+    pub(super) fn observe_n(&mut self, v: f64, n: u64) {
+        if n == 0 {
+            return;
+        }
+        if self.run == 0 || !self.counts.holds(self.bucket, v) {
+            self.flush_run();
+            self.bucket = self.counts.bucket(v);
+        }
+        self.run += n;
+        // `n` times `v`, as one product: one rounding instead of `n`.
+        self.sum += v * n as f64;
+    }
+
+    fn flush_run(&mut self) {
+        if self.run > 0 {
+            if let Some(bucket) = self.counts.buckets.get(self.bucket) {
+                bucket.fetch_add(self.run, Ordering::Relaxed);
+            }
+            self.run = 0;
+        }
+    }
+}
+
+impl Drop for Batch<'_> {
+    fn drop(&mut self) {
+        self.flush_run();
+        // Adding zero changes no sum (a fresh sum is +0, never -0).
+        if self.sum != 0.0 {
+            self.counts.add(self.sum);
         }
     }
 }

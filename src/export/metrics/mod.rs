@@ -319,7 +319,8 @@ impl Metrics {
         let mut gaps = t.gaps.inter_event().peekable();
         if let (Some(inter_event), Some(_)) = (&f.inter_event, gaps.peek()) {
             let series = inter_event.with_label_values(&labels);
-            gaps.for_each(|gap| series.observe(gap.as_secs_f64()));
+            let mut batch = series.batch();
+            gaps.for_each(|gap| batch.observe_n(gap.as_secs_f64(), 1));
         }
         if t.tokens.token_events == 0 {
             return;
@@ -328,20 +329,22 @@ impl Metrics {
             .event_tokens
             .as_ref()
             .map(|v| v.with_label_values(&labels));
-        if let Some(per_event) = &per_event {
-            per_event.observe(t.tokens.first_event_tokens() as f64);
+        let mut per_event = per_event.as_ref().map(|series| series.batch());
+        if let Some(per_event) = &mut per_event {
+            per_event.observe_n(t.tokens.first_event_tokens() as f64, 1);
         }
         let mut latencies = t.inter_token_latencies().peekable();
         let itl = match (&f.itl, latencies.peek()) {
             (Some(itl), Some(_)) => Some(itl.with_label_values(&labels)),
             _ => None,
         };
+        let mut itl = itl.as_ref().map(|series| series.batch());
         for (value, count) in latencies {
-            if let Some(per_event) = &per_event {
-                per_event.observe(count as f64);
+            if let Some(per_event) = &mut per_event {
+                per_event.observe_n(count as f64, 1);
             }
-            if let Some(itl) = &itl {
-                (0..count).for_each(|_| itl.observe(value.as_secs_f64()));
+            if let Some(itl) = &mut itl {
+                itl.observe_n(value.as_secs_f64(), count);
             }
         }
     }

@@ -171,3 +171,55 @@ fn concurrent_observations_are_all_counted() {
     }
     assert_eq!(text.matches("t_count").count(), 2, "one series per tuple");
 }
+
+/// Values at, around and between the bounds `0..50` (halves, so every sum
+/// here is exact in any order), and the ones with no place: NaN, the
+/// infinities, -0.
+fn value() -> impl Strategy<Value = f64> {
+    prop_oneof![
+        (-4i32..120).prop_map(|h| f64::from(h) / 2.0),
+        Just(f64::NAN),
+        Just(f64::INFINITY),
+        Just(f64::NEG_INFINITY),
+        Just(-0.0),
+    ]
+}
+
+proptest! {
+    /// Observations through batches (a value `n` times, runs within a
+    /// bucket and across buckets, several batches and single observations
+    /// on one series) write what observing each value once at a time
+    /// writes.
+    #[test]
+    fn a_batch_counts_what_observing_each_value_counts(
+        batches in prop::collection::vec(
+            prop::collection::vec((value(), 0u64..4), 0..30), 0..4),
+        singles in prop::collection::vec(value(), 0..3),
+        bounds in prop::collection::btree_set(0u32..50, 0..6),
+    ) {
+        let buckets: Vec<f64> = bounds.into_iter().map(f64::from).collect();
+        let one_by_one = HistogramFamily::new("t", "h", &["a"], &buckets).expect("valid");
+        let batched = HistogramFamily::new("t", "h", &["a"], &buckets).expect("valid");
+        for batch in &batches {
+            let series = one_by_one.with_label_values(&["x"]);
+            for &(v, n) in batch {
+                (0..n).for_each(|_| series.observe(v));
+            }
+            let series = batched.with_label_values(&["x"]);
+            let mut gathered = series.batch();
+            for &(v, n) in batch {
+                gathered.observe_n(v, n);
+            }
+        }
+        for &v in &singles {
+            one_by_one.with_label_values(&["x"]).observe(v);
+            batched.with_label_values(&["x"]).observe(v);
+        }
+        let text = |family: &HistogramFamily| {
+            let mut out = Vec::new();
+            family.encode(&mut out);
+            String::from_utf8(out).expect("utf-8")
+        };
+        prop_assert_eq!(text(&batched), text(&one_by_one));
+    }
+}
