@@ -1,21 +1,29 @@
 //! The log sink: a bounded queue of formatted lines and one thread of its
 //! own that writes them out.
 //!
-//! The thread that emits an event only `try_send`s the formatted line: it
-//! never waits for the queue, never touches the output and never sees a
-//! write error. A line that does not fit is dropped and counted; a write
-//! that fails (EPIPE when the reader left, ENOSPC on a full disk) drops the
-//! lines it carried and counts them. Nothing here panics or blocks the
-//! caller, so a slow, full or vanished log sink costs log lines, never a
-//! request.
+//! The thread that emits an event only appends the formatted line to the
+//! queue, under a lock held for that copy alone: it never waits for the
+//! output and never sees a write error. A line that does not fit is
+//! dropped and counted; a write that fails (EPIPE when the reader left,
+//! ENOSPC on a full disk) drops the lines it carried and counts them.
+//! Nothing here panics or blocks the caller on the output, so a slow, full
+//! or vanished log sink costs log lines, never a request.
+//!
+//! The writer lingers: woken by the first line after a quiet spell, it
+//! waits [`LINGER`] for more (or for the queue to fill past a quarter)
+//! before it writes them all at once. Under load that is one wake-up and
+//! one `write(2)` per `LINGER` instead of one of each per request (the
+//! access log writes a line per request, and each wake-up was a futex call
+//! and a context switch on the proxy's core); a line reaches the output
+//! at most `LINGER` late.
 
 use std::{
     io::{self, Write},
     os::fd::AsFd,
     sync::{
         atomic::{AtomicU64, Ordering::Relaxed},
-        mpsc::{self, Receiver, SyncSender, TryRecvError, TrySendError},
-        Mutex, PoisonError,
+        mpsc::{self, Receiver},
+        Arc, Condvar, Mutex, MutexGuard, PoisonError,
     },
     thread,
     time::Duration,
@@ -35,14 +43,15 @@ pub const DROPPED_NAME: &str = "tokenclock_log_lines_dropped_total";
 pub const DROPPED_HELP: &str = "Log lines lost, by reason: queue_full (the log writer fell behind \
      or had stopped) or write_error (writing to stderr failed, e.g. EPIPE or ENOSPC).";
 
-/// Bytes gathered into one `write(2)`, at most (a single longer line is
-/// written whole).
-const MAX_WRITE: usize = 64 * 1024;
+/// How long the writer gathers lines after the first one before it writes
+/// them: the most a line waits in the queue while the output keeps up.
+pub(crate) const LINGER: Duration = Duration::from_millis(50);
 /// Longest wait for the queue to drain when the process ends: a blocked
 /// stderr must not hold up the exit.
 const FLUSH_BUDGET: Duration = Duration::from_secs(2);
-/// Pause between attempts to queue the final marker into a full queue.
-const RETRY: Duration = Duration::from_millis(10);
+/// The capacity of a queue kept after a write (bytes): a burst's larger
+/// buffer is given back, a usual one is reused.
+const KEEP_CAPACITY: usize = 64 * 1024;
 
 /// Lines lost, by reason (lines). Process-wide, because logging starts
 /// before any metrics registry exists; [`DroppedLines`] exports it.
@@ -80,16 +89,33 @@ impl Default for Counters {
     }
 }
 
-enum Msg {
-    Line(Vec<u8>),
-    Close,
+/// The queue between the emitting threads and the writer.
+struct Shared {
+    queue: Mutex<Queue>,
+    /// The writer waits here: parked, or lingering.
+    wake: Condvar,
+    /// Lines the queue holds, at most.
+    max_lines: usize,
+}
+
+/// Lines queued and not yet taken by the writer.
+struct Queue {
+    /// The lines, each whole, in order.
+    bytes: Vec<u8>,
+    lines: usize,
+    /// The writer waits for a first line and must be woken by it.
+    parked: bool,
+    /// The guard asked the writer to write what is queued and end.
+    closing: bool,
+    /// The writer has ended: nothing more is written.
+    ended: bool,
 }
 
 /// The [`MakeWriter`] handed to the fmt layer: queues each formatted event
-/// (one `write` call per event) without ever blocking.
+/// (one `write` call per event) without ever waiting for the output.
 #[derive(Clone)]
 pub struct NonBlocking {
-    tx: SyncSender<Msg>,
+    shared: Arc<Shared>,
     counters: &'static Counters,
 }
 
@@ -97,7 +123,7 @@ pub struct NonBlocking {
 /// most two seconds. Keep it for the life of the process.
 #[must_use = "dropping the guard stops the log writer"]
 pub struct LogGuard {
-    tx: SyncSender<Msg>,
+    shared: Arc<Shared>,
     done: Receiver<()>,
 }
 
@@ -118,72 +144,95 @@ pub fn spawn<W: Write + Send + 'static>(
     lines: usize,
     counters: &'static Counters,
 ) -> io::Result<(NonBlocking, LogGuard)> {
-    let (tx, rx) = mpsc::sync_channel(lines.max(1));
+    let shared = Arc::new(Shared {
+        queue: Mutex::new(Queue {
+            bytes: Vec::new(),
+            lines: 0,
+            parked: false,
+            closing: false,
+            ended: false,
+        }),
+        wake: Condvar::new(),
+        max_lines: lines.max(1),
+    });
     let (done_tx, done) = mpsc::channel();
+    let writer = shared.clone();
     thread::Builder::new()
         .name("tokenclock-log".into())
         .spawn(move || {
-            write_lines(rx, out, counters);
+            write_lines(&writer, out, counters);
             let _ = done_tx.send(());
         })?;
-    let writer = NonBlocking {
-        tx: tx.clone(),
-        counters,
+    let guard = LogGuard {
+        shared: shared.clone(),
+        done,
     };
-    Ok((writer, LogGuard { tx, done }))
+    Ok((NonBlocking { shared, counters }, guard))
 }
 
-/// Lines gathered for one `write(2)`.
-struct Batch {
-    bytes: Vec<u8>,
-    lines: u64,
+impl Shared {
+    /// The queue; a poisoned lock still holds whole lines (every change
+    /// to it is an append, a swap or a flag).
+    fn queue(&self) -> MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether the writer should stop lingering and write: the queue is a
+    /// quarter full (it has room to absorb what comes during the write).
+    fn pressing(&self, queue: &Queue) -> bool {
+        queue.lines >= self.max_lines.div_ceil(4)
+    }
 }
 
-/// The writer thread: gathers queued lines while more are waiting, writes
-/// them when the queue is empty (or the batch is full), and ends at the
-/// guard's marker or when every sender is gone.
-fn write_lines(rx: Receiver<Msg>, mut out: impl Write, counters: &Counters) {
-    let mut batch = Batch {
-        bytes: Vec::with_capacity(MAX_WRITE),
-        lines: 0,
-    };
+/// The writer thread: parks until a first line, lingers for more, takes
+/// all that is queued and writes it; ends at the guard's request after a
+/// last write.
+fn write_lines(shared: &Shared, mut out: impl Write, counters: &Counters) {
+    let mut taken = Vec::new();
     loop {
-        let msg = match rx.try_recv() {
-            Ok(msg) => Some(msg),
-            Err(TryRecvError::Empty) => {
-                batch.write(&mut out, counters);
-                rx.recv().ok()
+        let mut queue = shared.queue();
+        while queue.lines == 0 && !queue.closing {
+            queue.parked = true;
+            queue = (shared.wake)
+                .wait(queue)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        queue.parked = false;
+        let deadline = Instant::now() + LINGER;
+        while !queue.closing && !shared.pressing(&queue) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
             }
-            Err(TryRecvError::Disconnected) => None,
-        };
-        match msg {
-            Some(Msg::Line(line)) => {
-                batch.bytes.extend_from_slice(&line);
-                batch.lines += 1;
-                if batch.bytes.len() >= MAX_WRITE {
-                    batch.write(&mut out, counters);
-                }
-            }
-            Some(Msg::Close) | None => return batch.write(&mut out, counters),
+            queue = (shared.wake)
+                .wait_timeout(queue, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        std::mem::swap(&mut taken, &mut queue.bytes);
+        let lines = std::mem::take(&mut queue.lines);
+        let closing = queue.closing;
+        if closing {
+            queue.ended = true;
+        }
+        drop(queue);
+        write(&mut out, &taken, lines, counters);
+        taken.clear();
+        taken.shrink_to(KEEP_CAPACITY);
+        if closing {
+            return;
         }
     }
 }
 
-impl Batch {
-    /// Writes the batch whole; on failure its lines are counted as lost.
-    fn write(&mut self, out: &mut impl Write, counters: &Counters) {
-        if self.lines == 0 {
-            return;
-        }
-        if out
-            .write_all(&self.bytes)
-            .and_then(|()| out.flush())
-            .is_err()
-        {
-            counters.write_error.fetch_add(self.lines, Relaxed);
-        }
-        self.bytes.clear();
-        self.lines = 0;
+/// Writes `bytes` (`lines` whole lines); on failure the lines are counted
+/// as lost.
+fn write(out: &mut impl Write, bytes: &[u8], lines: usize, counters: &Counters) {
+    if lines == 0 {
+        return;
+    }
+    if out.write_all(bytes).and_then(|()| out.flush()).is_err() {
+        counters.write_error.fetch_add(lines as u64, Relaxed);
     }
 }
 
@@ -191,8 +240,21 @@ impl Batch {
 
 impl io::Write for &NonBlocking {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        if self.tx.try_send(Msg::Line(buf.to_vec())).is_err() {
+        let shared = &*self.shared;
+        let mut queue = shared.queue();
+        if queue.ended || queue.lines >= shared.max_lines {
+            drop(queue);
             self.counters.queue_full.fetch_add(1, Relaxed);
+            return Ok(buf.len());
+        }
+        queue.bytes.extend_from_slice(buf);
+        queue.lines += 1;
+        // Wake the writer only when it waits for a first line, or lingers
+        // while the queue fills: otherwise its timer wakes it.
+        let wake = std::mem::take(&mut queue.parked) || queue.lines == shared.max_lines.div_ceil(4);
+        drop(queue);
+        if wake {
+            shared.wake.notify_one();
         }
         Ok(buf.len())
     }
@@ -215,13 +277,8 @@ impl<'a> MakeWriter<'a> for NonBlocking {
 impl Drop for LogGuard {
     fn drop(&mut self) {
         let deadline = Instant::now() + FLUSH_BUDGET;
-        loop {
-            match self.tx.try_send(Msg::Close) {
-                Ok(()) => break,
-                Err(TrySendError::Full(_)) if Instant::now() < deadline => thread::sleep(RETRY),
-                Err(_) => return,
-            }
-        }
+        self.shared.queue().closing = true;
+        self.shared.wake.notify_one();
         let _ = self
             .done
             .recv_timeout(deadline.saturating_duration_since(Instant::now()));

@@ -25,6 +25,23 @@ impl Write for Kept {
     }
 }
 
+/// An output that keeps what it is given and counts its writes.
+#[derive(Clone, Default)]
+struct Counted(Arc<Mutex<(Vec<u8>, usize)>>);
+
+impl Write for Counted {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let mut kept = self.0.lock().expect("kept");
+        kept.0.extend_from_slice(buf);
+        kept.1 += 1;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
 /// An output whose reader is gone.
 struct Broken;
 
@@ -71,6 +88,32 @@ fn lines_arrive_in_order_and_the_guard_writes_what_is_queued() {
     drop(guard);
     assert_eq!(*kept.0.lock().expect("kept"), expected);
     assert_eq!((counters.queue_full(), counters.write_error()), (0, 0));
+}
+
+/// Lines that come closer together than the linger are written together
+/// (one `write(2)`, not one per line, as an access line per request
+/// would), and without the guard: the linger ends with a write.
+#[test]
+fn lines_within_the_linger_are_written_at_once() {
+    let output = Counted::default();
+    let counters = counters();
+    let (writer, guard) = spawn(output.clone(), 1024, counters).expect("spawn");
+    let pause = super::LINGER / 10;
+    for i in 0..5 {
+        (&writer)
+            .write_all(format!("line {i}\n").as_bytes())
+            .expect("never fails");
+        std::thread::sleep(pause);
+    }
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while output.0.lock().expect("kept").0.len() < 35 && tokio::time::Instant::now() < deadline {
+        std::thread::sleep(pause);
+    }
+    let (bytes, writes) = output.0.lock().expect("kept").clone();
+    assert_eq!(bytes, b"line 0\nline 1\nline 2\nline 3\nline 4\n");
+    // One write, or two if the machine stalled the loop past the linger.
+    assert!(writes <= 2, "{writes} writes for 5 lines");
+    drop(guard);
 }
 
 #[test]
