@@ -9,6 +9,7 @@
 //! layer and a separate formatting layer, so the filter can be swapped
 //! without touching the writer.
 
+mod fields;
 mod writer;
 
 use std::{io, sync::OnceLock};
@@ -114,7 +115,10 @@ where
 {
     let layer = fmt::layer().with_writer(writer).log_internal_errors(false);
     match format {
-        LogFormat::Text => layer.with_ansi(false).boxed(),
+        LogFormat::Text => layer
+            .fmt_fields(fields::TextFields)
+            .with_ansi(false)
+            .boxed(),
         LogFormat::Json => layer.json().flatten_event(true).boxed(),
     }
 }
