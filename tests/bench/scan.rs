@@ -15,13 +15,18 @@
 //! before it but for its text is read without a scan); `chunk_250B/stream`
 //! is that chunk over and over, as one stream.
 //!
+//! `request_body` reads a request body ([`RequestInfo::parse`], in place)
+//! against the reference it replaced ([`RequestInfo::parse_reference`],
+//! serde_json's `Value`): a short chat request and one with a 100-message
+//! history (about 64 KiB), in bytes per second.
+//!
 //! Run with `cargo bench --bench scan`.
 
 use std::{fs, hint::black_box, path::Path, time::Duration};
 
 use criterion::{Criterion, Throughput};
 use tokenclock::measure::{
-    dialect::{Dialect, Events, ParseError, Parsed},
+    dialect::{Dialect, Events, ParseError, Parsed, RequestInfo},
     frame::{ndjson::NdjsonFramer, sse::SseFramer},
 };
 
@@ -178,6 +183,42 @@ fn per_dialect(c: &mut Criterion) {
     group.finish();
 }
 
+/// A chat request whose history is `turns` user and assistant messages of
+/// about 320 bytes each, with an escape or two, as an agent's would be.
+fn chat_body(turns: usize) -> Vec<u8> {
+    let text = r#"Summarise the \"incident\" report below in three bullet points, citing the log lines that show the failure.\n"#
+        .repeat(3);
+    let messages: Vec<String> = (0..turns)
+        .map(|i| {
+            let role = ["user", "assistant"][i % 2];
+            format!(r#"{{"role":"{role}","content":"{text} ({i})"}}"#)
+        })
+        .collect();
+    format!(
+        r#"{{"model":"meta-llama/Llama-3.1-8B-Instruct","stream":true,"stream_options":{{"include_usage":true}},"max_tokens":512,"temperature":0.7,"top_p":0.95,"messages":[{}]}}"#,
+        messages.join(",")
+    )
+    .into_bytes()
+}
+
+fn request_body(c: &mut Criterion) {
+    let mut group = c.benchmark_group("request_body");
+    for (name, body) in [("short", chat_body(2)), ("history_64k", chat_body(200))] {
+        assert_eq!(
+            RequestInfo::parse(Dialect::OpenAiChat, &body),
+            RequestInfo::parse_reference(&body)
+        );
+        group.throughput(Throughput::Bytes(body.len() as u64));
+        group.bench_function(format!("{name}/scan"), |b| {
+            b.iter(|| RequestInfo::parse(Dialect::OpenAiChat, black_box(&body)))
+        });
+        group.bench_function(format!("{name}/reference"), |b| {
+            b.iter(|| RequestInfo::parse_reference(black_box(&body)))
+        });
+    }
+    group.finish();
+}
+
 fn config() -> Criterion {
     Criterion::default()
         .warm_up_time(Duration::from_millis(500))
@@ -190,5 +231,6 @@ fn config() -> Criterion {
 fn main() {
     let mut criterion = config().configure_from_args();
     per_dialect(&mut criterion);
+    request_body(&mut criterion);
     criterion.final_summary();
 }

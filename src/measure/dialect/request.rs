@@ -1,8 +1,21 @@
 //! What tokenclock learns from a request body.
+//!
+//! A body is read once per request, but it holds the whole prompt: a chat
+//! request with a long history is tens or hundreds of KiB of strings, and
+//! the reference parse (serde_json's `Value`) allocates each of them to
+//! read a handful of fields. The scanner of the event path reads it in
+//! place instead (`scan`), counting each string's length without copying
+//! it; whatever it is unsure of (a duplicate of a key read here, an escaped
+//! `model` or key, a number near what `Value` refuses, invalid JSON) sends the
+//! body to the reference, whose result is then the one given. Property
+//! tests check both give the same on random bodies.
 
 use serde_json::Value;
 
-use super::Dialect;
+use super::{
+    scan::{Number, Scanner},
+    Dialect,
+};
 
 /// Where the output cap may be, first match wins.
 const MAX_TOKENS: [&str; 6] = [
@@ -47,6 +60,15 @@ impl RequestInfo {
         if dialect == Dialect::Unknown {
             return Self::default();
         }
+        scan(body).unwrap_or_else(|| Self::parse_reference(body))
+    }
+
+    /// The reference [`RequestInfo::parse`] reads a body by when it is
+    /// unsure (serde_json's `Value`): what the property tests compare with,
+    /// and the `scan` bench's baseline. Reads any body as JSON, whatever
+    /// its dialect.
+    #[doc(hidden)]
+    pub fn parse_reference(body: &[u8]) -> Self {
         let Ok(v) = serde_json::from_slice::<Value>(body) else {
             return Self::default();
         };
@@ -85,5 +107,178 @@ fn text_bytes(v: &Value) -> u64 {
             .map(text_bytes)
             .sum(),
         _ => 0,
+    }
+}
+
+/// The body read in place; `None` when the reference must decide.
+pub(super) fn scan(body: &[u8]) -> Option<RequestInfo> {
+    let mut s = Scanner::new(body);
+    if s.peek()? != b'{' {
+        return None;
+    }
+    let mut info = RequestInfo::default();
+    // Each key read here at most once: `Value` keeps a duplicate's last
+    // value, which is left to it.
+    let mut seen = 0u32;
+    // Per path of `MAX_TOKENS`, in its order: the value when a `u64`.
+    let mut caps = [None; MAX_TOKENS.len()];
+    s.object(|s, key| {
+        let Some(i) = KEYS.iter().position(|k| *k == key) else {
+            return value(s);
+        };
+        if seen & 1 << i != 0 {
+            return None;
+        }
+        seen |= 1 << i;
+        match key {
+            b"model" => info.model = as_str(s)?.map(str::to_owned),
+            b"stream" => info.stream = as_bool(s)?,
+            b"stream_options" => {
+                [info.include_usage, info.continuous_usage] = in_object(
+                    s,
+                    [&b"include_usage"[..], b"continuous_usage_stats"],
+                    as_bool,
+                )?;
+            }
+            b"max_tokens" => caps[0] = as_u64(s)?,
+            b"max_completion_tokens" => caps[1] = as_u64(s)?,
+            b"max_output_tokens" => caps[2] = as_u64(s)?,
+            b"options" => [caps[3]] = in_object(s, [&b"num_predict"[..]], as_u64)?,
+            b"n_predict" => caps[4] = as_u64(s)?,
+            b"parameters" => [caps[5]] = in_object(s, [&b"max_new_tokens"[..]], as_u64)?,
+            _ => info.prompt_bytes += scanned_text_bytes(s)?,
+        }
+        Some(())
+    })?;
+    s.finish()?;
+    info.max_tokens = caps.into_iter().find_map(|cap| cap);
+    Some(info)
+}
+
+/// The top-level keys read (`PROMPT_FIELDS` last), for `seen`'s bits.
+const KEYS: [&[u8]; 14] = [
+    b"model",
+    b"stream",
+    b"stream_options",
+    b"max_tokens",
+    b"max_completion_tokens",
+    b"max_output_tokens",
+    b"options",
+    b"n_predict",
+    b"parameters",
+    b"messages",
+    b"prompt",
+    b"input",
+    b"system",
+    b"inputs",
+];
+
+/// Any value, checked as `Value` would take it (see [`number`]).
+fn value(s: &mut Scanner<'_>) -> Option<()> {
+    match s.peek()? {
+        b'{' => s.object(|s, _| value(s)),
+        b'[' => s.array(value),
+        b'"' => s.string().map(drop),
+        b'n' => s.null()?.then_some(()),
+        b't' | b'f' => s.bool().map(drop),
+        _ => number(s).map(drop),
+    }
+}
+
+/// A number `Value` takes. It refuses one only when it overflows an
+/// `f64` (an exponent, or a long mantissa; an underflow is 0); one whose
+/// magnitude is anywhere near that is left to it. Python writes small
+/// floats with an exponent (`1e-05`), so those are read here.
+fn number<'a>(s: &mut Scanner<'a>) -> Option<Number<'a>> {
+    let n = s.number()?;
+    if n.in_range() {
+        return Some(n);
+    }
+    let v: f64 = std::str::from_utf8(n.raw).ok()?.parse().ok()?;
+    (v.abs() < 1e300).then_some(n)
+}
+
+/// `Value::as_str`: the string, unless escaped (left to the reference).
+fn as_str<'a>(s: &mut Scanner<'a>) -> Option<Option<&'a str>> {
+    if s.peek()? != b'"' {
+        return value(s).map(|()| None);
+    }
+    let string = s.string()?;
+    if string.escaped {
+        return None;
+    }
+    std::str::from_utf8(string.raw()).ok().map(Some)
+}
+
+/// `Value::as_bool`.
+fn as_bool(s: &mut Scanner<'_>) -> Option<Option<bool>> {
+    match s.peek()? {
+        b't' | b'f' => s.bool().map(Some),
+        _ => value(s).map(|()| None),
+    }
+}
+
+/// `Value::as_u64`: digits only, within `u64` (`Value` holds a sign, a
+/// fraction or an exponent as a float, `-0` too, and a `u64` overflow).
+fn as_u64(s: &mut Scanner<'_>) -> Option<Option<u64>> {
+    match s.peek()? {
+        b'-' | b'0'..=b'9' => number(s).map(|n| n.as_u64()),
+        _ => value(s).map(|()| None),
+    }
+}
+
+/// The members `names` of an object, each read by `read`, as
+/// `Value::get` on it gives them (nothing from what is not an object).
+fn in_object<'a, T, const N: usize>(
+    s: &mut Scanner<'a>,
+    names: [&[u8]; N],
+    read: impl Fn(&mut Scanner<'a>) -> Option<Option<T>>,
+) -> Option<[Option<T>; N]> {
+    let mut found = [const { None }; N];
+    if s.peek()? != b'{' {
+        return value(s).map(|()| found);
+    }
+    let mut seen = [false; N];
+    s.object(|s, key| match names.iter().position(|n| *n == key) {
+        Some(i) if !std::mem::replace(&mut seen[i], true) => {
+            found[i] = read(s)?;
+            Some(())
+        }
+        Some(_) => None,
+        None => value(s),
+    })?;
+    Some(found)
+}
+
+/// [`text_bytes`] in place.
+fn scanned_text_bytes(s: &mut Scanner<'_>) -> Option<u64> {
+    match s.peek()? {
+        b'"' => s.string().map(|string| string.len as u64),
+        b'[' => {
+            let mut sum = 0;
+            s.array(|s| {
+                sum += scanned_text_bytes(s)?;
+                Some(())
+            })?;
+            Some(sum)
+        }
+        b'{' => {
+            let mut sum = 0;
+            let mut seen = [false; 2];
+            s.object(|s, key| {
+                let i = match key {
+                    b"content" => 0,
+                    b"text" => 1,
+                    _ => return value(s),
+                };
+                if std::mem::replace(&mut seen[i], true) {
+                    return None;
+                }
+                sum += scanned_text_bytes(s)?;
+                Some(())
+            })?;
+            Some(sum)
+        }
+        _ => value(s).map(|()| 0),
     }
 }

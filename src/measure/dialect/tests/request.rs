@@ -1,6 +1,6 @@
 //! `RequestInfo::parse` per dialect.
 
-use crate::measure::dialect::{Dialect, RequestInfo};
+use crate::measure::dialect::{request, Dialect, RequestInfo};
 
 fn info(d: Dialect, body: &str) -> RequestInfo {
     RequestInfo::parse(d, body.as_bytes())
@@ -107,4 +107,88 @@ fn garbage_and_unknown_give_default() {
         info(Dialect::Unknown, r#"{"model":"m"}"#),
         RequestInfo::default()
     );
+}
+
+/// Bodies as clients send them are read in place, not by the reference:
+/// escaped text, parts, images, options of every family.
+#[test]
+fn common_bodies_are_read_without_the_reference() {
+    let bodies = [
+        r#"{"model":"Qwen/Qwen3-8B","stream":true,"stream_options":{"include_usage":true},
+            "max_completion_tokens":256,"temperature":0.7,"top_p":1e-1,
+            "messages":[{"role":"system","content":"Be \"brief\"."},
+                        {"role":"user","content":[{"type":"text","text":"Hi \u00e9"},
+                                                  {"type":"image_url","image_url":{"url":"data:x"}}]}]}"#,
+        r#"{"model":"llama3","prompt":"Why?","options":{"num_predict":64,"temperature":0},"stream":false}"#,
+        r#"{"inputs":"Hello","parameters":{"max_new_tokens":20,"details":true},"stream":true}"#,
+        r#"{"model":"claude","system":[{"type":"text","text":"sys"}],"max_tokens":1024,
+            "messages":[{"role":"user","content":"x"}],"stream":true}"#,
+    ];
+    for body in bodies {
+        let scanned = request::scan(body.as_bytes());
+        assert!(scanned.is_some(), "{body}");
+        assert_eq!(
+            scanned,
+            Some(RequestInfo::parse_reference(body.as_bytes())),
+            "{body}"
+        );
+    }
+}
+
+/// What the reference must decide is left to it: a key read here sent
+/// twice (the last wins there), an escaped model, a number `Value` refuses.
+#[test]
+fn doubtful_bodies_are_left_to_the_reference() {
+    for body in [
+        r#"{"model":"a","model":"b"}"#,
+        r#"{"stream_options":{"include_usage":true,"include_usage":false}}"#,
+        r#"{"messages":[{"content":"a","content":"bc"}]}"#,
+        r#"{"model":"\u0061"}"#,
+        r#"{"model":"m","temperature":1e400}"#,
+    ] {
+        assert_eq!(request::scan(body.as_bytes()), None, "{body}");
+    }
+    // and the reference's answer is the one given
+    let got = info(Dialect::OpenAiChat, r#"{"model":"a","model":"b"}"#);
+    assert_eq!(got.model.as_deref(), Some("b"));
+    let got = info(Dialect::OpenAiChat, r#"{"model":"m","temperature":1e400}"#);
+    assert_eq!(got, RequestInfo::default());
+}
+
+/// The output cap in every number form reads as `Value::as_u64` reads it
+/// (`-0`, `5.0` and `1e2` are floats there, and so is what is past
+/// `u64::MAX`), in place.
+#[test]
+fn output_caps_in_every_number_form_read_as_the_reference() {
+    for n in [
+        "0",
+        "-0",
+        "5",
+        "-5",
+        "5.0",
+        "1e2",
+        "1E-5",
+        "-0.0",
+        "18446744073709551615",
+        "18446744073709551616",
+    ] {
+        for key in ["max_tokens", "n_predict"] {
+            let body = format!(r#"{{"{key}":{n},"prompt":"x"}}"#);
+            let scanned = request::scan(body.as_bytes());
+            assert_eq!(
+                scanned,
+                Some(RequestInfo::parse_reference(body.as_bytes())),
+                "{body}"
+            );
+        }
+        let body = format!(r#"{{"options":{{"num_predict":{n}}}}}"#);
+        let scanned = request::scan(body.as_bytes());
+        assert_eq!(
+            scanned,
+            Some(RequestInfo::parse_reference(body.as_bytes())),
+            "{body}"
+        );
+    }
+    let got = info(Dialect::OpenAiChat, r#"{"max_tokens":-0,"n_predict":7}"#);
+    assert_eq!(got.max_tokens, Some(7));
 }

@@ -7,7 +7,7 @@
 use proptest::prelude::*;
 
 use super::{ndjson, scan::outcomes, sse};
-use crate::measure::dialect::{Dialect, Events};
+use crate::measure::dialect::{request, Dialect, Events, RequestInfo};
 
 /// A JSON value as written: numbers and raw string bodies kept as text, so
 /// odd forms (`1E+2`, `-0`, `01`, lone surrogates) can be sent.
@@ -457,5 +457,47 @@ proptest! {
                 prop_assert_eq!(read, alone, "{:?} {}", d, String::from_utf8_lossy(data));
             }
         }
+    }
+}
+
+/// The keys a request body is read for, at every level, and a few others.
+const REQUEST_KEYS: &str = "\
+    model stream stream_options include_usage continuous_usage_stats max_tokens \
+    max_completion_tokens max_output_tokens options num_predict n_predict parameters \
+    max_new_tokens messages prompt input system inputs content text role type";
+
+fn request_key() -> impl Strategy<Value = String> {
+    prop_oneof![6 => words(REQUEST_KEYS).prop_map(str::to_owned), 1 => text()]
+}
+
+fn request_value() -> impl Strategy<Value = J> {
+    leaf().prop_recursive(4, 32, 4, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(J::Arr),
+            prop::collection::vec((request_key(), inner), 0..5).prop_map(J::Obj),
+        ]
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    /// A request body read in place gives what the reference (serde_json's
+    /// `Value`) gives: random bodies over the keys read (repeated ones
+    /// too), in every value form, escaped, cut short or corrupted.
+    #[test]
+    fn random_request_bodies_read_as_the_reference(
+        fields in prop::collection::vec((request_key(), request_value()), 0..8),
+        style in any::<u64>(),
+        (how, at, byte) in (any::<u8>(), any::<usize>(), any::<u8>()),
+    ) {
+        let mut w = Writer { out: Vec::new(), style };
+        w.value(&J::Obj(fields));
+        let body = damage(w.out, how, at, byte);
+        let reference = RequestInfo::parse_reference(&body);
+        if let Some(scanned) = request::scan(&body) {
+            prop_assert_eq!(&scanned, &reference, "{}", String::from_utf8_lossy(&body));
+        }
+        prop_assert_eq!(RequestInfo::parse(Dialect::OpenAiChat, &body), reference);
     }
 }
