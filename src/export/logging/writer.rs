@@ -10,7 +10,8 @@
 //! or vanished log sink costs log lines, never a request.
 //!
 //! The writer lingers: woken by the first line after a quiet spell, it
-//! waits [`LINGER`] for more (or for the queue to fill past a quarter)
+//! waits [`LINGER`] for more (or for the queue to fill past a quarter, or
+//! past [`PRESS_BYTES`])
 //! before it writes them all at once. Under load that is one wake-up and
 //! one `write(2)` per `LINGER` instead of one of each per request (the
 //! access log writes a line per request, and each wake-up was a futex call
@@ -49,6 +50,8 @@ pub(crate) const LINGER: Duration = Duration::from_millis(50);
 /// Longest wait for the queue to drain when the process ends: a blocked
 /// stderr must not hold up the exit.
 const FLUSH_BUDGET: Duration = Duration::from_secs(2);
+/// Bytes queued that end the linger: about a hundred access lines.
+const PRESS_BYTES: usize = 32 * 1024;
 /// The capacity of a queue kept after a write (bytes): a burst's larger
 /// buffer is given back, a usual one is reused.
 const KEEP_CAPACITY: usize = 64 * 1024;
@@ -178,9 +181,11 @@ impl Shared {
     }
 
     /// Whether the writer should stop lingering and write: the queue is a
-    /// quarter full (it has room to absorb what comes during the write).
+    /// quarter full (it has room to absorb what comes during the write),
+    /// or holds [`PRESS_BYTES`] (a burst of lines is written in pieces,
+    /// so the buffers stay small).
     fn pressing(&self, queue: &Queue) -> bool {
-        queue.lines >= self.max_lines.div_ceil(4)
+        queue.lines >= self.max_lines.div_ceil(4) || queue.bytes.len() >= PRESS_BYTES
     }
 }
 
@@ -247,11 +252,12 @@ impl io::Write for &NonBlocking {
             self.counters.queue_full.fetch_add(1, Relaxed);
             return Ok(buf.len());
         }
+        let pressing = shared.pressing(&queue);
         queue.bytes.extend_from_slice(buf);
         queue.lines += 1;
         // Wake the writer only when it waits for a first line, or lingers
         // while the queue fills: otherwise its timer wakes it.
-        let wake = std::mem::take(&mut queue.parked) || queue.lines == shared.max_lines.div_ceil(4);
+        let wake = std::mem::take(&mut queue.parked) || !pressing && shared.pressing(&queue);
         drop(queue);
         if wake {
             shared.wake.notify_one();
