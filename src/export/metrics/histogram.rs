@@ -7,7 +7,10 @@
 //! buckets and count always agree, but a scrape that meets an observation
 //! halfway may see its bucket before its value is added to `_sum` (or the
 //! reverse); the next scrape sees both. That moves one value between two
-//! scrapes, never loses or doubles one.
+//! scrapes, never loses or doubles one. A request's [`Batch`] adds its
+//! runs' counts as it goes and its sum last, so a scrape during one sees
+//! up to a request's worth of values counted before their sum; the next
+//! sees both.
 
 use std::{
     cmp::Ordering::{Equal, Less},

@@ -185,7 +185,9 @@ fn value(s: &mut Scanner<'_>) -> Option<()> {
     }
 }
 
-/// A number `Value` takes. It refuses one only when it overflows an
+/// A number `Value` takes (serde_json without `arbitrary_precision` or
+/// `float_roundtrip`, which would change what it takes and holds; the
+/// property test compares with whatever it does). It refuses one only when it overflows an
 /// `f64` (an exponent, or a long mantissa; an underflow is 0); one whose
 /// magnitude is anywhere near that is left to it. Python writes small
 /// floats with an exponent (`1e-05`), so those are read here.

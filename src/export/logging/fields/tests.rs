@@ -83,6 +83,7 @@ fn the_access_line_is_written_as_the_default_writes_it() {
                 request_id = "req-1",
                 "Request finished."
             );
+            tracing::info!("log.target" = "x", status = 200u16, "Logged.");
         });
         assert_eq!(ours, default);
         assert!(ansi || default.contains(" output_tokens=42 "), "{default}");
