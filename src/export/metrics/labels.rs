@@ -16,9 +16,12 @@
 //! whose concatenation equals an admitted one's is mapped to `other`.
 
 use std::{
+    borrow::Cow,
     collections::{HashMap, HashSet},
-    sync::RwLock,
+    sync::{Arc, RwLock},
 };
+
+use foldhash::fast::RandomState;
 
 /// The value that stands for every value past the cap.
 pub(crate) const OTHER: &str = "other";
@@ -70,8 +73,9 @@ impl LabelCaps {
 struct Admitted {
     /// Distinct values seen per position (model, extra 1, …).
     values: Vec<HashSet<String>>,
-    /// Admitted tuples by their separator-less concatenation.
-    tuples: HashMap<String, Vec<String>>,
+    /// Admitted tuples by their separator-less concatenation; shared, so
+    /// a request's lookup (three a request) copies no string.
+    tuples: HashMap<String, Arc<[String]>, RandomState>,
 }
 
 // === impl LabelSpace ===
@@ -81,10 +85,10 @@ impl LabelSpace {
     pub(crate) fn new(width: usize) -> Self {
         let mut admitted = Admitted {
             values: vec![HashSet::new(); width],
-            tuples: HashMap::new(),
+            tuples: HashMap::default(),
         };
         let fallback = vec![OTHER.to_owned(); width];
-        admitted.tuples.insert(fallback.concat(), fallback);
+        admitted.tuples.insert(fallback.concat(), fallback.into());
         Self {
             inner: RwLock::new(admitted),
         }
@@ -98,7 +102,7 @@ impl LabelSpace {
         caps: &LabelCaps,
         model: Option<&str>,
         extras: &[Option<String>],
-    ) -> Vec<String> {
+    ) -> Arc<[String]> {
         let raw: Vec<&str> = std::iter::once(model)
             .chain(extras.iter().map(|e| e.as_deref()))
             .map(|v| match v {
@@ -111,7 +115,7 @@ impl LabelSpace {
             return tuple;
         }
         let Ok(mut admitted) = self.inner.write() else {
-            return vec![OTHER.to_owned(); raw.len()];
+            return vec![OTHER.to_owned(); raw.len()].into();
         };
         let tuple: Vec<String> = raw
             .iter()
@@ -119,19 +123,26 @@ impl LabelSpace {
             .map(|(i, v)| value(caps, &mut admitted, i, v))
             .collect();
         match admitted.tuples.get(&tuple.concat()) {
-            Some(existing) if *existing != tuple => vec![OTHER.to_owned(); raw.len()],
-            Some(_) => tuple,
+            Some(existing) if **existing != *tuple => vec![OTHER.to_owned(); raw.len()].into(),
+            Some(existing) => existing.clone(),
             None => {
+                let tuple: Arc<[String]> = tuple.into();
                 admitted.tuples.insert(tuple.concat(), tuple.clone());
                 tuple
             }
         }
     }
 
-    /// The admitted tuple for already-seen values, under the read lock.
-    fn known(&self, raw: &[&str]) -> Option<Vec<String>> {
+    /// The admitted tuple for already-seen values, under the read lock. A
+    /// lone `model` (no extra labels) is its own key, so most lookups
+    /// concatenate nothing.
+    fn known(&self, raw: &[&str]) -> Option<Arc<[String]>> {
         let admitted = self.inner.read().ok()?;
-        let existing = admitted.tuples.get(&raw.concat())?;
+        let key = match raw {
+            [one] => Cow::Borrowed(*one),
+            _ => Cow::Owned(raw.concat()),
+        };
+        let existing = admitted.tuples.get(key.as_ref())?;
         (existing.iter().zip(raw).all(|(a, b)| a == b)).then(|| existing.clone())
     }
 }
@@ -166,12 +177,12 @@ mod tests {
     fn values_past_the_cap_are_other() {
         let space = LabelSpace::new(1);
         let caps = caps(2, None);
-        assert_eq!(space.admit(&caps, Some("a"), &[]), ["a"]);
-        assert_eq!(space.admit(&caps, Some("b"), &[]), ["b"]);
-        assert_eq!(space.admit(&caps, Some("c"), &[]), ["other"]);
-        assert_eq!(space.admit(&caps, Some("a"), &[]), ["a"]);
+        assert_eq!(*space.admit(&caps, Some("a"), &[]), ["a"]);
+        assert_eq!(*space.admit(&caps, Some("b"), &[]), ["b"]);
+        assert_eq!(*space.admit(&caps, Some("c"), &[]), ["other"]);
+        assert_eq!(*space.admit(&caps, Some("a"), &[]), ["a"]);
         assert_eq!(
-            space.admit(&caps, None, &[]),
+            *space.admit(&caps, None, &[]),
             ["other"],
             "unknown also counts"
         );
@@ -181,9 +192,9 @@ mod tests {
     fn an_allowlist_keeps_only_its_models() {
         let space = LabelSpace::new(1);
         let caps = caps(32, Some(&["llama"]));
-        assert_eq!(space.admit(&caps, Some("llama"), &[]), ["llama"]);
-        assert_eq!(space.admit(&caps, Some("qwen"), &[]), ["other"]);
-        assert_eq!(space.admit(&caps, None, &[]), ["unknown"]);
+        assert_eq!(*space.admit(&caps, Some("llama"), &[]), ["llama"]);
+        assert_eq!(*space.admit(&caps, Some("qwen"), &[]), ["other"]);
+        assert_eq!(*space.admit(&caps, None, &[]), ["unknown"]);
     }
 
     #[test]
@@ -191,19 +202,19 @@ mod tests {
         let space = LabelSpace::new(2);
         let caps = caps(32, None);
         let first = space.admit(&caps, Some("ab"), &[Some("c".into())]);
-        assert_eq!(first, ["ab", "c"]);
+        assert_eq!(*first, ["ab", "c"]);
         // "a" + "bc" == "ab" + "c": the crate would merge them.
         assert_eq!(
-            space.admit(&caps, Some("a"), &[Some("bc".into())]),
+            *space.admit(&caps, Some("a"), &[Some("bc".into())]),
             ["other", "other"]
         );
         assert_eq!(
-            space.admit(&caps, Some("ab"), &[Some("c".into())]),
+            *space.admit(&caps, Some("ab"), &[Some("c".into())]),
             ["ab", "c"]
         );
         // "oth" + "er…" against the fallback tuple.
         assert_eq!(
-            space.admit(&caps, Some("othe"), &[Some("rother".into())]),
+            *space.admit(&caps, Some("othe"), &[Some("rother".into())]),
             ["other", "other"]
         );
     }
@@ -211,12 +222,12 @@ mod tests {
     #[test]
     fn new_caps_apply_to_values_admitted_before() {
         let space = LabelSpace::new(1);
-        assert_eq!(space.admit(&caps(32, None), Some("qwen"), &[]), ["qwen"]);
+        assert_eq!(*space.admit(&caps(32, None), Some("qwen"), &[]), ["qwen"]);
         let narrowed = caps(32, Some(&["llama"]));
-        assert_eq!(space.admit(&narrowed, Some("qwen"), &[]), ["other"]);
-        assert_eq!(space.admit(&narrowed, Some("llama"), &[]), ["llama"]);
+        assert_eq!(*space.admit(&narrowed, Some("qwen"), &[]), ["other"]);
+        assert_eq!(*space.admit(&narrowed, Some("llama"), &[]), ["llama"]);
         let widened = caps(32, Some(&["llama", "qwen"]));
-        assert_eq!(space.admit(&widened, Some("qwen"), &[]), ["qwen"]);
+        assert_eq!(*space.admit(&widened, Some("qwen"), &[]), ["qwen"]);
     }
 
     #[test]
@@ -228,16 +239,16 @@ mod tests {
         };
         let extra = |v: &str| [Some(v.to_owned())];
         assert_eq!(
-            space.admit(&caps, Some("abcde"), &extra("abcd")),
+            *space.admit(&caps, Some("abcde"), &extra("abcd")),
             ["other", "abcd"]
         );
         // `other` took no slot: the one model value allowed is still free.
         assert_eq!(
-            space.admit(&caps, Some("abcd"), &extra("abcde")),
+            *space.admit(&caps, Some("abcd"), &extra("abcde")),
             ["abcd", "other"]
         );
         assert_eq!(
-            space.admit(&caps, Some("ab"), &extra("xy")),
+            *space.admit(&caps, Some("ab"), &extra("xy")),
             ["other", "other"]
         );
         // Bytes, not characters: "é" is two.
@@ -250,7 +261,7 @@ mod tests {
             max_values: 8,
             ..caps
         };
-        assert_eq!(space.admit(&caps, Some("éé"), &[]), ["éé"]);
-        assert_eq!(space.admit(&caps, Some("ééé"), &[]), ["other"]);
+        assert_eq!(*space.admit(&caps, Some("éé"), &[]), ["éé"]);
+        assert_eq!(*space.admit(&caps, Some("ééé"), &[]), ["other"]);
     }
 }

@@ -208,7 +208,7 @@ mod properties {
             let mut expected: HashMap<Vec<String>, u64> = HashMap::new();
             for (model, tenant) in &tuples {
                 m.finished(&request(model, vec![Some(tenant.clone())], 100));
-                *expected.entry(space.admit(&caps, Some(model), &[Some(tenant.clone())])).or_default() += 1;
+                *expected.entry(space.admit(&caps, Some(model), &[Some(tenant.clone())]).to_vec()).or_default() += 1;
             }
             let text = scrape(&m);
             let counts = ttft_counts(&text);
