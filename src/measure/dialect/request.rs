@@ -265,21 +265,10 @@ fn scanned_text_bytes(s: &mut Scanner<'_>) -> Option<u64> {
             Some(sum)
         }
         b'{' => {
-            let mut sum = 0;
-            let mut seen = [false; 2];
-            s.object(|s, key| {
-                let i = match key {
-                    b"content" => 0,
-                    b"text" => 1,
-                    _ => return value(s),
-                };
-                if std::mem::replace(&mut seen[i], true) {
-                    return None;
-                }
-                sum += scanned_text_bytes(s)?;
-                Some(())
+            let parts = in_object(s, [&b"content"[..], b"text"], |s| {
+                scanned_text_bytes(s).map(Some)
             })?;
-            Some(sum)
+            Some(parts.into_iter().flatten().sum())
         }
         _ => value(s).map(|()| 0),
     }
