@@ -64,7 +64,11 @@ pub(crate) trait IdleError {
     fn idle(after: Duration) -> Self;
 }
 
-/// Where an upstream response body comes from.
+/// Where an upstream response body comes from. Not boxed although its
+/// variants differ in size: a stream has one for its whole life, and with
+/// the HTTP/1.1 default it is the larger, so a box would only add an
+/// allocation per request.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Source {
     /// A pooled HTTP/1.1 connection, read by the body itself.
     Pooled(Lease),

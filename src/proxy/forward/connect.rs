@@ -1,5 +1,6 @@
 //! Timing upstream connects: each new connection carries how long it took
 //! to open, so a request can tell a fresh connection from a pooled one.
+//! The connection is a [`Stream`]: plain TCP inline, TLS boxed.
 
 use std::{
     future::Future,
@@ -11,9 +12,13 @@ use std::{
 
 use http::Uri;
 use hyper::rt::{Read, ReadBufCursor, Write};
-use hyper_util::client::legacy::connect::{Connected, Connection};
+use hyper_rustls::MaybeHttpsStream;
+use hyper_util::{
+    client::legacy::connect::{Connected, Connection},
+    rt::TokioIo,
+};
 use pin_project_lite::pin_project;
-use tokio::time::Instant;
+use tokio::{net::TcpStream, time::Instant};
 use tower::Service;
 
 /// When a connection was opened and how long that took (TCP + TLS).
@@ -40,10 +45,10 @@ impl<C> TimedConnector<C> {
 
 impl<C> Service<Uri> for TimedConnector<C>
 where
-    C: Service<Uri>,
+    C: Service<Uri, Response = MaybeHttpsStream<TokioIo<TcpStream>>>,
     C::Future: Send + 'static,
 {
-    type Response = Timed<C::Response>;
+    type Response = Timed<Stream>;
     type Error = C::Error;
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, C::Error>> + Send>>;
 
@@ -55,7 +60,7 @@ where
         let started = Instant::now();
         let connecting = self.inner.call(uri);
         Box::pin(async move {
-            let io = connecting.await?;
+            let io = Stream::from(connecting.await?);
             let timing = ConnectTiming {
                 started,
                 took: started.elapsed(),
@@ -127,6 +132,93 @@ impl<T: Write> Write for Timed<T> {
     }
 }
 
+/// An upstream connection as the connector opened it: plain TCP is kept
+/// inline and TLS boxed. hyper-rustls's `MaybeHttpsStream` holds a whole
+/// rustls client session inline (about 1.1 KiB), so as it was every plain
+/// connection, the common case in a sidecar, was as large as a TLS one.
+pub(crate) enum Stream {
+    /// `http://`: the socket.
+    Plain(TokioIo<TcpStream>),
+    /// `https://`: the socket under rustls.
+    Tls(Box<MaybeHttpsStream<TokioIo<TcpStream>>>),
+}
+
+impl From<MaybeHttpsStream<TokioIo<TcpStream>>> for Stream {
+    fn from(io: MaybeHttpsStream<TokioIo<TcpStream>>) -> Self {
+        match io {
+            MaybeHttpsStream::Http(tcp) => Self::Plain(tcp),
+            tls @ MaybeHttpsStream::Https(_) => Self::Tls(Box::new(tls)),
+        }
+    }
+}
+
+impl Connection for Stream {
+    fn connected(&self) -> Connected {
+        match self {
+            Self::Plain(tcp) => tcp.connected(),
+            Self::Tls(tls) => tls.connected(),
+        }
+    }
+}
+
+impl Read for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: ReadBufCursor<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Plain(tcp) => Pin::new(tcp).poll_read(cx, buf),
+            Self::Tls(tls) => Pin::new(&mut **tls).poll_read(cx, buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Self::Plain(tcp) => Pin::new(tcp).poll_write(cx, buf),
+            Self::Tls(tls) => Pin::new(&mut **tls).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Plain(tcp) => Pin::new(tcp).poll_flush(cx),
+            Self::Tls(tls) => Pin::new(&mut **tls).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Plain(tcp) => Pin::new(tcp).poll_shutdown(cx),
+            Self::Tls(tls) => Pin::new(&mut **tls).poll_shutdown(cx),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Self::Plain(tcp) => tcp.is_write_vectored(),
+            Self::Tls(tls) => tls.is_write_vectored(),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Self::Plain(tcp) => Pin::new(tcp).poll_write_vectored(cx, bufs),
+            Self::Tls(tls) => Pin::new(&mut **tls).poll_write_vectored(cx, bufs),
+        }
+    }
+}
+
 /// The connect time a request paid: the connection's open time if it was
 /// opened after the request arrived, zero if it came from the pool.
 pub(super) fn paid_by(request_start: Instant, connected: &Connected) -> Option<Duration> {
@@ -138,4 +230,31 @@ pub(super) fn paid_by(request_start: Instant, connected: &Connected) -> Option<D
     } else {
         Duration::ZERO
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::mem::size_of;
+
+    use hyper_rustls::MaybeHttpsStream;
+    use hyper_util::rt::TokioIo;
+    use tokio::net::{TcpListener, TcpStream};
+
+    use super::Stream;
+
+    /// Every held stream keeps its upstream connection: a plain one is the
+    /// socket and a tag, whatever a TLS session weighs.
+    #[tokio::test]
+    async fn a_plain_connection_is_kept_inline_and_small() {
+        assert!(
+            size_of::<Stream>() <= 48,
+            "Stream is {} bytes",
+            size_of::<Stream>()
+        );
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("address");
+        let tcp = TcpStream::connect(addr).await.expect("connect");
+        let stream = Stream::from(MaybeHttpsStream::Http(TokioIo::new(tcp)));
+        assert!(matches!(stream, Stream::Plain(_)));
+    }
 }

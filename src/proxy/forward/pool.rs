@@ -110,9 +110,10 @@ struct Idle {
 
 /// One upstream connection, and what was read from it and not yet used.
 struct Conn {
-    /// Boxed: a TLS stream holds its session inline (over a kilobyte),
-    /// and connections move in and out of the pool.
-    io: Box<TokioIo<Io>>,
+    /// Inline: a [`Stream`](super::connect::Stream) is a socket, or a
+    /// box around a TLS session, so a connection moves in and out of the
+    /// pool in a few words.
+    io: TokioIo<Io>,
     buf: BytesMut,
 }
 
@@ -228,7 +229,7 @@ impl Pool {
             .map_err(PoolError::Connect)?;
         let took = io.timing().took;
         let conn = Conn {
-            io: Box::new(TokioIo::new(io)),
+            io: TokioIo::new(io),
             buf: BytesMut::new(),
         };
         Ok((conn, took))
