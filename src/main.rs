@@ -12,6 +12,16 @@ use tokenclock::{
 
 mod cli;
 
+/// jemalloc, not the system's malloc: a held stream's socket buffers (8 KiB
+/// each, hyper's on the client's side) are mostly unwritten, and jemalloc
+/// keeps its metadata out of the blocks it hands out and its 8 KiB blocks
+/// page-aligned, so their unwritten pages are never backed; glibc keeps a
+/// header in the 16 bytes before each block, so a block's first and last
+/// pages share pages that its neighbours' headers touch. Measured (README: Performance, "Memory per held stream"): less RSS
+/// per held stream and no more CPU per event.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// A transparent timing proxy for LLM model servers.
 #[derive(Parser)]
 #[command(name = "tokenclock", version, about, long_about = None)]

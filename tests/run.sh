@@ -9,7 +9,7 @@ log() { printf '\n== %s\n' "$*"; }
 # Programs the tests run, as `command:debian-package`.
 need=()
 for tool in kill:procps prometheus:prometheus promtool:prometheus nginx:nginx taskset:util-linux python3:python3 \
-  valgrind:valgrind callgrind_control:valgrind; do
+  valgrind:valgrind callgrind_control:valgrind make:make; do
   type -P "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool#*:}")
 done
 # tests/deploy/venv.sh makes a venv for hadolint, kubernetes-validate and
