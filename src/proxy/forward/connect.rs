@@ -84,6 +84,11 @@ impl<T> Timed<T> {
     pub(super) fn timing(&self) -> ConnectTiming {
         self.timing
     }
+
+    /// The connection, without its timing.
+    pub(super) fn into_inner(self) -> T {
+        self.io
+    }
 }
 
 impl<T: Connection> Connection for Timed<T> {

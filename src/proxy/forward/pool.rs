@@ -43,12 +43,13 @@ use tower::Service;
 
 use super::{
     client::{Connector, UpstreamBody},
-    connect::Timed,
+    connect::{Stream, Timed},
     h1::{self, BodySize, Decoded, Decoder, Framing, WireError},
 };
 
-/// A connection as the connector opens it.
-type Io = <Connector as Service<Uri>>::Response;
+/// A connection as the pool keeps it: its open time is read once, at
+/// connect, and not carried.
+type Io = Stream;
 
 /// The most body bytes one frame gathers from what was read.
 const FRAME_LIMIT: usize = 64 * 1024;
@@ -229,7 +230,7 @@ impl Pool {
             .map_err(PoolError::Connect)?;
         let took = io.timing().took;
         let conn = Conn {
-            io: TokioIo::new(io),
+            io: TokioIo::new(io.into_inner()),
             buf: BytesMut::new(),
         };
         Ok((conn, took))
@@ -497,9 +498,10 @@ pub(crate) struct Lease {
     /// The last poll read the socket until it had nothing (and registered
     /// the task for its next bytes).
     drained: bool,
-    /// What came after the last frame's data (trailers, the end, a
-    /// failure), returned next.
-    next: Option<Option<Result<Frame<Bytes>, PoolError>>>,
+    /// What came after the last frame's data (trailers or a failure; the
+    /// end needs none), returned next. Boxed: it is rare, and every held
+    /// stream carries the field.
+    next: Option<Box<Result<Frame<Bytes>, PoolError>>>,
     /// The socket's end (`Ok(0)`) or failure, read while the buffer still
     /// held more body than one frame takes: reported once that is decoded.
     read_end: Option<io::Result<usize>>,
@@ -551,7 +553,7 @@ impl Lease {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, PoolError>>> {
         if let Some(next) = self.next.take() {
-            return Poll::Ready(next);
+            return Poll::Ready(Some(*next));
         }
         let Some(conn) = self.conn.as_mut() else {
             return Poll::Ready(None);
@@ -654,7 +656,7 @@ impl Lease {
                 // The end needs no stash: the body reports it
                 // (`is_end_stream`), and hyper's server ends a response
                 // whose length is written without polling again.
-                self.next = after.filter(Option::is_some);
+                self.next = after.flatten().map(Box::new);
                 return Poll::Ready(Some(Ok(Frame::data(data))));
             }
             if let Some(after) = after {
