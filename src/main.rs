@@ -17,8 +17,9 @@ mod cli;
 /// keeps its metadata out of the blocks it hands out and its 8 KiB blocks
 /// page-aligned, so their unwritten pages are never backed; glibc keeps a
 /// header in the 16 bytes before each block, so a block's first and last
-/// pages share pages that its neighbours' headers touch. Measured (README: Performance, "Memory per held stream"): less RSS
-/// per held stream and no more CPU per event.
+/// pages share pages that its neighbours' headers touch. Measured (README:
+/// Performance, "Memory per held stream"): less RSS per held stream, and
+/// CPU per event within the benchmark's noise.
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

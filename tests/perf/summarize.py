@@ -56,7 +56,7 @@ def rss_kib_per_stream(extra):
 
 def per_via(results):
     """Median figures per via, and every repetition's raw figures."""
-    medians, raw, errors = {}, {}, 0
+    medians, raw, errors = {}, {}, {}
     for via in VIAS:
         a, t, b, w, c, f, r, i, s_ = (runs(results, s, via) for s in "atbwcfris")
         shares = [load(os.path.join(results, f"s-{via}-{rep}.share.json")) or {}
@@ -96,7 +96,7 @@ def per_via(results):
             "scrape_cpu_ms": [s["cpu_ms_per_scrape"] for s, _ in r],
             "scrape_series": [s["series"] for s, _ in r],
         }
-        errors += sum(s["total"]["errors"] for s, _ in a + t + b + w + c + f + i + s_)
+        errors[via] = sum(s["total"]["errors"] for s, _ in a + t + b + w + c + f + i + s_)
         raw[via] = figures
         medians[via] = {k: median(v) for k, v in figures.items()}
     return medians, raw, errors
@@ -168,9 +168,12 @@ def main():
         n = 2 if any(w in r["metric"] for w in ("reads", "writes", "waits")) else 1
         print(f"{r['metric']:<36} {fmt(r['direct'], n):>10} {fmt(r['tokenclock'], n):>11} {fmt(r['nginx'], n):>10} "
               f"{fmt(r['tokenclock_over_nginx'], 2):>9} {fmt(r['tokenclock_over_direct'], 2):>10} {fmt(r['nginx_over_direct'], 2):>13}")
-    print(f"medians of {reps} repetition(s){' (--quick)' if quick else ''}; failed requests: {errors}")
+    by_via = ", ".join(f"{via} {n}" for via, n in errors.items())
+    print(f"medians of {reps} repetition(s){' (--quick)' if quick else ''}; "
+          f"failed requests: {sum(errors.values())} ({by_via})")
     with open(out, "w") as f:
-        json.dump({"quick": quick, "repetitions": reps, "failed_requests": errors, "nproc": os.cpu_count(),
+        json.dump({"quick": quick, "repetitions": reps, "failed_requests": sum(errors.values()),
+                   "failed_requests_by_via": errors, "nproc": os.cpu_count(),
                    "table": table, "medians": medians, "runs": raw}, f, indent=2)
 
 
