@@ -47,10 +47,6 @@ use super::{
     h1::{self, BodySize, Decoded, Decoder, Framing, WireError},
 };
 
-/// A connection as the pool keeps it: its open time is read once, at
-/// connect, and not carried.
-type Io = Stream;
-
 /// The most body bytes one frame gathers from what was read.
 const FRAME_LIMIT: usize = 64 * 1024;
 /// What a read asks the socket for at least.
@@ -114,7 +110,7 @@ struct Conn {
     /// Inline: a [`Stream`](super::connect::Stream) is a socket, or a
     /// box around a TLS session, so a connection moves in and out of the
     /// pool in a few words.
-    io: TokioIo<Io>,
+    io: TokioIo<Stream>,
     buf: BytesMut,
 }
 
@@ -229,6 +225,7 @@ impl Pool {
             .await
             .map_err(PoolError::Connect)?;
         let took = io.timing().took;
+        // The open time is read once, here, and not carried.
         let conn = Conn {
             io: TokioIo::new(io.into_inner()),
             buf: BytesMut::new(),
@@ -324,7 +321,7 @@ impl Upload {
     /// written and flushed.
     fn poll_send(
         &mut self,
-        io: &mut TokioIo<Io>,
+        io: &mut TokioIo<Stream>,
         cx: &mut Context<'_>,
     ) -> Poll<Result<(), PoolError>> {
         loop {

@@ -163,9 +163,10 @@ mod tests {
     use super::{Activity, Tracked, TrackedBody};
 
     /// hyper's server boxes a response's body for the response's life, so
-    /// every held stream keeps one: one of its largest allocations. jemalloc (the binary's allocator) rounds sizes
-    /// from 1,537 to 1,792 bytes up to 1,792, so a body over 1,536 bytes
-    /// costs each stream 256 more.
+    /// every held stream keeps one: one of its largest allocations.
+    /// jemalloc (the binary's allocator) rounds sizes from 1,537 to 1,792
+    /// bytes up to 1,792, so a body over 1,536 bytes costs each stream 256
+    /// more.
     #[test]
     fn a_held_streams_body_fits_in_1536_bytes() {
         let size = std::mem::size_of::<Option<TrackedBody<crate::proxy::forward::ProxyBody>>>();
