@@ -4,10 +4,12 @@
 //! Two checks per figure. Precision: every proxy timestamp is within 2 ms of
 //! the instant the upstream finished writing that event (the upstream runs
 //! in this process, on the same monotonic clock), so timer lateness on a
-//! busy machine cannot fail the test, and cannot hide a clock bug. The
-//! worked examples: each figure is near its nominal value, counted from
-//! where the schedule starts on the proxy's clock (the upstream writes its
-//! response head at the origin of its schedule, so that is the proxy's
+//! busy machine cannot fail the test, and cannot hide a clock bug; a run
+//! that misses only this runs again (twice at most), since the scheduler can
+//! hold one read back by milliseconds once where a clock bug misses every
+//! run. The worked examples: each figure is near its nominal value, counted
+//! from where the schedule starts on the proxy's clock (the upstream writes
+//! its response head at the origin of its schedule, so that is the proxy's
 //! `time_to_response_headers`).
 
 use std::time::Duration;
@@ -53,10 +55,52 @@ fn within(measured: Option<Duration>, expected: Duration, tolerance: Duration) {
     );
 }
 
-/// Within 2 ms of what the upstream actually did.
-#[track_caller]
-fn near(measured: Option<Duration>, expected: Duration) {
-    within(measured, expected, TOLERANCE);
+/// How many times a scenario runs when its only misses are of the 2 ms
+/// precision.
+const ATTEMPTS: usize = 3;
+
+/// The precision checks of one run: each figure against what the upstream
+/// actually did, the misses noted rather than failed at once.
+#[derive(Default)]
+struct Precision {
+    misses: Vec<String>,
+}
+
+impl Precision {
+    /// Within 2 ms of what the upstream actually did.
+    #[track_caller]
+    fn near(&mut self, measured: Option<Duration>, expected: Duration) {
+        let measured = measured.expect("the figure was measured");
+        if measured.abs_diff(expected) > TOLERANCE {
+            self.misses.push(format!(
+                "line {}: measured {measured:?}, expected {expected:?}",
+                std::panic::Location::caller().line()
+            ));
+        }
+    }
+}
+
+/// Runs `script` through the proxy, and `check` on
+/// its timeline and the upstream's writes: `check` asserts what must hold
+/// on every run (counts, figures near their nominal values) and notes the
+/// precision misses. A run whose only misses are of precision runs again,
+/// up to [`ATTEMPTS`] in all: on a busy machine the scheduler can hold
+/// one read back by milliseconds once; a clock bug misses every time.
+async fn measure(script: Vec<Step>, check: impl Fn(&Timeline, &[Duration], &mut Precision)) {
+    let mut runs = Vec::new();
+    for attempt in 1..=ATTEMPTS {
+        let (t, w) = run(script.clone()).await;
+        let mut precision = Precision::default();
+        check(&t, &w, &mut precision);
+        if precision.misses.is_empty() {
+            return;
+        }
+        runs.push(format!("run {attempt}: {}", precision.misses.join("; ")));
+    }
+    panic!(
+        "off the upstream's writes by more than {TOLERANCE:?} in every run:\n{}",
+        runs.join("\n")
+    );
 }
 
 /// Near the nominal schedule.
@@ -123,39 +167,40 @@ async fn ttft_450ms_then_120_tokens_at_25ms() {
     }
     script.push(Step::Write(usage_chunk(9, 120)));
     script.extend(done());
-    let (t, w) = run(script).await;
-
-    assert_eq!(t.outcome, Outcome::Ok);
-    assert!(t.streamed);
-    // Writes: head, role chunk, 120 tokens (w[2]..=w[121]), usage, [DONE], end.
-    near(t.ttft(), w[2]);
-    near(t.ttfo(), w[2]);
-    near(t.ttst(), w[3]);
-    near(t.tpot(), (w[121] - w[2]) / 119);
-    near(t.to_last_token(), w[121]);
-    near(t.e2e(), w[124]);
-    let o = origin(&t);
-    nominal(t.ttft(), o + ms(450));
-    within(t.tpot(), ms(25), Duration::from_micros(500));
-    nominal(t.e2e(), o + ms(3425));
-    assert_eq!(t.tokens.generated, 120);
-    assert_eq!(t.tokens.generated_source, Some(CountSource::Usage));
-    assert_eq!(t.tokens.input, Some(9));
-    assert_eq!(t.model.as_deref(), Some("m"));
-    assert_eq!(t.request.stream, Some(true));
-    let gaps: Vec<_> = t.gaps.inter_event().collect();
-    assert_eq!(gaps.len(), 119);
-    for (i, gap) in gaps.iter().enumerate() {
-        near(Some(*gap), w[i + 3] - w[i + 2]);
-    }
-    let itl: Vec<_> = t.inter_token_latencies().collect();
-    assert_eq!(itl.iter().map(|(_, n)| n).sum::<u64>(), 119);
-    let mean = itl.iter().map(|(d, _)| *d).sum::<Duration>() / itl.len() as u32;
-    within(Some(mean), ms(25), Duration::from_micros(500));
-    let phases = t.phases();
-    near(phases.get(Phase::Decode), w[121] - w[2]);
-    near(phases.get(Phase::Reasoning), Duration::ZERO);
-    assert!(phases.get(Phase::Tail).is_some_and(|d| d <= TOLERANCE));
+    measure(script, |t, w, p| {
+        assert_eq!(t.outcome, Outcome::Ok);
+        assert!(t.streamed);
+        // Writes: head, role chunk, 120 tokens (w[2]..=w[121]), usage, [DONE], end.
+        p.near(t.ttft(), w[2]);
+        p.near(t.ttfo(), w[2]);
+        p.near(t.ttst(), w[3]);
+        p.near(t.tpot(), (w[121] - w[2]) / 119);
+        p.near(t.to_last_token(), w[121]);
+        p.near(t.e2e(), w[124]);
+        let o = origin(t);
+        nominal(t.ttft(), o + ms(450));
+        within(t.tpot(), ms(25), Duration::from_micros(500));
+        nominal(t.e2e(), o + ms(3425));
+        assert_eq!(t.tokens.generated, 120);
+        assert_eq!(t.tokens.generated_source, Some(CountSource::Usage));
+        assert_eq!(t.tokens.input, Some(9));
+        assert_eq!(t.model.as_deref(), Some("m"));
+        assert_eq!(t.request.stream, Some(true));
+        let gaps: Vec<_> = t.gaps.inter_event().collect();
+        assert_eq!(gaps.len(), 119);
+        for (i, gap) in gaps.iter().enumerate() {
+            p.near(Some(*gap), w[i + 3] - w[i + 2]);
+        }
+        let itl: Vec<_> = t.inter_token_latencies().collect();
+        assert_eq!(itl.iter().map(|(_, n)| n).sum::<u64>(), 119);
+        let mean = itl.iter().map(|(d, _)| *d).sum::<Duration>() / itl.len() as u32;
+        within(Some(mean), ms(25), Duration::from_micros(500));
+        let phases = t.phases();
+        p.near(phases.get(Phase::Decode), w[121] - w[2]);
+        p.near(phases.get(Phase::Reasoning), Duration::ZERO);
+        assert!(phases.get(Phase::Tail).is_some_and(|d| d <= TOLERANCE));
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -167,26 +212,27 @@ async fn three_tokens_every_90ms_is_30ms_per_token() {
     }
     script.push(Step::Write(usage_chunk(5, 30)));
     script.extend(done());
-    let (t, w) = run(script).await;
-
-    // Writes: head, then the ten events at w[1]..=w[10].
-    let gaps: Vec<_> = t.gaps.inter_event().collect();
-    assert_eq!(gaps.len(), 9);
-    for (i, gap) in gaps.iter().enumerate() {
-        near(Some(*gap), w[i + 2] - w[i + 1]);
-        nominal(Some(*gap), ms(90));
-    }
-    let itl: Vec<_> = t.inter_token_latencies().collect();
-    assert_eq!(
-        itl.iter().map(|(_, n)| n).sum::<u64>(),
-        27,
-        "one observation per token"
-    );
-    for (i, (value, count)) in itl.into_iter().enumerate() {
-        assert_eq!(count, 3);
-        near(Some(value), (w[i + 2] - w[i + 1]) / 3);
-        nominal(Some(value), ms(30));
-    }
+    measure(script, |t, w, p| {
+        // Writes: head, then the ten events at w[1]..=w[10].
+        let gaps: Vec<_> = t.gaps.inter_event().collect();
+        assert_eq!(gaps.len(), 9);
+        for (i, gap) in gaps.iter().enumerate() {
+            p.near(Some(*gap), w[i + 2] - w[i + 1]);
+            nominal(Some(*gap), ms(90));
+        }
+        let itl: Vec<_> = t.inter_token_latencies().collect();
+        assert_eq!(
+            itl.iter().map(|(_, n)| n).sum::<u64>(),
+            27,
+            "one observation per token"
+        );
+        for (i, (value, count)) in itl.into_iter().enumerate() {
+            assert_eq!(count, 3);
+            p.near(Some(value), (w[i + 2] - w[i + 1]) / 3);
+            nominal(Some(value), ms(30));
+        }
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -205,21 +251,22 @@ async fn reasoning_for_300ms_separates_ttft_from_ttfo() {
         script.push(Step::Write(chat_chunk("{\"content\":\"ok\"}")));
     }
     script.extend(done());
-    let (t, w) = run(script).await;
-
-    // Writes: head, role, six reasoning events (w[2]..), five answers (w[8]..).
-    near(t.ttft(), w[2]);
-    near(t.ttfo(), w[8]);
-    let reasoning = t.ttfo().zip(t.ttft()).map(|(o, f)| o - f);
-    near(reasoning, w[8] - w[2]);
-    near(t.phases().get(Phase::Reasoning), w[8] - w[2]);
-    let o = origin(&t);
-    nominal(t.ttft(), o + ms(250));
-    nominal(t.ttfo(), o + ms(550));
-    nominal(reasoning, ms(300));
-    assert_eq!(t.tokens.generated, 11);
-    assert_eq!(t.tokens.reasoning, 6);
-    assert_eq!(t.tokens.generated_source, Some(CountSource::Events));
+    measure(script, |t, w, p| {
+        // Writes: head, role, six reasoning events (w[2]..), five answers (w[8]..).
+        p.near(t.ttft(), w[2]);
+        p.near(t.ttfo(), w[8]);
+        let reasoning = t.ttfo().zip(t.ttft()).map(|(o, f)| o - f);
+        p.near(reasoning, w[8] - w[2]);
+        p.near(t.phases().get(Phase::Reasoning), w[8] - w[2]);
+        let o = origin(t);
+        nominal(t.ttft(), o + ms(250));
+        nominal(t.ttfo(), o + ms(550));
+        nominal(reasoning, ms(300));
+        assert_eq!(t.tokens.generated, 11);
+        assert_eq!(t.tokens.reasoning, 6);
+        assert_eq!(t.tokens.generated_source, Some(CountSource::Events));
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -236,19 +283,21 @@ async fn a_non_streamed_response_has_counts_but_no_first_token() {
     .to_vec();
     response.extend_from_slice(body);
     let head_len = response.len() - body.len();
-    let (t, w) = run(vec![
+    let script = vec![
         Step::Write(Bytes::copy_from_slice(&response[..head_len])),
         Step::At(ms(80)),
         Step::Write(Bytes::copy_from_slice(&response[head_len..])),
-    ])
+    ];
+    measure(script, |t, w, p| {
+        assert!(!t.streamed);
+        assert_eq!(t.ttft(), None);
+        p.near(t.e2e(), w[1]);
+        nominal(t.e2e(), origin(t) + ms(80));
+        assert_eq!(t.tokens.generated, 3);
+        assert_eq!(t.tokens.input, Some(7));
+        assert_eq!(t.tokens.generated_source, Some(CountSource::Usage));
+    })
     .await;
-    assert!(!t.streamed);
-    assert_eq!(t.ttft(), None);
-    near(t.e2e(), w[1]);
-    nominal(t.e2e(), origin(&t) + ms(80));
-    assert_eq!(t.tokens.generated, 3);
-    assert_eq!(t.tokens.input, Some(7));
-    assert_eq!(t.tokens.generated_source, Some(CountSource::Usage));
 }
 
 #[tokio::test]
@@ -320,12 +369,14 @@ async fn an_event_split_across_frames_takes_the_instant_of_its_last_byte() {
         Step::Write(chat_chunk("{\"content\":\" there\"}")),
     ];
     script.extend(done());
-    let (t, w) = run(script).await;
-    // Writes: head, three parts (w[1]..=w[3]), the second token, [DONE], end.
-    near(t.ttft(), w[3]);
-    near(t.ttst(), w[4]);
-    assert!(
-        t.ttft().expect("ttft") >= w[2] + ms(30),
-        "not the instant of an earlier part"
-    );
+    measure(script, |t, w, p| {
+        // Writes: head, three parts (w[1]..=w[3]), the second token, [DONE], end.
+        p.near(t.ttft(), w[3]);
+        p.near(t.ttst(), w[4]);
+        assert!(
+            t.ttft().expect("ttft") >= w[2] + ms(30),
+            "not the instant of an earlier part"
+        );
+    })
+    .await;
 }
