@@ -19,7 +19,8 @@ mod cli;
 /// header in the 16 bytes before each block, so a block's first and last
 /// pages share pages that its neighbours' headers touch. Measured (README:
 /// Performance, "Memory per held stream"): less RSS per held stream, and
-/// CPU per event within the benchmark's noise.
+/// CPU per event within the benchmark's noise. `.cargo/config.toml` builds
+/// it to hand freed pages back at once ("Freed pages handed back").
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

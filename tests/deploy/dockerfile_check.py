@@ -10,8 +10,10 @@ Prints one line per problem and exits 1 if there is any.
 - it exposes 8080 and 9464, ENTRYPOINT ["tokenclock"] and CMD in exec form;
 - it sets no TOKENCLOCK_* variable (the environment would win over the
   mounted config file);
-- .dockerignore keeps target/ out of the build context.
+- .dockerignore keeps target/ out of the build context, and .cargo/ in it
+  (.cargo/config.toml sets how jemalloc is built).
 """
+import fnmatch
 import json
 import re
 import sys
@@ -94,6 +96,11 @@ def problems(dockerfile, dockerignore):
     ignored = {l.strip().strip("/") for l in dockerignore.split("\n")}
     if not ignored & {"target", "**/target"}:
         found.append(".dockerignore does not exclude target/")
+    patterns = [l for l in ignored if l and not l.startswith(("#", "!"))]
+    for path in (".cargo", ".cargo/config.toml"):
+        if any(fnmatch.fnmatch(path, p) for p in patterns):
+            found.append(".dockerignore excludes %s (jemalloc's build options)" % path)
+            break
     return found
 
 

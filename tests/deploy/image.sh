@@ -11,7 +11,8 @@
 # 2. tests/deploy/dockerfile_check.py: the build stage runs exactly
 #    `cargo build --release --locked` and strips the binary; the runtime stage
 #    is distroless cc :nonroot, USER 65532:65532, EXPOSE 8080 9464,
-#    ENTRYPOINT ["tokenclock"], CMD in exec form; .dockerignore excludes target/;
+#    ENTRYPOINT ["tokenclock"], CMD in exec form; .dockerignore excludes target/
+#    and keeps .cargo/ (jemalloc's build options);
 # 3. both can fail: each mutation below breaks one thing in a copy, and
 #    hadolint or the check must then fail.
 # The CMD's flags and the README's build and run commands are checked against
@@ -34,7 +35,7 @@ log "tests/deploy/dockerfile_check.py deploy/Dockerfile .dockerignore"
 python3 tests/deploy/dockerfile_check.py deploy/Dockerfile .dockerignore
 
 # Each mutation: a name and a sed expression applied to a copy of the
-# Dockerfile (or, for the last, of .dockerignore).
+# Dockerfile (or, for the last two, of .dockerignore).
 mutations=(
   "no USER|/^USER /d"
   "USER root|s/^USER .*/USER root/"
@@ -48,6 +49,7 @@ mutations=(
   "listen address from ENV|s|^EXPOSE |ENV TOKENCLOCK_LISTEN=0.0.0.0:8080\nEXPOSE |"
   "apt-get install unpinned|s|^WORKDIR /src|WORKDIR /src\nRUN apt-get update \&\& apt-get install -y binutils|"
   "target/ in the build context|.dockerignore:/target$/d"
+  ".cargo/ out of the build context|.dockerignore:\$a .*"
 )
 for m in "${mutations[@]}"; do
   name=${m%%|*}
