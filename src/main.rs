@@ -20,7 +20,8 @@ mod cli;
 /// pages share pages that its neighbours' headers touch. Measured (README:
 /// Performance, "Memory per held stream"): less RSS per held stream, and
 /// CPU per event within the benchmark's noise. `.cargo/config.toml` builds
-/// it to hand freed pages back at once ("Freed pages handed back").
+/// it to return freed pages from a thread of its own ("Freed pages handed
+/// back").
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
