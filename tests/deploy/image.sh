@@ -35,7 +35,7 @@ log "tests/deploy/dockerfile_check.py deploy/Dockerfile .dockerignore"
 python3 tests/deploy/dockerfile_check.py deploy/Dockerfile .dockerignore
 
 # Each mutation: a name and a sed expression applied to a copy of the
-# Dockerfile (or, for the last two, of .dockerignore).
+# Dockerfile (or, for the last three, of .dockerignore).
 mutations=(
   "no USER|/^USER /d"
   "USER root|s/^USER .*/USER root/"
@@ -49,7 +49,8 @@ mutations=(
   "listen address from ENV|s|^EXPOSE |ENV TOKENCLOCK_LISTEN=0.0.0.0:8080\nEXPOSE |"
   "apt-get install unpinned|s|^WORKDIR /src|WORKDIR /src\nRUN apt-get update \&\& apt-get install -y binutils|"
   "target/ in the build context|.dockerignore:/target$/d"
-  ".cargo/ out of the build context|.dockerignore:\$a .*"
+  ".cargo/ out of the build context by .*|.dockerignore:\$a .*"
+  ".cargo/ out of the build context by **/.cargo|.dockerignore:\$a **/.cargo"
 )
 for m in "${mutations[@]}"; do
   name=${m%%|*}

@@ -95,7 +95,11 @@ async fn measure(script: Vec<Step>, check: impl Fn(&Timeline, &[Duration], &mut 
         if precision.misses.is_empty() {
             return;
         }
-        runs.push(format!("run {attempt}: {}", precision.misses.join("; ")));
+        let misses = format!("run {attempt}: {}", precision.misses.join("; "));
+        // Shown with the test's output: a run that passes on a retry still
+        // leaves its misses in the log.
+        eprintln!("off the upstream's writes by more than {TOLERANCE:?}: {misses}");
+        runs.push(misses);
     }
     panic!(
         "off the upstream's writes by more than {TOLERANCE:?} in every run:\n{}",
@@ -198,7 +202,7 @@ async fn ttft_450ms_then_120_tokens_at_25ms() {
         let phases = t.phases();
         p.near(phases.get(Phase::Decode), w[121] - w[2]);
         p.near(phases.get(Phase::Reasoning), Duration::ZERO);
-        assert!(phases.get(Phase::Tail).is_some_and(|d| d <= TOLERANCE));
+        p.near(phases.get(Phase::Tail), w[124] - w[121]);
     })
     .await;
 }
