@@ -48,11 +48,12 @@ out=target/test-output.txt
 set +e
 # The clock tests compare each stamp with the instant the upstream wrote,
 # to 2 ms: they run on their own afterwards, not among the suite's parallel
-# tests, whose load on 2 cores delays a wake-up by more than that.
+# tests, whose load on 2 cores delays a wake-up by more than that; with
+# --show-output, so a run retried for such a miss leaves it in the log.
 cargo test --release --locked -- --skip clock:: 2>&1 | tee "$out"
 status=${PIPESTATUS[0]}
 log "cargo test --release --test it clock:: (alone)"
-cargo test --release --locked --test it -- clock:: --test-threads=1 2>&1 | tee -a "$out"
+cargo test --release --locked --test it -- clock:: --test-threads=1 --show-output 2>&1 | tee -a "$out"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 # Counting greps find nothing when a build fails: no set -e around them.
 passed=$(grep -Eo '[0-9]+ passed' "$out" | awk '{s += $1} END {print s + 0}')
