@@ -80,12 +80,12 @@ impl Precision {
     }
 }
 
-/// Runs `script` through the proxy, and `check` on
-/// its timeline and the upstream's writes: `check` asserts what must hold
-/// on every run (counts, figures near their nominal values) and notes the
-/// precision misses. A run whose only misses are of precision runs again,
-/// up to [`ATTEMPTS`] in all: on a busy machine the scheduler can hold
-/// one read back by milliseconds once; a clock bug misses every time.
+/// Runs `script` through the proxy, and `check` on its timeline and the
+/// upstream's writes: `check` asserts what must hold on every run (counts,
+/// figures near their nominal values) and notes the precision misses. A
+/// run whose only misses are of precision runs again, up to [`ATTEMPTS`]
+/// in all: on a busy machine the scheduler can hold one read back by
+/// milliseconds once; a clock bug misses every time.
 async fn measure(script: Vec<Step>, check: impl Fn(&Timeline, &[Duration], &mut Precision)) {
     let mut runs = Vec::new();
     for attempt in 1..=ATTEMPTS {
