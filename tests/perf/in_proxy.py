@@ -15,10 +15,20 @@ wake-up latency, and the time a frame that arrived while the proxy was busy
 sat in its socket until the next epoll_wait. A wake-up is an epoll_wait
 that returned ready descriptors; frames per wake-up says how bursty the
 traffic was.
+
+The delay splits into what the proxy spends and what the traffic's bursts
+make a frame wait, so that two proxies can be told apart when their bursts
+differ (they do from run to run: the simulator and the client share a
+core). A wake-up's first frame waits behind no other frame: its delay is
+the proxy's wake-up path and one frame's processing ("first frame"). Each
+further frame of the wake-up is written some time after the one before it:
+one more frame's processing ("next frame", write to write). A frame at
+position k of its wake-up waits roughly first frame + k x next frame.
 """
 import json
 import re
 import sys
+from collections import namedtuple
 
 # An epoll_wait that took longer than this slept: the thread was idle.
 BLOCKED_US = 20.0
@@ -48,12 +58,18 @@ def parse(path):
             yield int(tid), round(float(t) * 1e6), name, ret
 
 
+# One forwarded frame: its in-proxy delay (us), its position in the wake-up
+# that wrote it (0 for the first), and the time since the write before it
+# in that wake-up (us; None for the first).
+Frame = namedtuple("Frame", "delay position since_previous")
+
+
 def frames(events):
-    """In-proxy delays (us) of every frame, frame counts per wake-up, and
+    """Every frame forwarded (a Frame each), frame counts per wake-up, and
     reads never written before the thread slept (not paired, left out)."""
-    threads, delays, per_wakeup, unpaired = {}, [], [], 0
+    threads, out, per_wakeup, unpaired = {}, [], [], 0
     for tid, t, name, ret in events:
-        s = threads.setdefault(tid, {"entered": None, "woke": None, "pending": [], "count": 0})
+        s = threads.setdefault(tid, {"entered": None, "woke": None, "pending": [], "count": 0, "last": None})
         if ret is None:
             if name in WAITS:
                 s["entered"] = t
@@ -67,15 +83,17 @@ def frames(events):
             if ret > 0:
                 if s["woke"] is not None:
                     per_wakeup.append(s["count"])
-                s["woke"], s["count"] = t, 0
+                s["woke"], s["count"], s["last"] = t, 0, None
         elif ret <= 0:
             continue
         elif name in READS and s["woke"] is not None:
             s["pending"].append(s["woke"])
         elif name in WRITES and s["pending"]:
-            delays.append(t - s["pending"].pop(0))
+            gap = None if s["last"] is None else t - s["last"]
+            out.append(Frame(t - s["pending"].pop(0), s["count"], gap))
             s["count"] += 1
-    return delays, [n for n in per_wakeup if n], unpaired
+            s["last"] = t
+    return out, [n for n in per_wakeup if n], unpaired
 
 
 def pct(values, p):
@@ -86,16 +104,24 @@ def pct(values, p):
     return values[int(rank) - 1]
 
 
-def summarize(delays, per_wakeup, unpaired):
+def summarize(frames_, per_wakeup, unpaired):
+    delays = [f.delay for f in frames_]
+    first = [f.delay for f in frames_ if f.position == 0]
+    nexts = [f.since_previous for f in frames_ if f.since_previous is not None]
     return {
         "frames": len(delays),
         "unpaired_reads": unpaired,
         "wakeups": len(per_wakeup),
         "frames_per_wakeup_p50": pct(per_wakeup, 50),
+        "frames_per_wakeup_mean": sum(per_wakeup) / len(per_wakeup) if per_wakeup else None,
         "frames_per_wakeup_max": max(per_wakeup, default=None),
         "in_proxy_delay_us_p50": pct(delays, 50),
         "in_proxy_delay_us_p99": pct(delays, 99),
         "in_proxy_delay_us_max": max(delays, default=None),
+        "first_frame_us_p50": pct(first, 50),
+        "first_frame_us_p99": pct(first, 99),
+        "next_frame_us_p50": pct(nexts, 50),
+        "next_frame_us_p99": pct(nexts, 99),
     }
 
 

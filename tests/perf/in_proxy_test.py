@@ -39,10 +39,38 @@ class InProxyTest(unittest.TestCase):
             (1.001030, *SLEEP),
             (1.020000, "exit_epoll_wait", "0x1"),
         )
-        delays, per_wakeup, unpaired = in_proxy.frames(events)
-        self.assertEqual(delays, [14, 27])
+        frames, per_wakeup, unpaired = in_proxy.frames(events)
+        self.assertEqual([f.delay for f in frames], [14, 27])
         self.assertEqual(per_wakeup, [2])
         self.assertEqual(unpaired, 0)
+        # The first frame waited behind none; the second, 13 us behind it.
+        self.assertEqual([(f.position, f.since_previous) for f in frames], [(0, None), (1, 13)])
+
+    def test_the_delay_splits_into_first_frame_and_next_frame(self):
+        # Two wake-ups: one frame alone, then three frames in a burst.
+        events = trace(
+            (1.000000, *SLEEP),
+            (1.001000, "exit_epoll_wait", "0x1"),
+            (1.001003, "exit_recvfrom", "0xf4"),
+            (1.001010, "exit_writev", "0xf4"),
+            (1.001012, *SLEEP),
+            (1.002000, "exit_epoll_wait", "0x3"),
+            (1.002004, "exit_recvfrom", "0xf4"),
+            (1.002012, "exit_writev", "0xf4"),
+            (1.002014, "exit_recvfrom", "0xf4"),
+            (1.002017, "exit_writev", "0xf4"),
+            (1.002019, "exit_recvfrom", "0xf4"),
+            (1.002023, "exit_writev", "0xf4"),
+            (1.002025, *SLEEP),
+            (1.020000, "exit_epoll_wait", "0x1"),
+        )
+        summary = in_proxy.summarize(*in_proxy.frames(events))
+        self.assertEqual(summary["frames"], 4)
+        self.assertEqual(summary["frames_per_wakeup_mean"], 2.0)
+        self.assertEqual(summary["in_proxy_delay_us_p50"], 12)
+        # First frames: 10 and 12 us; next frames: 5 and 6 us after the one before.
+        self.assertEqual((summary["first_frame_us_p50"], summary["first_frame_us_p99"]), (10, 12))
+        self.assertEqual((summary["next_frame_us_p50"], summary["next_frame_us_p99"]), (5, 6))
 
     def test_a_read_never_written_does_not_shift_later_frames(self):
         events = trace(
@@ -56,8 +84,8 @@ class InProxyTest(unittest.TestCase):
             (1.002015, "exit_writev", "0xf4"),
             (1.002020, "exit_write", "0x0"),
         )
-        delays, _, unpaired = in_proxy.frames(events)
-        self.assertEqual(delays, [15])
+        frames, _, unpaired = in_proxy.frames(events)
+        self.assertEqual([f.delay for f in frames], [15])
         self.assertEqual(unpaired, 1)
 
     def test_a_poll_without_sleep_keeps_the_burst_going(self):
@@ -71,10 +99,10 @@ class InProxyTest(unittest.TestCase):
             (1.001020, "exit_writev", "0xf4"),
             (1.001030, "exit_writev", "0xf4"),
         )
-        delays, per_wakeup, unpaired = in_proxy.frames(events)
-        self.assertEqual(delays, [20, 22])
+        frames, per_wakeup, unpaired = in_proxy.frames(events)
+        self.assertEqual([f.delay for f in frames], [20, 22])
         self.assertEqual(unpaired, 0)
-        summary = in_proxy.summarize(delays, per_wakeup, unpaired)
+        summary = in_proxy.summarize(frames, per_wakeup, unpaired)
         self.assertEqual((summary["in_proxy_delay_us_p50"], summary["in_proxy_delay_us_p99"]), (20, 22))
 
 
