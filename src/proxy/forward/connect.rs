@@ -157,6 +157,25 @@ impl From<MaybeHttpsStream<TokioIo<TcpStream>>> for Stream {
     }
 }
 
+impl Stream {
+    /// Whether the socket is known to hold nothing more to read now, with
+    /// `cx`'s task registered for its next bytes; `false` when that is not
+    /// known (then a read finds out).
+    ///
+    /// tokio clears a socket's readiness after a read that did not fill the
+    /// buffer it was given (or found nothing), so after such a read this
+    /// costs a look at the readiness and, when it is clear, the waker's
+    /// registration: what the next read's poll would do, without it. Under
+    /// TLS the session may hold decrypted bytes the socket no longer has,
+    /// so a TLS stream never says.
+    pub(crate) fn poll_read_empty(&self, cx: &mut Context<'_>) -> bool {
+        match self {
+            Self::Plain(tcp) => tcp.inner().poll_read_ready(cx).is_pending(),
+            Self::Tls(_) => false,
+        }
+    }
+}
+
 impl Connection for Stream {
     fn connected(&self) -> Connected {
         match self {
@@ -239,13 +258,85 @@ pub(super) fn paid_by(request_start: Instant, connected: &Connected) -> Option<D
 
 #[cfg(test)]
 mod tests {
-    use std::mem::size_of;
+    use std::{
+        mem::size_of,
+        sync::{
+            atomic::{AtomicUsize, Ordering},
+            Arc,
+        },
+        task::{Context, Wake, Waker},
+        time::Duration,
+    };
 
     use hyper_rustls::MaybeHttpsStream;
     use hyper_util::rt::TokioIo;
-    use tokio::net::{TcpListener, TcpStream};
+    use tokio::{
+        io::{AsyncReadExt, AsyncWriteExt},
+        net::{TcpListener, TcpStream},
+    };
 
     use super::Stream;
+
+    /// A task's waker that counts its wake-ups.
+    #[derive(Default)]
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// A plain connection to a peer on 127.0.0.1, as the pool holds it.
+    async fn connected() -> (TokioIo<Stream>, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("address");
+        let tcp = TcpStream::connect(addr).await.expect("connect");
+        let (peer, _) = listener.accept().await.expect("accept");
+        let stream = Stream::from(MaybeHttpsStream::Http(TokioIo::new(tcp)));
+        (TokioIo::new(stream), peer)
+    }
+
+    /// After a read that did not fill its buffer (a paced event's), the
+    /// socket is known empty and the task is registered for what comes
+    /// next: the body can say it is drained without reading again. While
+    /// bytes remain, it is not.
+    #[tokio::test]
+    async fn a_short_read_leaves_the_socket_known_empty_and_the_task_registered() {
+        let (mut stream, mut peer) = connected().await;
+        let count = Arc::new(Count::default());
+        let waker = Waker::from(count.clone());
+        let mut cx = Context::from_waker(&waker);
+
+        peer.write_all(&[b'x'; 100]).await.expect("write");
+        let mut buf = [0u8; 10];
+        let n = stream.read(&mut buf).await.expect("read");
+        assert_eq!(n, 10, "a full read");
+        assert!(
+            !stream.inner().poll_read_empty(&mut cx),
+            "90 bytes are left: not known empty"
+        );
+        let mut buf = [0u8; 4096];
+        let n = stream.read(&mut buf).await.expect("read");
+        assert_eq!(n, 90, "a short read");
+        assert!(stream.inner().poll_read_empty(&mut cx), "known empty");
+        assert_eq!(count.0.load(Ordering::SeqCst), 0);
+
+        peer.write_all(b"data: 2\n\n").await.expect("write");
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while count.0.load(Ordering::SeqCst) == 0 {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+        .await
+        .expect("the next bytes wake the registered task");
+        assert!(
+            !stream.inner().poll_read_empty(&mut cx),
+            "readable again: not empty"
+        );
+        let n = stream.read(&mut buf).await.expect("read");
+        assert_eq!(&buf[..n], b"data: 2\n\n");
+    }
 
     /// Every held stream keeps its upstream connection: a plain one is the
     /// socket and a tag, whatever a TLS session weighs.
@@ -256,10 +347,7 @@ mod tests {
             "Stream is {} bytes",
             size_of::<Stream>()
         );
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("address");
-        let tcp = TcpStream::connect(addr).await.expect("connect");
-        let stream = Stream::from(MaybeHttpsStream::Http(TokioIo::new(tcp)));
-        assert!(matches!(stream, Stream::Plain(_)));
+        let (stream, _peer) = connected().await;
+        assert!(matches!(stream.inner(), Stream::Plain(_)));
     }
 }

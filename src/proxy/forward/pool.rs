@@ -638,6 +638,16 @@ impl Lease {
                     }
                 }
                 (Decoded::More, Poll::Ready(Ok(_))) if data.is_empty() => continue,
+                (Decoded::More, Poll::Ready(Ok(_))) => {
+                    // A read that did not fill the buffer left the socket
+                    // empty, as a paced event's does: say so now, with the
+                    // task registered, so that hyper's poll right after it
+                    // writes the frame returns at once (the body's `woken`)
+                    // instead of coming down every body layer to a read
+                    // that would find nothing.
+                    self.drained = conn.io.inner().poll_read_empty(cx);
+                    None
+                }
                 (Decoded::More, _) => None,
                 (Decoded::Full, read) => {
                     // More may be decodable without a read: poll again,
