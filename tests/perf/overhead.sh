@@ -57,7 +57,9 @@
 # --trace adds (t): (a) once more per proxy with its syscalls recorded by
 # perf (linux-perf), for each proxy's in-proxy delay per event (in_proxy.py):
 # from the wake-up that reported the event to its write, the part of the
-# delay that is the proxy's own.
+# delay that is the proxy's own. Its figures spread more between runs than
+# the others, so it has repetitions of its own: T_REPS (default 8, or --reps
+# if that is more), each about 20 s.
 # Prints one table on stdout and writes JSON (default target/perf/overhead.json).
 # Everything listens on 127.0.0.1 and is killed on exit.
 set -euo pipefail
@@ -79,6 +81,11 @@ done
 
 [[ $ONLY =~ ^[abwcfriks]+$ ]] || { echo "overhead.sh: --only takes letters of abwcfriks, got '$ONLY'" >&2; exit 2; }
 (( TRACE == 0 )) || ONLY+=t
+# (t)'s repetitions: its in-proxy delay moves by ±50% between runs of one
+# build, so it takes more of them than the other scenarios (it is cheap).
+T_REPS=${T_REPS:-$(( QUICK == 1 ? 1 : 8 ))}
+[[ $T_REPS =~ ^[0-9]+$ ]] && (( T_REPS >= 1 )) || { echo "overhead.sh: T_REPS is a count, 1 or more" >&2; exit 2; }
+(( T_REPS >= REPS )) || T_REPS=$REPS
 
 PERF_DIR=$(cd "$(dirname "$0")" && pwd)
 cd "$PERF_DIR/../.."
@@ -439,14 +446,17 @@ scenario_s() {
 # every repetition: no via always runs first, or always after the same one
 # (what ran just before, on a shared machine, shows in the next p99).
 VIAS=(direct tokenclock nginx)
-for rep in $(seq 1 "$REPS"); do
+LAST=$REPS
+[[ $ONLY != *t* ]] || LAST=$T_REPS
+for rep in $(seq 1 "$LAST"); do
     for scenario in a t b w c f r i k s; do
         [[ $ONLY == *"$scenario"* ]] || continue
+        if [[ $scenario == t ]]; then (( rep <= T_REPS )) || continue; else (( rep <= REPS )) || continue; fi
         for i in 0 1 2; do
             via=${VIAS[$(( (i + rep - 1) % 3 ))]}
             [[ $via == direct && $scenario == [ctfis] ]] && continue
             [[ $via != tokenclock && $scenario == [rk] ]] && continue
-            log "rep $rep/$REPS: ($scenario) via $via"
+            log "rep $rep/$([[ $scenario == t ]] && echo "$T_REPS" || echo "$REPS"): ($scenario) via $via"
             start_proxy "$via"
             warm_up "$scenario"
             "scenario_$scenario" "$via" "$rep"
@@ -456,5 +466,5 @@ for rep in $(seq 1 "$REPS"); do
 done
 
 mkdir -p "$(dirname "$OUT")"
-python3 "$PERF_DIR/summarize.py" "$RESULTS" "$OUT" "$QUICK" "$REPS"
+python3 "$PERF_DIR/summarize.py" "$RESULTS" "$OUT" "$QUICK" "$REPS" "$([[ $ONLY == *t* ]] && echo "$T_REPS" || echo 0)"
 log "JSON written to $OUT"

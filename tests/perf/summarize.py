@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """summarize.py: medians of overhead.sh's raw results; prints the table and writes the JSON.
 
-Usage: summarize.py RESULTS_DIR OUT_JSON QUICK REPS
+Usage: summarize.py RESULTS_DIR OUT_JSON QUICK REPS [T_REPS]
+
+T_REPS: the repetitions of (t), which has its own count (0 or absent: not run).
 """
 import json
 import os
@@ -168,6 +170,7 @@ def fmt(v, digits=1):
 
 def main():
     results, out, quick, reps = sys.argv[1], sys.argv[2], sys.argv[3] == "1", int(sys.argv[4])
+    t_reps = int(sys.argv[5]) if len(sys.argv) > 5 else 0
     medians, raw, errors = per_via(results)
     table = rows(medians)
     header = f"{'metric':<36} {'direct':>10} {'tokenclock':>11} {'nginx':>10} {'tc/nginx':>9} {'tc/direct':>10} {'nginx/direct':>13}"
@@ -179,10 +182,10 @@ def main():
         print(f"{r['metric']:<36} {fmt(r['direct'], n):>10} {fmt(r['tokenclock'], n):>11} {fmt(r['nginx'], n):>10} "
               f"{fmt(r['tokenclock_over_nginx'], 2):>9} {fmt(r['tokenclock_over_direct'], 2):>10} {fmt(r['nginx_over_direct'], 2):>13}")
     by_via = ", ".join(f"{via} {n}" for via, n in errors.items())
-    print(f"medians of {reps} repetition(s){' (--quick)' if quick else ''}; "
+    print(f"medians of {reps} repetition(s){f', (t) of {t_reps}' if t_reps else ''}{' (--quick)' if quick else ''}; "
           f"failed requests: {sum(errors.values())} ({by_via})")
     with open(out, "w") as f:
-        json.dump({"quick": quick, "repetitions": reps, "failed_requests": sum(errors.values()),
+        json.dump({"quick": quick, "repetitions": reps, "t_repetitions": t_reps, "failed_requests": sum(errors.values()),
                    "failed_requests_by_via": errors, "nproc": os.cpu_count(),
                    "table": table, "medians": medians, "runs": raw}, f, indent=2)
 
