@@ -10,6 +10,9 @@
 //! without touching the writer.
 
 mod fields;
+mod line;
+#[cfg(test)]
+mod testing;
 mod writer;
 
 use std::{io, sync::OnceLock};
@@ -113,12 +116,18 @@ pub fn layer<S>(format: LogFormat, writer: NonBlocking) -> Box<dyn Layer<S> + Se
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
-    let layer = fmt::layer().with_writer(writer).log_internal_errors(false);
+    let layer = fmt::layer()
+        .with_writer(writer)
+        .with_ansi(false)
+        .log_internal_errors(false);
     match format {
         LogFormat::Text => layer
             .fmt_fields(fields::TextFields)
-            .with_ansi(false)
+            .event_format(line::TextLine::new(line::Clock))
             .boxed(),
-        LogFormat::Json => layer.json().flatten_event(true).boxed(),
+        LogFormat::Json => layer
+            .json()
+            .event_format(line::JsonLine::new(line::Clock))
+            .boxed(),
     }
 }

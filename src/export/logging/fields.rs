@@ -6,8 +6,8 @@
 //! default visitor writes each field through `core::fmt` with two styled
 //! wrappers around the name, about a thousand instructions a field, and
 //! that was most of the line's cost. Here an integer, a bool, and a string
-//! that needs no escape are written as bytes; a float goes through a single
-//! `{:?}`; anything else (the message, `Display` and `Debug` values,
+//! that needs no escape are written as bytes; a float, a `Display` and a
+//! `Debug` value go through a single `{:?}`; anything else (the message,
 //! errors, raw `r#` names, a string with an escape, and every field when
 //! the writer paints ANSI styles) is handed to the default visitor, so the
 //! text cannot differ from the default's.
@@ -147,7 +147,16 @@ impl Visit for TextVisitor<'_> {
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        self.delegate(|v| v.record_debug(field, value));
+        // The default writes a plain field's `Debug` (and `Display`, which
+        // `%` wraps in a `Debug`) as is, unescaped, after `name=`.
+        match self.plain(field) {
+            Some(name) => {
+                self.result = self
+                    .name(name)
+                    .and_then(|()| write!(self.writer, "{value:?}"));
+            }
+            None => self.delegate(|v| v.record_debug(field, value)),
+        }
     }
 }
 

@@ -1,41 +1,10 @@
-use std::{
-    io,
-    sync::{Arc, Mutex},
-};
+use std::io;
 
 use proptest::prelude::*;
-use tracing_subscriber::{fmt, fmt::MakeWriter, layer::SubscriberExt};
+use tracing_subscriber::{fmt, layer::SubscriberExt};
 
+use super::super::testing::{access_line, Kept};
 use super::TextFields;
-
-/// An output that keeps what the layer writes.
-#[derive(Clone, Default)]
-struct Kept(Arc<Mutex<Vec<u8>>>);
-
-impl io::Write for Kept {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.lock().expect("kept").extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> MakeWriter<'a> for Kept {
-    type Writer = Kept;
-
-    fn make_writer(&'a self) -> Kept {
-        self.clone()
-    }
-}
-
-impl Kept {
-    fn text(&self) -> String {
-        String::from_utf8(self.0.lock().expect("kept").clone()).expect("utf-8")
-    }
-}
 
 /// What the default fields and [`TextFields`] write for the same events,
 /// side by side (no timestamps, which would differ).
@@ -65,24 +34,7 @@ fn both(ansi: bool, emit: impl FnOnce()) -> (String, String) {
 fn the_access_line_is_written_as_the_default_writes_it() {
     for ansi in [false, true] {
         let (default, ours) = both(ansi, || {
-            tracing::info!(
-                target: "tokenclock::access",
-                method = %"POST",
-                path = %"/v1/chat/completions",
-                version = ?http::Version::HTTP_11,
-                status = 200u16,
-                outcome = "ok",
-                model = Some("llama \"3\" 8b\\x"),
-                token_source = None::<&str>,
-                duration_ms = Some(1234.5678f64),
-                ttft_ms = Some(1e-7f64),
-                ttfo_ms = None::<f64>,
-                output_tokens = 42u64,
-                offset = -3i64,
-                cut = true,
-                request_id = "req-1",
-                "Request finished."
-            );
+            access_line();
             tracing::info!("log.target" = "x", status = 200u16, "Logged.");
         });
         assert_eq!(ours, default);
@@ -92,7 +44,8 @@ fn the_access_line_is_written_as_the_default_writes_it() {
 
 proptest! {
     /// Any strings (quotes, backslashes, control characters, ANSI
-    /// escapes, unicode), floats, integers and bools, in an event's
+    /// escapes, unicode), as they are and as `Display` and `Debug`
+    /// values, floats, integers and bools, in an event's
     /// fields, its message and a span's fields, with and without ANSI
     /// styles: the same text as the default.
     #[test]
@@ -108,7 +61,7 @@ proptest! {
         let (default, ours) = both(ansi, || {
             let span = tracing::info_span!("request", id = s.as_str(), n = u);
             let _entered = span.enter();
-            tracing::warn!(s = s.as_str(), plain = plain.as_str(), f, i, u, b, r#type = "x", "said {}", s);
+            tracing::warn!(s = s.as_str(), plain = plain.as_str(), f, i, u, b, d = %s, e = ?s, r#type = "x", "said {}", s);
             tracing::info!(s = s.as_str(), message = plain.as_str());
             tracing::error!(error = &io::Error::other(s.clone()) as &(dyn std::error::Error + 'static), f);
         });

@@ -3,26 +3,12 @@ use std::{
     sync::{mpsc, Arc, Mutex},
 };
 
+use super::super::testing::Kept;
 use super::{spawn, Counters, DroppedLines};
 use prometheus::core::Collector;
 
 fn counters() -> &'static Counters {
     Box::leak(Box::new(Counters::new()))
-}
-
-/// An output that keeps what it is given.
-#[derive(Clone, Default)]
-struct Kept(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Kept {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.lock().expect("kept").extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
 }
 
 /// An output that keeps what it is given and counts its writes.
@@ -86,7 +72,7 @@ fn lines_arrive_in_order_and_the_guard_writes_what_is_queued() {
         expected.extend_from_slice(line.as_bytes());
     }
     drop(guard);
-    assert_eq!(*kept.0.lock().expect("kept"), expected);
+    assert_eq!(kept.bytes(), expected);
     assert_eq!((counters.queue_full(), counters.write_error()), (0, 0));
 }
 
