@@ -108,6 +108,9 @@ S_SHARE=${S_SHARE:-10}
 [[ $S_SHARE =~ ^[0-9]+$ ]] && (( S_SHARE >= 1 && S_SHARE <= 100 )) || { echo "overhead.sh: S_SHARE is a percent, 1 to 100" >&2; exit 2; }
 # PROXY_BIN: the tokenclock under test, if not BIN (say, an older build for a before/after).
 PROXY_BIN=${PROXY_BIN:-$BIN}
+# TC_ARGS: more `tokenclock serve` arguments, split on spaces (say
+# TC_ARGS="--log-format json", the Kubernetes sidecar's log format).
+read -ra TC_EXTRA <<<"${TC_ARGS:-}"
 
 log() { echo "overhead: $*" >&2; }
 die() { log "$*"; exit 1; }

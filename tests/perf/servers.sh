@@ -26,7 +26,7 @@ start_tokenclock() {
     port_free "$TC_PORT" || die "port $TC_PORT is busy; set TC_PORT"
     : >"$TMP/tokenclock.log"
     taskset -c 1 "$PROXY_BIN" serve --upstream "http://$SIM_ADDR" --listen "127.0.0.1:$TC_PORT" \
-        --metrics-listen "127.0.0.1:$TC_METRICS" --worker-threads 1 \
+        --metrics-listen "127.0.0.1:$TC_METRICS" --worker-threads 1 "${TC_EXTRA[@]}" \
         >>"$TMP/tokenclock.log" 2>&1 &
     PROXY_PID=$!
     PIDS+=("$PROXY_PID")
@@ -109,7 +109,7 @@ start_counted() {
         tokenclock)
             taskset -c 1 valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out" \
                 "$PROXY_BIN" serve --upstream "http://$SIM_ADDR" --listen "127.0.0.1:$TC_PORT" \
-                --metrics-listen "127.0.0.1:$TC_METRICS" --worker-threads 1 >"$TMP/counted.log" 2>&1 &
+                --metrics-listen "127.0.0.1:$TC_METRICS" --worker-threads 1 "${TC_EXTRA[@]}" >"$TMP/counted.log" 2>&1 &
             ;;
         nginx)
             nginx_conf | sed 's/^daemon off;$/daemon off;\nmaster_process off;/' >"$TMP/nginx-counted.conf"

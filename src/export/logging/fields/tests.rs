@@ -68,3 +68,63 @@ proptest! {
         prop_assert_eq!(ours, default);
     }
 }
+
+/// `value` through [`write_f64`](super::write_f64).
+fn written(value: f64) -> String {
+    let mut text = String::new();
+    super::write_f64(
+        &mut tracing_subscriber::fmt::format::Writer::new(&mut text),
+        value,
+    )
+    .expect("written");
+    text
+}
+
+/// Where `Debug` changes notation, and values whose shortest digits are
+/// many or few: written as `Debug` writes them.
+#[test]
+fn floats_at_the_edges_of_decimal_notation_are_written_as_debug_writes_them() {
+    let edges = [
+        0.0,
+        -0.0,
+        1e-4,
+        1e-4f64.next_down(),
+        1e-4f64.next_up(),
+        1e-5,
+        5e-5,
+        1e16,
+        1e16f64.next_down(),
+        1e15,
+        0.1 + 0.2,
+        1.0,
+        123.0,
+        1234.5678,
+        2f64.powi(53),
+        f64::MIN_POSITIVE,
+        f64::MAX,
+        f64::EPSILON,
+        f64::NAN,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+    ];
+    for value in edges.iter().flat_map(|&v| [v, -v]) {
+        assert_eq!(written(value), format!("{value:?}"), "{value:e}");
+    }
+}
+
+proptest! {
+    /// Any float, and many in and near decimal notation's range.
+    #[test]
+    fn any_float_is_written_as_debug_writes_it(
+        value in prop_oneof![
+            any::<f64>(),
+            1e-4f64..1e16,
+            -1e16f64..-1e-4,
+            0.0f64..10_000.0,
+            1e-6f64..1e-3,
+            1e15f64..1e17,
+        ],
+    ) {
+        prop_assert_eq!(written(value), format!("{value:?}"));
+    }
+}
