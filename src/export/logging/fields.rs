@@ -94,18 +94,38 @@ impl TextVisitor<'_> {
 }
 
 /// Writes `value` as `Debug` writes it. In decimal notation (zero, and
-/// 1e-4 ≤ |value| < 1e16: the access log's milliseconds), that is the
+/// 1e-4 ≤ |value| < 1e16: the access log's milliseconds) that is the
 /// shortest digits that read back as `value`, with at least one after the
-/// point, which zmij writes without the generic formatting machinery, in
-/// about a third of the instructions: it switches to an exponent only
-/// below 1e-5 and from 1e16. Elsewhere `Debug` writes it.
+/// point; zmij writes those in about a third of the instructions, without
+/// the generic formatting machinery (it switches to an exponent only below
+/// 1e-5 and from 1e16). Up to 15 significant digits the shortest digits
+/// are unique (15-digit decimals lie further apart than a double's
+/// spacing), so any shortest writer writes `Debug`'s; with 16 or 17 two
+/// may fit, and zmij's last digit may differ from the closest one `Debug`
+/// picks (-766343804728487.2 against …487.3). Those, and every value out
+/// of that range, `Debug` writes.
 fn write_f64(writer: &mut Writer<'_>, value: f64) -> fmt::Result {
     let size = value.abs();
     if size == 0.0 || (1e-4..1e16).contains(&size) {
-        writer.write_str(zmij::Buffer::new().format_finite(value))
-    } else {
-        write!(writer, "{value:?}")
+        let mut buffer = zmij::Buffer::new();
+        let text = buffer.format_finite(value);
+        if significant_digits(text) <= 15 {
+            return writer.write_str(text);
+        }
     }
+    write!(writer, "{value:?}")
+}
+
+/// The significant digits of a number written in decimal notation: its
+/// digits less the zeros that lead or trail them.
+fn significant_digits(text: &str) -> usize {
+    let digits = || text.bytes().filter(u8::is_ascii_digit);
+    let all = digits().count();
+    let leading = digits().take_while(|&b| b == b'0').count();
+    if leading == all {
+        return 0;
+    }
+    all - leading - digits().rev().take_while(|&b| b == b'0').count()
 }
 
 /// Whether `Debug` writes `s` as itself between quotes: printable ASCII

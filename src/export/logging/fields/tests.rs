@@ -80,6 +80,20 @@ fn written(value: f64) -> String {
     text
 }
 
+#[test]
+fn significant_digits_leave_out_the_zeros_around_them() {
+    for (text, n) in [
+        ("0.0", 0),
+        ("-0.0", 0),
+        ("0.000123", 3),
+        ("1000000000000000.0", 1),
+        ("12.340", 4),
+        ("-1105302734487234.2", 17),
+    ] {
+        assert_eq!(super::significant_digits(text), n, "{text}");
+    }
+}
+
 /// Where `Debug` changes notation, and values whose shortest digits are
 /// many or few: written as `Debug` writes them.
 #[test]
@@ -103,6 +117,10 @@ fn floats_at_the_edges_of_decimal_notation_are_written_as_debug_writes_them() {
         f64::MIN_POSITIVE,
         f64::MAX,
         f64::EPSILON,
+        // 16 and 17 digits, where zmij's last one differs from `Debug`'s.
+        766343804728487.3,
+        1105302734487234.3,
+        0.1 + 0.7,
         f64::NAN,
         f64::INFINITY,
         f64::NEG_INFINITY,
@@ -113,7 +131,9 @@ fn floats_at_the_edges_of_decimal_notation_are_written_as_debug_writes_them() {
 }
 
 proptest! {
-    /// Any float, and many in and near decimal notation's range.
+    /// Any float, and many in and near decimal notation's range and as the
+    /// access log's durations are (about a quarter of those need 16 or 17
+    /// digits and go to `Debug`).
     #[test]
     fn any_float_is_written_as_debug_writes_it(
         value in prop_oneof![
@@ -123,6 +143,9 @@ proptest! {
             0.0f64..10_000.0,
             1e-6f64..1e-3,
             1e15f64..1e17,
+            // The access log's milliseconds, as `Exchange::log` makes them.
+            (0u64..3_600_000_000_000)
+                .prop_map(|n| std::time::Duration::from_nanos(n).as_secs_f64() * 1e3),
         ],
     ) {
         prop_assert_eq!(written(value), format!("{value:?}"));
