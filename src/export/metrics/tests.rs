@@ -372,3 +372,21 @@ fn a_request_without_tokens_makes_no_empty_latency_series() {
     assert!(!text.contains("tokenclock_inter_event_latency_seconds"));
     assert!(!text.contains("tokenclock_inter_token_latency_seconds"));
 }
+
+/// A series' values are its closed ones then the request's free ones, in
+/// order, held inline or (past eight) not.
+#[test]
+fn a_series_tuple_is_the_closed_values_then_the_free_ones() {
+    let free: Vec<String> = (0..6).map(|i| format!("f{i}")).collect();
+    for n in 0..=free.len() {
+        let series = super::Series { free: &free[..n] };
+        for closed in [&["a"][..], &["a", "b", "c"][..]] {
+            let expected: Vec<&str> = closed
+                .iter()
+                .copied()
+                .chain(free[..n].iter().map(String::as_str))
+                .collect();
+            assert_eq!(&*series.with(closed), &expected[..]);
+        }
+    }
+}
