@@ -162,15 +162,18 @@ where
             return self.stock.format_event(ctx, writer, event);
         }
         let meta = event.metadata();
-        let mut timestamp = String::with_capacity(32);
-        self.timer.format_time(&mut Writer::new(&mut timestamp))?;
         let mut line = JsonFields {
             out: Vec::with_capacity(512),
-            scratch: String::new(),
+            scratch: String::with_capacity(64),
             result: Ok(()),
         };
+        // The timestamp is written into the scratch the `Debug` fields
+        // reuse: one allocation fewer per line.
+        let mut timestamp = std::mem::take(&mut line.scratch);
+        self.timer.format_time(&mut Writer::new(&mut timestamp))?;
         line.out.push(b'{');
         line.str("timestamp", &timestamp);
+        line.scratch = timestamp;
         line.str("level", meta.level().as_str());
         event.record(&mut line);
         line.str("target", meta.target());

@@ -1,6 +1,6 @@
 use std::{
     fmt, io,
-    time::{Duration, SystemTime, UNIX_EPOCH},
+    time::{Duration, UNIX_EPOCH},
 };
 
 use proptest::prelude::*;
@@ -198,7 +198,7 @@ fn the_clock_writes_the_stock_timers_text() {
 /// the stock timer writes the time: no panic, no lost line.
 #[test]
 fn a_clock_out_of_humantimes_range_is_written_by_the_stock_timer() {
-    let now = {
+    let now = || {
         let mut text = String::new();
         tracing_subscriber::fmt::time::SystemTime
             .format_time(&mut Writer::new(&mut text))
@@ -209,9 +209,17 @@ fn a_clock_out_of_humantimes_range_is_written_by_the_stock_timer() {
         UNIX_EPOCH - Duration::from_secs(1),
         UNIX_EPOCH + Duration::from_secs(YEAR_10000),
     ] {
+        // The stock timer's minute, read before and after: a minute may
+        // turn between the two.
+        let before = now();
         let mut text = String::new();
         Clock::format_at(wrong, &mut Writer::new(&mut text)).expect("time");
-        assert_eq!(text.get(..16), now.get(..16), "{text}");
+        let after = now();
+        let minute = text.get(..16);
+        assert!(
+            minute == before.get(..16) || minute == after.get(..16),
+            "{text} {before} {after}"
+        );
     }
     let mut text = String::new();
     Clock::format_at(
@@ -220,5 +228,4 @@ fn a_clock_out_of_humantimes_range_is_written_by_the_stock_timer() {
     )
     .expect("time");
     assert_eq!(text, "9999-12-31T23:59:59.000000Z");
-    assert!(SystemTime::now() > UNIX_EPOCH);
 }
