@@ -76,6 +76,16 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// Every outcome, in order.
+    pub const ALL: [Outcome; 6] = [
+        Self::Ok,
+        Self::HttpError,
+        Self::UpstreamError,
+        Self::ClientCancelled,
+        Self::Timeout,
+        Self::ClientTimeout,
+    ];
+
     /// The label value: `ok`, `http_error`, `upstream_error`,
     /// `client_cancelled`, `timeout`, `client_timeout`.
     pub fn as_str(self) -> &'static str {

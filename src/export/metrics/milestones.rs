@@ -7,43 +7,38 @@
 
 use std::time::Duration;
 
-use super::{Metrics, Series};
+use super::{
+    bundle::{Bundle, ByEndpoint},
+    Metrics,
+};
 use crate::measure::timeline::{Milestone, Phase, Timeline};
 
 impl Metrics {
     /// The clocks `milestone` stops: TTFT or TTFO, and the phase it ends.
     /// Observed once per request: when delivered, or at the end.
-    pub(super) fn milestone(
-        &self,
-        s: &Series<'_>,
-        endpoint: &str,
-        t: &Timeline,
-        milestone: Milestone,
-    ) {
+    pub(super) fn milestone(&self, s: &Bundle, t: &Timeline, milestone: Milestone) {
         let f = &self.shared.families;
-        let family = match milestone {
-            Milestone::FirstToken => &f.ttft,
-            Milestone::FirstOutput => &f.ttfo,
-            _ => &None,
+        let which = match milestone {
+            Milestone::FirstToken => Some(ByEndpoint::Ttft),
+            Milestone::FirstOutput => Some(ByEndpoint::Ttfo),
+            _ => None,
         };
-        if let (Some(family), Some(d)) = (family, milestone.latency(t)) {
-            family
-                .with_label_values(&s.with(&[endpoint]))
-                .observe(d.as_secs_f64());
+        if let (Some(which), Some(d)) = (which, milestone.latency(t)) {
+            if let Some(series) = s.histogram(f, which) {
+                series.observe(d.as_secs_f64());
+            }
         }
         if let Some(phase) = milestone.phase() {
-            self.phase(s, endpoint, phase, t.phases().get(phase));
+            self.phase(s, phase, t.phases().get(phase));
         }
     }
 
     /// One observation of `phase`, unless it was not seen or is disabled.
-    pub(super) fn phase(&self, s: &Series<'_>, endpoint: &str, phase: Phase, d: Option<Duration>) {
-        let family = &self.shared.families.phase;
-        let off = &self.shared.disabled;
-        if let (Some(family), Some(d)) = (family, d) {
-            if !off.phase("phase_seconds", phase.as_str()) {
-                let labels = s.with(&[endpoint, phase.as_str()]);
-                family.with_label_values(&labels).observe(d.as_secs_f64());
+    pub(super) fn phase(&self, s: &Bundle, phase: Phase, d: Option<Duration>) {
+        let (f, off) = (&self.shared.families, &self.shared.disabled);
+        if let Some(d) = d {
+            if let Some(series) = s.phase(f, off, phase) {
+                series.observe(d.as_secs_f64());
             }
         }
     }

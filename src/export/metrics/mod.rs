@@ -13,12 +13,14 @@
 //! [`Registry`] (never the crate's global one). Label values come from
 //! closed sets (enums, config) and the capped free-form [`LabelSpace`].
 //! A request's series are resolved when a milestone is delivered and when
-//! it finishes; nothing here runs per event.
+//! it finishes, most of them through the [`bundle`] of its endpoint and
+//! label tuple, found once; nothing here runs per event.
 //!
 //! Public for the benchmarks (`tests/bench/metrics_render.rs`): [`Metrics::new`],
 //! the [`TimelineSink`] the proxy hands finished timelines to, and
 //! [`Metrics::encode`], the body `GET /metrics` serves.
 
+mod bundle;
 mod connections;
 mod counter;
 mod families;
@@ -38,8 +40,12 @@ use std::sync::{
 use prometheus::{IntCounter, IntGaugeVec, Opts, Registry};
 
 use self::{
-    connections::ConnectionFamilies, families::Families, family::Exposed,
-    histogram::HistogramFamily, stages::StageGauges, upstream::UpstreamFamilies,
+    bundle::{Bundle, Bundles, ByEndpoint, TokenKind},
+    connections::ConnectionFamilies,
+    families::Families,
+    family::Exposed,
+    stages::StageGauges,
+    upstream::UpstreamFamilies,
 };
 pub(crate) use self::{
     connections::ConnectionMetrics,
@@ -75,6 +81,8 @@ struct Shared {
     upstream: UpstreamFamilies,
     stages: StageGauges,
     labels: LabelSpace,
+    /// The series of each endpoint and admitted label tuple.
+    bundles: Bundles,
     /// Phases left out of their families (fixed at start, like families).
     disabled: Disabled,
     /// Bytes of the last exposition, to size the next one's buffer.
@@ -162,6 +170,7 @@ impl Metrics {
                 upstream,
                 stages,
                 labels: LabelSpace::new(1 + export.labels.len()),
+                bundles: Bundles::default(),
                 disabled: export.disabled.clone(),
                 rendered_bytes: AtomicUsize::new(0),
             }),
@@ -249,10 +258,9 @@ impl TimelineSink for Metrics {
     }
 
     fn progressed(&self, t: &Timeline, milestones: Milestones) {
-        let free = (self.shared.labels).admit(&self.view.caps, t.model.as_deref(), &t.labels);
-        let series = Series { free: &free };
+        let series = self.bundle(t);
         for milestone in milestones.iter() {
-            self.milestone(&series, t.dialect.as_str(), t, milestone);
+            self.milestone(&series, t, milestone);
         }
     }
 
@@ -265,20 +273,18 @@ impl TimelineSink for Metrics {
     }
 
     fn finished(&self, t: &Timeline) {
-        let free = (self.shared.labels).admit(&self.view.caps, t.model.as_deref(), &t.labels);
-        let endpoint = t.dialect.as_str();
-        let series = Series { free: &free };
+        let series = self.bundle(t);
         let f = &self.shared.families;
-        f.in_flight.with_label_values(&[endpoint]).dec();
+        f.in_flight.with_label_values(&[series.endpoint()]).dec();
         for milestone in Milestone::ALL {
             if !t.delivered.contains(milestone) {
-                self.milestone(&series, endpoint, t, milestone);
+                self.milestone(&series, t, milestone);
             }
         }
-        self.latencies(&series, endpoint, t);
-        self.phases(&series, endpoint, t);
-        self.tokens(&series, endpoint, t);
-        self.outcome(&series, endpoint, t);
+        self.latencies(&series, t);
+        self.phases(&series, t);
+        self.tokens(&series, t);
+        self.outcome(&series, t);
     }
 }
 
@@ -289,86 +295,48 @@ fn unix_now() -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
-/// One request's free-form label values, appended to closed ones.
-struct Series<'a> {
-    free: &'a [String],
-}
-
-impl Series<'_> {
-    fn with<'b>(&'b self, closed: &[&'b str]) -> Tuple<'b> {
-        let values = closed
-            .iter()
-            .copied()
-            .chain(self.free.iter().map(String::as_str));
-        let len = closed.len() + self.free.len();
-        if len > INLINE {
-            return Tuple::Heap(values.collect());
-        }
-        let mut inline = [""; INLINE];
-        for (slot, value) in inline.iter_mut().zip(values) {
-            *slot = value;
-        }
-        Tuple::Inline(inline, len)
-    }
-}
-
-/// Label values a series is found by held inline: a request looks up some
-/// 25 series, and a `Vec` for each was about a tenth of what the metrics
-/// cost it (four closed labels, the model and a few `[[labels]]`).
-const INLINE: usize = 8;
-
-/// One series' label values, closed then free: inline up to [`INLINE`].
-enum Tuple<'a> {
-    Inline([&'a str; INLINE], usize),
-    Heap(Vec<&'a str>),
-}
-
-impl<'a> std::ops::Deref for Tuple<'a> {
-    type Target = [&'a str];
-
-    fn deref(&self) -> &[&'a str] {
-        match self {
-            Tuple::Inline(values, len) => &values[..*len],
-            Tuple::Heap(values) => values,
-        }
-    }
-}
-
 // === impl Metrics ===
 
 impl Metrics {
+    /// The series of `t`'s endpoint and admitted label tuple.
+    fn bundle(&self, t: &Timeline) -> Arc<Bundle> {
+        let free = (self.shared.labels).admit(&self.view.caps, t.model.as_deref(), &t.labels);
+        self.shared.bundles.get(t.dialect, &free)
+    }
+
     /// TPOT, the inter-event gaps, the inter-token latencies and the
     /// tokens per event; a series is made only for a request that has
     /// something to observe in it (an error response has no gaps).
-    fn latencies(&self, s: &Series<'_>, endpoint: &str, t: &Timeline) {
+    fn latencies(&self, s: &Bundle, t: &Timeline) {
         let f = &self.shared.families;
-        let labels = s.with(&[endpoint]);
-        if let (Some(tpot), Some(d)) = (&f.tpot, t.tpot()) {
-            tpot.with_label_values(&labels).observe(d.as_secs_f64());
+        // Each series is found (and so made) only once there is a value.
+        if let Some(d) = t.tpot() {
+            if let Some(series) = s.histogram(f, ByEndpoint::Tpot) {
+                series.observe(d.as_secs_f64());
+            }
         }
         let mut gaps = t.gaps.inter_event().peekable();
-        if let (Some(inter_event), Some(_)) = (&f.inter_event, gaps.peek()) {
-            let series = inter_event.with_label_values(&labels);
-            let mut batch = series.batch();
-            gaps.for_each(|gap| batch.observe_n(gap.as_secs_f64(), 1));
+        if gaps.peek().is_some() {
+            if let Some(series) = s.histogram(f, ByEndpoint::InterEvent) {
+                let mut batch = series.batch();
+                gaps.for_each(|gap| batch.observe_n(gap.as_secs_f64(), 1));
+            }
         }
         if t.tokens.token_events == 0 {
             return;
         }
-        let per_event = f
-            .event_tokens
-            .as_ref()
-            .map(|v| v.with_label_values(&labels));
-        let mut per_event = per_event.as_ref().map(|series| series.batch());
+        let mut per_event = s
+            .histogram(f, ByEndpoint::EventTokens)
+            .map(|series| series.batch());
         if let Some(per_event) = &mut per_event {
             per_event.observe_n(t.tokens.first_event_tokens() as f64, 1);
         }
         let mut latencies = t.inter_token_latencies().peekable();
-        let itl = match (&f.itl, latencies.peek()) {
-            (Some(itl), Some(_)) => Some(itl.with_label_values(&labels)),
-            _ => None,
+        let itl = match latencies.peek() {
+            Some(_) => s.histogram(f, ByEndpoint::Itl),
+            None => None,
         };
-        let mut itl = itl.as_ref().map(|series| series.batch());
+        let mut itl = itl.map(|series| series.batch());
         for (value, count) in latencies {
             if let Some(per_event) = &mut per_event {
                 per_event.observe_n(count as f64, 1);
@@ -381,19 +349,18 @@ impl Metrics {
 
     /// The phases no milestone ends (those went with their milestone),
     /// and the server's.
-    fn phases(&self, s: &Series<'_>, endpoint: &str, t: &Timeline) {
+    fn phases(&self, s: &Bundle, t: &Timeline) {
         let f = &self.shared.families;
         let off = &self.shared.disabled;
         for (phase, d) in t.phases().iter() {
             if Milestone::of_phase(phase).is_none() {
-                self.phase(s, endpoint, phase, Some(d));
+                self.phase(s, phase, Some(d));
             }
         }
-        if let Some(family) = &f.server_phase {
-            for (name, d) in t.server.phases() {
-                if let (Some(d), false) = (d, off.phase("server_phase_seconds", name)) {
-                    let labels = s.with(&[endpoint, name]);
-                    family.with_label_values(&labels).observe(d.as_secs_f64());
+        for (i, (_, d)) in t.server.phases().into_iter().enumerate() {
+            if let Some(d) = d {
+                if let Some(series) = s.server_phase(f, off, i) {
+                    series.observe(d.as_secs_f64());
                 }
             }
         }
@@ -403,47 +370,52 @@ impl Metrics {
     /// size histograms and the workload map only requests that ended `ok`
     /// with a response that was read, so failures and refusals do not
     /// pile up as zero-token requests.
-    fn tokens(&self, s: &Series<'_>, endpoint: &str, t: &Timeline) {
+    fn tokens(&self, s: &Bundle, t: &Timeline) {
         let f = &self.shared.families;
-        let labels = s.with(&[endpoint]);
         let tokens = &t.tokens;
         let sized = t.outcome == Outcome::Ok && tokens.generated_source.is_some();
         if let Some(source) = tokens.generated_source {
             f.count_source.with_label_values(&[source.as_str()]).inc();
             let answer = tokens.generated.saturating_sub(tokens.reasoning);
-            for (kind, n) in [("output", answer), ("reasoning", tokens.reasoning)] {
-                let labels = s.with(&[endpoint, kind]);
-                f.output_tokens_total.with_label_values(&labels).inc_by(n);
+            for (kind, n) in [
+                (TokenKind::Output, answer),
+                (TokenKind::Reasoning, tokens.reasoning),
+            ] {
+                if let Some(series) = s.output_tokens_total(f, kind) {
+                    series.inc_by(n);
+                }
             }
         }
         if let Some(input) = tokens.input {
-            f.input_tokens_total
-                .with_label_values(&labels)
-                .inc_by(input);
+            if let Some(series) = s.input_tokens_total(f) {
+                series.inc_by(input);
+            }
         }
         for error in &t.parse_errors {
             f.parse_errors
-                .with_label_values(&[endpoint, error.as_str()])
+                .with_label_values(&[s.endpoint(), error.as_str()])
                 .inc();
         }
         if sized {
-            self.sizes(s, &labels, t);
+            self.sizes(s, t);
         }
     }
 
     /// The per-request token histograms and the workload map.
-    fn sizes(&self, s: &Series<'_>, labels: &[&str], t: &Timeline) {
+    fn sizes(&self, s: &Bundle, t: &Timeline) {
         let f = &self.shared.families;
         let tokens = &t.tokens;
-        let observe = |vec: &Option<HistogramFamily>, n: Option<u64>| {
-            if let (Some(vec), Some(n)) = (vec, n) {
-                vec.with_label_values(labels).observe(n as f64);
+        let observe = |which: ByEndpoint, n: Option<u64>| {
+            if let Some(n) = n {
+                if let Some(series) = s.histogram(f, which) {
+                    series.observe(n as f64);
+                }
             }
         };
-        observe(&f.output_tokens, Some(tokens.generated));
-        observe(&f.reasoning_tokens, Some(tokens.reasoning));
-        observe(&f.input_tokens, tokens.input);
-        observe(&f.cached_input_tokens, tokens.cached_input);
+        observe(ByEndpoint::OutputTokens, Some(tokens.generated));
+        observe(ByEndpoint::ReasoningTokens, Some(tokens.reasoning));
+        observe(ByEndpoint::InputTokens, tokens.input);
+        observe(ByEndpoint::CachedInputTokens, tokens.cached_input);
         if let Some(workload) = &f.workload {
             let input = self.view.input_ranges.label(tokens.input.unwrap_or(0));
             let output = self.view.output_ranges.label(tokens.generated);
@@ -451,8 +423,9 @@ impl Metrics {
         }
     }
 
-    fn outcome(&self, s: &Series<'_>, endpoint: &str, t: &Timeline) {
+    fn outcome(&self, s: &Bundle, t: &Timeline) {
         let f = &self.shared.families;
+        let endpoint = s.endpoint();
         let outcome = t.outcome.as_str();
         let mut digits = itoa::Buffer::new();
         let code = t.status.map_or("000", |c| digits.format(c.as_u16()));
@@ -460,11 +433,10 @@ impl Metrics {
         f.requests
             .with_label_values(&s.with(&[endpoint, outcome, code, finish]))
             .inc();
-        if let (Some(duration), Some(e2e)) = (&f.duration, t.e2e()) {
-            let labels = s.with(&[endpoint, outcome]);
-            duration
-                .with_label_values(&labels)
-                .observe(e2e.as_secs_f64());
+        if let Some(e2e) = t.e2e() {
+            if let Some(series) = s.duration(f, t.outcome) {
+                series.observe(e2e.as_secs_f64());
+            }
         }
         for judgement in slo::judge_all(&self.view.slos, t) {
             let result = if judgement.met { "met" } else { "missed" };

@@ -9,11 +9,14 @@ use crate::{
     measure::timeline::{Milestones, Outcome, Timeline},
 };
 
-fn metrics(extra: &str) -> Metrics {
+fn metrics_config(extra: &str) -> crate::config::ExportSettings {
     let text = format!("upstream = \"http://127.0.0.1:1\"\n{extra}");
     let config = File::parse(&text, "t").and_then(File::validate);
-    let config = config.unwrap_or_else(|e| panic!("{e}"));
-    Metrics::new(&config.export).unwrap_or_else(|e| panic!("{e}"))
+    config.unwrap_or_else(|e| panic!("{e}")).export
+}
+
+fn metrics(extra: &str) -> Metrics {
+    Metrics::new(&metrics_config(extra)).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn request(model: &str, labels: Vec<Option<String>>, ttft_ms: u64) -> Timeline {
@@ -379,14 +382,73 @@ fn a_request_without_tokens_makes_no_empty_latency_series() {
 fn a_series_tuple_is_the_closed_values_then_the_free_ones() {
     let free: Vec<String> = (0..6).map(|i| format!("f{i}")).collect();
     for n in 0..=free.len() {
-        let series = super::Series { free: &free[..n] };
         for closed in [&["a"][..], &["a", "b", "c"][..]] {
             let expected: Vec<&str> = closed
                 .iter()
                 .copied()
                 .chain(free[..n].iter().map(String::as_str))
                 .collect();
-            assert_eq!(&*series.with(closed), &expected[..]);
+            assert_eq!(&*bundle::Tuple::new(closed, &free[..n]), &expected[..]);
         }
     }
+}
+
+/// A request's series come from the bundle of its endpoint and label
+/// tuple, kept from one request to the next: each (endpoint, model) counts
+/// only its own requests, a later request adds to the same series (also
+/// after a reload), and a series is made only when first observed into.
+#[test]
+fn each_endpoint_and_tuple_keeps_its_own_series_across_requests() {
+    let m = metrics("");
+    let on = |dialect: Dialect, model: &str, outcome: Outcome| {
+        let mut t = request(model, vec![], 10);
+        t.dialect = dialect;
+        t.outcome = outcome;
+        t
+    };
+    let chat = Dialect::OpenAiChat;
+    let completions = Dialect::OpenAiCompletions;
+    m.finished(&on(chat, "a", Outcome::Ok));
+    m.finished(&on(chat, "a", Outcome::Ok));
+    m.finished(&on(chat, "b", Outcome::Ok));
+    m.reconfigured(&metrics_config(""))
+        .finished(&on(completions, "a", Outcome::Ok));
+    m.finished(&on(chat, "a", Outcome::ClientCancelled));
+    let text = scrape(&m);
+    let count = |family: &str, labels: &str| {
+        value(&text, &format!("tokenclock_{family}_count{{{labels}}} "))
+    };
+    let decode = |e: &str, model: &str| {
+        count(
+            "phase_seconds",
+            &format!("endpoint=\"{e}\",model=\"{model}\",phase=\"decode\""),
+        )
+    };
+    assert_eq!(decode("openai_chat", "a"), 3.0, "{text}");
+    assert_eq!(decode("openai_chat", "b"), 1.0);
+    assert_eq!(decode("openai_completions", "a"), 1.0);
+    let ttft = |e: &str, model: &str| {
+        count(
+            "time_to_first_token_seconds",
+            &format!("endpoint=\"{e}\",model=\"{model}\""),
+        )
+    };
+    assert_eq!(ttft("openai_chat", "a"), 3.0);
+    assert_eq!(ttft("openai_completions", "a"), 1.0);
+    let duration = |outcome: &str| {
+        count(
+            "request_duration_seconds",
+            &format!("endpoint=\"openai_chat\",model=\"a\",outcome=\"{outcome}\""),
+        )
+    };
+    assert_eq!(duration("ok"), 2.0);
+    assert_eq!(duration("client_cancelled"), 1.0);
+    assert!(
+        !text.contains("outcome=\"timeout\""),
+        "no series for an outcome no request had"
+    );
+    assert!(
+        !text.contains("model=\"b\",outcome=\"client_cancelled\""),
+        "nor for one another tuple had"
+    );
 }
