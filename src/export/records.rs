@@ -185,9 +185,7 @@ pub struct SloResult {
 }
 
 /// A duration in milliseconds, from its exact nanoseconds.
-pub fn ms(d: Duration) -> f64 {
-    d.as_nanos() as f64 / 1e6
-}
+pub use crate::measure::timeline::millis as ms;
 
 // === impl Record ===
 

@@ -57,6 +57,15 @@ use crate::{
     measure::slo::Limits,
 };
 
+/// A duration in milliseconds, from its exact nanoseconds: the `f64`
+/// nearest the decimal, so that it prints as that decimal (`123456.789012`;
+/// up to 15 significant digits, 11.5 days), where `as_secs_f64() * 1e3`
+/// rounds twice and can print `123456.78901200001`. The unit of the
+/// records, the trace attributes and the access log, which so agree.
+pub fn millis(d: Duration) -> f64 {
+    d.as_nanos() as f64 / 1e6
+}
+
 /// How a request ended, as seen by the client.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Outcome {

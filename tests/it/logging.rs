@@ -68,6 +68,19 @@ async fn json_access_log_has_one_line_per_request_and_no_secrets() {
     assert_eq!(line["bytes_in"], sent);
     assert_eq!(line["bytes_out"], sent);
     assert!(line["duration_ms"].as_f64().is_some_and(|ms| ms > 0.0));
+    // Milliseconds written as the decimal of the nanoseconds, as in the
+    // records: at most six digits after the point, not 17 significant.
+    let raw = log
+        .iter()
+        .find(|l| l.contains("tokenclock::access"))
+        .and_then(|l| l.split("\"duration_ms\":").nth(1))
+        .and_then(|rest| rest.split([',', '}']).next())
+        .unwrap_or_default();
+    let fraction = raw.split_once('.').map_or("", |(_, f)| f);
+    assert!(
+        !raw.is_empty() && fraction.len() <= 6 && fraction.bytes().all(|b| b.is_ascii_digit()),
+        "duration_ms {raw:?}"
+    );
 }
 
 #[tokio::test]

@@ -7,8 +7,6 @@
 //! into wall-clock time as `started_at + (instant − t0)`, so the spans
 //! agree with the record's offsets to the nanosecond.
 
-use std::time::Duration;
-
 use opentelemetry::{
     trace::{SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState},
     Array, InstrumentationScope, KeyValue, StringValue, Value,
@@ -18,7 +16,7 @@ use tokio::time::Instant;
 
 use crate::measure::{
     dialect::Dialect,
-    timeline::{Outcome, Timeline, TraceParent},
+    timeline::{millis as ms, Outcome, Timeline, TraceParent},
 };
 
 /// Where a request's span goes in a trace: the caller's (`traceparent`)
@@ -175,11 +173,6 @@ fn context(trace_id: TraceId, span_id: SpanId) -> SpanContext {
         false,
         TraceState::default(),
     )
-}
-
-/// Milliseconds, fractional (the record's unit).
-fn ms(d: Duration) -> f64 {
-    d.as_nanos() as f64 / 1e6
 }
 
 fn int(value: u64) -> i64 {

@@ -173,7 +173,7 @@ impl Exchange {
 
     fn log(&self) {
         let t = &self.timeline;
-        let ms = |d: Option<Duration>| d.map(|d| d.as_secs_f64() * 1e3);
+        let ms = |d: Option<Duration>| d.map(crate::measure::timeline::millis);
         let model = t
             .model
             .as_deref()

@@ -394,3 +394,36 @@ fn the_last_finish_reason_is_kept_cut_to_64_bytes() {
     assert_eq!(t.finish_reason.as_deref(), Some(&long[..63]));
     assert_eq!(t.finish_class, Some(FinishReason::Other));
 }
+
+/// The decimal of `nanos` in milliseconds, without trailing zeros: what a
+/// reader of a record or a log line should see.
+fn decimal_ms(nanos: u64) -> String {
+    let (whole, frac) = (nanos / 1_000_000, nanos % 1_000_000);
+    let frac = format!("{frac:06}");
+    match frac.trim_end_matches('0') {
+        "" => whole.to_string(),
+        frac => format!("{whole}.{frac}"),
+    }
+}
+
+proptest::proptest! {
+    /// A duration in milliseconds prints as the decimal of its nanoseconds,
+    /// to the digit, while that has at most 15 significant digits (below
+    /// 10^15 ns, 11.5 days; past them two decimals may share a double).
+    #[test]
+    fn millis_print_as_the_decimal_of_the_nanoseconds(nanos in 0u64..1_000_000_000_000_000) {
+        let d = Duration::from_nanos(nanos);
+        proptest::prop_assert_eq!(millis(d).to_string(), decimal_ms(nanos));
+    }
+}
+
+#[test]
+fn millis_of_durations_that_multiplying_rounds_twice() {
+    let d = Duration::from_nanos(123_456_789_012);
+    assert_eq!((d.as_secs_f64() * 1e3).to_string(), "123456.78901200001");
+    assert_eq!(millis(d).to_string(), "123456.789012");
+    assert_eq!(
+        millis(Duration::from_nanos(163_872_345)).to_string(),
+        "163.872345"
+    );
+}
