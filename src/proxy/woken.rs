@@ -22,10 +22,10 @@
 
 use std::{
     sync::{
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicPtr, Ordering},
         Arc, Mutex,
     },
-    task::{Context, Wake, Waker},
+    task::{Context, RawWakerVTable, Wake, Waker},
 };
 
 /// The flag, and the waker that what is waited on (the sources) registers.
@@ -41,6 +41,14 @@ struct Shared {
     woken: AtomicBool,
     /// The task to pass wake-ups on to: the last one that polled.
     task: Mutex<Option<Waker>>,
+    /// The data and vtable pointers of the waker in `task` (what
+    /// [`Waker::will_wake`] compares), so that a poll by the task already
+    /// known, nearly every poll, takes no lock. Written by `take` only,
+    /// under the lock; read by `take` only. `take` runs in the poll of the
+    /// one future that owns this, so never twice at once, and the waker
+    /// they point to is kept alive in `task`, so no other waker can come to
+    /// have them.
+    known: (AtomicPtr<()>, AtomicPtr<RawWakerVTable>),
 }
 
 impl Woken {
@@ -49,6 +57,7 @@ impl Woken {
         let shared = Arc::new(Shared {
             woken: AtomicBool::new(true),
             task: Mutex::new(None),
+            known: Default::default(),
         });
         let waker = Waker::from(shared.clone());
         Self { shared, waker }
@@ -59,13 +68,18 @@ impl Woken {
     /// caller now polls them, with [`Woken::waker`], until they are pending
     /// or it calls [`Woken::ready`]).
     pub(crate) fn take(&self, cx: &Context<'_>) -> bool {
-        {
+        let waker = cx.waker();
+        let (data, vtable) = (
+            waker.data().cast_mut(),
+            std::ptr::from_ref(waker.vtable()).cast_mut(),
+        );
+        let known = &self.shared.known;
+        if known.0.load(Ordering::Relaxed) != data || known.1.load(Ordering::Relaxed) != vtable {
             // A poisoned lock still holds a waker: every write is whole.
             let mut task = self.shared.task.lock().unwrap_or_else(|e| e.into_inner());
-            match task.as_ref() {
-                Some(known) if known.will_wake(cx.waker()) => {}
-                _ => *task = Some(cx.waker().clone()),
-            }
+            *task = Some(waker.clone());
+            known.0.store(data, Ordering::Relaxed);
+            known.1.store(vtable, Ordering::Relaxed);
         }
         // Cleared before the sources are polled: a wake-up during the poll
         // sets it again and the next poll goes down.
