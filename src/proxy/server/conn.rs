@@ -65,21 +65,17 @@ impl Serve {
 
 /// HTTP/1.1 and h2c with tokenclock's timers and client-side `timeouts`.
 ///
-/// HTTP/1.1 responses are written flattened: each frame's chunk-size line,
-/// data and CRLF copied into hyper's write buffer and sent with one
-/// `send`, not queued as three buffers for a `writev`. A streamed event is a
-/// few hundred bytes, and hyper's queue of buffers (walking it into
-/// `iovec`s, advancing it after the write) cost more than the copy: about
-/// 330 fewer user-space instructions per paced event (callgrind), with the
-/// same system calls per event. The buffer holds what one wake-up writes,
-/// and hyper stops reading the body when it passes `max_buf_size`.
+/// HTTP/1.1 responses keep hyper's queue of buffers written with `writev`.
+/// Flattened (`writev(false)`: each frame copied into hyper's write buffer,
+/// one `send`) was tried: about 330 fewer instructions per paced event, but
+/// about 200 more per event piled up, and fewer events per second at
+/// saturation (README, "Responses written flattened: tried, not kept").
 fn builder(timeouts: &Timeouts) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(timeouts.header_read)
-        .writev(false);
+        .header_read_timeout(timeouts.header_read);
     builder
         .http2()
         .timer(TokioTimer::new())
