@@ -217,30 +217,32 @@ pub(super) struct Bundles {
     by_tuple: RwLock<HashMap<Arc<[String]>, Row, RandomState>>,
 }
 
-/// One tuple's bundles, indexed by position in [`Dialect::ALL`].
+/// One tuple's bundles, indexed by [`Dialect::index`].
 type Row = Box<[OnceLock<Arc<Bundle>>]>;
 
 impl Bundles {
     /// The bundle of `dialect` and `free` (an admitted tuple), made on
     /// first use.
     pub(super) fn get(&self, dialect: Dialect, free: &Arc<[String]>) -> Arc<Bundle> {
-        let i = Dialect::ALL
-            .iter()
-            .position(|d| *d == dialect)
-            .unwrap_or_default();
+        let i = dialect.index();
         let make = || Arc::new(Bundle::new(dialect, free.clone()));
         // A poisoned lock still holds a consistent map: every write below
         // is a whole insert.
         let read = self.by_tuple.read().unwrap_or_else(|e| e.into_inner());
         if let Some(row) = read.get(&**free) {
-            return row[i].get_or_init(make).clone();
+            // A dialect missing from `Dialect::ALL` has no slot: it gets a
+            // bundle of its own each time, whose series are the same.
+            return row
+                .get(i)
+                .map_or_else(make, |slot| slot.get_or_init(make).clone());
         }
         drop(read);
         let mut write = self.by_tuple.write().unwrap_or_else(|e| e.into_inner());
         let row = write
             .entry(free.clone())
             .or_insert_with(|| Dialect::ALL.iter().map(|_| OnceLock::new()).collect());
-        row[i].get_or_init(make).clone()
+        row.get(i)
+            .map_or_else(make, |slot| slot.get_or_init(make).clone())
     }
 }
 

@@ -34,10 +34,10 @@ mod upstream;
 
 use std::sync::{
     atomic::{AtomicUsize, Ordering},
-    Arc,
+    Arc, OnceLock,
 };
 
-use prometheus::{IntCounter, IntGaugeVec, Opts, Registry};
+use prometheus::{IntCounter, IntGauge, IntGaugeVec, Opts, Registry};
 
 use self::{
     bundle::{Bundle, Bundles, ByEndpoint, TokenKind},
@@ -83,6 +83,10 @@ struct Shared {
     labels: LabelSpace,
     /// The series of each endpoint and admitted label tuple.
     bundles: Bundles,
+    /// `requests_in_flight`'s series by [`Dialect::index`], and
+    /// `token_count_source_total`'s by source, each found on first use.
+    in_flight: [OnceLock<IntGauge>; Dialect::ALL.len()],
+    count_source: [OnceLock<IntCounter>; 4],
     /// Phases left out of their families (fixed at start, like families).
     disabled: Disabled,
     /// Bytes of the last exposition, to size the next one's buffer.
@@ -171,6 +175,8 @@ impl Metrics {
                 stages,
                 labels: LabelSpace::new(1 + export.labels.len()),
                 bundles: Bundles::default(),
+                in_flight: Default::default(),
+                count_source: Default::default(),
                 disabled: export.disabled.clone(),
                 rendered_bytes: AtomicUsize::new(0),
             }),
@@ -253,8 +259,7 @@ impl Metrics {
 
 impl TimelineSink for Metrics {
     fn started(&self, dialect: Dialect) {
-        let f = &self.shared.families;
-        f.in_flight.with_label_values(&[dialect.as_str()]).inc();
+        self.in_flight(dialect, 1);
     }
 
     fn progressed(&self, t: &Timeline, milestones: Milestones) {
@@ -274,8 +279,7 @@ impl TimelineSink for Metrics {
 
     fn finished(&self, t: &Timeline) {
         let series = self.bundle(t);
-        let f = &self.shared.families;
-        f.in_flight.with_label_values(&[series.endpoint()]).dec();
+        self.in_flight(t.dialect, -1);
         for milestone in Milestone::ALL {
             if !t.delivered.contains(milestone) {
                 self.milestone(&series, t, milestone);
@@ -298,6 +302,15 @@ fn unix_now() -> f64 {
 // === impl Metrics ===
 
 impl Metrics {
+    /// Moves `dialect`'s in-flight gauge by `delta`.
+    fn in_flight(&self, dialect: Dialect, delta: i64) {
+        let find = || (self.shared.families.in_flight).with_label_values(&[dialect.as_str()]);
+        match self.shared.in_flight.get(dialect.index()) {
+            Some(slot) => slot.get_or_init(find).add(delta),
+            None => find().add(delta),
+        }
+    }
+
     /// The series of `t`'s endpoint and admitted label tuple.
     fn bundle(&self, t: &Timeline) -> Arc<Bundle> {
         let free = (self.shared.labels).admit(&self.view.caps, t.model.as_deref(), &t.labels);
@@ -375,7 +388,11 @@ impl Metrics {
         let tokens = &t.tokens;
         let sized = t.outcome == Outcome::Ok && tokens.generated_source.is_some();
         if let Some(source) = tokens.generated_source {
-            f.count_source.with_label_values(&[source.as_str()]).inc();
+            let find = || f.count_source.with_label_values(&[source.as_str()]);
+            match self.shared.count_source.get(source as usize) {
+                Some(slot) => slot.get_or_init(find).inc(),
+                None => find().inc(),
+            }
             let answer = tokens.generated.saturating_sub(tokens.reasoning);
             for (kind, n) in [
                 (TokenKind::Output, answer),

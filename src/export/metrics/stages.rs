@@ -40,8 +40,7 @@ impl StageGauges {
 
     /// The gauge of `dialect` in `stage`.
     fn gauge(&self, dialect: Dialect, stage: Stage) -> Option<&IntGauge> {
-        let endpoint = Dialect::ALL.iter().position(|d| *d == dialect)?;
-        self.by_endpoint.get(endpoint)?.get(stage as usize)
+        self.by_endpoint.get(dialect.index())?.get(stage as usize)
     }
 
     pub(super) fn entered(&self, dialect: Dialect, stage: Stage) {

@@ -452,3 +452,40 @@ fn each_endpoint_and_tuple_keeps_its_own_series_across_requests() {
         "nor for one another tuple had"
     );
 }
+
+/// The in-flight gauge and the count-source counter, each series found
+/// once and kept: every endpoint's gauge moves with its own requests, and
+/// each source counts its own.
+#[test]
+fn in_flight_and_count_sources_count_per_endpoint_and_source() {
+    let m = metrics("");
+    let gauge = |text: &str, e: &str| {
+        value(
+            text,
+            &format!("tokenclock_requests_in_flight{{endpoint=\"{e}\"}} "),
+        )
+    };
+    m.started(Dialect::OpenAiChat);
+    m.started(Dialect::OpenAiChat);
+    m.started(Dialect::Anthropic);
+    let text = scrape(&m);
+    assert_eq!(gauge(&text, "openai_chat"), 2.0, "{text}");
+    assert_eq!(gauge(&text, "anthropic"), 1.0);
+    m.finished(&request("a", vec![], 10));
+    let mut anthropic = request("a", vec![], 10);
+    anthropic.dialect = Dialect::Anthropic;
+    m.finished(&anthropic);
+    m.started(Dialect::OpenAiChat);
+    let text = scrape(&m);
+    assert_eq!(gauge(&text, "openai_chat"), 2.0, "{text}");
+    assert_eq!(gauge(&text, "anthropic"), 0.0);
+    let sources = |text: &str, source: &str| {
+        value(
+            text,
+            &format!("tokenclock_token_count_source_total{{source=\"{source}\"}} "),
+        )
+    };
+    let counted = request("a", vec![], 10).tokens.generated_source;
+    let source = counted.map(|s| s.as_str()).unwrap_or_default();
+    assert_eq!(sources(&text, source), 2.0, "{text}");
+}

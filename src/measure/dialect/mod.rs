@@ -110,6 +110,21 @@ impl Dialect {
         Self::Unknown,
     ];
 
+    /// Its position in [`Dialect::ALL`]: an index into per-dialect arrays
+    /// (a match, so a new dialect cannot be left without one).
+    pub(crate) const fn index(self) -> usize {
+        match self {
+            Self::OpenAiChat => 0,
+            Self::OpenAiCompletions => 1,
+            Self::OpenAiResponses => 2,
+            Self::Anthropic => 3,
+            Self::Tgi => 4,
+            Self::Ollama => 5,
+            Self::LlamaCpp => 6,
+            Self::Unknown => 7,
+        }
+    }
+
     /// The dialect named `name` (as in [`Dialect::as_str`]).
     pub(crate) fn from_name(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|d| d.as_str() == name)

@@ -163,3 +163,12 @@ fn usage(
 fn ms(v: f64) -> Option<std::time::Duration> {
     Some(std::time::Duration::from_secs_f64(v / 1e3))
 }
+
+/// Every dialect is in `ALL`, at its index: the per-dialect arrays of the
+/// metrics are indexed by it.
+#[test]
+fn each_dialect_is_at_its_index_in_all() {
+    for (i, d) in Dialect::ALL.into_iter().enumerate() {
+        assert_eq!(d.index(), i, "{d:?}");
+    }
+}

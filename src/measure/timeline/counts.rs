@@ -261,6 +261,11 @@ impl Gaps {
             self.dropped += 1;
             return;
         }
+        if self.gaps.capacity() == 0 {
+            // Room for a short stream's gaps at once (128 bytes), instead of
+            // growing through 4 and 8; a stream without tokens allocates none.
+            self.gaps.reserve_exact(16);
+        }
         self.gaps.push(Gap {
             micros: u32::try_from(gap.as_micros()).unwrap_or(u32::MAX),
             tokens: tokens.unwrap_or(0),
