@@ -210,8 +210,8 @@ impl Bundle {
 }
 
 /// The bundles made so far, by admitted tuple, then endpoint; as bounded as
-/// the tuples are (each holds handles only, about a kilobyte when full,
-/// against the kilobytes of each series it points to).
+/// the tuples are (a bundle holds 30 handles, about half a kilobyte,
+/// against the kilobytes of the series they point to).
 #[derive(Default)]
 pub(super) struct Bundles {
     by_tuple: RwLock<HashMap<Arc<[String]>, Row, RandomState>>,
