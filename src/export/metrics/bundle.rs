@@ -6,12 +6,13 @@
 //! when it ends (its TTFT, each phase, TPOT, the gaps, the tokens, its
 //! duration). Found one by one, each was a hash of its label values, a read
 //! lock and a comparison, about 350 instructions: together about a tenth
-//! of what a short stream costs the proxy per request. Families live for the whole process, series are never
-//! removed, and the label tuples are capped ([`super::labels`]), so the
-//! handles of one (endpoint, tuple) stay valid forever: a [`Bundle`] keeps
-//! them, and a request finds its bundle with one lookup. Each handle is
-//! still made on its first use, so a series appears in the exposition only
-//! once something was observed into it, as before.
+//! of what a short stream costs the proxy per request. Families live for
+//! the whole process, series are never removed, and the label tuples are
+//! capped ([`super::labels`]), so the handles of one (endpoint, tuple) stay
+//! valid forever: a [`Bundle`] keeps them, and a request finds its bundle
+//! with one lookup. Each handle is still made on its first use, so a series
+//! appears in the exposition only once something was observed into it, as
+//! before.
 //!
 //! The families whose closed labels are open-ended or come from the config
 //! (`requests_total`'s status codes, the SLOs, the workload ranges) are

@@ -136,6 +136,16 @@ impl Ranges {
     }
 }
 
+/// Applies `use_it` to the series kept in `slots[i]`, found with `find`
+/// on first use; a value with no slot (one added to its enum but not to
+/// the array's length) is found every time instead.
+fn kept<M>(slots: &[OnceLock<M>], i: usize, find: impl FnOnce() -> M, use_it: impl FnOnce(&M)) {
+    match slots.get(i) {
+        Some(slot) => use_it(slot.get_or_init(find)),
+        None => use_it(&find()),
+    }
+}
+
 // === impl Metrics ===
 
 impl Metrics {
@@ -305,10 +315,9 @@ impl Metrics {
     /// Moves `dialect`'s in-flight gauge by `delta`.
     fn in_flight(&self, dialect: Dialect, delta: i64) {
         let find = || (self.shared.families.in_flight).with_label_values(&[dialect.as_str()]);
-        match self.shared.in_flight.get(dialect.index()) {
-            Some(slot) => slot.get_or_init(find).add(delta),
-            None => find().add(delta),
-        }
+        kept(&self.shared.in_flight, dialect.index(), find, |g| {
+            g.add(delta)
+        });
     }
 
     /// The series of `t`'s endpoint and admitted label tuple.
@@ -389,10 +398,9 @@ impl Metrics {
         let sized = t.outcome == Outcome::Ok && tokens.generated_source.is_some();
         if let Some(source) = tokens.generated_source {
             let find = || f.count_source.with_label_values(&[source.as_str()]);
-            match self.shared.count_source.get(source as usize) {
-                Some(slot) => slot.get_or_init(find).inc(),
-                None => find().inc(),
-            }
+            kept(&self.shared.count_source, source as usize, find, |c| {
+                c.inc()
+            });
             let answer = tokens.generated.saturating_sub(tokens.reasoning);
             for (kind, n) in [
                 (TokenKind::Output, answer),
