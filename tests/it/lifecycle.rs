@@ -65,6 +65,71 @@ async fn sigterm_lets_the_stream_finish_then_exits_0() {
     assert_eq!(status.code(), Some(0));
 }
 
+/// `--worker-threads 1` runs everything on the process's one runtime
+/// thread (tokio's current-thread scheduler, not the multi-thread one):
+/// a stream is forwarded and measured, a scrape answers while it flows
+/// (the exposition renders on the blocking pool), and SIGTERM drains it.
+#[tokio::test]
+async fn one_worker_thread_forwards_measures_scrapes_and_drains() {
+    let event = |i: usize| {
+        format!(
+            "data: {{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"model\":\"m\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"t{i}\"}},\"finish_reason\":null}}]}}\n\n"
+        )
+    };
+    let mut script = vec![Step::Write(head(
+        "200 OK",
+        &[
+            "content-type: text/event-stream",
+            "transfer-encoding: chunked",
+            "connection: close",
+        ],
+    ))];
+    for i in 0..6 {
+        script.push(Step::Write(chunk(event(i).as_bytes())));
+        script.push(Step::Pause(Duration::from_millis(100)));
+    }
+    script.push(Step::Write(chunk(b"data: [DONE]\n\n")));
+    script.push(Step::Write(bytes("0\r\n\r\n")));
+    let upstream = Scripted::start(script).await;
+    let served = process::serve(upstream.addr, &["--worker-threads", "1"], &[]);
+
+    let request = Request::post("/v1/chat/completions")
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from_static(
+            br#"{"model":"m","stream":true,"messages":[]}"#,
+        )))
+        .expect("request");
+    let response = send(served.addr, request).await.expect("head");
+    let mut body = response.into_body();
+    let first = body.frame().await.expect("frame").expect("data");
+    let first = first.into_data().expect("data");
+
+    let scraped = crate::common::client::get(served.metrics_addr, "/metrics").await;
+    let text = String::from_utf8(scraped.body()).expect("UTF-8 exposition");
+    let in_flight = "tokenclock_requests_in_flight{endpoint=\"openai_chat\"}";
+    assert_eq!(process::sample(&text, in_flight), Some(1.0), "{text}");
+
+    served.sigterm();
+    let rest = body
+        .collect()
+        .await
+        .expect("the stream completes")
+        .to_bytes();
+    let mut want: String = (0..6).map(event).collect();
+    want.push_str("data: [DONE]\n\n");
+    assert_eq!([first, rest].concat(), want.as_bytes());
+    let line = served.log_line(0, "Request finished.").await;
+    for field in [
+        "outcome=\"ok\"",
+        "dialect=\"openai_chat\"",
+        "output_tokens=6",
+    ] {
+        assert!(line.contains(field), "{field} in {line}");
+    }
+    let (status, _) = served.wait().await;
+    assert_eq!(status.code(), Some(0));
+}
+
 #[tokio::test]
 async fn sigterm_when_idle_exits_0_at_once() {
     let upstream = Scripted::start(vec![]).await;
