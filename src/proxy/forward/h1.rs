@@ -154,6 +154,11 @@ pub(super) fn parse_response(
     method: &Method,
 ) -> Result<Option<Head>, WireError> {
     loop {
+        // Nothing yet (the exchange is polled before the upstream answers,
+        // and after a 1xx): no header array to set up.
+        if buf.is_empty() {
+            return Ok(None);
+        }
         let mut lines = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let mut parsed = httparse::Response::new(&mut lines);
         let len = match parsed.parse(buf) {
