@@ -10,13 +10,14 @@
 
 use std::{
     future::Future,
+    pin::Pin,
     sync::Arc,
     task::{Context, Poll},
     time::Duration,
 };
 
 use http::{Request, Response};
-use hyper::body::Incoming;
+use hyper::{body::Incoming, server::conn::http1, service::HttpService};
 use hyper_util::{
     rt::{TokioExecutor, TokioIo, TokioTimer},
     server::conn::auto,
@@ -39,12 +40,15 @@ const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 pub(crate) struct Serve {
     /// Chooses HTTP/1.1 or h2 from the first bytes it reads itself.
     builder: auto::Builder<TokioExecutor>,
-    /// The same settings, HTTP/1.1 only: for a connection whose first bytes
-    /// (peeked, not read) already rule out h2. The auto builder reads the
-    /// first 24 bytes apart and hands them to hyper on their own, so hyper's
-    /// 8 KiB read buffer sees a partial head and doubles to 16 KiB for the
-    /// whole life of the connection; here hyper's first read has it all.
-    http1: auto::Builder<TokioExecutor>,
+    /// The same HTTP/1.1 settings, for a connection whose first bytes
+    /// (peeked, not read) already rule out h2: hyper's own HTTP/1.1
+    /// connection, straight on the socket. The auto builder would read the
+    /// first 24 bytes apart and hand them to hyper on their own, so that
+    /// hyper's 8 KiB read buffer saw a partial head and doubled to 16 KiB
+    /// for the life of the connection; and even told HTTP/1.1 only, it
+    /// puts a rewind buffer in front of the socket that every read and
+    /// write then goes through (about 300 instructions per forwarded event).
+    http1: http1::Builder,
     header_read: Duration,
     idle: Duration,
     pub(super) metrics: ConnectionMetrics,
@@ -55,7 +59,7 @@ impl Serve {
     pub(crate) fn new(timeouts: &Timeouts, metrics: ConnectionMetrics) -> Self {
         Self {
             builder: builder(timeouts),
-            http1: builder(timeouts).http1_only(),
+            http1: http1_builder(timeouts),
             header_read: timeouts.header_read,
             idle: timeouts.client_idle,
             metrics,
@@ -72,6 +76,7 @@ impl Serve {
 /// saturation (README, "Responses written flattened: tried, not kept").
 fn builder(timeouts: &Timeouts) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
+    // As `http1_builder`, which cannot be handed to the auto builder.
     builder
         .http1()
         .timer(TokioTimer::new())
@@ -81,6 +86,16 @@ fn builder(timeouts: &Timeouts) -> auto::Builder<TokioExecutor> {
         .timer(TokioTimer::new())
         .keep_alive_interval(timeouts.keep_alive_interval)
         .keep_alive_timeout(timeouts.keep_alive_timeout);
+    builder
+}
+
+/// HTTP/1.1 alone with tokenclock's timer and `header_read_timeout`: the
+/// settings of [`builder`]'s HTTP/1.1 side.
+fn http1_builder(timeouts: &Timeouts) -> http1::Builder {
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(timeouts.header_read);
     builder
 }
 
@@ -126,7 +141,7 @@ pub(super) async fn serve<S, B>(
     service: S,
     serve: &Serve,
     mut drain: watch::Receiver<bool>,
-) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
+) -> Result<(), BoxError>
 where
     S: hyper::service::Service<Request<Incoming>, Response = Response<B>>
         + Clone
@@ -134,20 +149,92 @@ where
         + Sync
         + 'static,
     S::Future: Send + 'static,
-    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    S::Error: Into<BoxError>,
     B: http_body::Body + Send + 'static,
     B::Data: Send,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B::Error: Into<BoxError>,
 {
     let activity = Arc::new(Activity::default());
-    let mut deadline = Instant::now() + serve.header_read;
-    let Some(builder) = serve.choose(&stream, deadline, &mut drain).await else {
+    let deadline = Instant::now() + serve.header_read;
+    let Some(protocol) = serve.choose(&stream, deadline, &mut drain).await else {
         return Ok(());
     };
-    let conn = builder.serve_connection(
-        TokioIo::new(stream),
-        Tracked::new(service, activity.clone()),
-    );
+    let io = TokioIo::new(stream);
+    let service = Tracked::new(service, activity.clone());
+    let at = (activity, deadline);
+    match protocol {
+        Protocol::Http1 => drive(serve.http1.serve_connection(io, service), serve, drain, at).await,
+        Protocol::Sniffed => {
+            drive(
+                serve.builder.serve_connection(io, service),
+                serve,
+                drain,
+                at,
+            )
+            .await
+        }
+    }
+}
+
+/// How a connection is served, from its first bytes.
+enum Protocol {
+    /// They rule out h2: hyper's HTTP/1.1 connection on the socket.
+    Http1,
+    /// They may be h2's preface: the auto builder reads them and decides.
+    Sniffed,
+}
+
+/// What [`drive`] needs of hyper's connection, whichever kind it is.
+trait Connection {
+    fn poll_connection(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>>;
+    /// Finishes the request in flight, then closes.
+    fn graceful_shutdown(self: Pin<&mut Self>);
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl<S, B> Connection for http1::Connection<TokioIo<TcpStream>, S>
+where
+    S: HttpService<Incoming, ResBody = B>,
+    S::Error: Into<BoxError>,
+    B: http_body::Body + 'static,
+    B::Error: Into<BoxError>,
+{
+    fn poll_connection(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.poll(cx).map_err(Into::into)
+    }
+
+    fn graceful_shutdown(self: Pin<&mut Self>) {
+        http1::Connection::graceful_shutdown(self);
+    }
+}
+
+impl<S, B> Connection for auto::Connection<'_, TokioIo<TcpStream>, S, TokioExecutor>
+where
+    S: hyper::service::Service<Request<Incoming>, Response = Response<B>>,
+    S::Future: 'static,
+    S::Error: Into<BoxError>,
+    B: http_body::Body + 'static,
+    B::Error: Into<BoxError>,
+    TokioExecutor: hyper_util::server::conn::auto::HttpServerConnExec<S::Future, B>,
+{
+    fn poll_connection(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.poll(cx)
+    }
+
+    fn graceful_shutdown(self: Pin<&mut Self>) {
+        auto::Connection::graceful_shutdown(self);
+    }
+}
+
+/// Drives `conn` until it closes, a deadline passes, or shutdown ends it;
+/// `at` is the connection's activity and the deadline of its first head.
+async fn drive<C: Connection>(
+    conn: C,
+    serve: &Serve,
+    mut drain: watch::Receiver<bool>,
+    (activity, mut deadline): (Arc<Activity>, Instant),
+) -> Result<(), BoxError> {
     tokio::pin!(conn);
     let mut wait = Wait::Head;
     // False once shutdown began, or if the drain went away without one.
@@ -164,7 +251,7 @@ where
         tokio::pin!(changed, sleep, drained);
         side.ready(); // new futures: each is polled once
         let event = std::future::poll_fn(|cx| {
-            if let Poll::Ready(result) = conn.as_mut().poll(cx) {
+            if let Poll::Ready(result) = conn.as_mut().poll_connection(cx) {
                 return Poll::Ready(Event::Closed(result));
             }
             if !side.take(cx) {
@@ -250,7 +337,7 @@ async fn is_http1(stream: &TcpStream) -> std::io::Result<bool> {
 }
 
 impl Serve {
-    /// The builder for a new connection, once its first bytes arrive by
+    /// How a new connection is served, once its first bytes arrive by
     /// `deadline`; `None` when it is to be closed unserved: it sent nothing
     /// in time (a head timeout), closed, or shutdown began first.
     async fn choose(
@@ -258,12 +345,12 @@ impl Serve {
         stream: &TcpStream,
         deadline: Instant,
         drain: &mut watch::Receiver<bool>,
-    ) -> Option<&auto::Builder<TokioExecutor>> {
+    ) -> Option<Protocol> {
         tokio::select! {
             biased;
             first = tokio::time::timeout_at(deadline, is_http1(stream)) => match first {
-                Ok(Ok(true)) => Some(&self.http1),
-                Ok(Ok(false)) => Some(&self.builder),
+                Ok(Ok(true)) => Some(Protocol::Http1),
+                Ok(Ok(false)) => Some(Protocol::Sniffed),
                 Ok(Err(_)) => None,
                 Err(_) => {
                     self.metrics.head_timeout.inc();
@@ -290,10 +377,7 @@ impl Serve {
 
 /// Logs how a connection ended, at debug: clients close connections
 /// in every way, none of them tokenclock's fault.
-pub(super) fn closed(
-    peer: std::net::SocketAddr,
-    result: Result<(), Box<dyn std::error::Error + Send + Sync>>,
-) {
+pub(super) fn closed(peer: std::net::SocketAddr, result: Result<(), BoxError>) {
     if let Err(e) = result {
         let timeout = e
             .downcast_ref::<hyper::Error>()
