@@ -160,19 +160,18 @@ where
     let Some(protocol) = serve.choose(&stream, deadline, &mut drain).await else {
         return Ok(());
     };
-    let io = TokioIo::new(stream);
-    let service = Tracked::new(service, activity.clone());
-    let at = (activity, deadline);
+    let (io, service) = (
+        TokioIo::new(stream),
+        Tracked::new(service, activity.clone()),
+    );
     match protocol {
-        Protocol::Http1 => drive(serve.http1.serve_connection(io, service), serve, drain, at).await,
+        Protocol::Http1 => {
+            let conn = serve.http1.serve_connection(io, service);
+            drive(conn, serve, drain, activity, deadline).await
+        }
         Protocol::Sniffed => {
-            drive(
-                serve.builder.serve_connection(io, service),
-                serve,
-                drain,
-                at,
-            )
-            .await
+            let conn = serve.builder.serve_connection(io, service);
+            drive(conn, serve, drain, activity, deadline).await
         }
     }
 }
@@ -229,12 +228,13 @@ where
 }
 
 /// Drives `conn` until it closes, a deadline passes, or shutdown ends it;
-/// `at` is the connection's activity and the deadline of its first head.
+/// `deadline` is when its first head is due.
 async fn drive<C: Connection>(
     conn: C,
     serve: &Serve,
     mut drain: watch::Receiver<bool>,
-    (activity, mut deadline): (Arc<Activity>, Instant),
+    activity: Arc<Activity>,
+    mut deadline: Instant,
 ) -> Result<(), BoxError> {
     tokio::pin!(conn);
     let mut wait = Wait::Head;
