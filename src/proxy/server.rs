@@ -9,6 +9,7 @@ mod accept;
 mod activity;
 mod conn;
 mod fds;
+mod quiet;
 
 use std::{future::Future, io, net::SocketAddr, sync::Arc, time::Duration};
 

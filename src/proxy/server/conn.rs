@@ -19,12 +19,15 @@ use std::{
 use http::{Request, Response};
 use hyper::{body::Incoming, server::conn::http1, service::HttpService};
 use hyper_util::{
-    rt::{TokioExecutor, TokioIo, TokioTimer},
+    rt::{TokioExecutor, TokioTimer},
     server::conn::auto,
 };
 use tokio::{net::TcpStream, sync::watch, time::Instant};
 
-use super::activity::{Activity, Tracked};
+use super::{
+    activity::{Activity, Tracked},
+    quiet::Quiet,
+};
 use crate::proxy::woken::Woken;
 use crate::{config::Timeouts, export::metrics::ConnectionMetrics};
 
@@ -160,10 +163,7 @@ where
     let Some(protocol) = serve.choose(&stream, deadline, &mut drain).await else {
         return Ok(());
     };
-    let (io, service) = (
-        TokioIo::new(stream),
-        Tracked::new(service, activity.clone()),
-    );
+    let (io, service) = (Quiet::new(stream), Tracked::new(service, activity.clone()));
     match protocol {
         Protocol::Http1 => {
             let conn = serve.http1.serve_connection(io, service);
@@ -193,7 +193,7 @@ trait Connection {
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-impl<S, B> Connection for http1::Connection<TokioIo<TcpStream>, S>
+impl<S, B> Connection for http1::Connection<Quiet, S>
 where
     S: HttpService<Incoming, ResBody = B>,
     S::Error: Into<BoxError>,
@@ -209,7 +209,7 @@ where
     }
 }
 
-impl<S, B> Connection for auto::Connection<'_, TokioIo<TcpStream>, S, TokioExecutor>
+impl<S, B> Connection for auto::Connection<'_, Quiet, S, TokioExecutor>
 where
     S: hyper::service::Service<Request<Incoming>, Response = Response<B>>,
     S::Future: 'static,

@@ -1,0 +1,199 @@
+//! A client connection's socket that answers a read it knows would find
+//! nothing without asking tokio.
+//!
+//! While hyper writes a response, it polls the client's socket for a read
+//! on every turn of its connection loop (to notice a client that closed),
+//! which is once per forwarded event: through hyper's read buffer, the
+//! adaptor to tokio's `AsyncRead`, the socket's readiness and, as it is
+//! clear, the registration of the task's waker under the readiness lock,
+//! only to return pending. The socket's reads here register [`Woken`]'s
+//! waker instead: until it has been woken (the socket became readable, or
+//! closed), nothing a read could find has changed, and the read returns
+//! pending at once. Writes go straight to the socket.
+
+use std::{
+    io,
+    pin::Pin,
+    task::{Context, Poll},
+};
+
+use hyper::rt::{Read, ReadBufCursor, Write};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+
+use crate::proxy::woken::Woken;
+
+/// A client's socket, its reads gated by [`Woken`].
+pub(super) struct Quiet {
+    io: TokioIo<TcpStream>,
+    /// Woken by the socket's read readiness since its last pending read.
+    readable: Woken,
+}
+
+impl Quiet {
+    pub(super) fn new(stream: TcpStream) -> Self {
+        Self {
+            io: TokioIo::new(stream),
+            readable: Woken::new(),
+        }
+    }
+}
+
+impl Read for Quiet {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: ReadBufCursor<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        // By the `Future` contract, a read that was pending can find
+        // something only after its waker, this one, was woken.
+        if !this.readable.take(cx) {
+            return Poll::Pending;
+        }
+        let mut readable = Context::from_waker(this.readable.waker());
+        let read = Pin::new(&mut this.io).poll_read(&mut readable, buf);
+        if read.is_ready() {
+            // Bytes, the end or an error: the next read must look again.
+            this.readable.ready();
+        }
+        read
+    }
+}
+
+impl Write for Quiet {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{
+        future::poll_fn,
+        mem::MaybeUninit,
+        sync::{
+            atomic::{AtomicUsize, Ordering},
+            Arc,
+        },
+        task::{Wake, Waker},
+    };
+
+    use hyper::rt::ReadBuf;
+    use tokio::{
+        io::AsyncWriteExt,
+        net::{TcpListener, TcpStream},
+    };
+
+    use super::*;
+
+    /// Reads once into a fresh buffer: the bytes, or `None` when pending.
+    fn try_read(quiet: &mut Quiet, cx: &mut Context<'_>) -> Option<Vec<u8>> {
+        let mut space = [MaybeUninit::<u8>::uninit(); 64];
+        let mut buf = ReadBuf::uninit(&mut space);
+        match Pin::new(quiet).poll_read(cx, buf.unfilled()) {
+            Poll::Ready(result) => {
+                result.expect("read");
+                Some(buf.filled().to_vec())
+            }
+            Poll::Pending => None,
+        }
+    }
+
+    async fn pair() -> (Quiet, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (client, accepted) = tokio::join!(TcpStream::connect(addr), listener.accept());
+        let (server, _) = accepted.expect("accept");
+        (Quiet::new(server), client.expect("connect"))
+    }
+
+    /// Every byte the client sends, and its close, are read: a read that
+    /// was pending goes down again once the socket has woken it.
+    #[tokio::test]
+    async fn bytes_and_the_close_reach_the_reader_after_a_pending_read() {
+        tokio::time::timeout(std::time::Duration::from_secs(10), read_all())
+            .await
+            .expect("a wake-up was lost");
+    }
+
+    async fn read_all() {
+        let (mut quiet, mut client) = pair().await;
+        let pending = poll_fn(|cx| Poll::Ready(try_read(&mut quiet, cx))).await;
+        assert_eq!(pending, None, "nothing sent yet");
+        client
+            .write_all(b"GET / HTTP/1.1\r\n")
+            .await
+            .expect("write");
+        let got = poll_fn(|cx| match try_read(&mut quiet, cx) {
+            Some(bytes) => Poll::Ready(bytes),
+            None => Poll::Pending,
+        })
+        .await;
+        assert_eq!(got, b"GET / HTTP/1.1\r\n");
+        client.shutdown().await.expect("close");
+        drop(client);
+        let end = poll_fn(|cx| match try_read(&mut quiet, cx) {
+            Some(bytes) => Poll::Ready(bytes),
+            None => Poll::Pending,
+        })
+        .await;
+        assert!(end.is_empty(), "the close reads as the end");
+    }
+
+    /// A pending read passes the socket's wake-up on to the task that
+    /// polled it, at once, and the task's next read gets the bytes; until
+    /// then, the reads it makes return pending.
+    #[tokio::test]
+    async fn a_pending_read_wakes_its_task_when_bytes_arrive() {
+        let (mut quiet, mut client) = pair().await;
+        let task = Arc::new(Count::default());
+        let waker = Waker::from(task.clone());
+        let mut cx = Context::from_waker(&waker);
+        assert_eq!(try_read(&mut quiet, &mut cx), None);
+        assert_eq!(try_read(&mut quiet, &mut cx), None, "nothing woke it");
+        client.write_all(b"x").await.expect("write");
+        // The reactor hands the readiness over on one of its next turns.
+        for _ in 0..1000 {
+            if task.0.load(Ordering::SeqCst) > 0 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        assert!(task.0.load(Ordering::SeqCst) > 0, "the task was woken");
+        assert_eq!(try_read(&mut quiet, &mut cx).as_deref(), Some(&b"x"[..]));
+    }
+
+    #[derive(Default)]
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
