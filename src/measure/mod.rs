@@ -9,6 +9,8 @@
 //!
 //! - [`observe`]: the observing body wrapper, the only seam between
 //!   forwarding and measurement; it hands each frame, as sent, to an observer.
+//! - [`after_write`]: the hook that lets it hand them over after the
+//!   connection has written them.
 //! - [`exchange`]: the observer of one request/response: it reads a copy of
 //!   both bodies, feeds the stages below, writes the access-log event and
 //!   hands the finished timeline to a sink.
@@ -22,6 +24,7 @@
 //!   phases and outcome.
 //! - [`slo`]: the objectives a timeline is judged against, and the judgement.
 
+pub mod after_write;
 pub mod dialect;
 pub mod exchange;
 pub mod frame;

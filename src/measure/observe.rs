@@ -5,9 +5,14 @@
 //! then returns the frame untouched. It never copies, delays, buffers or
 //! fails a frame, and it reports the end of the body exactly once: complete,
 //! failed, or dropped before its end (the client went away).
+//!
+//! Made with a connection's [`AfterWrite`] hook, it shows the frames after
+//! the connection has written them instead (`after_write`), so that
+//! reading an event never stands between its arrival and its write.
 
 use std::{
     pin::Pin,
+    sync::Arc,
     task::{ready, Context, Poll},
     time::Duration,
 };
@@ -16,6 +21,8 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 use tokio::time::Instant;
+
+use super::after_write::{AfterWrite, Seat};
 
 /// How a body ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,6 +59,7 @@ pub trait Observe {
 
     /// The reader asked for the next frame `waited` after it was handed the
     /// previous one: time spent delivering it (backpressure, when long).
+    /// Waits may be handed over summed, and apart from the frames'.
     fn on_delivery_stall(&mut self, waited: Duration) {
         let _ = waited;
     }
@@ -65,16 +73,14 @@ pin_project! {
     pub struct ObservedBody<B, O: Observe> {
         #[pin]
         inner: B,
-        observer: Option<O>,
+        seat: Seat<O>,
         // When the last data frame was handed to the reader.
         handed_over: Option<Instant>,
     }
 
     impl<B, O: Observe> PinnedDrop for ObservedBody<B, O> {
         fn drop(this: Pin<&mut Self>) {
-            if let Some(observer) = this.project().observer.take() {
-                observer.on_end(End::Dropped, Instant::now());
-            }
+            this.project().seat.end(End::Dropped, Instant::now());
         }
     }
 }
@@ -96,7 +102,24 @@ impl<B, O: Observe> ObservedBody<B, O> {
         };
         Self {
             inner,
-            observer,
+            seat: Seat::Inline(observer),
+            handed_over: None,
+        }
+    }
+
+    /// As [`new`](Self::new), but each frame is shown to `observer` after
+    /// `hook`'s connection has written it (and always before the end).
+    pub fn after_write(inner: B, observer: O, hook: Arc<AfterWrite>) -> Self
+    where
+        B: Body,
+        O: Send + 'static,
+    {
+        if inner.is_end_stream() {
+            return Self::new(inner, observer);
+        }
+        Self {
+            inner,
+            seat: Seat::deferred(observer, hook),
             handed_over: None,
         }
     }
@@ -116,16 +139,17 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         let mut this = self.project();
-        if let (Some(handed), Some(observer)) = (this.handed_over.take(), this.observer.as_mut()) {
-            observer.on_delivery_stall(handed.elapsed());
+        if let Some(handed) = this.handed_over.take() {
+            this.seat.stall(handed.elapsed());
         }
         let result = ready!(this.inner.as_mut().poll_frame(cx));
         let now = Instant::now();
         let end = match &result {
             Some(Ok(frame)) => {
-                if let (Some(data), Some(observer)) = (frame.data_ref(), this.observer.as_mut()) {
-                    observer.on_data(data, now);
-                    *this.handed_over = Some(now);
+                if let Some(data) = frame.data_ref() {
+                    if this.seat.data(data, now) {
+                        *this.handed_over = Some(now);
+                    }
                 }
                 // With an exact length the reader may never poll again after the
                 // last frame, so the end is noticed here rather than on `None`.
@@ -137,9 +161,7 @@ where
             None => Some(End::Complete),
         };
         if let Some(end) = end {
-            if let Some(observer) = this.observer.take() {
-                observer.on_end(end, now);
-            }
+            this.seat.end(end, now);
         }
         Poll::Ready(result)
     }
@@ -233,6 +255,68 @@ mod tests {
         let (data, ends) = snapshot(&seen);
         assert_eq!(data.len(), 3);
         assert_eq!(ends, vec![End::Complete]);
+    }
+
+    fn polled(body: &mut ObservedBody<Frames, Seen>) -> Option<Bytes> {
+        let waker = std::task::Waker::noop();
+        match Pin::new(body).poll_frame(&mut Context::from_waker(waker)) {
+            Poll::Ready(Some(Ok(frame))) => frame.into_data().ok(),
+            _ => None,
+        }
+    }
+
+    fn bytes(parts: &[&'static [u8]]) -> Vec<Bytes> {
+        parts.iter().copied().map(Bytes::from_static).collect()
+    }
+
+    #[test]
+    fn after_write_frames_are_shown_after_the_write_in_order_and_before_the_end() {
+        let (seen, hook) = (Seen::default(), Arc::new(AfterWrite::new()));
+        let mut body =
+            ObservedBody::after_write(frames(&[b"a", b"b", b"c"]), seen.clone(), hook.clone());
+        assert_eq!(polled(&mut body).as_deref(), Some(&b"a"[..]));
+        assert_eq!(snapshot(&seen), (vec![], vec![]), "not before the write");
+        hook.written();
+        assert_eq!(snapshot(&seen).0, bytes(&[b"a"]));
+        hook.written();
+        assert_eq!(snapshot(&seen).0, bytes(&[b"a"]), "each frame once");
+        assert!(polled(&mut body).is_some() && polled(&mut body).is_some());
+        assert_eq!(polled(&mut body), None);
+        assert_eq!(
+            snapshot(&seen),
+            (bytes(&[b"a", b"b", b"c"]), vec![End::Complete]),
+            "kept frames are shown before the end"
+        );
+        drop(body);
+        hook.written();
+        assert_eq!(
+            snapshot(&seen).1,
+            vec![End::Complete],
+            "end is reported once"
+        );
+    }
+
+    #[test]
+    fn after_write_a_dropped_body_shows_its_kept_frames_first() {
+        let (seen, hook) = (Seen::default(), Arc::new(AfterWrite::new()));
+        let mut body = ObservedBody::after_write(frames(&[b"a", b"b"]), seen.clone(), hook);
+        assert!(polled(&mut body).is_some());
+        drop(body);
+        assert_eq!(snapshot(&seen), (bytes(&[b"a"]), vec![End::Dropped]));
+    }
+
+    /// A client that stops reading leaves hyper unable to write: the body
+    /// keeps no more than `MAX_KEPT` frames and reads the rest itself.
+    #[test]
+    fn after_write_kept_frames_are_bounded_without_writes() {
+        use crate::measure::after_write::MAX_KEPT;
+        let (seen, hook) = (Seen::default(), Arc::new(AfterWrite::new()));
+        let parts = vec![&b"x"[..]; MAX_KEPT + 1];
+        let mut body = ObservedBody::after_write(frames(&parts), seen.clone(), hook);
+        for _ in 0..=MAX_KEPT {
+            assert!(polled(&mut body).is_some());
+        }
+        assert_eq!(snapshot(&seen).0.len(), MAX_KEPT);
     }
 
     /// A body of several frames that learns it has ended only on the next poll.

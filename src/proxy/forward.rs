@@ -44,6 +44,7 @@ pub(crate) use self::{
 };
 use crate::{
     config::{Config, Upstream, UpstreamProtocol, UsageMode},
+    measure::after_write::AfterWrite,
     measure::dialect::Dialect,
     measure::exchange::{Exchange, Upload},
     measure::observe::ObservedBody,
@@ -114,8 +115,10 @@ impl Service<Request<Incoming>> for Proxy {
 // === impl Inner ===
 
 impl Inner {
-    async fn forward(&self, request: Request<Incoming>) -> Response<ProxyBody> {
+    async fn forward(&self, mut request: Request<Incoming>) -> Response<ProxyBody> {
         let start = Instant::now();
+        // The connection's, for the response: not the upstream's business.
+        let hook = request.extensions_mut().remove::<Arc<AfterWrite>>();
         let live = self.live.current();
         let (mut exchange, upload) =
             Exchange::start(start, &request, &live.reading, live.sink.clone());
@@ -141,7 +144,7 @@ impl Inner {
         if let Some(connect) = answer.connect {
             exchange.set_connect(connect);
         }
-        self.respond(answer, exchange)
+        self.respond(answer, exchange, hook)
     }
 
     /// The body to send upstream: the client's as it comes, or read whole
@@ -186,8 +189,15 @@ impl Inner {
         }
     }
 
-    /// The upstream's response, addressed to the client and observed.
-    fn respond(&self, answer: Answer, mut exchange: Exchange) -> Response<ProxyBody> {
+    /// The upstream's response, addressed to the client and observed: after
+    /// each write when the connection has a `hook` (HTTP/1), else as each
+    /// frame passes.
+    fn respond(
+        &self,
+        answer: Answer,
+        mut exchange: Exchange,
+        hook: Option<Arc<AfterWrite>>,
+    ) -> Response<ProxyBody> {
         let at = Instant::now();
         self.health.upstream_answered();
         let (mut parts, body) = answer.response.into_parts();
@@ -197,8 +207,11 @@ impl Inner {
         headers::strip_response(&mut parts.headers);
         let strip = exchange.usage_injected() && exchange.streamed();
         let body = ResponseBody::upstream(body, self.timeouts.idle);
-        let body = StripUsage::new(ObservedBody::new(body, exchange), strip);
-        Response::from_parts(parts, body)
+        let body = match hook {
+            Some(hook) => ObservedBody::after_write(body, exchange, hook),
+            None => ObservedBody::new(body, exchange),
+        };
+        Response::from_parts(parts, StripUsage::new(body, strip))
     }
 
     /// Whether to add `stream_options.include_usage` to this request.

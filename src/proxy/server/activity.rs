@@ -4,6 +4,12 @@
 //!
 //! The connection driver reads this to tell a connection still owing its
 //! first head, an idle one, and a busy one apart; hyper does not expose it.
+//!
+//! The same wrapper hands each HTTP/1 request the connection's
+//! [`AfterWrite`] hook (in its extensions), so that its response body can
+//! be read after the connection writes it. An h2 request gets none: its
+//! body is polled on a task of its own, and its frames are written by
+//! another.
 
 use std::{
     future::Future,
@@ -15,9 +21,11 @@ use std::{
     task::{Context, Poll},
 };
 
-use http::{Request, Response};
+use http::{Request, Response, Version};
 use http_body::{Body, Frame, SizeHint};
 use tokio::sync::Notify;
+
+use crate::measure::after_write::AfterWrite;
 
 /// One connection's requests in flight.
 #[derive(Debug, Default)]
@@ -64,16 +72,22 @@ impl Drop for Active {
     }
 }
 
-/// A service whose requests are counted in an [`Activity`].
-#[derive(Clone, Debug)]
+/// A service whose requests are counted in an [`Activity`], and handed
+/// the connection's [`AfterWrite`] hook.
+#[derive(Clone)]
 pub(crate) struct Tracked<S> {
     inner: S,
     activity: Arc<Activity>,
+    hook: Arc<AfterWrite>,
 }
 
 impl<S> Tracked<S> {
-    pub(crate) fn new(inner: S, activity: Arc<Activity>) -> Self {
-        Self { inner, activity }
+    pub(crate) fn new(inner: S, activity: Arc<Activity>, hook: Arc<AfterWrite>) -> Self {
+        Self {
+            inner,
+            activity,
+            hook,
+        }
     }
 }
 
@@ -85,8 +99,11 @@ where
     type Error = S::Error;
     type Future = TrackedFuture<S::Future>;
 
-    fn call(&self, request: Request<ReqB>) -> Self::Future {
+    fn call(&self, mut request: Request<ReqB>) -> Self::Future {
         let active = Active::new(self.activity.clone());
+        if request.version() < Version::HTTP_2 {
+            request.extensions_mut().insert(self.hook.clone());
+        }
         TrackedFuture {
             inner: self.inner.call(request),
             active: Some(active),
@@ -156,11 +173,42 @@ mod tests {
     use std::{convert::Infallible, sync::Arc};
 
     use bytes::Bytes;
-    use http::{Request, Response};
+    use http::{Request, Response, Version};
     use http_body_util::{BodyExt, Empty, Full};
     use hyper::service::Service;
 
     use super::{Activity, Tracked, TrackedBody};
+    use crate::measure::after_write::AfterWrite;
+
+    /// An HTTP/1 request carries the connection's hook to the forwarder;
+    /// an h2 request, whose body another task polls, does not.
+    #[tokio::test]
+    async fn http1_requests_carry_the_connections_hook_and_h2_requests_do_not() {
+        let hook = Arc::new(AfterWrite::new());
+        let ours = hook.clone();
+        let service = Tracked::new(
+            hyper::service::service_fn(move |request: Request<Empty<Bytes>>| {
+                let found = request.extensions().get::<Arc<AfterWrite>>();
+                let carries = found.is_some_and(|found| Arc::ptr_eq(found, &ours));
+                let answer = Full::new(Bytes::from_static(if carries { b"yes" } else { b"no" }));
+                async move { Ok::<_, Infallible>(Response::new(answer)) }
+            }),
+            Arc::default(),
+            hook,
+        );
+        for (version, carries) in [
+            (Version::HTTP_10, true),
+            (Version::HTTP_11, true),
+            (Version::HTTP_2, false),
+        ] {
+            let mut request = Request::new(Empty::new());
+            *request.version_mut() = version;
+            let response = service.call(request).await.expect("infallible");
+            let body = response.into_body().collect().await.expect("body");
+            let expected: &[u8] = if carries { b"yes" } else { b"no" };
+            assert_eq!(&body.to_bytes()[..], expected, "{version:?}");
+        }
+    }
 
     /// hyper's server boxes a response's body for the response's life, so
     /// every held stream keeps one: one of its largest allocations.
@@ -181,6 +229,7 @@ mod tests {
                 Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok"))))
             }),
             activity.clone(),
+            Arc::default(),
         );
         assert!(activity.is_idle() && !activity.has_started());
         let pending = service.call(Request::new(Empty::new()));

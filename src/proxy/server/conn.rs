@@ -29,7 +29,9 @@ use super::{
     quiet::Quiet,
 };
 use crate::proxy::woken::Woken;
-use crate::{config::Timeouts, export::metrics::ConnectionMetrics};
+use crate::{
+    config::Timeouts, export::metrics::ConnectionMetrics, measure::after_write::AfterWrite,
+};
 
 /// After shutdown begins, an idle connection gets this long to finish on
 /// its own (flush its last frames, answer the h2 GOAWAY's PING) before it
@@ -163,7 +165,9 @@ where
     let Some(protocol) = serve.choose(&stream, deadline, &mut drain).await else {
         return Ok(());
     };
-    let (io, service) = (Quiet::new(stream), Tracked::new(service, activity.clone()));
+    let hook = Arc::new(AfterWrite::new());
+    let io = Quiet::new(stream, hook.clone());
+    let service = Tracked::new(service, activity.clone(), hook);
     match protocol {
         Protocol::Http1 => {
             let conn = serve.http1.serve_connection(io, service);

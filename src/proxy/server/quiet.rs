@@ -9,11 +9,14 @@
 //! only to return pending. The socket's reads here register [`Woken`]'s
 //! waker instead: until it has been woken (the socket became readable, or
 //! closed), nothing a read could find has changed, and the read returns
-//! pending at once. Writes go straight to the socket.
+//! pending at once. Writes go straight to the socket, and each that moved
+//! bytes tells the connection's [`AfterWrite`] hook, so that the frames
+//! just written are read for measurement then, not before they leave.
 
 use std::{
     io,
     pin::Pin,
+    sync::Arc,
     task::{Context, Poll},
 };
 
@@ -21,21 +24,32 @@ use hyper::rt::{Read, ReadBufCursor, Write};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
-use crate::proxy::woken::Woken;
+use crate::{measure::after_write::AfterWrite, proxy::woken::Woken};
 
-/// A client's socket, its reads gated by [`Woken`].
+/// A client's socket, its reads gated by [`Woken`], its writes followed by
+/// the connection's [`AfterWrite`] hook.
 pub(super) struct Quiet {
     io: TokioIo<TcpStream>,
     /// Woken by the socket's read readiness since its last pending read.
     readable: Woken,
+    written: Arc<AfterWrite>,
 }
 
 impl Quiet {
-    pub(super) fn new(stream: TcpStream) -> Self {
+    pub(super) fn new(stream: TcpStream, written: Arc<AfterWrite>) -> Self {
         Self {
             io: TokioIo::new(stream),
             readable: Woken::new(),
+            written,
         }
+    }
+
+    /// Runs the hook after a write that moved bytes.
+    fn wrote(&self, write: Poll<io::Result<usize>>) -> Poll<io::Result<usize>> {
+        if let Poll::Ready(Ok(1..)) = write {
+            self.written.written();
+        }
+        write
     }
 }
 
@@ -67,7 +81,9 @@ impl Write for Quiet {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+        let this = self.get_mut();
+        let write = Pin::new(&mut this.io).poll_write(cx, buf);
+        this.wrote(write)
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -87,7 +103,9 @@ impl Write for Quiet {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+        let this = self.get_mut();
+        let write = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
+        this.wrote(write)
     }
 }
 
@@ -129,7 +147,7 @@ mod tests {
         let addr = listener.local_addr().expect("addr");
         let (client, accepted) = tokio::join!(TcpStream::connect(addr), listener.accept());
         let (server, _) = accepted.expect("accept");
-        (Quiet::new(server), client.expect("connect"))
+        (Quiet::new(server, Arc::default()), client.expect("connect"))
     }
 
     /// Every byte the client sends, and its close, are read: a read that
@@ -186,6 +204,59 @@ mod tests {
         }
         assert!(task.0.load(Ordering::SeqCst) > 0, "the task was woken");
         assert_eq!(try_read(&mut quiet, &mut cx).as_deref(), Some(&b"x"[..]));
+    }
+
+    /// A write that moved bytes shows the connection's response body what
+    /// was kept for it: the frame reaches the socket before it is read.
+    #[tokio::test]
+    async fn a_write_hands_the_kept_frames_to_the_observer() {
+        use bytes::Bytes;
+        use http_body_util::{BodyExt, StreamBody};
+
+        use crate::measure::observe::{End, Observe, ObservedBody};
+
+        #[derive(Clone, Default)]
+        struct Seen(Arc<std::sync::Mutex<Vec<Bytes>>>);
+        impl Observe for Seen {
+            fn on_data(&mut self, data: &Bytes, _: tokio::time::Instant) {
+                self.0.lock().expect("lock").push(data.clone());
+            }
+            fn on_end(self, _: End, _: tokio::time::Instant) {}
+        }
+        let seen = Seen::default();
+        let hook = Arc::new(AfterWrite::new());
+        let (listener, addr) = {
+            let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+            let a = l.local_addr().expect("addr");
+            (l, a)
+        };
+        let (client, accepted) = tokio::join!(TcpStream::connect(addr), listener.accept());
+        let (_client, (server, _)) = (client.expect("connect"), accepted.expect("accept"));
+        let mut quiet = Quiet::new(server, hook.clone());
+        // A stream: its end is learnt on a later poll, as an SSE body's.
+        let frames = [Bytes::from_static(b"data: 1\n\n")]
+            .map(|data| Ok::<_, std::convert::Infallible>(http_body::Frame::data(data)));
+        let inner = StreamBody::new(Stream(frames.into_iter()));
+        let mut body = ObservedBody::after_write(inner, seen.clone(), hook);
+        let frame = body.frame().await.expect("a frame").expect("ok");
+        let data = frame.into_data().expect("data");
+        assert!(
+            seen.0.lock().expect("lock").is_empty(),
+            "not before the write"
+        );
+        let wrote = poll_fn(|cx| Pin::new(&mut quiet).poll_write(cx, &data)).await;
+        assert_eq!(wrote.expect("write"), data.len());
+        assert_eq!(*seen.0.lock().expect("lock"), vec![data]);
+    }
+
+    /// An iterator as a `Stream`, for `StreamBody`.
+    struct Stream<I>(I);
+
+    impl<I: Iterator + Unpin> futures_core::Stream for Stream<I> {
+        type Item = I::Item;
+        fn poll_next(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<I::Item>> {
+            Poll::Ready(self.get_mut().0.next())
+        }
     }
 
     #[derive(Default)]

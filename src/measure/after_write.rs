@@ -1,0 +1,211 @@
+//! Observation put off until the frames it reads have been written.
+//!
+//! An [`ObservedBody`](super::observe::ObservedBody) that reads each frame
+//! as it passes puts the reading (framing, the dialect's parse, the
+//! timeline: about 2,000 instructions per event) between the upstream's
+//! read and the client's write, so every event reaches the client that much
+//! later than it could. On an HTTP/1.1 connection one task polls the
+//! response body and then writes what it was handed; the connection's
+//! socket calls [`AfterWrite::written`] after each write that moved bytes.
+//! A body made with the hook keeps each frame (a reference-counted
+//! `Bytes`, not a copy) with the instant it arrived, and the write reads
+//! them. The instants are taken when the frames arrive, as before: the
+//! clocks do not move, only the work does.
+//!
+//! The kept frames are always read, in order, and before the body's end is
+//! reported: at the next write, when more than [`MAX_KEPT`] are waiting
+//! (a client that stopped reading), or when the body ends or is dropped.
+//! So the end of a request, its metrics, record and access line, still
+//! comes before its last frame is written, as without the hook.
+
+use std::{
+    collections::VecDeque,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc, Mutex, MutexGuard, PoisonError,
+    },
+    time::Duration,
+};
+
+use bytes::Bytes;
+use tokio::time::Instant;
+
+use super::observe::{End, Observe};
+
+/// Frames a body keeps before it reads them itself: more than hyper queues
+/// for one write (16 buffers), so only a write that cannot finish leaves
+/// the body to read them on its own.
+pub const MAX_KEPT: usize = 32;
+
+/// One connection's hook: what its response body kept, read after the
+/// connection's next write. Shared by the connection's socket and the
+/// bodies of its requests, one at a time.
+#[derive(Default)]
+pub struct AfterWrite {
+    /// A frame was kept since the last write.
+    due: AtomicBool,
+    /// The body in flight.
+    work: Mutex<Option<Arc<dyn Catch>>>,
+}
+
+impl AfterWrite {
+    /// A hook with no body yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The connection wrote bytes: read what was kept for them. A load and
+    /// nothing else when nothing was kept.
+    pub fn written(&self) {
+        if self.due.load(Ordering::Relaxed) && self.due.swap(false, Ordering::AcqRel) {
+            if let Some(work) = lock(&self.work).as_ref() {
+                work.catch_up();
+            }
+        }
+    }
+
+    /// Makes `work` the body in flight; the one before is read to its end.
+    fn register(&self, work: Arc<dyn Catch>) {
+        if let Some(before) = lock(&self.work).replace(work) {
+            before.catch_up();
+        }
+    }
+}
+
+/// A body's kept frames, read on demand.
+trait Catch: Send + Sync {
+    fn catch_up(&self);
+}
+
+/// Where an [`ObservedBody`](super::observe::ObservedBody)'s observer
+/// lives: with the body, or shared with the connection's hook.
+pub(super) enum Seat<O> {
+    /// Shown each frame as it passes; `None` once ended.
+    Inline(Option<O>),
+    /// Shown its frames after they are written.
+    Deferred {
+        kept: Arc<Kept<O>>,
+        hook: Arc<AfterWrite>,
+        /// Delivery waits not yet handed over: summed here, handed over
+        /// under the lock the next frame takes anyway.
+        stalled: Duration,
+    },
+}
+
+impl<O: Observe + Send + 'static> Seat<O> {
+    /// A seat whose frames are read after `hook`'s connection writes them.
+    pub(super) fn deferred(observer: O, hook: Arc<AfterWrite>) -> Self {
+        let kept = Arc::new(Kept(Mutex::new(Frames {
+            observer: Some(observer),
+            frames: VecDeque::new(),
+        })));
+        hook.register(kept.clone());
+        Self::Deferred {
+            kept,
+            hook,
+            stalled: Duration::ZERO,
+        }
+    }
+}
+
+impl<O: Observe> Seat<O> {
+    /// A data frame arrived `at`; whether an observer is still there.
+    pub(super) fn data(&mut self, data: &Bytes, at: Instant) -> bool {
+        match self {
+            Seat::Inline(Some(observer)) => {
+                observer.on_data(data, at);
+                true
+            }
+            Seat::Inline(None) => false,
+            Seat::Deferred {
+                kept,
+                hook,
+                stalled,
+            } => {
+                let mut frames = kept.lock();
+                let Some(observer) = frames.observer.as_mut() else {
+                    return false;
+                };
+                if !stalled.is_zero() {
+                    observer.on_delivery_stall(std::mem::take(stalled));
+                }
+                if frames.frames.len() >= MAX_KEPT {
+                    frames.catch_up();
+                }
+                frames.frames.push_back((data.clone(), at));
+                drop(frames);
+                hook.due.store(true, Ordering::Release);
+                true
+            }
+        }
+    }
+
+    /// The reader asked for the next frame `waited` after the last one.
+    pub(super) fn stall(&mut self, waited: Duration) {
+        match self {
+            Seat::Inline(Some(observer)) => observer.on_delivery_stall(waited),
+            Seat::Inline(None) => {}
+            Seat::Deferred { stalled, .. } => *stalled += waited,
+        }
+    }
+
+    /// The body ended `at`: every kept frame is read first. Once only.
+    pub(super) fn end(&mut self, end: End, at: Instant) {
+        let observer = match self {
+            Seat::Inline(observer) => observer.take(),
+            Seat::Deferred { kept, stalled, .. } => {
+                let mut frames = kept.lock();
+                frames.catch_up();
+                let mut observer = frames.observer.take();
+                if let (Some(observer), false) = (observer.as_mut(), stalled.is_zero()) {
+                    observer.on_delivery_stall(std::mem::take(stalled));
+                }
+                observer
+            }
+        };
+        if let Some(observer) = observer {
+            observer.on_end(end, at);
+        }
+    }
+}
+
+/// A body's observer and the frames it has not been shown yet.
+pub(super) struct Kept<O>(Mutex<Frames<O>>);
+
+pub(super) struct Frames<O> {
+    /// `None` once the body ended.
+    observer: Option<O>,
+    frames: VecDeque<(Bytes, Instant)>,
+}
+
+impl<O> Kept<O> {
+    fn lock(&self) -> MutexGuard<'_, Frames<O>> {
+        lock(&self.0)
+    }
+}
+
+impl<O: Observe> Frames<O> {
+    /// Shows the observer every kept frame, oldest first.
+    fn catch_up(&mut self) {
+        match self.observer.as_mut() {
+            Some(observer) => {
+                for (data, at) in self.frames.drain(..) {
+                    observer.on_data(&data, at);
+                }
+            }
+            None => self.frames.clear(),
+        }
+    }
+}
+
+impl<O: Observe + Send> Catch for Kept<O> {
+    fn catch_up(&self) {
+        self.lock().catch_up();
+    }
+}
+
+/// The lock, even if a panic elsewhere poisoned it: what it guards is a
+/// measurement, and losing the rest of one is better than failing writes.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
