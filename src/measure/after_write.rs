@@ -16,7 +16,7 @@
 //! reported: at the next write, when more than [`MAX_KEPT`] are waiting
 //! (a client that stopped reading), or when the body ends or is dropped.
 //! So the end of a request, its metrics, record and access line, still
-//! comes before its last frame is written, as without the hook.
+//! comes before the response's end is written, as without the hook.
 
 use std::{
     collections::VecDeque,
