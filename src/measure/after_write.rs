@@ -79,9 +79,14 @@ trait Catch: Send + Sync {
 
 /// Where an [`ObservedBody`](super::observe::ObservedBody)'s observer
 /// lives: with the body, or shared with the connection's hook.
+///
+/// Either way the observer is on the heap, not in the body: hyper boxes a
+/// response's body for its whole life, and a body as large as the proxy's
+/// observer (over 1 KiB) beside a shared one would hold every stream's
+/// memory twice.
 pub(super) enum Seat<O> {
     /// Shown each frame as it passes; `None` once ended.
-    Inline(Option<O>),
+    Inline(Option<Box<O>>),
     /// Shown its frames after they are written.
     Deferred {
         kept: Arc<Kept<O>>,
@@ -97,7 +102,8 @@ impl<O: Observe + Send + 'static> Seat<O> {
     pub(super) fn deferred(observer: O, hook: Arc<AfterWrite>) -> Self {
         let kept = Arc::new(Kept(Mutex::new(Frames {
             observer: Some(observer),
-            frames: VecDeque::new(),
+            first: None,
+            more: VecDeque::new(),
         })));
         hook.register(kept.clone());
         Self::Deferred {
@@ -129,10 +135,7 @@ impl<O: Observe> Seat<O> {
                 if !stalled.is_zero() {
                     observer.on_delivery_stall(std::mem::take(stalled));
                 }
-                if frames.frames.len() >= MAX_KEPT {
-                    frames.catch_up();
-                }
-                frames.frames.push_back((data.clone(), at));
+                frames.keep(data.clone(), at);
                 drop(frames);
                 hook.due.store(true, Ordering::Release);
                 true
@@ -152,7 +155,7 @@ impl<O: Observe> Seat<O> {
     /// The body ended `at`: every kept frame is read first. Once only.
     pub(super) fn end(&mut self, end: End, at: Instant) {
         let observer = match self {
-            Seat::Inline(observer) => observer.take(),
+            Seat::Inline(observer) => observer.take().map(|observer| *observer),
             Seat::Deferred { kept, stalled, .. } => {
                 let mut frames = kept.lock();
                 frames.catch_up();
@@ -175,7 +178,11 @@ pub(super) struct Kept<O>(Mutex<Frames<O>>);
 pub(super) struct Frames<O> {
     /// `None` once the body ended.
     observer: Option<O>,
-    frames: VecDeque<(Bytes, Instant)>,
+    /// The oldest kept frame: a paced stream keeps one between writes,
+    /// held here without an allocation of its own.
+    first: Option<(Bytes, Instant)>,
+    /// Those kept after it, when several wait for one write.
+    more: VecDeque<(Bytes, Instant)>,
 }
 
 impl<O> Kept<O> {
@@ -185,15 +192,30 @@ impl<O> Kept<O> {
 }
 
 impl<O: Observe> Frames<O> {
+    /// Keeps a frame; when [`MAX_KEPT`] already wait, they are read first.
+    fn keep(&mut self, data: Bytes, at: Instant) {
+        if self.first.is_none() {
+            self.first = Some((data, at));
+            return;
+        }
+        if self.more.len() + 1 >= MAX_KEPT {
+            self.catch_up();
+            self.first = Some((data, at));
+            return;
+        }
+        self.more.push_back((data, at));
+    }
+
     /// Shows the observer every kept frame, oldest first.
     fn catch_up(&mut self) {
+        let first = self.first.take();
         match self.observer.as_mut() {
             Some(observer) => {
-                for (data, at) in self.frames.drain(..) {
+                for (data, at) in first.into_iter().chain(self.more.drain(..)) {
                     observer.on_data(&data, at);
                 }
             }
-            None => self.frames.clear(),
+            None => self.more.clear(),
         }
     }
 }
@@ -208,4 +230,19 @@ impl<O: Observe + Send> Catch for Kept<O> {
 /// measurement, and losing the rest of one is better than failing writes.
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Kept;
+    use crate::measure::exchange::Exchange;
+
+    /// A held HTTP/1 stream keeps its observer here, with its one kept
+    /// frame inline; with the `Arc`'s two counts it fits jemalloc's
+    /// 1,280-byte class (the next is 1,536).
+    #[test]
+    fn a_kept_exchange_fits_in_1280_bytes() {
+        let size = 2 * std::mem::size_of::<usize>() + std::mem::size_of::<Kept<Exchange>>();
+        assert!(size <= 1280, "the kept exchange is {size} bytes");
+    }
 }

@@ -102,7 +102,7 @@ impl<B, O: Observe> ObservedBody<B, O> {
         };
         Self {
             inner,
-            seat: Seat::Inline(observer),
+            seat: Seat::Inline(observer.map(Box::new)),
             handed_over: None,
         }
     }
