@@ -13,8 +13,9 @@
 //! clocks do not move, only the work does.
 //!
 //! The kept frames are always read, in order, and before the body's end is
-//! reported: at the next write, when more than [`MAX_KEPT`] are waiting
-//! (a client that stopped reading), or when the body ends or is dropped.
+//! reported: at the next write, when a frame comes with [`MAX_KEPT`]
+//! already waiting (a client that stopped reading), or when the body ends
+//! or is dropped.
 //! So the end of a request, its metrics, record and access line, still
 //! comes before the response's end is written, as without the hook.
 
