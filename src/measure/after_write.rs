@@ -71,6 +71,18 @@ impl AfterWrite {
             before.catch_up();
         }
     }
+
+    /// `work`'s body ended: the connection stops holding it, so that a
+    /// connection idle between requests holds no request's observer.
+    fn release<T>(&self, work: &Arc<T>) {
+        let mut slot = lock(&self.work);
+        if slot
+            .as_ref()
+            .is_some_and(|held| std::ptr::addr_eq(Arc::as_ptr(held), Arc::as_ptr(work)))
+        {
+            *slot = None;
+        }
+    }
 }
 
 /// A body's kept frames, read on demand.
@@ -157,10 +169,19 @@ impl<O: Observe> Seat<O> {
     pub(super) fn end(&mut self, end: End, at: Instant) {
         let observer = match self {
             Seat::Inline(observer) => observer.take().map(|observer| *observer),
-            Seat::Deferred { kept, stalled, .. } => {
-                let mut frames = kept.lock();
-                frames.catch_up();
-                let mut observer = frames.observer.take();
+            Seat::Deferred {
+                kept,
+                hook,
+                stalled,
+            } => {
+                let mut observer = {
+                    let mut frames = kept.lock();
+                    frames.catch_up();
+                    frames.observer.take()
+                };
+                // The hook's lock is never taken under a body's: `written`
+                // takes them the other way round.
+                hook.release(kept);
                 if let (Some(observer), false) = (observer.as_mut(), stalled.is_zero()) {
                     observer.on_delivery_stall(std::mem::take(stalled));
                 }
@@ -235,8 +256,38 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 #[cfg(test)]
 mod tests {
-    use super::Kept;
-    use crate::measure::exchange::Exchange;
+    use std::sync::Arc;
+
+    use bytes::Bytes;
+    use tokio::time::Instant;
+
+    use super::{lock, AfterWrite, Kept, Seat};
+    use crate::measure::{
+        exchange::Exchange,
+        observe::{End, Observe},
+    };
+
+    struct Nothing;
+
+    impl Observe for Nothing {
+        fn on_data(&mut self, _: &Bytes, _: Instant) {}
+        fn on_end(self, _: End, _: Instant) {}
+    }
+
+    /// A keep-alive connection between requests holds no request's
+    /// observer (over 1 KiB each): the hook lets go of a body at its end,
+    /// and only of its own.
+    #[test]
+    fn the_hook_lets_go_of_a_body_at_its_end() {
+        let hook = Arc::new(AfterWrite::new());
+        let mut first = Seat::deferred(Nothing, hook.clone());
+        let mut second = Seat::deferred(Nothing, hook.clone());
+        first.end(End::Complete, Instant::now());
+        assert!(lock(&hook.work).is_some(), "the second body is still held");
+        second.data(&Bytes::from_static(b"x"), Instant::now());
+        second.end(End::Dropped, Instant::now());
+        assert!(lock(&hook.work).is_none());
+    }
 
     /// A held HTTP/1 stream keeps its observer here, with its one kept
     /// frame inline; with the `Arc`'s two counts it fits jemalloc's
