@@ -65,11 +65,11 @@ impl AfterWrite {
         }
     }
 
-    /// Makes `work` the body in flight; the one before is read to its end.
+    /// Makes `work` the body in flight. A body before it has ended and let
+    /// go already (HTTP/1 serves one request at a time); one that had not
+    /// would still read its kept frames at its own end or drop.
     fn register(&self, work: Arc<dyn Catch>) {
-        if let Some(before) = lock(&self.work).replace(work) {
-            before.catch_up();
-        }
+        *lock(&self.work) = Some(work);
     }
 
     /// `work`'s body ended: the connection stops holding it, so that a
