@@ -9,13 +9,15 @@
 //! socket calls [`AfterWrite::written`] after each write that moved bytes.
 //! A body made with the hook keeps each frame (a reference-counted
 //! `Bytes`, not a copy) with the instant it arrived, and the write reads
-//! them. The instants are taken when the frames arrive, as before: the
-//! clocks do not move, only the work does.
+//! them, or, with a [`Backlog`] (one thread), leaves them to its reader,
+//! which runs once the other connections the same wake-up readied have
+//! written too. The instants are taken when the frames arrive, as before:
+//! the clocks do not move, only the work does.
 //!
 //! The kept frames are always read, in order, and before the body's end is
-//! reported: at the next write, when a frame comes with [`MAX_KEPT`]
-//! already waiting (a client that stopped reading), or when the body ends
-//! or is dropped.
+//! reported: after the next write (at once, or by the backlog's reader),
+//! when a frame comes with [`MAX_KEPT`] already waiting (a client that
+//! stopped reading), or when the body ends or is dropped.
 //! So the end of a request, its metrics, record and access line, still
 //! comes before the response's end is written, as without the hook.
 
@@ -33,6 +35,10 @@ use tokio::time::Instant;
 
 use super::observe::{End, Observe};
 
+mod backlog;
+
+pub use backlog::{Backlog, Reader};
+
 /// Frames a body keeps before it reads them itself: more than hyper queues
 /// for one write (16 buffers), so only a write that cannot finish leaves
 /// the body to read them on its own.
@@ -47,20 +53,35 @@ pub struct AfterWrite {
     due: AtomicBool,
     /// The body in flight.
     work: Mutex<Option<Arc<dyn Catch>>>,
+    /// Where a write leaves its frames to be read once the other
+    /// connections woken with it have written; `None`: read at once.
+    backlog: Option<Arc<Backlog>>,
 }
 
 impl AfterWrite {
-    /// A hook with no body yet.
+    /// A hook with no body yet, whose writes read their frames at once.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// The connection wrote bytes: read what was kept for them. A load and
-    /// nothing else when nothing was kept.
+    /// A hook with no body yet, whose writes leave their frames to
+    /// `backlog`'s reader.
+    pub fn with_backlog(backlog: Arc<Backlog>) -> Self {
+        Self {
+            backlog: Some(backlog),
+            ..Self::default()
+        }
+    }
+
+    /// The connection wrote bytes: read what was kept for them, now or
+    /// through the backlog. A load and nothing else when nothing was kept.
     pub fn written(&self) {
         if self.due.load(Ordering::Relaxed) && self.due.swap(false, Ordering::AcqRel) {
             if let Some(work) = lock(&self.work).as_ref() {
-                work.catch_up();
+                match &self.backlog {
+                    Some(backlog) => backlog.push(work.clone()),
+                    None => work.catch_up(),
+                }
             }
         }
     }

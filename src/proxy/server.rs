@@ -26,7 +26,7 @@ use crate::{
     config::Config,
     export::admin,
     export::metrics::Metrics,
-    measure::timeline::TimelineSink,
+    measure::{after_write::Backlog, timeline::TimelineSink},
     proxy::forward::Proxy,
     proxy::health::{Health, Probe},
     proxy::reload::{Hangups, Reloader, Source},
@@ -163,10 +163,14 @@ impl Bound {
         let metrics_listen = admin.local_addr().map_or(config.metrics_listen, |a| a);
         let mut background = JoinSet::new();
         background.spawn(probe.run());
+        let backlog = backlog();
+        if let Some(backlog) = &backlog {
+            background.spawn(backlog.clone().reader());
+        }
         let proxy = Listener::new(
             proxy,
             config.connections.max,
-            Serve::new(&config.timeouts, metrics.connections("proxy")),
+            Serve::new(&config.timeouts, metrics.connections("proxy")).with_backlog(backlog),
         );
         let admin = Listener::new(
             admin,
@@ -202,6 +206,16 @@ impl Bound {
         background.shutdown().await;
         Ok(())
     }
+}
+
+/// On one thread (tokio's current-thread scheduler, which runs tasks in
+/// the order they were woken), a backlog for the frames the connections
+/// write, so that each is read once every connection woken with it has
+/// written (`after_write::Backlog`). On several, `None`: a task can run on
+/// any worker, so that order is not kept, and each write reads its own.
+fn backlog() -> Option<Arc<Backlog>> {
+    let flavor = tokio::runtime::Handle::current().runtime_flavor();
+    (flavor == tokio::runtime::RuntimeFlavor::CurrentThread).then(|| Arc::new(Backlog::new()))
 }
 
 async fn bind(key: &'static str, addr: SocketAddr) -> Result<TcpListener, StartError> {

@@ -30,7 +30,9 @@ use super::{
 };
 use crate::proxy::woken::Woken;
 use crate::{
-    config::Timeouts, export::metrics::ConnectionMetrics, measure::after_write::AfterWrite,
+    config::Timeouts,
+    export::metrics::ConnectionMetrics,
+    measure::after_write::{AfterWrite, Backlog},
 };
 
 /// After shutdown begins, an idle connection gets this long to finish on
@@ -58,6 +60,9 @@ pub(crate) struct Serve {
     header_read: Duration,
     idle: Duration,
     pub(super) metrics: ConnectionMetrics,
+    /// Where the connections' writes leave their frames to be read (see
+    /// `after_write::Backlog`); `None`: each write reads its own at once.
+    backlog: Option<Arc<Backlog>>,
 }
 
 impl Serve {
@@ -69,7 +74,14 @@ impl Serve {
             header_read: timeouts.header_read,
             idle: timeouts.client_idle,
             metrics,
+            backlog: None,
         }
+    }
+
+    /// Connections whose writes leave their frames to `backlog`'s reader.
+    pub(crate) fn with_backlog(mut self, backlog: Option<Arc<Backlog>>) -> Self {
+        self.backlog = backlog;
+        self
     }
 }
 
@@ -165,7 +177,10 @@ where
     let Some(protocol) = serve.choose(&stream, deadline, &mut drain).await else {
         return Ok(());
     };
-    let hook = Arc::new(AfterWrite::new());
+    let hook = Arc::new(match &serve.backlog {
+        Some(backlog) => AfterWrite::with_backlog(backlog.clone()),
+        None => AfterWrite::new(),
+    });
     let io = Quiet::new(stream, hook.clone());
     let service = Tracked::new(service, activity.clone(), hook);
     match protocol {
