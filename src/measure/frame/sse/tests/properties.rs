@@ -2,7 +2,7 @@
 
 use proptest::prelude::*;
 
-use super::{feed_all, Ev, BIG};
+use super::{ends_all, feed_all, End, Ev, BIG};
 use crate::measure::frame::sse::{SseStats, BOM};
 
 /// Obviously-correct framing of a whole stream, with the same limit rule:
@@ -152,5 +152,41 @@ proptest! {
         prop_assert_eq!(split_framer.pending_bytes(), framer.pending_bytes());
         let bytes: Vec<&[u8]> = input.chunks(1).collect();
         prop_assert_eq!(feed_all(max, &bytes).0, want);
+    }
+}
+
+/// `ends` with the end of every blank `\r\n` line after its `\n`: fed a
+/// byte at a time (or cut between the two), the `\r` ends the line in its
+/// own feed, and the end is reported there.
+fn after_crlf(ends: Vec<End>, input: &[u8]) -> Vec<End> {
+    ends.into_iter()
+        .map(|(end, event)| {
+            let split_crlf = end > 0 && input[end - 1] == b'\r' && input.get(end) == Some(&b'\n');
+            (end + usize::from(split_crlf), event)
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(crate::measure::frame::proptest_config(256))]
+
+    /// Fed a byte at a time, no event is whole in one feed, so every one
+    /// goes line by line; fed in larger pieces, `data: …` events go the
+    /// short way (`whole_data_event`). Both give the same ends, events and
+    /// counts.
+    #[test]
+    fn whole_events_end_where_line_by_line_ones_do(
+        input in arb_stream(),
+        cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..24),
+        max in prop_oneof![Just(BIG), 0usize..40],
+    ) {
+        let bytes: Vec<&[u8]> = input.chunks(1).collect();
+        let (want, want_stats) = ends_all(max, &bytes);
+        let want = after_crlf(want, &input);
+        for pieces in [vec![&input[..]], split(&input, &cuts)] {
+            let (ends, stats) = ends_all(max, &pieces);
+            prop_assert_eq!(after_crlf(ends, &input), want.clone());
+            prop_assert_eq!(stats, want_stats);
+        }
     }
 }
