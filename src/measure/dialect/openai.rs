@@ -326,17 +326,17 @@ pub(crate) struct Learnt {
 impl Learnt {
     /// Reads one chunk with what was learnt, and learns from it; `None`
     /// when the scanner is unsure (serde decides).
-    fn scan<'a, C: Scan<'a> + Finishing<'a>>(&mut self, data: &'a [u8]) -> Option<Envelope<'a, C>> {
+    fn scan<'a, C: Scan<'a> + Finishing<'a>>(&mut self, data: &'a [u8]) -> Option<Parsed<'a>> {
         if let Some(template) = &mut self.template {
             match template.read(data) {
-                Some(envelope) => return Some(envelope),
+                Some(parsed) => return Some(parsed),
                 None => template.missed(),
             }
         }
         let mut notes = Notes::default();
-        let envelope = self.prefix.scan(data, &mut notes)?;
+        let envelope = self.prefix.scan::<C>(data, &mut notes)?;
         Template::learn(&mut self.template, data, &envelope, &notes);
-        Some(envelope)
+        Some(envelope.parsed())
     }
 }
 
@@ -349,10 +349,10 @@ pub(super) fn event_in_stream<'a, C: Deserialize<'a> + Scan<'a> + Finishing<'a>>
     if is_done(data) {
         return Ok(done());
     }
-    let envelope = learnt.scan::<C>(data);
-    envelope
-        .map_or_else(|| json::<Envelope<'a, C>>(data), Ok)
-        .map(Envelope::parsed)
+    match learnt.scan::<C>(data) {
+        Some(parsed) => Ok(parsed),
+        None => json::<Envelope<'a, C>>(data).map(Envelope::parsed),
+    }
 }
 
 /// Reads a whole non-streamed response whose choices are `C`.

@@ -34,7 +34,10 @@
 use std::ops::Range;
 
 use super::{Envelope, Finishing, Name, Scan, Scanner, Span, Text};
-use crate::measure::dialect::common::{len32, Counts};
+use crate::measure::dialect::{
+    common::{len32, Counts},
+    Parsed,
+};
 
 /// The most bytes kept around the text: a stream's memory stays bounded
 /// whatever its chunks hold.
@@ -116,12 +119,12 @@ pub(crate) struct Template {
 
 impl Template {
     /// Reads `data` when it is the kept chunk around another string (and
-    /// other values in the holes).
+    /// other values in the holes): the event it is, made here rather than
+    /// through an envelope, since all it carries are the counts and the
+    /// names (what `Envelope::parsed` makes of an envelope with nothing
+    /// else).
     #[inline]
-    pub(super) fn read<'a, C: Scan<'a> + Finishing<'a>>(
-        &self,
-        data: &'a [u8],
-    ) -> Option<Envelope<'a, C>> {
+    pub(super) fn read<'a>(&self, data: &'a [u8]) -> Option<Parsed<'a>> {
         let at = usize::from(self.head);
         let (head, tail) = self.bytes.split_at_checked(at)?;
         if head.is_empty() || !data.starts_with(head) || data.get(at) != Some(&b'"') {
@@ -175,11 +178,11 @@ impl Template {
             });
             Span::read_moved(span, data, by)
         };
-        let mut value = Envelope::empty();
-        value.choices.0 = counts;
-        value.model = name(self.model)?;
-        value.id = name(self.id)?;
-        Some(value)
+        Some(Parsed {
+            model: name(self.model)?,
+            response_id: name(self.id)?,
+            ..counts.parsed()
+        })
     }
 
     /// After a chunk [`Template::read`] did not read: once no more chunks
