@@ -11,7 +11,8 @@
 //! closed), nothing a read could find has changed, and the read returns
 //! pending at once. Writes go straight to the socket, and each that moved
 //! bytes tells the connection's [`AfterWrite`] hook, so that the frames
-//! just written are read for measurement then, not before they leave.
+//! just written are read for measurement after they leave (then, or once
+//! the wake-up's other writes are done), not before.
 
 use std::{
     io,
