@@ -45,8 +45,9 @@ pub use backlog::{Backlog, Reader};
 pub const MAX_KEPT: usize = 32;
 
 /// One connection's hook: what its response body kept, read after the
-/// connection's next write (at once, or by its backlog's reader). Shared by the connection's socket and the
-/// bodies of its requests, one at a time.
+/// connection's next write (at once, or by its backlog's reader). Shared
+/// by the connection's socket and the bodies of its requests, one at a
+/// time.
 #[derive(Default)]
 pub struct AfterWrite {
     /// A frame was kept since the last write.

@@ -144,11 +144,16 @@ mod tests {
     }
 
     async fn pair() -> (Quiet, TcpStream) {
+        pair_with(Arc::default()).await
+    }
+
+    /// A connected socket pair, the server's side with `hook`.
+    async fn pair_with(hook: Arc<AfterWrite>) -> (Quiet, TcpStream) {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let (client, accepted) = tokio::join!(TcpStream::connect(addr), listener.accept());
         let (server, _) = accepted.expect("accept");
-        (Quiet::new(server, Arc::default()), client.expect("connect"))
+        (Quiet::new(server, hook), client.expect("connect"))
     }
 
     /// Every byte the client sends, and its close, are read: a read that
@@ -226,14 +231,7 @@ mod tests {
         }
         let seen = Seen::default();
         let hook = Arc::new(AfterWrite::new());
-        let (listener, addr) = {
-            let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-            let a = l.local_addr().expect("addr");
-            (l, a)
-        };
-        let (client, accepted) = tokio::join!(TcpStream::connect(addr), listener.accept());
-        let (_client, (server, _)) = (client.expect("connect"), accepted.expect("accept"));
-        let mut quiet = Quiet::new(server, hook.clone());
+        let (mut quiet, _client) = pair_with(hook.clone()).await;
         // A stream: its end is learnt on a later poll, as an SSE body's.
         let frames = [Bytes::from_static(b"data: 1\n\n")]
             .map(|data| Ok::<_, std::convert::Infallible>(http_body::Frame::data(data)));
