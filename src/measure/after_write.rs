@@ -20,6 +20,11 @@
 //! stopped reading), or when the body ends or is dropped.
 //! So the end of a request, its metrics, record and access line, still
 //! comes before the response's end is written, as without the hook.
+//!
+//! The socket also tells the hook when a write finds it full
+//! ([`AfterWrite::blocked`]); the time from then to the next write that
+//! moves bytes is the client's backpressure, handed to the body in flight
+//! as delivery stall. A write the socket takes at once costs no clock.
 
 use std::{
     collections::VecDeque,
@@ -57,6 +62,10 @@ pub struct AfterWrite {
     /// Where a write leaves its frames to be read once the other
     /// connections woken with it have written; `None`: read at once.
     backlog: Option<Arc<Backlog>>,
+    /// A write found the socket full and none has moved bytes since.
+    blocked: AtomicBool,
+    /// When that write was refused (`Some` while `blocked`).
+    blocked_since: Mutex<Option<Instant>>,
 }
 
 impl AfterWrite {
@@ -77,6 +86,9 @@ impl AfterWrite {
     /// The connection wrote bytes: read what was kept for them, now or
     /// through the backlog. A load and nothing else when nothing was kept.
     pub fn written(&self) {
+        if self.blocked.load(Ordering::Relaxed) {
+            self.unblocked();
+        }
         if self.due.load(Ordering::Relaxed) && self.due.swap(false, Ordering::AcqRel) {
             if let Some(work) = lock(&self.work).as_ref() {
                 match &self.backlog {
@@ -87,11 +99,56 @@ impl AfterWrite {
         }
     }
 
+    /// A write found the connection's socket full: the client is not
+    /// taking bytes. The wait counts from the first such write, until one
+    /// moves bytes again ([`written`](Self::written)).
+    pub fn blocked(&self) {
+        if !self.blocked.load(Ordering::Relaxed) {
+            *lock(&self.blocked_since) = Some(Instant::now());
+            self.blocked.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// A write moved bytes after the socket was full: the body in flight
+    /// is told how long its client did not take them.
+    #[cold]
+    fn unblocked(&self) {
+        self.blocked.store(false, Ordering::Relaxed);
+        let since = lock(&self.blocked_since).take();
+        self.stalled(since.map(|since| since.elapsed()));
+    }
+
+    /// The body in flight ends: the wait for the socket so far, if it is
+    /// still full, is its own; what follows is no body's.
+    fn stalled_so_far(&self) {
+        if !self.blocked.load(Ordering::Relaxed) {
+            return;
+        }
+        let waited = lock(&self.blocked_since).as_mut().map(|since| {
+            let now = Instant::now();
+            now - std::mem::replace(since, now)
+        });
+        self.stalled(waited);
+    }
+
+    fn stalled(&self, waited: Option<Duration>) {
+        if let (Some(waited), Some(work)) = (waited, lock(&self.work).as_ref()) {
+            work.stalled(waited);
+        }
+    }
+
     /// Makes `work` the body in flight. A body before it has ended and let
     /// go already (HTTP/1 serves one request at a time); one that had not
-    /// would still read its kept frames at its own end or drop.
+    /// would still read its kept frames at its own end or drop. A wait
+    /// for the socket that is still on counts for `work` from now on.
     fn register(&self, work: Arc<dyn Catch>) {
-        *lock(&self.work) = Some(work);
+        let mut slot = lock(&self.work);
+        if self.blocked.load(Ordering::Relaxed) {
+            if let Some(since) = lock(&self.blocked_since).as_mut() {
+                *since = Instant::now();
+            }
+        }
+        *slot = Some(work);
     }
 
     /// `work`'s body ended: the connection stops holding it, so that a
@@ -110,6 +167,8 @@ impl AfterWrite {
 /// A body's kept frames, read on demand.
 trait Catch: Send + Sync {
     fn catch_up(&self);
+    /// Its client did not take bytes for `waited`.
+    fn stalled(&self, waited: Duration);
 }
 
 /// Where an [`ObservedBody`](super::observe::ObservedBody)'s observer
@@ -122,13 +181,11 @@ trait Catch: Send + Sync {
 pub(super) enum Seat<O> {
     /// Shown each frame as it passes; `None` once ended.
     Inline(Option<Box<O>>),
-    /// Shown its frames after they are written.
+    /// Shown its frames after they are written, and its delivery stalls
+    /// by the hook.
     Deferred {
         kept: Arc<Kept<O>>,
         hook: Arc<AfterWrite>,
-        /// Delivery waits not yet handed over: summed here, handed over
-        /// under the lock the next frame takes anyway.
-        stalled: Duration,
     },
 }
 
@@ -141,16 +198,14 @@ impl<O: Observe + Send + 'static> Seat<O> {
             more: VecDeque::new(),
         })));
         hook.register(kept.clone());
-        Self::Deferred {
-            kept,
-            hook,
-            stalled: Duration::ZERO,
-        }
+        Self::Deferred { kept, hook }
     }
 }
 
 impl<O: Observe> Seat<O> {
-    /// A data frame arrived `at`; whether an observer is still there.
+    /// A data frame arrived `at`. Whether the body times the reader's
+    /// next poll as delivery stall: an inline observer has no socket to
+    /// tell it; a deferred one's hook does.
     pub(super) fn data(&mut self, data: &Bytes, at: Instant) -> bool {
         match self {
             Seat::Inline(Some(observer)) => {
@@ -158,32 +213,22 @@ impl<O: Observe> Seat<O> {
                 true
             }
             Seat::Inline(None) => false,
-            Seat::Deferred {
-                kept,
-                hook,
-                stalled,
-            } => {
+            Seat::Deferred { kept, hook } => {
                 let mut frames = kept.lock();
-                let Some(observer) = frames.observer.as_mut() else {
-                    return false;
-                };
-                if !stalled.is_zero() {
-                    observer.on_delivery_stall(std::mem::take(stalled));
+                if frames.observer.is_some() {
+                    frames.keep(data.clone(), at);
+                    drop(frames);
+                    hook.due.store(true, Ordering::Release);
                 }
-                frames.keep(data.clone(), at);
-                drop(frames);
-                hook.due.store(true, Ordering::Release);
-                true
+                false
             }
         }
     }
 
     /// The reader asked for the next frame `waited` after the last one.
     pub(super) fn stall(&mut self, waited: Duration) {
-        match self {
-            Seat::Inline(Some(observer)) => observer.on_delivery_stall(waited),
-            Seat::Inline(None) => {}
-            Seat::Deferred { stalled, .. } => *stalled += waited,
+        if let Seat::Inline(Some(observer)) = self {
+            observer.on_delivery_stall(waited);
         }
     }
 
@@ -191,12 +236,9 @@ impl<O: Observe> Seat<O> {
     pub(super) fn end(&mut self, end: End, at: Instant) {
         let observer = match self {
             Seat::Inline(observer) => observer.take().map(|observer| *observer),
-            Seat::Deferred {
-                kept,
-                hook,
-                stalled,
-            } => {
-                let mut observer = {
+            Seat::Deferred { kept, hook } => {
+                hook.stalled_so_far();
+                let observer = {
                     let mut frames = kept.lock();
                     frames.catch_up();
                     frames.observer.take()
@@ -204,9 +246,6 @@ impl<O: Observe> Seat<O> {
                 // The hook's lock is never taken under a body's: `written`
                 // takes them the other way round.
                 hook.release(kept);
-                if let (Some(observer), false) = (observer.as_mut(), stalled.is_zero()) {
-                    observer.on_delivery_stall(std::mem::take(stalled));
-                }
                 observer
             }
         };
@@ -268,6 +307,12 @@ impl<O: Observe + Send> Catch for Kept<O> {
     fn catch_up(&self) {
         self.lock().catch_up();
     }
+
+    fn stalled(&self, waited: Duration) {
+        if let Some(observer) = self.lock().observer.as_mut() {
+            observer.on_delivery_stall(waited);
+        }
+    }
 }
 
 /// The lock, even if a panic elsewhere poisoned it: what it guards is a
@@ -278,7 +323,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
+    use std::{sync::Arc, time::Duration};
 
     use bytes::Bytes;
     use tokio::time::Instant;
@@ -309,6 +354,68 @@ mod tests {
         second.data(&Bytes::from_static(b"x"), Instant::now());
         second.end(End::Dropped, Instant::now());
         assert!(lock(&hook.work).is_none());
+    }
+
+    /// Counts the delivery stalls it is told of.
+    #[derive(Clone, Default)]
+    struct Stalls(Arc<std::sync::Mutex<Vec<Duration>>>);
+
+    impl Observe for Stalls {
+        fn on_data(&mut self, _: &Bytes, _: Instant) {}
+        fn on_delivery_stall(&mut self, waited: Duration) {
+            lock(&self.0).push(waited);
+        }
+        fn on_end(self, _: End, _: Instant) {}
+    }
+
+    impl Stalls {
+        fn seen(&self) -> Vec<Duration> {
+            lock(&self.0).clone()
+        }
+    }
+
+    /// Writes the socket takes at once are no stall, however far apart;
+    /// a refused write starts one and the next write that moves bytes ends
+    /// it, for the body in flight; a refusal while one is on changes
+    /// nothing.
+    #[tokio::test(start_paused = true)]
+    async fn a_stall_runs_from_a_refused_write_to_the_next_that_moves_bytes() {
+        let hook = Arc::new(AfterWrite::new());
+        let stalls = Stalls::default();
+        let mut seat = Seat::deferred(stalls.clone(), hook.clone());
+        seat.data(&Bytes::from_static(b"a"), Instant::now());
+        tokio::time::advance(Duration::from_millis(5)).await;
+        hook.written();
+        assert!(stalls.seen().is_empty(), "the write was taken at once");
+        hook.blocked();
+        tokio::time::advance(Duration::from_millis(30)).await;
+        hook.blocked();
+        tokio::time::advance(Duration::from_millis(40)).await;
+        hook.written();
+        tokio::time::advance(Duration::from_millis(100)).await;
+        hook.written();
+        assert_eq!(stalls.seen(), [Duration::from_millis(70)]);
+        seat.end(End::Complete, Instant::now());
+        assert_eq!(stalls.seen().len(), 1);
+    }
+
+    /// A body that ends while the socket is still full is told the wait so
+    /// far; the next body counts only from its own start.
+    #[tokio::test(start_paused = true)]
+    async fn a_stall_on_at_the_end_is_split_between_bodies() {
+        let hook = Arc::new(AfterWrite::new());
+        let (first, second) = (Stalls::default(), Stalls::default());
+        let mut seat = Seat::deferred(first.clone(), hook.clone());
+        hook.blocked();
+        tokio::time::advance(Duration::from_millis(20)).await;
+        seat.end(End::Complete, Instant::now());
+        tokio::time::advance(Duration::from_millis(50)).await;
+        let mut next = Seat::deferred(second.clone(), hook.clone());
+        tokio::time::advance(Duration::from_millis(7)).await;
+        hook.written();
+        next.end(End::Complete, Instant::now());
+        assert_eq!(first.seen(), [Duration::from_millis(20)]);
+        assert_eq!(second.seen(), [Duration::from_millis(7)]);
     }
 
     /// A held HTTP/1 stream keeps its observer here, with its one kept

@@ -57,9 +57,10 @@ pub trait Observe {
     /// A data frame passed through; `at` is when the inner body yielded it.
     fn on_data(&mut self, data: &Bytes, at: Instant);
 
-    /// The reader asked for the next frame `waited` after it was handed the
-    /// previous one: time spent delivering it (backpressure, when long).
-    /// Waits may be handed over summed, and apart from the frames'.
+    /// The client did not take bytes for `waited` (backpressure). With an
+    /// [`AfterWrite`] hook: from a write that found the connection's socket
+    /// full to the next that moved bytes. Without: the reader asked for the
+    /// next frame `waited` after it was handed the previous one.
     fn on_delivery_stall(&mut self, waited: Duration) {
         let _ = waited;
     }
@@ -74,7 +75,8 @@ pin_project! {
         #[pin]
         inner: B,
         seat: Seat<O>,
-        // When the last data frame was handed to the reader.
+        // When the last data frame was handed to the reader, if the
+        // reader's next poll is timed (an inline seat).
         handed_over: Option<Instant>,
     }
 

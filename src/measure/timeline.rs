@@ -166,7 +166,9 @@ pub struct Timeline {
     /// The last byte was forwarded to the client, or the request failed.
     pub end: Option<Instant>,
     /// Total time the proxy waited for the client to take bytes it had
-    /// already received (backpressure).
+    /// already received (backpressure): on HTTP/1.1 the waits for the
+    /// client's full socket, on HTTP/2 from each frame's hand-over to the
+    /// next poll (README, the phase table).
     pub delivery_stall: Duration,
     /// Milestones already handed to the sinks as they happened
     /// ([`TimelineSink::progressed`]): the end must not observe them again.

@@ -327,6 +327,20 @@ async fn a_new_connection_is_timed_and_a_pooled_one_costs_nothing() {
     );
 }
 
+/// Streams `script` through the proxy to a client that starts reading the
+/// response `pause` after its head, then reads it all; its timeline.
+async fn read_after(script: Vec<Step>, pause: Duration) -> Timeline {
+    let upstream = Scripted::start(script).await;
+    let (proxy, mut timelines) = common::proxy_with_timelines(upstream.addr, "").await;
+    let request = Request::post("/v1/chat/completions")
+        .body(Full::new(Bytes::new()))
+        .expect("request");
+    let response = send(proxy.addr, request).await.expect("response");
+    tokio::time::sleep(pause).await;
+    collect(response).await.expect("stream");
+    next_timeline(&mut timelines).await
+}
+
 #[tokio::test]
 async fn a_client_that_stops_reading_shows_as_delivery_stall() {
     let event = chunk(
@@ -335,21 +349,29 @@ async fn a_client_that_stops_reading_shows_as_delivery_stall() {
     let mut script = vec![Step::Write(sse_head())];
     script.extend(std::iter::repeat_n(Step::Write(event), 128));
     script.extend(done());
-    let upstream = Scripted::start(script).await;
-    let (proxy, mut timelines) = common::proxy_with_timelines(upstream.addr, "").await;
-    let request = Request::post("/v1/chat/completions")
-        .body(Full::new(Bytes::new()))
-        .expect("request");
-    let response = send(proxy.addr, request).await.expect("response");
-    tokio::time::sleep(ms(500)).await;
-    collect(response).await.expect("stream");
-    let t = next_timeline(&mut timelines).await;
+    let t = read_after(script, ms(500)).await;
     let stall = t.phases().get(Phase::DeliveryStall).expect("measured");
     assert!(
         stall >= ms(300),
         "the client did not read for 500 ms; stall {stall:?}"
     );
     assert!(stall <= t.e2e().unwrap_or_default());
+}
+
+#[tokio::test]
+async fn a_client_that_keeps_up_shows_no_delivery_stall() {
+    // Small events 2 ms apart, read as they come: the client's socket never
+    // fills, so no time is the client's, however long the proxy itself
+    // takes to write each frame.
+    let mut script = vec![Step::Write(sse_head())];
+    for i in 1..=32 {
+        script.push(Step::At(ms(2 * i)));
+        script.push(Step::Write(chat_chunk("{\"content\":\"x\"}")));
+    }
+    script.extend(done());
+    let t = read_after(script, Duration::ZERO).await;
+    assert_eq!(t.events, 33, "every event was read, [DONE] too");
+    assert_eq!(t.phases().get(Phase::DeliveryStall), Some(Duration::ZERO));
 }
 
 #[tokio::test]

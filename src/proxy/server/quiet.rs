@@ -12,7 +12,9 @@
 //! pending at once. Writes go straight to the socket, and each that moved
 //! bytes tells the connection's [`AfterWrite`] hook, so that the frames
 //! just written are read for measurement after they leave (then, or once
-//! the wake-up's other writes are done), not before.
+//! the wake-up's other writes are done), not before; one the socket
+//! refused tells it too, and the wait until the next one moves bytes is
+//! the response's delivery stall.
 
 use std::{
     io,
@@ -45,10 +47,13 @@ impl Quiet {
         }
     }
 
-    /// Runs the hook after a write that moved bytes.
+    /// Runs the hook after a write that moved bytes, and tells it of one
+    /// that found the socket full (the client is not reading).
     fn wrote(&self, write: Poll<io::Result<usize>>) -> Poll<io::Result<usize>> {
-        if let Poll::Ready(Ok(1..)) = write {
-            self.written.written();
+        match write {
+            Poll::Ready(Ok(1..)) => self.written.written(),
+            Poll::Pending => self.written.blocked(),
+            Poll::Ready(_) => {}
         }
         write
     }
