@@ -411,6 +411,15 @@ impl Decoder {
                 }
                 State::Size => {
                     let line = &buf[at..];
+                    if let Some((size, len)) = plain_size_line(line) {
+                        at += len;
+                        self.state = if size == 0 {
+                            State::Trailers
+                        } else {
+                            State::Chunk(size)
+                        };
+                        continue;
+                    }
                     let Some(end) = memchr::memchr(b'\n', line) else {
                         if line.len() > MAX_SIZE_LINE {
                             break Decoded::Failed(WireError::Chunked("chunk-size line too long"));
@@ -479,6 +488,28 @@ impl Decoder {
         };
         (data, outcome)
     }
+}
+
+/// The chunk-size line nearly every server sends, 1 to 16 hex digits and
+/// CRLF, read in one pass: its size and its length with the CRLF. `None`
+/// for anything else (extensions, whitespace, more digits, a line not
+/// whole yet, a malformed one), which [`chunk_size`] reads as before;
+/// where this reads a line, it reads the same size. A 3-digit line costs
+/// about a quarter of the general reader's instructions (its search for
+/// the end, then three passes over the digits).
+fn plain_size_line(line: &[u8]) -> Option<(u64, usize)> {
+    let mut size = 0u64;
+    for (i, &b) in line.iter().enumerate().take(17) {
+        let digit = match b {
+            b'0'..=b'9' => b - b'0',
+            b'a'..=b'f' => b - b'a' + 10,
+            b'A'..=b'F' => b - b'A' + 10,
+            b'\r' if i > 0 => return (line.get(i + 1) == Some(&b'\n')).then_some((size, i + 2)),
+            _ => return None,
+        };
+        size = size << 4 | u64::from(digit);
+    }
+    None
 }
 
 /// A chunk-size line, CRLF included: hex digits, optional whitespace and

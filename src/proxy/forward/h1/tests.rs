@@ -448,6 +448,31 @@ proptest! {
     }
 }
 
+proptest! {
+    /// Where the one-pass reader reads a chunk-size line, the general one
+    /// reads the same size and the line ends where it says; lines of
+    /// bytes a size line is made of, in any order.
+    #[test]
+    fn a_plain_size_line_reads_as_the_general_reader_reads_it(
+        line in proptest::collection::vec(proptest::sample::select(b"0aF9g \t;\r\n".to_vec()), 0..24),
+    ) {
+        if let Some((size, len)) = plain_size_line(&line) {
+            prop_assert_eq!(memchr::memchr(b'\n', &line), Some(len - 1));
+            prop_assert_eq!(chunk_size(&line[..len]).ok(), Some(size));
+        }
+    }
+
+    /// Every size a server writes in hex, either case, with or without
+    /// leading zeros, up to 16 digits, is read by the one pass.
+    #[test]
+    fn plain_size_lines_take_the_one_pass(size in any::<u64>(), upper in any::<bool>(), zeros in 0usize..4) {
+        let hex = if upper { format!("{size:X}") } else { format!("{size:x}") };
+        let line = format!("{}{hex}\r\nrest", "0".repeat(zeros.min(16 - hex.len())));
+        let len = line.len() - "rest".len();
+        prop_assert_eq!(plain_size_line(line.as_bytes()), Some((size, len)));
+    }
+}
+
 /// What the upstream sent before its body went wrong is forwarded; the
 /// failure comes after it.
 #[test]
