@@ -297,8 +297,14 @@ impl Gaps {
                     (i + 1) * total / n - i * total / n
                 }
             };
-            let value = Duration::from_micros(u64::from(gap.micros)) / tokens.max(1) as u32;
-            (tokens > 0).then_some((value, tokens))
+            let gap = Duration::from_micros(u64::from(gap.micros));
+            // One token an event is the usual case: no division.
+            let value = match tokens {
+                0 => return None,
+                1 => gap,
+                many => gap / u32::try_from(many).unwrap_or(u32::MAX),
+            };
+            Some((value, tokens))
         })
     }
 }
