@@ -2,16 +2,19 @@
 //! polled pending, so that a poll nothing can have changed returns at once.
 //!
 //! A connection's task is woken for every event it forwards, and each
-//! wake-up polled everything the task waits on. Four places wait on things
+//! wake-up polled everything the task waits on. Three places wait on things
 //! most wake-ups leave as they were:
 //! - the response body (`forward::body`): hyper's server polls it again
 //!   right after writing each frame, and that poll drove the upstream
 //!   connection through a read step only to find the socket as the body's
 //!   merge had just left it;
-//! - the body's idle timer, polled on every wait;
 //! - the connection loop's activity, deadline and drain (`server::conn`);
 //! - the client's socket, read by hyper on every turn of its loop to notice
 //!   a close (`server::quiet`).
+//!
+//! (The body's idle timer needs less: tokio says whether it has fired,
+//! and it wakes the task it was polled by, which the body compares with
+//! the task polling now.)
 //!
 //! What is waited on registers [`Woken`]'s waker, never the task's own:
 //! every wake-up it causes sets a flag and is passed on to the task,

@@ -4,7 +4,7 @@
 use std::{
     marker::PhantomData,
     pin::Pin,
-    task::{ready, Context, Poll},
+    task::{ready, Context, Poll, Waker},
     time::Duration,
 };
 
@@ -347,7 +347,9 @@ pin_project! {
     /// moved when it fires before that deadline (it was armed for an
     /// earlier wait), so a stream pays one timer-wheel update per
     /// `timeout`, not one per frame. Nor is the timer polled on every
-    /// wait: only when it woke the task since it was last pending.
+    /// wait: only when it has fired (it is out of tokio's timer wheel, an
+    /// atomic load to tell) or the reader's task is not the one it would
+    /// wake, so a wait pays a load and a comparison, not a poll.
     pub(crate) struct IdleTimeout<B, E> {
         #[pin]
         inner: B,
@@ -356,9 +358,8 @@ pin_project! {
         timeout: Duration,
         // When the current wait fails; `None` while the reader holds a frame.
         deadline: Option<Instant>,
-        // Whether the timer woke the task since it was last polled pending:
-        // until it does, it cannot have fired, and is not polled again.
-        timer: Woken,
+        // The task the timer wakes when it fires; `None` until first polled.
+        registered: Option<Waker>,
         error: PhantomData<fn() -> E>,
     }
 }
@@ -371,7 +372,7 @@ impl<B, E> IdleTimeout<B, E> {
             sleep: tokio::time::sleep(timeout),
             timeout,
             deadline: None,
-            timer: Woken::new(),
+            registered: None,
             error: PhantomData,
         }
     }
@@ -398,16 +399,26 @@ where
             *this.deadline = None;
             return Poll::Ready(frame.map(|f| f.map_err(E::from)));
         }
-        // The timer was armed for this wait or an earlier one, never a later
-        // one: when it fires early it is moved to this wait's deadline.
-        if !this.timer.take(cx) {
+        // A timer still in the wheel will wake the task it was polled by;
+        // if that is this one, nothing here has changed.
+        let armed = this
+            .registered
+            .as_ref()
+            .is_some_and(|task| !this.sleep.is_elapsed() && task.will_wake(cx.waker()));
+        if armed {
             return Poll::Pending;
         }
-        let mut timer = Context::from_waker(this.timer.waker());
+        // The timer was armed for this wait or an earlier one, never a later
+        // one: when it fires early it is moved to this wait's deadline.
         loop {
-            ready!(this.sleep.as_mut().poll(&mut timer));
+            if this.sleep.as_mut().poll(cx).is_pending() {
+                match this.registered {
+                    Some(task) if task.will_wake(cx.waker()) => {}
+                    other => *other = Some(cx.waker().clone()),
+                }
+                return Poll::Pending;
+            }
             if this.sleep.deadline() >= deadline {
-                this.timer.ready();
                 return Poll::Ready(Some(Err(E::idle(timeout))));
             }
             this.sleep.as_mut().reset(deadline);
@@ -498,6 +509,42 @@ mod tests {
             "{frame:?}"
         );
         assert_eq!(waited.elapsed(), TIMEOUT, "not earlier, not later");
+    }
+
+    /// A task's waker that counts its wake-ups.
+    #[derive(Default)]
+    struct Count(std::sync::atomic::AtomicUsize);
+
+    impl std::task::Wake for Count {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    /// The timer wakes the task that polled the body last: a wait polled
+    /// by another task than the one the timer was armed for is failed all
+    /// the same, and the first task is not woken for it.
+    #[tokio::test(start_paused = true)]
+    async fn the_timer_wakes_the_task_that_waits_now() {
+        let mut body = paced(&[3.0]);
+        let (first, second) = (
+            std::sync::Arc::new(Count::default()),
+            std::sync::Arc::new(Count::default()),
+        );
+        for task in [&first, &second] {
+            let waker = Waker::from(task.clone());
+            let polled = body.as_mut().poll_frame(&mut Context::from_waker(&waker));
+            assert!(polled.is_pending());
+        }
+        tokio::time::advance(TIMEOUT).await;
+        let load = |task: &Count| task.0.load(std::sync::atomic::Ordering::SeqCst);
+        assert_eq!((load(&first), load(&second)), (0, 1));
+        let waker = Waker::from(second.clone());
+        let polled = body.as_mut().poll_frame(&mut Context::from_waker(&waker));
+        assert!(
+            matches!(polled, Poll::Ready(Some(Err(BodyError::Idle(_))))),
+            "{polled:?}"
+        );
     }
 
     #[tokio::test(start_paused = true)]
