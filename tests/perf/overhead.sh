@@ -102,7 +102,12 @@ else
     I_STREAMS=${I_STREAMS:-32} I_SHORT=${I_SHORT:-8} I_LONG=${I_LONG:-128}
 fi
 SIM_PORT=${SIM_PORT:-18431} TC_PORT=${TC_PORT:-18432} TC_METRICS=${TC_METRICS:-18433} NGINX_PORT=${NGINX_PORT:-18434}
-BIN=target/release/tokenclock
+# PROFILE: the cargo profile built and measured; `dist` by default, the
+# binary that ships (deploy/Dockerfile; Cargo.toml's `[profile.dist]`).
+# tests/run.sh's smoke run takes `release`, which the tests built already.
+PROFILE=${PROFILE:-dist}
+[[ $PROFILE =~ ^[a-z][a-z0-9_-]*$ ]] || { echo "overhead.sh: PROFILE is a cargo profile name" >&2; exit 2; }
+BIN=target/$PROFILE/tokenclock
 # (s): the share of one core the proxy is held to, in percent.
 S_SHARE=${S_SHARE:-10}
 [[ $S_SHARE =~ ^[0-9]+$ ]] && (( S_SHARE >= 1 && S_SHARE <= 100 )) || { echo "overhead.sh: S_SHARE is a percent, 1 to 100" >&2; exit 2; }
@@ -155,8 +160,8 @@ if [[ $ONLY == *i* ]] && ! command -v valgrind >/dev/null; then
     if [[ $(id -u) == 0 ]]; then apt-get install -y -q valgrind >&2; else sudo -n apt-get install -y -q valgrind >&2; fi
 fi
 if [[ $BUILD == 1 ]]; then
-    log "building the release binary"
-    cargo build --release --quiet
+    log "building the $PROFILE binary"
+    cargo build --profile "$PROFILE" --quiet
 fi
 [[ -x $BIN ]] || die "no $BIN: run without --no-build"
 [[ -n $UPSTREAM ]] || start_sim
