@@ -118,17 +118,16 @@ impl AfterWrite {
         self.stalled(since.map(|since| since.elapsed()));
     }
 
-    /// The body in flight ends: the wait for the socket so far, if it is
-    /// still full, is its own; what follows is no body's.
-    fn stalled_so_far(&self) {
+    /// A body ends: the wait for the socket so far, if it is still full,
+    /// is its own (returned, for it to count); what follows is no body's.
+    fn stalled_so_far(&self) -> Option<Duration> {
         if !self.blocked.load(Ordering::Relaxed) {
-            return;
+            return None;
         }
-        let waited = lock(&self.blocked_since).as_mut().map(|since| {
+        lock(&self.blocked_since).as_mut().map(|since| {
             let now = Instant::now();
             now - std::mem::replace(since, now)
-        });
-        self.stalled(waited);
+        })
     }
 
     fn stalled(&self, waited: Option<Duration>) {
@@ -237,8 +236,8 @@ impl<O: Observe> Seat<O> {
         let observer = match self {
             Seat::Inline(observer) => observer.take().map(|observer| *observer),
             Seat::Deferred { kept, hook } => {
-                hook.stalled_so_far();
-                let observer = {
+                let stalled = hook.stalled_so_far();
+                let mut observer = {
                     let mut frames = kept.lock();
                     frames.catch_up();
                     frames.observer.take()
@@ -246,6 +245,9 @@ impl<O: Observe> Seat<O> {
                 // The hook's lock is never taken under a body's: `written`
                 // takes them the other way round.
                 hook.release(kept);
+                if let (Some(observer), Some(waited)) = (observer.as_mut(), stalled) {
+                    observer.on_delivery_stall(waited);
+                }
                 observer
             }
         };
