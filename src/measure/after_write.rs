@@ -114,8 +114,12 @@ impl AfterWrite {
     #[cold]
     fn unblocked(&self) {
         self.blocked.store(false, Ordering::Relaxed);
-        let since = lock(&self.blocked_since).take();
-        self.stalled(since.map(|since| since.elapsed()));
+        let Some(since) = lock(&self.blocked_since).take() else {
+            return;
+        };
+        if let Some(work) = lock(&self.work).as_ref() {
+            work.stalled(since.elapsed());
+        }
     }
 
     /// A body ends: the wait for the socket so far, if it is still full,
@@ -128,12 +132,6 @@ impl AfterWrite {
             let now = Instant::now();
             now - std::mem::replace(since, now)
         })
-    }
-
-    fn stalled(&self, waited: Option<Duration>) {
-        if let (Some(waited), Some(work)) = (waited, lock(&self.work).as_ref()) {
-            work.stalled(waited);
-        }
     }
 
     /// Makes `work` the body in flight. A body before it has ended and let
