@@ -72,6 +72,12 @@ impl Woken {
     /// sources were woken since the last `take` (clearing it, since the
     /// caller now polls them, with [`Woken::waker`], until they are pending
     /// or it calls [`Woken::ready`]).
+    ///
+    /// Inlined into its callers, three to five a forwarded event; the
+    /// lock for a new task is out of line, and a clear flag is read, not
+    /// swapped (a locked instruction): overhead.sh (i), `dist` profile,
+    /// 6,529–6,533 → 6,325–6,366 user-space instructions per paced event.
+    #[inline]
     pub(crate) fn take(&self, cx: &Context<'_>) -> bool {
         let waker = cx.waker();
         let (data, vtable) = (
@@ -80,15 +86,30 @@ impl Woken {
         );
         let known = &self.shared.known;
         if known.0.load(Ordering::Relaxed) != data || known.1.load(Ordering::Relaxed) != vtable {
-            // A poisoned lock still holds a waker: every write is whole.
-            let mut task = self.shared.task.lock().unwrap_or_else(|e| e.into_inner());
-            *task = Some(waker.clone());
-            known.0.store(data, Ordering::Relaxed);
-            known.1.store(vtable, Ordering::Relaxed);
+            self.record(waker);
+        }
+        // A wake-up after this load reaches the task too, which polls again.
+        if !self.shared.woken.load(Ordering::Acquire) {
+            return false;
         }
         // Cleared before the sources are polled: a wake-up during the poll
         // sets it again and the next poll goes down.
         self.shared.woken.swap(false, Ordering::AcqRel)
+    }
+
+    /// `waker`'s task is the one to wake from now on.
+    #[cold]
+    #[inline(never)]
+    fn record(&self, waker: &Waker) {
+        let known = &self.shared.known;
+        // A poisoned lock still holds a waker: every write is whole.
+        let mut task = self.shared.task.lock().unwrap_or_else(|e| e.into_inner());
+        *task = Some(waker.clone());
+        known.0.store(waker.data().cast_mut(), Ordering::Relaxed);
+        known.1.store(
+            std::ptr::from_ref(waker.vtable()).cast_mut(),
+            Ordering::Relaxed,
+        );
     }
 
     /// The sources had something (a frame, the end, an error), or are new
