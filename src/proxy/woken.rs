@@ -86,7 +86,7 @@ impl Woken {
         );
         let known = &self.shared.known;
         if known.0.load(Ordering::Relaxed) != data || known.1.load(Ordering::Relaxed) != vtable {
-            self.record(waker);
+            self.record(waker, data, vtable);
         }
         // A wake-up after this load reaches the task too, which polls again.
         if !self.shared.woken.load(Ordering::Acquire) {
@@ -97,19 +97,16 @@ impl Woken {
         self.shared.woken.swap(false, Ordering::AcqRel)
     }
 
-    /// `waker`'s task is the one to wake from now on.
+    /// `waker`'s task, whose pointers are `data` and `vtable`, is the one
+    /// to wake from now on.
     #[cold]
     #[inline(never)]
-    fn record(&self, waker: &Waker) {
-        let known = &self.shared.known;
+    fn record(&self, waker: &Waker, data: *mut (), vtable: *mut RawWakerVTable) {
         // A poisoned lock still holds a waker: every write is whole.
         let mut task = self.shared.task.lock().unwrap_or_else(|e| e.into_inner());
         *task = Some(waker.clone());
-        known.0.store(waker.data().cast_mut(), Ordering::Relaxed);
-        known.1.store(
-            std::ptr::from_ref(waker.vtable()).cast_mut(),
-            Ordering::Relaxed,
-        );
+        self.shared.known.0.store(data, Ordering::Relaxed);
+        self.shared.known.1.store(vtable, Ordering::Relaxed);
     }
 
     /// The sources had something (a frame, the end, an error), or are new
