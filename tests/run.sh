@@ -58,9 +58,11 @@ cargo test --release --locked --test it -- clock:: --test-threads=1 --show-outpu
 # Counting greps find nothing when a build fails: no set -e around them.
 passed=$(grep -Eo '[0-9]+ passed' "$out" | awk '{s += $1} END {print s + 0}')
 failed=$(grep -Eo '[0-9]+ failed' "$out" | awk '{s += $1} END {print s + 0}')
-log "tests/perf/in_proxy_test.py (the --trace analysis of the overhead benchmark)"
+log "tests/perf/in_proxy_test.py and summarize_test.py (the overhead benchmark's analysis)"
 python3 tests/perf/in_proxy_test.py 2>&1 | tee -a "$out"
 py_status=${PIPESTATUS[0]}
+python3 tests/perf/summarize_test.py 2>&1 | tee -a "$out"
+[ "${PIPESTATUS[0]}" -eq 0 ] || py_status=1
 py_ran=$(grep -Eo '^Ran [0-9]+ tests?' "$out" | awk '{s += $2} END {print s + 0}')
 py_failed=$(grep -Eo '(failures|errors)=[0-9]+' "$out" | awk -F= '{s += $2} END {print s + 0}')
 set -e

@@ -60,7 +60,10 @@
 # delay that is the proxy's own. Its figures spread more between runs than
 # the others, so it has repetitions of its own: T_REPS (default 8, or --reps
 # if that is more), each about 20 s.
-# Prints one table on stdout and writes JSON (default target/perf/overhead.json).
+# Prints one table of medians on stdout, then tokenclock's figures against
+# nginx's paired by repetition (median ratio, a 95% interval for it, and
+# whether the runs tell the two apart; summarize.py), and writes JSON
+# (default target/perf/overhead.json).
 # Everything listens on 127.0.0.1 and is killed on exit.
 set -euo pipefail
 

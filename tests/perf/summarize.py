@@ -4,8 +4,17 @@
 Usage: summarize.py RESULTS_DIR OUT_JSON QUICK REPS [T_REPS]
 
 T_REPS: the repetitions of (t), which has its own count (0 or absent: not run).
+
+Below the medians it prints tokenclock's figures against nginx's paired by
+repetition (the two ran back to back, so a busy spell of the shared machine
+touches both): the median of the per-repetition ratios, a distribution-free
+95% interval for it, and a verdict that says "not told apart" unless the
+whole interval is on one side of 1.0. A median of a few runs swings by 20%
+or more on this machine (the in-proxy delay most); the interval says how
+much of a difference the runs can show.
 """
 import json
+import math
 import os
 import statistics
 import sys
@@ -164,6 +173,76 @@ def rows(m):
             for name, dv, tv, nv in out]
 
 
+# The figures paired by repetition: (key in per_via's figures, row name,
+# whether tokenclock's being lower is better). Those with a target against
+# nginx in issue #14, and the instructions that explain them.
+PAIRED = [
+    ("in_proxy_p50_us", "(t) in-proxy delay p50", True),
+    ("in_proxy_p99_us", "(t) in-proxy delay p99", True),
+    ("first_frame_p50_us", "(t) first frame of wake-up p50", True),
+    ("next_frame_p50_us", "(t) next frame in wake-up p50", True),
+    ("cpu_us_per_event", "(b) proxy CPU per event", True),
+    ("w_cpu_us_per_event", "(w) proxy CPU per event", True),
+    ("s_events_per_s", "(s) events/s at the CPU quota", False),
+    ("ir_per_event", "(i) user instr./event, paced", True),
+    ("rss_kib_per_stream", "(c) proxy RSS per idle stream", True),
+    ("f_rss_kib_per_stream", "(f) peak RSS per flowing stream", True),
+]
+
+CONFIDENCE = 0.95
+
+
+def binomial_cdf(k, n):
+    """P(X <= k) for X ~ Binomial(n, 1/2)."""
+    return sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n
+
+
+def median_interval(values, confidence=CONFIDENCE):
+    """A distribution-free interval for the median of `values` (i.i.d.):
+    the k-th smallest and the k-th largest, k the largest rank for which
+    P(Binomial(n, 1/2) <= k - 1) <= (1 - confidence) / 2, so the interval
+    misses the median with probability at most 1 - confidence. Returns
+    (low, high, coverage), or None when there are too few values for that
+    confidence (fewer than 6 for 95%)."""
+    n = len(values)
+    values = sorted(values)
+    k = 0
+    while k + 1 <= n and binomial_cdf(k, n) <= (1 - confidence) / 2:
+        k += 1
+    if k == 0:
+        return None
+    return values[k - 1], values[n - k], 1 - 2 * binomial_cdf(k - 1, n)
+
+
+def paired(raw):
+    """tokenclock against nginx, repetition by repetition, for each figure
+    in PAIRED both measured: the ratios' median, its interval and a verdict."""
+    out = []
+    for key, name, lower_is_better in PAIRED:
+        pairs = [(t, n) for t, n in zip(raw["tokenclock"].get(key, []), raw["nginx"].get(key, []))
+                 if t is not None and n]
+        if not pairs:
+            continue
+        ratios = [t / n for t, n in pairs]
+        interval = median_interval(ratios)
+        if interval is None:
+            verdict = f"too few pairs for a {CONFIDENCE:.0%} interval"
+        elif interval[1] < 1:
+            verdict = "tokenclock's lower" + (" (better)" if lower_is_better else " (worse)")
+        elif interval[0] > 1:
+            verdict = "tokenclock's higher" + (" (worse)" if lower_is_better else " (better)")
+        else:
+            verdict = "not told apart"
+        out.append({"metric": name, "key": key, "pairs": len(ratios),
+                    "median_ratio": statistics.median(ratios),
+                    "low": interval[0] if interval else None,
+                    "high": interval[1] if interval else None,
+                    "coverage": interval[2] if interval else None,
+                    "tokenclock_lower": sum(r < 1 for r in ratios),
+                    "verdict": verdict, "ratios": ratios})
+    return out
+
+
 def fmt(v, digits=1):
     return "-" if v is None else f"{v:,.{digits}f}"
 
@@ -184,10 +263,18 @@ def main():
     by_via = ", ".join(f"{via} {n}" for via, n in errors.items())
     print(f"medians of {reps} repetition(s){f', (t) of {t_reps}' if t_reps else ''}{' (--quick)' if quick else ''}; "
           f"failed requests: {sum(errors.values())} ({by_via})")
+    pairs = paired(raw)
+    if pairs:
+        print(f"\ntokenclock/nginx paired by repetition: median ratio, {CONFIDENCE:.0%} interval (distribution-free)")
+        print(f"{'metric':<36} {'pairs':>5} {'median':>7} {'interval':>13} {'tc lower':>9}  verdict")
+        for p in pairs:
+            interval = "-" if p["low"] is None else f"{p['low']:.2f}-{p['high']:.2f}"
+            print(f"{p['metric']:<36} {p['pairs']:>5} {p['median_ratio']:>7.2f} {interval:>13} "
+                  f"{p['tokenclock_lower']:>4}/{p['pairs']:<4}  {p['verdict']}")
     with open(out, "w") as f:
         json.dump({"quick": quick, "repetitions": reps, "t_repetitions": t_reps, "failed_requests": sum(errors.values()),
                    "failed_requests_by_via": errors, "nproc": os.cpu_count(),
-                   "table": table, "medians": medians, "runs": raw}, f, indent=2)
+                   "table": table, "medians": medians, "runs": raw, "paired": pairs}, f, indent=2)
 
 
 if __name__ == "__main__":
