@@ -24,6 +24,10 @@ the proxy's wake-up path and one frame's processing ("first frame"). Each
 further frame of the wake-up is written some time after the one before it:
 one more frame's processing ("next frame", write to write). A frame at
 position k of its wake-up waits roughly first frame + k x next frame.
+The first frame is split once more at its read: from the wake-up to the
+read's return is the proxy's way to the socket (its event loop, the
+descent to the socket), from there to the write's return the frame's own
+path.
 """
 import json
 import re
@@ -59,9 +63,11 @@ def parse(path):
 
 
 # One forwarded frame: its in-proxy delay (us), its position in the wake-up
-# that wrote it (0 for the first), and the time since the write before it
-# in that wake-up (us; None for the first).
-Frame = namedtuple("Frame", "delay position since_previous")
+# that wrote it (0 for the first), the time since the write before it in
+# that wake-up (us; None for the first), and the part of its delay before
+# its read returned (us: for the first frame of a wake-up, the proxy's way
+# from the wake-up to the socket; the rest is its read-to-write path).
+Frame = namedtuple("Frame", "delay position since_previous to_read")
 
 
 def frames(events):
@@ -87,10 +93,11 @@ def frames(events):
         elif ret <= 0:
             continue
         elif name in READS and s["woke"] is not None:
-            s["pending"].append(s["woke"])
+            s["pending"].append((s["woke"], t))
         elif name in WRITES and s["pending"]:
             gap = None if s["last"] is None else t - s["last"]
-            out.append(Frame(t - s["pending"].pop(0), s["count"], gap))
+            woke, read = s["pending"].pop(0)
+            out.append(Frame(t - woke, s["count"], gap, read - woke))
             s["count"] += 1
             s["last"] = t
     return out, [n for n in per_wakeup if n], unpaired
@@ -107,6 +114,8 @@ def pct(values, p):
 def summarize(frames_, per_wakeup, unpaired):
     delays = [f.delay for f in frames_]
     first = [f.delay for f in frames_ if f.position == 0]
+    first_to_read = [f.to_read for f in frames_ if f.position == 0]
+    first_read_to_write = [f.delay - f.to_read for f in frames_ if f.position == 0]
     nexts = [f.since_previous for f in frames_ if f.since_previous is not None]
     return {
         "frames": len(delays),
@@ -120,6 +129,8 @@ def summarize(frames_, per_wakeup, unpaired):
         "in_proxy_delay_us_max": max(delays, default=None),
         "first_frame_us_p50": pct(first, 50),
         "first_frame_us_p99": pct(first, 99),
+        "first_frame_to_read_us_p50": pct(first_to_read, 50),
+        "first_frame_read_to_write_us_p50": pct(first_read_to_write, 50),
         "next_frame_us_p50": pct(nexts, 50),
         "next_frame_us_p99": pct(nexts, 99),
     }

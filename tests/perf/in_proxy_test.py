@@ -71,6 +71,10 @@ class InProxyTest(unittest.TestCase):
         # First frames: 10 and 12 us; next frames: 5 and 6 us after the one before.
         self.assertEqual((summary["first_frame_us_p50"], summary["first_frame_us_p99"]), (10, 12))
         self.assertEqual((summary["next_frame_us_p50"], summary["next_frame_us_p99"]), (5, 6))
+        # The first frames' reads returned 3 and 4 us after their wake-ups,
+        # their writes 7 and 8 us after that.
+        self.assertEqual(summary["first_frame_to_read_us_p50"], 3)
+        self.assertEqual(summary["first_frame_read_to_write_us_p50"], 7)
 
     def test_a_read_never_written_does_not_shift_later_frames(self):
         events = trace(
