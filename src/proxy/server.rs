@@ -13,7 +13,6 @@ mod quiet;
 
 use std::{future::Future, io, net::SocketAddr, sync::Arc, time::Duration};
 
-use hyper_util::service::TowerToHyperService;
 use tokio::{net::TcpListener, sync::oneshot, task::JoinSet};
 
 pub(crate) use self::fds::TooFewDescriptors;
@@ -186,7 +185,7 @@ impl Bound {
                 .await;
         });
 
-        let service = TowerToHyperService::new(Proxy::new(&config, health.clone(), live)?);
+        let service = Proxy::new(&config, health.clone(), live)?;
         let drain = Drain::new();
         tracing::info!(
             %listen,

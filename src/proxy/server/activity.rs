@@ -221,6 +221,22 @@ mod tests {
         assert!(size <= 448, "the response body is {size} bytes");
     }
 
+    /// hyper's server also boxes the service's future for the connection's
+    /// life (`None` between requests). The proxy's future is a box of its
+    /// own, so that box is 24 bytes; hyper-util's tower adapter,
+    /// which the proxy went through before, held the request inline until
+    /// it called the service (280 bytes a connection).
+    #[test]
+    fn a_connections_in_flight_slot_is_a_few_pointers() {
+        type InFlight = Option<
+            super::TrackedFuture<
+                <crate::proxy::forward::Proxy as Service<Request<hyper::body::Incoming>>>::Future,
+            >,
+        >;
+        let size = std::mem::size_of::<InFlight>();
+        assert!(size <= 32, "the in-flight future is {size} bytes");
+    }
+
     #[tokio::test]
     async fn a_request_is_in_flight_until_its_body_is_dropped() {
         let activity = Arc::new(Activity::default());
