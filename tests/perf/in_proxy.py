@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """in_proxy.py: how long a proxy holds each frame it forwards, from a
-`perf script -F tid,time,event,trace` dump of its syscall tracepoints.
+`perf script --ns -F tid,time,event,trace` dump of its syscall tracepoints
+(times in microseconds, kept to the nanosecond `--ns` prints; without it
+perf prints whole microseconds, coarse for parts of a few).
 
 Usage: in_proxy.py SCRIPT_TXT LABEL OUT_JSON
 
@@ -59,7 +61,7 @@ def parse(path):
                     continue
                 if ret >= 1 << 63:
                     ret -= 1 << 64
-            yield int(tid), round(float(t) * 1e6), name, ret
+            yield int(tid), round(float(t) * 1e6, 3), name, ret
 
 
 # One forwarded frame: its in-proxy delay (us), its position in the wake-up

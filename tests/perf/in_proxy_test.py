@@ -76,6 +76,23 @@ class InProxyTest(unittest.TestCase):
         self.assertEqual(summary["first_frame_to_read_us_p50"], 3)
         self.assertEqual(summary["first_frame_read_to_write_us_p50"], 7)
 
+    def test_nanoseconds_are_kept(self):
+        # `perf script --ns`: a write 750 ns after its read, 2.25 us after
+        # the wake-up.
+        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+            for t, event, rest in (
+                ("1.000000000", *SLEEP),
+                ("1.001000000", "exit_epoll_wait", "0x1"),
+                ("1.001001500", "exit_recvfrom", "0xf4"),
+                ("1.001002250", "exit_writev", "0xf4"),
+            ):
+                f.write(f"     7  {t}:  syscalls:sys_{event}: {rest}\n")
+        try:
+            frames, _, _ = in_proxy.frames(in_proxy.parse(f.name))
+        finally:
+            os.unlink(f.name)
+        self.assertEqual([(f.delay, f.to_read) for f in frames], [(2.25, 1.5)])
+
     def test_a_read_never_written_does_not_shift_later_frames(self):
         events = trace(
             (1.000000, *SLEEP),

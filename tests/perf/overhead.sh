@@ -212,7 +212,7 @@ scenario_t() {
     kill -INT "$perf_pid"
     wait "$perf_pid" || true
     forget "$perf_pid"
-    perf script -i "$data" -F tid,time,event,trace 2>>"$TMP/perf.log" >"$TMP/perf.txt"
+    perf script --ns -i "$data" -F tid,time,event,trace 2>>"$TMP/perf.log" >"$TMP/perf.txt"
     python3 "$PERF_DIR/in_proxy.py" "$TMP/perf.txt" "$1" "$RESULTS/t-$1-$2.trace.json" >/dev/null
     rm -f "$data" "$TMP/perf.txt"
 }
