@@ -1,10 +1,15 @@
 """Checks deploy/Dockerfile for what hadolint does not (README: Operations,
-"Container image"). Usage: python3 dockerfile_check.py DOCKERFILE [DOCKERIGNORE].
+"Container image"). Usage:
+python3 dockerfile_check.py DOCKERFILE [DOCKERIGNORE [PGO_SCRIPT]].
 Prints one line per problem and exits 1 if there is any.
 
-- the build stage runs exactly `cargo build --profile dist --locked` (the
-  release profile whole-program optimized, what the overhead benchmark
-  measures) and strips the binary;
+- the build stage runs exactly `bash deploy/pgo.sh` (the profile-guided
+  build of the `dist` profile, the release profile whole-program optimized,
+  what the overhead benchmark measures) and strips what it builds,
+  target/pgo/dist/tokenclock, the binary the runtime stage copies;
+- deploy/pgo.sh (PGO_SCRIPT): each of its cargo builds is `--profile dist
+  --locked`, the second reads the profile (`-Cprofile-use`) and builds into
+  target/pgo;
 - the runtime stage is distroless cc (:nonroot) or debian bookworm-slim, and
   its last USER is the numeric non-root 65532 (a name cannot be checked by
   the kubelet's runAsNonRoot);
@@ -17,6 +22,10 @@ Prints one line per problem and exits 1 if there is any.
 import json
 import re
 import sys
+
+# What deploy/pgo.sh builds, relative to the build stage's WORKDIR (/src).
+BINARY = "target/pgo/dist/tokenclock"
+PGO_SCRIPT = "deploy/pgo.sh"
 
 
 def instructions(text):
@@ -62,17 +71,17 @@ def problems(dockerfile, dockerignore):
 
     runs = [rest for word, rest in build if word == "RUN"]
     commands = [c.strip() for r in runs for c in r.split("&&")]
-    if "cargo build --profile dist --locked" not in commands:
-        found.append("build stage: no `cargo build --profile dist --locked` command (got %r)" % commands)
-    if not any(re.match(r"strip(\s+--?\S+)*\s+target/dist/tokenclock$", c) for c in commands):
-        found.append("build stage: target/dist/tokenclock is not stripped")
+    if "bash deploy/pgo.sh" not in commands:
+        found.append("build stage: no `bash deploy/pgo.sh` command (got %r)" % commands)
+    if not any(re.match(r"strip(\s+--?\S+)*\s+%s$" % re.escape(BINARY), c) for c in commands):
+        found.append("build stage: %s is not stripped" % BINARY)
 
     base = runtime[0][1].split()[0]
     if not re.fullmatch(r"(gcr\.io/distroless/cc-debian12:nonroot|(docker\.io/library/)?debian:bookworm-slim)", base):
         found.append("runtime stage: base %r is neither distroless cc :nonroot nor debian:bookworm-slim" % base)
     copies = [rest for word, rest in runtime if word == "COPY"]
-    if not any(c.startswith("--from=") and "target/dist/tokenclock" in c for c in copies):
-        found.append("runtime stage: the binary is not copied from the build stage")
+    if not any(c.startswith("--from=") and c.split()[1:2] == ["/src/" + BINARY] for c in copies):
+        found.append("runtime stage: %s is not copied from the build stage" % BINARY)
     users = [rest for word, rest in runtime if word == "USER"]
     if not users:
         found.append("runtime stage: no USER (the image would run as the base image's user)")
@@ -98,6 +107,23 @@ def problems(dockerfile, dockerignore):
         found.append(".dockerignore does not exclude target/")
     if ignored_by(dockerignore, ".cargo/config.toml"):
         found.append(".dockerignore excludes .cargo/config.toml (jemalloc's build options)")
+    return found
+
+
+def pgo_problems(script):
+    """What deploy/pgo.sh must do for the image to be the binary measured."""
+    found = []
+    lines = script.replace("\\\n", " ").split("\n")
+    builds = [" ".join(l.split()) for l in lines if re.search(r"\bcargo build\b", l) and not l.strip().startswith("#")]
+    if len(builds) != 2:
+        found.append("%s: %d cargo builds, not 2 (instrumented, then with the profile)" % (PGO_SCRIPT, len(builds)))
+    for b in builds:
+        if "cargo build --profile dist --locked" not in b:
+            found.append("%s: %r is not `cargo build --profile dist --locked`" % (PGO_SCRIPT, b))
+    if builds and not ("-Cprofile-generate=" in builds[0] and "--target-dir target/pgo-generate" in builds[0]):
+        found.append("%s: the first build is not instrumented (-Cprofile-generate) in target/pgo-generate" % PGO_SCRIPT)
+    if len(builds) > 1 and not ("-Cprofile-use=" in builds[-1] and builds[-1].endswith("--target-dir target/pgo")):
+        found.append("%s: the last build does not read the profile (-Cprofile-use) into target/pgo" % PGO_SCRIPT)
     return found
 
 
@@ -142,6 +168,8 @@ def main():
     dockerfile = open(sys.argv[1]).read()
     dockerignore = open(sys.argv[2]).read() if len(sys.argv) > 2 else ""
     found = problems(dockerfile, dockerignore)
+    if len(sys.argv) > 3:
+        found += pgo_problems(open(sys.argv[3]).read())
     for p in found:
         print("%s: %s" % (sys.argv[1], p))
     sys.exit(1 if found else 0)

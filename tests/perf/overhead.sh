@@ -106,16 +106,26 @@ else
 fi
 SIM_PORT=${SIM_PORT:-18431} TC_PORT=${TC_PORT:-18432} TC_METRICS=${TC_METRICS:-18433} NGINX_PORT=${NGINX_PORT:-18434}
 # PROFILE: the cargo profile built and measured; `dist` by default, the
-# binary that ships (deploy/Dockerfile; Cargo.toml's `[profile.dist]`).
+# profile that ships (deploy/Dockerfile; Cargo.toml's `[profile.dist]`).
 # tests/run.sh's smoke run takes `release`, which the tests built already.
 PROFILE=${PROFILE:-dist}
 [[ $PROFILE =~ ^[a-z][a-z0-9_-]*$ ]] || { echo "overhead.sh: PROFILE is a cargo profile name" >&2; exit 2; }
 BIN=target/$PROFILE/tokenclock
+# PGO: 1 (the default with PROFILE=dist) measures as tokenclock the binary
+# that ships, the `dist` profile built with profile-guided optimization by
+# deploy/pgo.sh (target/pgo/dist/tokenclock; about 7 minutes to build on 2
+# cores); 0 the plain PROFILE build. The simulator and the load generator
+# are BIN either way.
+PGO=${PGO:-$([[ $PROFILE == dist ]] && echo 1 || echo 0)}
+[[ $PGO == [01] ]] || { echo "overhead.sh: PGO is 0 or 1" >&2; exit 2; }
+(( PGO == 0 )) || [[ $PROFILE == dist ]] || { echo "overhead.sh: PGO=1 builds the dist profile; set PROFILE=dist or PGO=0" >&2; exit 2; }
+PGO_BIN=target/pgo/dist/tokenclock
 # (s): the share of one core the proxy is held to, in percent.
 S_SHARE=${S_SHARE:-10}
 [[ $S_SHARE =~ ^[0-9]+$ ]] && (( S_SHARE >= 1 && S_SHARE <= 100 )) || { echo "overhead.sh: S_SHARE is a percent, 1 to 100" >&2; exit 2; }
-# PROXY_BIN: the tokenclock under test, if not BIN (say, an older build for a before/after).
-PROXY_BIN=${PROXY_BIN:-$BIN}
+# PROXY_BIN: the tokenclock under test, if not PGO_BIN (PGO=1) or BIN (say,
+# an older build for a before/after).
+PROXY_BIN=${PROXY_BIN:-$( (( PGO == 1 )) && echo "$PGO_BIN" || echo "$BIN")}
 # TC_ARGS: more `tokenclock serve` arguments, split on spaces (say
 # TC_ARGS="--log-format json", the Kubernetes sidecar's log format).
 read -ra TC_EXTRA <<<"${TC_ARGS:-}"
@@ -165,8 +175,13 @@ fi
 if [[ $BUILD == 1 ]]; then
     log "building the $PROFILE binary"
     cargo build --profile "$PROFILE" --quiet
+    if [[ $PGO == 1 && $PROXY_BIN == "$PGO_BIN" ]]; then
+        log "building the profile-guided binary (deploy/pgo.sh)"
+        bash deploy/pgo.sh >"$TMP/pgo.log" 2>&1 || die "deploy/pgo.sh failed: $(tail -5 "$TMP/pgo.log")"
+    fi
 fi
 [[ -x $BIN ]] || die "no $BIN: run without --no-build"
+[[ -x $PROXY_BIN ]] || die "no $PROXY_BIN: run without --no-build"
 [[ -n $UPSTREAM ]] || start_sim
 
 # run_load OUT ERR ARGS...: tokenclock load on core 0 against PROXY_URL; JSON summary into OUT, progress into ERR.
