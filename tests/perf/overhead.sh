@@ -113,7 +113,7 @@ PROFILE=${PROFILE:-dist}
 BIN=target/$PROFILE/tokenclock
 # PGO: 1 (the default with PROFILE=dist) measures as tokenclock the binary
 # that ships, the `dist` profile built with profile-guided optimization by
-# deploy/pgo.sh (target/pgo/dist/tokenclock; about 7 minutes to build on 2
+# deploy/pgo.sh (target/pgo/dist/tokenclock; about 7.5 minutes to build on 2
 # cores); 0 the plain PROFILE build. The simulator and the load generator
 # are BIN either way.
 PGO=${PGO:-$([[ $PROFILE == dist ]] && echo 1 || echo 0)}
@@ -182,6 +182,7 @@ if [[ $BUILD == 1 ]]; then
 fi
 [[ -x $BIN ]] || die "no $BIN: run without --no-build"
 [[ -x $PROXY_BIN ]] || die "no $PROXY_BIN: run without --no-build"
+log "tokenclock under test: $PROXY_BIN"
 [[ -n $UPSTREAM ]] || start_sim
 
 # run_load OUT ERR ARGS...: tokenclock load on core 0 against PROXY_URL; JSON summary into OUT, progress into ERR.
