@@ -15,9 +15,10 @@
 #    with and without reasoning tokens; events paced, piled up and one per write;
 #    upstream faults (aborts, 500s, malformed events); records, an SLO,
 #    scrapes of /metrics and the health endpoints; text and JSON access logs;
-#    HTTP/1.1 and HTTP/2 to the upstream. The proxy's code that this traffic
-#    does not run (TLS, an h2 client, TGI's and llama.cpp's formats) is
-#    optimized as before, but laid out as cold. Every unfaulted request
+#    HTTP/1.1 and HTTP/2 to the upstream (the simulator serves HTTP/2 with
+#    the proxy's own server code). The code this traffic does not run (TLS,
+#    the proxy's side of an HTTP/2 client, TGI's and llama.cpp's formats,
+#    OTLP export) is optimized as before, but laid out as cold. Every unfaulted request
 #    must end ok and every family must reach the records, or the build
 #    fails: a profile of errors would optimize the wrong code.
 # 3. llvm-profdata (rustup's llvm-tools component: the same LLVM as rustc)
