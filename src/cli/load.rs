@@ -34,6 +34,9 @@ pub(crate) struct LoadFlags {
     /// Sent as x-sim-schedule on every request, e.g. "ttft_ms=450,gap_ms=25,tokens=120"
     #[arg(long, value_name = "SCHEDULE")]
     schedule: Option<String>,
+    /// Ask for whole (non-streamed) answers, which come at once when generated: the client sees no events and no TTFT
+    #[arg(long)]
+    no_stream: bool,
     /// Request path, repeatable: every workload is sent to each path in equal shares, e.g. /v1/messages for a mix of API families against the simulator [default: /v1/chat/completions]
     #[arg(long, value_name = "PATH")]
     path: Vec<String>,
@@ -87,6 +90,7 @@ fn config(flags: &LoadFlags) -> Result<LoadConfig, String> {
     config.workloads = names.iter().filter_map(|n| Workload::preset(n)).collect();
     for w in &mut config.workloads {
         w.schedule.clone_from(&flags.schedule);
+        w.stream = !flags.no_stream;
     }
     config.workloads = mix(config.workloads, &flags.path, &flags.fault);
     config.concurrency = flags.concurrency;

@@ -294,6 +294,39 @@ async fn cli_paths_and_faults_mix_the_workloads() {
     assert_eq!(seen, want.into_iter().collect());
 }
 
+/// `--no-stream` asks the simulator for whole answers on every API path:
+/// each comes as one JSON body, so the client counts every request ok and
+/// no events nor first tokens; the same load without it streams.
+#[tokio::test]
+async fn cli_no_stream_asks_for_whole_answers() {
+    let sim = common::sim::start(common::sim::fast()).await;
+    let args = [
+        "--requests",
+        "8",
+        "--concurrency",
+        "2",
+        "--format",
+        "json",
+        "--schedule",
+        "ttft_ms=0,gap_ms=1,tokens=5",
+        "--path",
+        "/v1/chat/completions",
+        "--path",
+        "/v1/messages",
+    ];
+    let whole = cli(sim.addr, &args, &["--no-stream"]).await;
+    assert_eq!(whole["total"]["ok"], 8, "{whole}");
+    assert_eq!(whole["total"]["events"], 0, "{whole}");
+    assert_eq!(whole["total"]["ttft_ms"]["count"], 0, "{whole}");
+    assert!(whole["bytes"].as_u64() > Some(8 * 100), "{whole}");
+    let streamed = cli(sim.addr, &args, &[]).await;
+    assert_eq!(streamed["total"]["ok"], 8, "{streamed}");
+    assert!(
+        streamed["total"]["events"].as_u64() >= Some(8 * 5),
+        "{streamed}"
+    );
+}
+
 /// Runs `tokenclock load` against `addr` with `args` and `more`; its JSON summary.
 async fn cli(addr: std::net::SocketAddr, args: &[&str], more: &[&str]) -> serde_json::Value {
     let output = tokio::process::Command::new(common::process::BIN)

@@ -50,18 +50,27 @@ impl Display for RunSummary {
 }
 
 fn row(f: &mut Formatter<'_>, w: &WorkloadSummary) -> fmt::Result {
+    // A figure no request had (no first token in whole answers or
+    // failures) is `-`, not 0 ms.
+    let ms = |count: u64, v: f64| {
+        if count == 0 {
+            format!("{:>10}", "-")
+        } else {
+            format!("{v:>8.1}ms")
+        }
+    };
     writeln!(
         f,
-        "{:<12} {:>8} {:>6} {:>6} {:>6} {:>9} {:>8.1}ms {:>8.1}ms {:>8.1}ms {:>8.1}ms",
+        "{:<12} {:>8} {:>6} {:>6} {:>6} {:>9} {} {} {} {}",
         w.name,
         w.requests,
         w.ok,
         w.errors,
         w.cancelled,
         w.events,
-        w.ttft_ms.p50,
-        w.ttft_ms.p99,
-        w.e2e_ms.p50,
-        w.e2e_ms.p99
+        ms(w.ttft_ms.count, w.ttft_ms.p50),
+        ms(w.ttft_ms.count, w.ttft_ms.p99),
+        ms(w.e2e_ms.count, w.e2e_ms.p50),
+        ms(w.e2e_ms.count, w.e2e_ms.p99)
     )
 }

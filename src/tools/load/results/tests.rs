@@ -68,3 +68,21 @@ fn memory_does_not_grow_with_requests_or_events() {
     assert_eq!(s.event_delay_us.count, 1_001_000);
     assert_eq!(s.event_delay_us.max, 100.0);
 }
+
+/// The text summary shows a figure no request had (a first token, in
+/// whole answers) as `-`, not as 0 ms; one that requests had, in ms.
+#[test]
+fn text_shows_a_missing_ttft_as_a_dash() {
+    let mut recorder = Recorder::new(["whole".to_owned()]);
+    let mut m = Measured::new(0, ClientOutcome::Ok);
+    m.e2e = Duration::from_millis(40);
+    recorder.add(m);
+    let text = recorder.finish(Duration::from_secs(1), 0).to_string();
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("whole"))
+        .expect("the workload's row");
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(&cells[6..8], ["-", "-"], "{row}");
+    assert!(cells[8].ends_with("ms") && cells[8] != "0.0ms", "{row}");
+}
