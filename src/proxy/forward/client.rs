@@ -23,7 +23,7 @@ use super::{
     body::Source,
     connect::{self, TimedConnector},
     error::ProxyError,
-    pool::{Pool, PoolError},
+    pool::{self, Pool, PoolError},
     RequestBody,
 };
 use crate::{
@@ -82,32 +82,47 @@ impl UpstreamClient {
         })
     }
 
-    /// Sends `request` and waits for the response head (no timeout here).
-    /// `start` is when the request arrived: a connect opened after it is
-    /// the request's.
-    pub(super) async fn send(
-        &self,
-        mut request: Request<UpstreamBody>,
-        start: tokio::time::Instant,
-        connect_timeout: Duration,
-    ) -> Result<Answer, ProxyError> {
+    /// `request`, made ready to send: encoded for the pool, or boxed for
+    /// hyper-util's client (see [`Pool::encode`] for why before waiting).
+    pub(super) fn outgoing(&self, request: Request<UpstreamBody>) -> Outgoing<'_> {
         match self {
-            Self::Driven(pool) => match pool.send(request).await {
-                Ok(sent) => Ok(Answer {
+            Self::Driven(pool) => Outgoing::Driven(pool, Pool::encode(request)),
+            Self::Spawned(client) => Outgoing::Spawned(client, Box::new(request)),
+        }
+    }
+}
+
+/// A request ready for the upstream, with the client that sends it.
+pub(super) enum Outgoing<'a> {
+    Driven(&'a Pool, pool::Outgoing),
+    /// Boxed: HTTP/2 requests wait in hyper-util's client, not here.
+    Spawned(
+        &'a Client<Connector, UpstreamBody>,
+        Box<Request<UpstreamBody>>,
+    ),
+}
+
+// === impl Outgoing ===
+
+impl Outgoing<'_> {
+    /// Sends the request and waits for the response head (no timeout
+    /// here). `start` is when the request arrived: a connect opened after
+    /// it is the request's. A failure is classified by the caller
+    /// ([`Unanswered::into_error`]): what this future keeps while it waits,
+    /// every request waiting for a whole answer keeps.
+    pub(super) async fn send(self, start: tokio::time::Instant) -> Result<Answer, Unanswered> {
+        match self {
+            Self::Driven(pool, outgoing) => {
+                let sent = pool.send(outgoing).await.map_err(Unanswered::Pool)?;
+                Ok(Answer {
                     response: sent.response.map(Source::Pooled),
                     connect: Some(sent.connect),
-                }),
-                Err(PoolError::Connect(e)) => {
-                    Err(ProxyError::from_connect(e.as_ref(), connect_timeout))
-                }
-                Err(e) => Err(ProxyError::from_upstream(&e)),
-            },
-            Self::Spawned(client) => {
+                })
+            }
+            Self::Spawned(client, request) => {
+                let mut request = *request;
                 let connection = capture_connection(&mut request);
-                let response = client
-                    .request(request)
-                    .await
-                    .map_err(|e| ProxyError::from_client(&e, connect_timeout))?;
+                let response = client.request(request).await.map_err(Unanswered::Client)?;
                 let connect = connection
                     .connection_metadata()
                     .as_ref()
@@ -117,6 +132,27 @@ impl UpstreamClient {
                     connect,
                 })
             }
+        }
+    }
+}
+
+/// Why no response head came, as the client that sent the request says.
+pub(super) enum Unanswered {
+    Pool(PoolError),
+    Client(hyper_util::client::legacy::Error),
+}
+
+// === impl Unanswered ===
+
+impl Unanswered {
+    /// The proxy's error; `connect_timeout` names a connect that timed out.
+    pub(super) fn into_error(self, connect_timeout: Duration) -> ProxyError {
+        match self {
+            Self::Pool(PoolError::Connect(e)) => {
+                ProxyError::from_connect(e.as_ref(), connect_timeout)
+            }
+            Self::Pool(e) => ProxyError::from_upstream(&e),
+            Self::Client(e) => ProxyError::from_client(&e, connect_timeout),
         }
     }
 }

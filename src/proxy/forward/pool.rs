@@ -9,9 +9,10 @@
 //! writes each event on its own, however many arrived in one read. Here the
 //! response body reads its upstream connection itself: a read that brings
 //! ten events is decoded in place and forwarded as one frame, in one
-//! wake-up and one write, as nginx does. While a response waits for its
-//! next bytes it holds no read buffer (an idle stream costs no 8 KiB), and
-//! a connection holds no write buffer once its request is sent.
+//! wake-up and one write, as nginx does. While a request waits for its
+//! response head (a whole answer comes only once generated) or a response
+//! for its next bytes, it holds no read buffer (a held request costs no
+//! 8 KiB), and a connection holds no write buffer once its request is sent.
 //!
 //! What the pool keeps of hyper-util's: a connection is reused only after
 //! its response ended cleanly, checked alive when taken (a close the
@@ -114,6 +115,13 @@ struct Conn {
     buf: BytesMut,
 }
 
+/// A request encoded for the pool ([`Pool::encode`]): its head written
+/// out, its body to follow.
+pub(super) struct Outgoing {
+    upload: Box<Upload>,
+    method: Method,
+}
+
 /// A response head and what it cost to get.
 pub(super) struct Sent {
     pub response: Response<Lease>,
@@ -146,16 +154,16 @@ impl Pool {
         Self { shared }
     }
 
-    /// Sends `request` (its URI is sent in origin form) on a pooled
-    /// connection, or a new one, and waits for the response head.
+    /// Encodes `request`'s head (its URI in origin form) for [`send`](Self::send).
     ///
-    /// The request is written as its body comes while the response is
-    /// read, as hyper's client does: an upstream may answer before the body
-    /// ends (an echo, an early error), and the rest of the body is then
-    /// sent by the response's body as it is read ([`Lease`]). A pooled
-    /// connection the upstream closed before it took any byte is left for
-    /// a new one, with the same bytes.
-    pub(super) async fn send(&self, request: Request<UpstreamBody>) -> Result<Sent, PoolError> {
+    /// Done before anything waits, so that what waits holds only the
+    /// encoded bytes and the body: an `async fn` keeps its arguments for
+    /// its whole life, each layer its own copy, and the request's parts
+    /// (about 250 bytes) would then be held, several times over, by every
+    /// request for as long as it waits for its answer. Their header values
+    /// are also slices of the buffer hyper read the client's request into,
+    /// which they would keep allocated (and its first page backed) as long.
+    pub(super) fn encode(request: Request<UpstreamBody>) -> Outgoing {
         let (mut parts, body) = request.into_parts();
         let size = if body.is_end_stream() {
             BodySize::Empty
@@ -166,7 +174,24 @@ impl Pool {
         };
         let mut out = Vec::with_capacity(1024);
         let framing = h1::encode_request(&mut parts, size, &mut out);
-        let mut upload = Some(Box::new(Upload::new(body, framing, out, &parts.headers)));
+        Outgoing {
+            upload: Box::new(Upload::new(body, framing, out, &parts.headers)),
+            method: parts.method,
+        }
+    }
+
+    /// Sends the request on a pooled connection, or a new one, and waits
+    /// for the response head.
+    ///
+    /// The request is written as its body comes while the response is
+    /// read, as hyper's client does: an upstream may answer before the body
+    /// ends (an echo, an early error), and the rest of the body is then
+    /// sent by the response's body as it is read ([`Lease`]). A pooled
+    /// connection the upstream closed before it took any byte is left for
+    /// a new one, with the same bytes.
+    pub(super) async fn send(&self, outgoing: Outgoing) -> Result<Sent, PoolError> {
+        let Outgoing { upload, method } = outgoing;
+        let mut upload = Some(upload);
         let (mut conn, mut connect) = match self.shared.take() {
             Some(conn) => (conn, Duration::ZERO),
             None => self.connect().await?,
@@ -174,10 +199,9 @@ impl Pool {
         let mut reused = connect.is_zero();
         let mut failed_write = None;
         let head = loop {
-            let exchanged = poll_fn(|cx| {
-                exchange(&mut conn, &mut upload, &mut failed_write, &parts.method, cx)
-            })
-            .await;
+            let exchanged =
+                poll_fn(|cx| poll_head(&mut conn, &mut upload, &mut failed_write, &method, cx))
+                    .await;
             match exchanged {
                 Ok(head) => break head,
                 // The upstream closed a pooled connection before the request
@@ -237,8 +261,10 @@ impl Pool {
 /// Writes what the request has ready and reads until a response head
 /// has come. A write that fails is held in `failed_write` while the
 /// upstream may still answer (an early error before it closed); without a
-/// head it is the failure.
-fn exchange(
+/// head it is the failure. The head is read into the worker thread's
+/// buffer: a request waiting for it (for a whole answer, until it is
+/// generated) holds none.
+fn poll_head(
     conn: &mut Conn,
     upload: &mut Option<Box<Upload>>,
     failed_write: &mut Option<PoolError>,
@@ -257,6 +283,20 @@ fn exchange(
             Poll::Pending => {}
         }
     }
+    let borrowed = conn.borrow_read();
+    let poll = read_head(conn, failed_write, method, cx);
+    conn.give_back(borrowed, poll.is_pending());
+    poll
+}
+
+/// Reads until a response head has come; a write that failed
+/// (`failed_write`) is the failure if the connection ends without one.
+fn read_head(
+    conn: &mut Conn,
+    failed_write: &mut Option<PoolError>,
+    method: &Method,
+    cx: &mut Context<'_>,
+) -> Poll<Result<h1::Head, PoolError>> {
     loop {
         if let Some(head) = h1::parse_response(&mut conn.buf, method)? {
             return Poll::Ready(Ok(head));
@@ -472,6 +512,37 @@ impl Conn {
                 .is_pending()
     }
 
+    /// Reads into the worker thread's buffer (`READ`) if the connection
+    /// holds none of its own; whether it did. Paired with
+    /// [`give_back`](Self::give_back) in the same poll.
+    fn borrow_read(&mut self) -> bool {
+        let borrowed = self.buf.capacity() == 0;
+        if borrowed {
+            READ.with_borrow_mut(|read| std::mem::swap(&mut self.buf, read));
+        }
+        borrowed
+    }
+
+    /// After a poll: the thread's buffer goes back to the thread, and what
+    /// the poll left unused in it is copied to a buffer of the
+    /// connection's own (a part of an event, a body after its head); a
+    /// connection that waits (`pending`) with nothing unused holds no
+    /// buffer at all.
+    fn give_back(&mut self, borrowed: bool, pending: bool) {
+        if borrowed {
+            READ.with_borrow_mut(|read| {
+                // `read` is the empty buffer the connection had.
+                if !self.buf.is_empty() {
+                    read.extend_from_slice(&self.buf);
+                    self.buf.clear();
+                }
+                std::mem::swap(&mut self.buf, read);
+            });
+        } else if pending && self.buf.is_empty() {
+            self.buf = BytesMut::new();
+        }
+    }
+
     /// Reads what the socket has into `buf`; the bytes read, 0 at its end.
     fn poll_read(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
         if self.buf.capacity() - self.buf.len() < READ_SIZE / 4 {
@@ -555,26 +626,13 @@ impl Lease {
         let Some(conn) = self.conn.as_mut() else {
             return Poll::Ready(None);
         };
-        let borrowed = conn.buf.capacity() == 0;
-        if borrowed {
-            READ.with_borrow_mut(|read| std::mem::swap(&mut conn.buf, read));
-        }
+        let borrowed = conn.borrow_read();
         let poll = self.poll_decoded(cx);
-        match self.conn.as_mut() {
-            Some(conn) if borrowed => READ.with_borrow_mut(|read| {
-                // `read` is the empty buffer the connection had.
-                if !conn.buf.is_empty() {
-                    read.extend_from_slice(&conn.buf);
-                    conn.buf.clear();
-                }
-                std::mem::swap(&mut conn.buf, read);
-            }),
-            // Nothing came, the stream waits: it holds no buffer.
-            Some(conn) if poll.is_pending() && conn.buf.is_empty() => conn.buf = BytesMut::new(),
-            // The connection ended, taking the thread's buffer if it had it
-            // (the pool's idle connections hold none): the next read makes
-            // another.
-            _ => {}
+        // A connection that ended took the thread's buffer if it had it
+        // (the pool's idle connections hold none): the next read makes
+        // another.
+        if let Some(conn) = self.conn.as_mut() {
+            conn.give_back(borrowed, poll.is_pending());
         }
         poll
     }
@@ -696,3 +754,6 @@ impl Body for Lease {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
