@@ -18,6 +18,9 @@
 #       how many events each wake-up carried.
 #   (c) idle streams: 2,000 streams held open (first token 10 minutes away);
 #       the proxy's RSS per stream (VmRSS from /proc/PID/status), then dropped.
+#   (h) held whole requests: as (c), 2,000 requests for whole (non-streamed)
+#       answers 10 minutes from generated, as a batch job's wait: the proxy's
+#       RSS per request while each waits for its response head.
 #   (f) flowing streams: 2,000 streams at once (F_STREAMS), each 10 events
 #       500 ms apart, as issue #14's third scenario; the proxy's peak RSS
 #       (sampled every 0.1 s) over its RSS before, per stream.
@@ -52,7 +55,7 @@
 # a warm-up per measurement; the vias' order rotated every repetition;
 # medians of N repetitions (default 3).
 # --only picks scenarios (say --only a for the latency runs alone; default
-# abwcr, i, k and s are opt-in); A_STREAMS in the environment sets the number of
+# abwcfhr, i, k and s are opt-in); A_STREAMS in the environment sets the number of
 # streams of (a) (default 32).
 # --trace adds (t): (a) once more per proxy with its syscalls recorded by
 # perf (linux-perf), for each proxy's in-proxy delay per event (in_proxy.py):
@@ -67,7 +70,7 @@
 # Everything listens on 127.0.0.1 and is killed on exit.
 set -euo pipefail
 
-QUICK=0 REPS=3 OUT=target/perf/overhead.json BUILD=1 UPSTREAM="" ONLY=abwcfr TRACE=0
+QUICK=0 REPS=3 OUT=target/perf/overhead.json BUILD=1 UPSTREAM="" ONLY=abwcfhr TRACE=0
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --quick) QUICK=1 REPS=1 ;;
@@ -82,7 +85,7 @@ while [[ $# -gt 0 ]]; do
     shift
 done
 
-[[ $ONLY =~ ^[abwcfriks]+$ ]] || { echo "overhead.sh: --only takes letters of abwcfriks, got '$ONLY'" >&2; exit 2; }
+[[ $ONLY =~ ^[abwcfhriks]+$ ]] || { echo "overhead.sh: --only takes letters of abwcfhriks, got '$ONLY'" >&2; exit 2; }
 (( TRACE == 0 )) || ONLY+=t
 # (t)'s repetitions: its in-proxy delay moves by ±50% between runs of one
 # build, so it takes more of them than the other scenarios (it is cheap).
@@ -92,7 +95,7 @@ T_REPS=${T_REPS:-$(( QUICK == 1 ? 1 : 8 ))}
 
 PERF_DIR=$(cd "$(dirname "$0")" && pwd)
 cd "$PERF_DIR/../.."
-# Sizes: (a) streams, events; (b) and (w) streams, events per stream; (c) idle streams, hold time;
+# Sizes: (a) streams, events; (b) and (w) streams, events per stream; (c) and (h) streams, hold time;
 # (f) streams, events per stream, ms between events.
 if [[ $QUICK == 1 ]]; then
     A_STREAMS=4 A_EVENTS=8 B_STREAMS=16 B_EVENTS=200 W_STREAMS=16 W_EVENTS=50 C_STREAMS=50 C_HOLD=3
@@ -289,26 +292,41 @@ scenario_w() {
     throughput w "$1" "$2" "$W_STREAMS" "ttft_ms=0,gap_ms=0,tokens=$W_EVENTS,yield=1"
 }
 
-# (c) idle streams held open: the proxy's RSS before and with them, then the
-# load generator's deadline cancels them all.
-scenario_c() {
-    local pids before with held tries=$(( C_HOLD * 10 - 20 )) load_pid progress="$TMP/c-$1-$2.log"
+# held SCENARIO VIA REP [LOAD ARGS]: C_STREAMS requests held open, each 10
+# minutes from its first token: the proxy's RSS before and with them, then
+# the load generator's deadline cancels them all.
+held() {
+    local scenario=$1 via=$2 rep=$3 pids before with n tries=$(( C_HOLD * 10 - 20 )) load_pid
+    local progress="$TMP/$1-$2-$3.log"
+    shift 3
     pids=$(proxy_pids)
     # shellcheck disable=SC2086
     before=$(rss_kib $pids)
-    run_load "$RESULTS/c-$1-$2.json" "$progress" --concurrency "$C_STREAMS" --requests "$C_STREAMS" \
-        --duration "${C_HOLD}s" --schedule "ttft_ms=600000,gap_ms=20,tokens=1" &
+    run_load "$RESULTS/$scenario-$via-$rep.json" "$progress" --concurrency "$C_STREAMS" --requests "$C_STREAMS" \
+        --duration "${C_HOLD}s" --schedule "ttft_ms=600000,gap_ms=20,tokens=1" "$@" &
     load_pid=$!
     PIDS+=("$load_pid")
     while (( $(last_in_flight "$progress") < C_STREAMS && tries-- > 0 )); do sleep 0.1; done
     sleep 1
-    held=$(last_in_flight "$progress")
+    n=$(last_in_flight "$progress")
     # shellcheck disable=SC2086
     with=$(rss_kib $pids)
-    (( held == C_STREAMS )) || log "warning: only $held of $C_STREAMS streams open when sampled"
-    echo "{\"rss_before_kib\": $before, \"rss_with_kib\": $with, \"streams\": $held}" >"$RESULTS/c-$1-$2.rss.json"
-    wait "$load_pid" || die "the idle-stream load failed: $(tail -3 "$progress")"
+    (( n == C_STREAMS )) || log "warning: only $n of $C_STREAMS requests open when sampled"
+    echo "{\"rss_before_kib\": $before, \"rss_with_kib\": $with, \"streams\": $n}" >"$RESULTS/$scenario-$via-$rep.rss.json"
+    wait "$load_pid" || die "the held-request load ($scenario) failed: $(tail -3 "$progress")"
     forget "$load_pid"
+}
+
+# (c) idle streams: each has its response head, and waits for its first
+# event.
+scenario_c() {
+    held c "$1" "$2"
+}
+
+# (h) held whole requests: each waits for its response head, which a whole
+# answer gets only once generated.
+scenario_h() {
+    held h "$1" "$2" --no-stream
 }
 
 # (f) flowing streams: F_STREAMS at once, F_EVENTS events F_GAP ms apart;
@@ -476,12 +494,12 @@ VIAS=(direct tokenclock nginx)
 LAST=$REPS
 [[ $ONLY != *t* ]] || LAST=$T_REPS
 for rep in $(seq 1 "$LAST"); do
-    for scenario in a t b w c f r i k s; do
+    for scenario in a t b w c h f r i k s; do
         [[ $ONLY == *"$scenario"* ]] || continue
         if [[ $scenario == t ]]; then (( rep <= T_REPS )) || continue; else (( rep <= REPS )) || continue; fi
         for i in 0 1 2; do
             via=${VIAS[$(( (i + rep - 1) % 3 ))]}
-            [[ $via == direct && $scenario == [ctfis] ]] && continue
+            [[ $via == direct && $scenario == [chtfis] ]] && continue
             [[ $via != tokenclock && $scenario == [rk] ]] && continue
             log "rep $rep/$([[ $scenario == t ]] && echo "$T_REPS" || echo "$REPS"): ($scenario) via $via"
             start_proxy "$via"
