@@ -15,10 +15,10 @@
 #    with and without reasoning tokens; events paced, piled up and one per write;
 #    upstream faults (aborts, 500s, malformed events); records, an SLO,
 #    scrapes of /metrics and the health endpoints; text and JSON access logs;
-#    HTTP/1.1 and HTTP/2 to the upstream (the simulator serves HTTP/2 with
-#    the proxy's own server code). The code this traffic does not run (TLS,
-#    the proxy's side of an HTTP/2 client, TGI's and llama.cpp's formats,
-#    OTLP export) is optimized as before, but laid out as cold. Every unfaulted request
+#    HTTP/1.1 and HTTP/2 to the upstream, and from the client (the HTTP/2
+#    run's load speaks h2c to the proxy). The code this traffic does not run
+#    (TLS, TGI's and llama.cpp's formats, OTLP export) is optimized as
+#    before, but laid out as cold. Every unfaulted request
 #    must end ok and every family must reach the records, or the build
 #    fails: a profile of errors would optimize the wrong code.
 # 3. llvm-profdata (rustup's llvm-tools component: the same LLVM as rustc)
@@ -56,7 +56,7 @@ get() {
 
 # train BIN: the training traffic through BIN (see the header).
 train() {
-    local bin=$1 tmp sim_pid tc_pid format protocol
+    local bin=$1 tmp sim_pid tc_pid format protocol client=()
     tmp=$(mktemp -d "${TMPDIR:-/tmp}/tokenclock-pgo.XXXXXX")
     # shellcheck disable=SC2064 # tmp is fixed here
     trap "kill \$(jobs -p) 2>/dev/null || true; rm -rf '$tmp'" EXIT
@@ -71,7 +71,8 @@ train() {
     load() {
         local expect=$1 summary requests ok
         shift
-        summary=$("$bin" load --target "http://127.0.0.1:$(( PORT + 1 ))" --format json "$@" 2>>"$tmp/load.log") ||
+        summary=$("$bin" load --target "http://127.0.0.1:$(( PORT + 1 ))" --format json "${client[@]}" "$@" \
+            2>>"$tmp/load.log") ||
             die "the load generator failed: $(tail -3 "$tmp/load.log")"
         # The summary's "total" up to its first nested object: name,
         # requests, ok, errors, ... (the build image has no JSON tool).
@@ -84,6 +85,9 @@ train() {
     }
     for run in text,http1 json,http1 json,http2; do
         format=${run%,*} protocol=${run#*,}
+        # The client speaks what the upstream is spoken: h2c in the HTTP/2 run.
+        client=()
+        [[ $protocol == http1 ]] || client=(--http2)
         cat >"$tmp/tokenclock.toml" <<TOML
 listen = "127.0.0.1:$(( PORT + 1 ))"
 upstream = "http://127.0.0.1:$PORT"

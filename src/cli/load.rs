@@ -37,6 +37,9 @@ pub(crate) struct LoadFlags {
     /// Ask for whole (non-streamed) answers, which come at once when generated: the client sees no events and no TTFT
     #[arg(long)]
     no_stream: bool,
+    /// Speak HTTP/2 with prior knowledge (h2c), every request a stream of one connection, instead of HTTP/1.1
+    #[arg(long)]
+    http2: bool,
     /// Request path, repeatable: every workload is sent to each path in equal shares, e.g. /v1/messages for a mix of API families against the simulator [default: /v1/chat/completions]
     #[arg(long, value_name = "PATH")]
     path: Vec<String>,
@@ -94,6 +97,7 @@ fn config(flags: &LoadFlags) -> Result<LoadConfig, String> {
     }
     config.workloads = mix(config.workloads, &flags.path, &flags.fault);
     config.concurrency = flags.concurrency;
+    config.http2 = flags.http2;
     config.rate = flags.rate;
     config.requests = flags.requests;
     config.duration = flags

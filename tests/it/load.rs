@@ -327,6 +327,27 @@ async fn cli_no_stream_asks_for_whole_answers() {
     );
 }
 
+/// `--http2` speaks h2c: through the proxy (HTTP/1.1 and h2c on one port)
+/// every request ends ok with every event counted; straight to the
+/// scripted upstream, which speaks HTTP/1.1 only, none does, so the
+/// requests went out as HTTP/2.
+#[tokio::test]
+async fn http2_speaks_h2c() {
+    let upstream = Scripted::start(stream(Duration::from_millis(5), None)).await;
+    let proxy = common::proxy(upstream.addr, "").await;
+    let args = ["--requests", "6", "--concurrency", "3", "--format", "json"];
+    let through = cli(proxy.addr, &args, &["--http2"]).await;
+    assert_eq!(through["total"]["ok"], 6, "{through}");
+    assert_eq!(through["total"]["events"], 6 * EVENTS, "{through}");
+
+    let mut direct = config(upstream.addr, 1, Some(2));
+    direct.http2 = true;
+    direct.request_timeout = Duration::from_secs(5);
+    let summary = run(direct).await;
+    assert_eq!(summary.total.ok, 0, "{summary}");
+    assert_eq!(summary.total.errors, 2, "{summary}");
+}
+
 /// Runs `tokenclock load` against `addr` with `args` and `more`; its JSON summary.
 async fn cli(addr: std::net::SocketAddr, args: &[&str], more: &[&str]) -> serde_json::Value {
     let output = tokio::process::Command::new(common::process::BIN)

@@ -3,7 +3,8 @@
 //! Used by the demo and the overhead benchmark (`tests/perf/overhead.sh`).
 //! Every run ends by itself: at `requests` or `duration`, whichever comes
 //! first; at the deadline, requests still in flight are cancelled (their
-//! connections closed) and counted as `cancelled`, not as errors.
+//! connections closed, or over HTTP/2 their streams reset) and counted as
+//! `cancelled`, not as errors.
 //!
 //! Against the simulator (`tokenclock sim`), each event carries
 //! `sim_sent_unix_ns`, so the one-way delay of every event is measured too.
@@ -51,6 +52,10 @@ pub struct LoadConfig {
     pub seed: u64,
     /// Per request: longer counts as a `timeout` error.
     pub request_timeout: Duration,
+    /// HTTP/2 with prior knowledge (h2c), every request a stream of one
+    /// connection, instead of a pool of HTTP/1.1 connections: as an HTTP/2
+    /// load balancer or gateway in front of the proxy speaks.
+    pub http2: bool,
 }
 
 /// Why a run cannot start.
@@ -95,6 +100,7 @@ impl LoadConfig {
             workloads: vec![Workload::chat()],
             seed: 1,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            http2: false,
         }
     }
 

@@ -19,16 +19,19 @@ use super::{
     results::{ClientOutcome, Measured},
 };
 
-/// The pooled HTTP/1.1 client every request goes through.
+/// The pooled client every request goes through.
 pub(super) type HttpClient = Client<HttpConnector, Full<Bytes>>;
 
 /// A keep-alive client with `TCP_NODELAY`, so small events are not held back
-/// by Nagle's algorithm, keeping up to `idle` connections per host.
-pub(super) fn client(idle: usize) -> HttpClient {
+/// by Nagle's algorithm: HTTP/1.1 keeping up to `idle` connections per host,
+/// or with `http2`, HTTP/2 with prior knowledge (h2c), every request a
+/// stream of one connection.
+pub(super) fn client(idle: usize, http2: bool) -> HttpClient {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
     Client::builder(TokioExecutor::new())
         .pool_max_idle_per_host(idle)
+        .http2_only(http2)
         .build(connector)
 }
 
@@ -46,7 +49,8 @@ pub(super) struct Live {
 }
 
 /// Sends `request` and reads the response to its end, unless `stop` turns
-/// true first (then the body is dropped, which closes the connection) or
+/// true first (then the body is dropped, which closes the connection, or
+/// over HTTP/2 resets the stream) or
 /// `timeout` passes.
 pub(super) async fn measure(
     client: &HttpClient,

@@ -53,7 +53,7 @@ impl Shared {
             .map(|w| plan(&config.target, w))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
-            client: request::client(config.concurrency),
+            client: request::client(config.concurrency, config.http2),
             plans,
             weights: config.workloads.iter().map(|w| w.weight).collect(),
             limit: config.requests,
