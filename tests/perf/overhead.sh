@@ -16,6 +16,9 @@
 #       event, events/s, and (if perf can count syscalls) the proxy's reads,
 #       writes and readiness waits per event, also taken in (b): they show
 #       how many events each wake-up carried.
+#   (v) as (w), the client speaking HTTP/2 (h2c, prior knowledge; nginx
+#       takes it on NGINX_H2_PORT, default 18435): every request a stream of
+#       one connection.
 #   (c) idle streams: 2,000 streams held open (first token 10 minutes away);
 #       the proxy's RSS per stream (VmRSS from /proc/PID/status), then dropped.
 #   (h) held whole requests: as (c), 2,000 requests for whole (non-streamed)
@@ -55,7 +58,7 @@
 # a warm-up per measurement; the vias' order rotated every repetition;
 # medians of N repetitions (default 3).
 # --only picks scenarios (say --only a for the latency runs alone; default
-# abwcfhr, i, k and s are opt-in); A_STREAMS in the environment sets the number of
+# abwvcfhr, i, k and s are opt-in); A_STREAMS in the environment sets the number of
 # streams of (a) (default 32).
 # --trace adds (t): (a) once more per proxy with its syscalls recorded by
 # perf (linux-perf), for each proxy's in-proxy delay per event (in_proxy.py):
@@ -70,7 +73,7 @@
 # Everything listens on 127.0.0.1 and is killed on exit.
 set -euo pipefail
 
-QUICK=0 REPS=3 OUT=target/perf/overhead.json BUILD=1 UPSTREAM="" ONLY=abwcfhr TRACE=0
+QUICK=0 REPS=3 OUT=target/perf/overhead.json BUILD=1 UPSTREAM="" ONLY=abwvcfhr TRACE=0
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --quick) QUICK=1 REPS=1 ;;
@@ -85,7 +88,7 @@ while [[ $# -gt 0 ]]; do
     shift
 done
 
-[[ $ONLY =~ ^[abwcfhriks]+$ ]] || { echo "overhead.sh: --only takes letters of abwcfhriks, got '$ONLY'" >&2; exit 2; }
+[[ $ONLY =~ ^[abwvcfhriks]+$ ]] || { echo "overhead.sh: --only takes letters of abwvcfhriks, got '$ONLY'" >&2; exit 2; }
 (( TRACE == 0 )) || ONLY+=t
 # (t)'s repetitions: its in-proxy delay moves by ±50% between runs of one
 # build, so it takes more of them than the other scenarios (it is cheap).
@@ -108,6 +111,7 @@ else
     I_STREAMS=${I_STREAMS:-32} I_SHORT=${I_SHORT:-8} I_LONG=${I_LONG:-128}
 fi
 SIM_PORT=${SIM_PORT:-18431} TC_PORT=${TC_PORT:-18432} TC_METRICS=${TC_METRICS:-18433} NGINX_PORT=${NGINX_PORT:-18434}
+NGINX_H2_PORT=${NGINX_H2_PORT:-18435}
 # PROFILE: the cargo profile built and measured; `dist` by default, the
 # profile that ships (deploy/Dockerfile; Cargo.toml's `[profile.dist]`).
 # tests/run.sh's smoke run takes `release`, which the tests built already.
@@ -188,11 +192,13 @@ fi
 log "tokenclock under test: $PROXY_BIN"
 [[ -n $UPSTREAM ]] || start_sim
 
-# run_load OUT ERR ARGS...: tokenclock load on core 0 against PROXY_URL; JSON summary into OUT, progress into ERR.
+# run_load OUT ERR ARGS...: tokenclock load on core 0 against PROXY_URL (or
+# H2_URL with --http2); JSON summary into OUT, progress into ERR.
 run_load() {
-    local out=$1 err=$2
+    local out=$1 err=$2 url=$PROXY_URL
     shift 2
-    taskset -c 0 "$BIN" load --target "$PROXY_URL" --format json "$@" >"$out" 2>>"$err"
+    [[ " $* " != *" --http2 "* ]] || url=$H2_URL
+    taskset -c 0 "$BIN" load --target "$url" --format json "$@" >"$out" 2>>"$err"
 }
 
 # warm_up SCENARIO: a short load at the scenario's concurrency (capped at
@@ -201,7 +207,7 @@ warm_up() {
     local streams=4
     case "$1" in
         a | t) streams=$A_STREAMS ;;
-        b | w | s) streams=$(( B_STREAMS < 64 ? B_STREAMS : 64 )) ;;
+        b | w | v | s) streams=$(( B_STREAMS < 64 ? B_STREAMS : 64 )) ;;
     esac
     run_load /dev/null "$TMP/load.log" --concurrency "$streams" --requests $(( streams * 2 )) \
         --schedule "ttft_ms=1,gap_ms=1,tokens=16"
@@ -252,8 +258,9 @@ COUNT_EVENTS=${COUNT_EVENTS%,}
 COUNT=0
 timeout 10 perf stat -x, -e syscalls:sys_enter_read -p $$ -- true >/dev/null 2>&1 && COUNT=1
 
-# throughput NAME VIA REP STREAMS SCHEDULE: events as fast as possible; the
-# proxy's CPU ticks, and its syscalls if perf counts them, around the run.
+# throughput NAME VIA REP STREAMS SCHEDULE [LOAD ARGS]: events as fast as
+# possible; the proxy's CPU ticks, and its syscalls if perf counts them,
+# around the run.
 throughput() {
     local pids before after perf_pid="" counts="$TMP/count-$1-$2-$3.csv" calls=""
     pids=$(proxy_pids)
@@ -265,7 +272,7 @@ throughput() {
     fi
     # shellcheck disable=SC2086 # one pid per word
     before=$(cpu_ticks $pids)
-    run_load "$RESULTS/$1-$2-$3.json" "$TMP/load.log" --concurrency "$4" --requests "$4" --schedule "$5"
+    run_load "$RESULTS/$1-$2-$3.json" "$TMP/load.log" --concurrency "$4" --requests "$4" --schedule "$5" "${@:6}"
     # shellcheck disable=SC2086
     after=$(cpu_ticks $pids)
     if [[ -n $perf_pid ]]; then
@@ -290,6 +297,12 @@ scenario_b() {
 # (w) events as fast as possible, each in its own write, short streams.
 scenario_w() {
     throughput w "$1" "$2" "$W_STREAMS" "ttft_ms=0,gap_ms=0,tokens=$W_EVENTS,yield=1"
+}
+
+# (v) as (w), the client speaking HTTP/2 (h2c): every request a stream of
+# one connection, as an HTTP/2 load balancer or gateway in front sends them.
+scenario_v() {
+    throughput v "$1" "$2" "$W_STREAMS" "ttft_ms=0,gap_ms=0,tokens=$W_EVENTS,yield=1" --http2
 }
 
 # held SCENARIO VIA REP [LOAD ARGS]: C_STREAMS requests held open, each 10
@@ -494,7 +507,7 @@ VIAS=(direct tokenclock nginx)
 LAST=$REPS
 [[ $ONLY != *t* ]] || LAST=$T_REPS
 for rep in $(seq 1 "$LAST"); do
-    for scenario in a t b w c h f r i k s; do
+    for scenario in a t b w v c h f r i k s; do
         [[ $ONLY == *"$scenario"* ]] || continue
         if [[ $scenario == t ]]; then (( rep <= T_REPS )) || continue; else (( rep <= REPS )) || continue; fi
         for i in 0 1 2; do

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # servers.sh: start and stop the simulator and the proxies under test for overhead.sh; source it after procfs.sh.
-# Expects BIN, PROXY_BIN, TMP, PIDS, SIM_PORT, TC_PORT, TC_METRICS, NGINX_PORT; sets PROXY_PID and PROXY_URL.
+# Expects BIN, PROXY_BIN, TMP, PIDS, SIM_PORT, TC_PORT, TC_METRICS, NGINX_PORT,
+# NGINX_H2_PORT; sets PROXY_PID, PROXY_URL and H2_URL.
 
 # start_sim: the simulator on core 0, on 127.0.0.1:SIM_PORT.
 start_sim() {
@@ -16,7 +17,7 @@ start_sim() {
 start_proxy() {
     PROXY_PID=""
     case "$1" in
-        direct) PROXY_URL="http://$SIM_ADDR" ;;
+        direct) PROXY_URL="http://$SIM_ADDR" H2_URL="http://$SIM_ADDR" ;;
         tokenclock) start_tokenclock ;;
         nginx) start_nginx ;;
     esac
@@ -30,12 +31,14 @@ start_tokenclock() {
         >>"$TMP/tokenclock.log" 2>&1 &
     PROXY_PID=$!
     PIDS+=("$PROXY_PID")
-    PROXY_URL="http://127.0.0.1:$TC_PORT"
+    PROXY_URL="http://127.0.0.1:$TC_PORT" H2_URL="http://127.0.0.1:$TC_PORT"
     wait_for_line "$TMP/tokenclock.log" "Proxy listening." 10 || die "tokenclock did not start"
 }
 
 # nginx_conf: the config the brief fixes: one worker, no buffering, HTTP/1.1
-# keep-alive to the upstream (64 idle connections), everything inside TMP.
+# keep-alive to the upstream (64 idle connections), everything inside TMP;
+# HTTP/2 clients (h2c, prior knowledge) on NGINX_H2_PORT, as tokenclock takes
+# them on its one port.
 nginx_conf() {
     cat <<CONF
 worker_processes 1;
@@ -57,6 +60,7 @@ http {
     }
     server {
         listen 127.0.0.1:$NGINX_PORT;
+        listen 127.0.0.1:$NGINX_H2_PORT http2;
         client_max_body_size 16m;
         location / {
             proxy_pass http://sim;
@@ -72,6 +76,7 @@ CONF
 
 start_nginx() {
     port_free "$NGINX_PORT" || die "port $NGINX_PORT is busy; set NGINX_PORT"
+    port_free "$NGINX_H2_PORT" || die "port $NGINX_H2_PORT is busy; set NGINX_H2_PORT"
     nginx_conf >"$TMP/nginx.conf"
     : >"$TMP/nginx-error.log"
     taskset -c 1 nginx -p "$TMP/" -c "$TMP/nginx.conf" -e "$TMP/nginx-error.log" \
@@ -79,6 +84,7 @@ start_nginx() {
     PROXY_PID=$!
     PIDS+=("$PROXY_PID")
     PROXY_URL="http://127.0.0.1:$NGINX_PORT"
+    H2_URL="http://127.0.0.1:$NGINX_H2_PORT"
     await_port "$NGINX_PORT" 10 nginx "$TMP/nginx.log" "$TMP/nginx-error.log"
 }
 

@@ -37,7 +37,7 @@ def runs(results, scenario, via):
         summary = load(os.path.join(results, f"{scenario}-{via}-{rep}.json"))
         if summary is None:
             return out
-        extra = load(os.path.join(results, f"{scenario}-{via}-{rep}.{ {'a': 'none', 't': 'trace', 'b': 'cpu', 'w': 'cpu', 'c': 'rss', 'h': 'rss', 'f': 'rss', 'r': 'none', 'i': 'ir', 's': 'cpu'}[scenario]}.json"))
+        extra = load(os.path.join(results, f"{scenario}-{via}-{rep}.{ {'a': 'none', 't': 'trace', 'b': 'cpu', 'w': 'cpu', 'v': 'cpu', 'c': 'rss', 'h': 'rss', 'f': 'rss', 'r': 'none', 'i': 'ir', 's': 'cpu'}[scenario]}.json"))
         out.append((summary, extra or {}))
         rep += 1
 
@@ -69,7 +69,7 @@ def per_via(results):
     """Median figures per via, and every repetition's raw figures."""
     medians, raw, errors = {}, {}, {}
     for via in VIAS:
-        a, t, b, w, c, h, f, r, i, s_ = (runs(results, s, via) for s in "atbwchfris")
+        a, t, b, w, v, c, h, f, r, i, s_ = (runs(results, s, via) for s in "atbwvchfris")
         shares = [load(os.path.join(results, f"s-{via}-{rep}.share.json")) or {}
                   for rep in range(1, len(s_) + 1)]
         figures = {
@@ -97,6 +97,10 @@ def per_via(results):
             "w_reads_per_event": [calls_per_event(s, e, "reads") for s, e in w],
             "w_writes_per_event": [calls_per_event(s, e, "writes") for s, e in w],
             "w_waits_per_event": [calls_per_event(s, e, "waits") for s, e in w],
+            "v_events_per_s": [s["events_per_s"] for s, _ in v],
+            "v_cpu_us_per_event": [cpu_us_per_event(s, e) for s, e in v] if via != "direct" else [],
+            "v_reads_per_event": [calls_per_event(s, e, "reads") for s, e in v],
+            "v_writes_per_event": [calls_per_event(s, e, "writes") for s, e in v],
             "rss_kib_per_stream": [rss_kib_per_stream(e) for _, e in c],
             "h_rss_kib_per_request": [rss_kib_per_stream(e) for _, e in h],
             "f_rss_kib_per_stream": [rss_kib_per_stream(e) for _, e in f],
@@ -115,7 +119,7 @@ def per_via(results):
             "scrape_cpu_ms": [s["cpu_ms_per_scrape"] for s, _ in r],
             "scrape_series": [s["series"] for s, _ in r],
         }
-        errors[via] = sum(s["total"]["errors"] for s, _ in a + t + b + w + c + h + f + i + s_)
+        errors[via] = sum(s["total"]["errors"] for s, _ in a + t + b + w + v + c + h + f + i + s_)
         raw[via] = figures
         medians[via] = {k: median(v) for k, v in figures.items()}
     return medians, raw, errors
@@ -156,6 +160,10 @@ def rows(m):
            ("(w) proxy reads per event", None, t["w_reads_per_event"], n["w_reads_per_event"]),
            ("(w) proxy writes per event", None, t["w_writes_per_event"], n["w_writes_per_event"]),
            ("(w) proxy epoll waits per event", None, t["w_waits_per_event"], n["w_waits_per_event"]),
+           ("(v) events/s, h2c client", d["v_events_per_s"], t["v_events_per_s"], n["v_events_per_s"]),
+           ("(v) proxy CPU per event, us", None, t["v_cpu_us_per_event"], n["v_cpu_us_per_event"]),
+           ("(v) proxy reads per event", None, t["v_reads_per_event"], n["v_reads_per_event"]),
+           ("(v) proxy writes per event", None, t["v_writes_per_event"], n["v_writes_per_event"]),
            ("(s) events/s at the CPU quota", None, t["s_events_per_s"], n["s_events_per_s"]),
            ("(s) per-core ceiling, events/s", None, t["s_ceiling_per_core"], n["s_ceiling_per_core"]),
            ("(s) proxy CPU per event, us", None, t["s_cpu_us_per_event"], n["s_cpu_us_per_event"]),
@@ -193,6 +201,7 @@ PAIRED = [
     ("next_frame_p50_us", "(t) next frame in wake-up p50", True),
     ("cpu_us_per_event", "(b) proxy CPU per event", True),
     ("w_cpu_us_per_event", "(w) proxy CPU per event", True),
+    ("v_cpu_us_per_event", "(v) proxy CPU per event, h2c", True),
     ("s_events_per_s", "(s) events/s at the CPU quota", False),
     ("ir_per_event", "(i) user instr./event, paced", True),
     ("rss_kib_per_stream", "(c) proxy RSS per idle stream", True),
