@@ -24,9 +24,9 @@ use std::{convert::Infallible, future::Future, pin::Pin, sync::Arc};
 use http::{header, uri::PathAndQuery, HeaderValue, Request, Response, StatusCode, Uri, Version};
 use hyper::body::Incoming;
 use hyper::service::Service;
-use tokio::time::Instant;
+use tokio::time::{error::Elapsed, timeout, Instant};
 
-use self::client::{Answer, Outgoing, UpstreamBody, UpstreamClient};
+use self::client::{Answer, Unanswered, UpstreamBody, UpstreamClient};
 use self::client_body::ClientFault;
 pub use self::inject::StripUsage;
 pub(crate) use self::{
@@ -125,7 +125,7 @@ impl Inner {
         let mut exchange;
         let hook;
         let outgoing = {
-            let mut request = *request;
+            let mut request = request;
             // The connection's, for the response: not the upstream's business.
             hook = request.extensions_mut().remove::<Arc<AfterWrite>>();
             let live = self.live.current();
@@ -134,7 +134,9 @@ impl Inner {
             if let Err(e) = admit::admit(&request) {
                 return Ok(local_response(e, exchange));
             }
-            let (mut parts, body) = request.into_parts();
+            // Unboxed as it is taken apart: the request whole is not kept
+            // beside its parts while the body may be read (`prepare`).
+            let (mut parts, body) = (*request).into_parts();
             let body = ClientBody::new(body, self.timeouts.request_body, fault.clone());
             let cap = live.reading.request_capture_bytes;
             let body = match self.prepare(&mut parts, body, cap, &mut exchange).await {
@@ -146,7 +148,12 @@ impl Inner {
                 Err(e) => return Ok(local_response(e, exchange)),
             }
         };
-        let answer = match self.send(outgoing, start, &fault).await {
+        // The wait for the head, in this future's own state and in one
+        // expression: an `async fn` around it would keep what it was given
+        // beside the wait, and a future held in a local first would be
+        // kept twice (the local, and the await's copy).
+        let limit = self.timeouts.response_header;
+        let answer = match self.answered(timeout(limit, outgoing.send(start)).await, &fault) {
             Ok(answer) => answer,
             Err(e) => return Ok(local_response(e, exchange)),
         };
@@ -176,17 +183,14 @@ impl Inner {
         Ok(body)
     }
 
-    /// Sends the request and waits for the response head. A failure is the
+    /// What the wait for the response head came to. A failure is the
     /// client's when its body failed first (`fault`), else the upstream's.
-    async fn send(
+    fn answered(
         &self,
-        outgoing: Outgoing<'_>,
-        start: Instant,
+        sent: Result<Result<Answer, Unanswered>, Elapsed>,
         fault: &ClientFault,
     ) -> Result<Answer, ProxyError> {
-        // One expression: a future held in a local first would be kept
-        // twice in this one's state (the local, and the timeout's copy).
-        match tokio::time::timeout(self.timeouts.response_header, outgoing.send(start)).await {
+        match sent {
             Ok(Ok(answer)) if answer.response.status() == StatusCode::SWITCHING_PROTOCOLS => {
                 Err(ProxyError::UnsolicitedUpgrade)
             }
@@ -309,14 +313,18 @@ mod tests {
     /// hyper boxes the service's future until the response head comes, and
     /// a whole (non-streamed) answer's head comes only once all of it is
     /// generated: every request waiting for one keeps this future. jemalloc
-    /// (the binary's allocator) rounds 2,049 to 2,560 bytes up to 2,560, so
-    /// a byte over 2,048 costs every waiting request 512. Before the request
-    /// was encoded ahead of the wait, boxed, and the locals moved from were
-    /// scoped, it was 3,880 bytes (the 4 KiB class); now 2,016 in release
-    /// builds, 16 bytes more in debug ones.
+    /// (the binary's allocator) rounds sizes from 1,793 to 2,048 bytes up
+    /// to 2,048, so a byte over 1,792 costs every waiting request 256.
+    /// Before the request was encoded ahead of the wait, boxed, and the
+    /// locals moved from were scoped, it was 3,880 bytes (the 4 KiB class);
+    /// `-Zprint-type-sizes` on nightly shows the layout. Optimized builds
+    /// (`release`, which CI tests, and `dist`) lay it out in 1,784 bytes;
+    /// debug builds lay futures out apart (1,800 bytes), and are held to
+    /// the next class.
     #[test]
-    fn a_waiting_requests_future_fits_in_2048_bytes() {
+    fn a_waiting_requests_future_fits_in_1792_bytes() {
+        let bound = if cfg!(debug_assertions) { 2048 } else { 1792 };
         let size = size_of_output(&Inner::forward);
-        assert!(size <= 2048, "the request's future is {size} bytes");
+        assert!(size <= bound, "the request's future is {size} bytes");
     }
 }

@@ -200,21 +200,19 @@ impl Pool {
         let mut failed_write = None;
         let head = loop {
             let exchanged =
-                poll_fn(|cx| poll_head(&mut conn, &mut upload, &mut failed_write, &method, cx))
-                    .await;
-            match exchanged {
+                poll_fn(|cx| poll_head(&mut conn, &mut upload, &mut failed_write, &method, cx));
+            match exchanged.await {
                 Ok(head) => break head,
                 // The upstream closed a pooled connection before the request
-                // reached it: nothing was sent, so send it anew.
+                // reached it: nothing was sent, so send it anew (out of the
+                // match, which would keep the error across the connect).
                 Err(PoolError::Io(_))
-                    if reused && upload.as_ref().is_some_and(|u| u.untouched()) =>
-                {
-                    (conn, connect) = self.connect().await?;
-                    reused = false;
-                    failed_write = None;
-                }
+                    if reused && upload.as_ref().is_some_and(|u| u.untouched()) => {}
                 Err(e) => return Err(e),
             }
+            (conn, connect) = self.connect().await?;
+            reused = false;
+            failed_write = None;
         };
         let (response_parts, ()) = head.response.into_parts();
         let mut lease = Lease {
