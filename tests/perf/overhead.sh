@@ -192,13 +192,11 @@ fi
 log "tokenclock under test: $PROXY_BIN"
 [[ -n $UPSTREAM ]] || start_sim
 
-# run_load OUT ERR ARGS...: tokenclock load on core 0 against PROXY_URL (or
-# H2_URL with --http2); JSON summary into OUT, progress into ERR.
+# run_load OUT ERR ARGS...: tokenclock load on core 0 against PROXY_URL; JSON summary into OUT, progress into ERR.
 run_load() {
-    local out=$1 err=$2 url=$PROXY_URL
+    local out=$1 err=$2
     shift 2
-    [[ " $* " != *" --http2 "* ]] || url=$H2_URL
-    taskset -c 0 "$BIN" load --target "$url" --format json "$@" >"$out" 2>>"$err"
+    taskset -c 0 "$BIN" load --target "$PROXY_URL" --format json "$@" >"$out" 2>>"$err"
 }
 
 # warm_up SCENARIO: a short load at the scenario's concurrency (capped at
@@ -301,8 +299,9 @@ scenario_w() {
 
 # (v) as (w), the client speaking HTTP/2 (h2c): every request a stream of
 # one connection, as an HTTP/2 load balancer or gateway in front sends them.
+# The proxy's h2c address for the call alone (bash restores PROXY_URL).
 scenario_v() {
-    throughput v "$1" "$2" "$W_STREAMS" "ttft_ms=0,gap_ms=0,tokens=$W_EVENTS,yield=1" --http2
+    PROXY_URL=$H2_URL throughput v "$1" "$2" "$W_STREAMS" "ttft_ms=0,gap_ms=0,tokens=$W_EVENTS,yield=1" --http2
 }
 
 # held SCENARIO VIA REP [LOAD ARGS]: C_STREAMS requests held open, each 10
