@@ -117,7 +117,9 @@ pub struct Timeouts {
 #[derive(Clone, Copy, Debug)]
 pub struct Connections {
     /// Open connections on the proxy listener; beyond it new ones are
-    /// closed at once and counted.
+    /// closed at once and counted. Also the cap on requests in flight
+    /// (each HTTP/2 stream is one), beyond which a request is answered
+    /// `503`: each holds an upstream socket.
     pub max: usize,
     /// Open connections on the metrics listener.
     pub metrics_max: usize,

@@ -10,6 +10,7 @@
 
 mod admit;
 mod body;
+mod capacity;
 mod client;
 mod client_body;
 mod connect;
@@ -24,8 +25,10 @@ use std::{convert::Infallible, future::Future, pin::Pin, sync::Arc};
 use http::{header, uri::PathAndQuery, HeaderValue, Request, Response, StatusCode, Uri, Version};
 use hyper::body::Incoming;
 use hyper::service::Service;
+use prometheus::IntCounter;
 use tokio::time::{error::Elapsed, timeout, Instant};
 
+use self::capacity::{Capacity, Slot};
 use self::client::{Answer, Unanswered, UpstreamBody, UpstreamClient};
 use self::client_body::ClientFault;
 pub use self::inject::StripUsage;
@@ -63,6 +66,8 @@ struct Inner {
     timeouts: crate::config::Timeouts,
     inject_usage: bool,
     health: Health,
+    /// At most `max_connections` requests in flight.
+    capacity: Arc<Capacity>,
     /// How requests are read and where their timelines go; a config reload
     /// replaces it, each request reads it once.
     live: Live,
@@ -72,8 +77,14 @@ struct Inner {
 
 impl Proxy {
     /// Builds the proxy and its upstream connection pool. Each request is
-    /// read, and its finished timeline sent, as `live` says when it starts.
-    pub fn new(config: &Config, health: Health, live: Live) -> Result<Self, rustls::Error> {
+    /// read, and its finished timeline sent, as `live` says when it starts;
+    /// `refused` counts the requests refused at `max_connections` in flight.
+    pub(crate) fn new(
+        config: &Config,
+        health: Health,
+        live: Live,
+        refused: IntCounter,
+    ) -> Result<Self, rustls::Error> {
         let upstream_host = HeaderValue::from_str(config.upstream.authority.as_str())
             .unwrap_or_else(|_| HeaderValue::from_static("localhost"));
         Ok(Self {
@@ -85,6 +96,7 @@ impl Proxy {
                 timeouts: config.timeouts,
                 inject_usage: config.usage_mode == UsageMode::Inject,
                 health,
+                capacity: Capacity::new(config.connections.max, refused),
                 live,
             }),
         })
@@ -124,6 +136,7 @@ impl Inner {
         let fault = ClientFault::default();
         let mut exchange;
         let hook;
+        let slot;
         let outgoing = {
             let mut request = request;
             // The connection's, for the response: not the upstream's business.
@@ -134,6 +147,13 @@ impl Inner {
             if let Err(e) = admit::admit(&request) {
                 return Ok(local_response(e, exchange));
             }
+            slot = match self.capacity.take() {
+                Some(slot) => slot,
+                None => {
+                    let e = ProxyError::AtCapacity(self.capacity.max());
+                    return Ok(local_response(e, exchange));
+                }
+            };
             // Unboxed as it is taken apart: the request whole is not kept
             // beside its parts while the body may be read (`prepare`).
             let (mut parts, body) = (*request).into_parts();
@@ -160,7 +180,7 @@ impl Inner {
         if let Some(connect) = answer.connect {
             exchange.set_connect(connect);
         }
-        Ok(self.respond(answer, exchange, hook))
+        Ok(self.respond(answer, exchange, hook, slot))
     }
 
     /// The body to send upstream: the client's as it comes, or read whole
@@ -205,12 +225,13 @@ impl Inner {
 
     /// The upstream's response, addressed to the client and observed: after
     /// each write when the connection has a `hook` (HTTP/1), else as each
-    /// frame passes.
+    /// frame passes. Its body keeps the request's `slot` to its end.
     fn respond(
         &self,
         answer: Answer,
         mut exchange: Exchange,
         hook: Option<Arc<AfterWrite>>,
+        slot: Slot,
     ) -> Response<ProxyBody> {
         let at = Instant::now();
         self.health.upstream_answered();
@@ -220,7 +241,7 @@ impl Inner {
         parts.version = Version::default();
         headers::strip_response(&mut parts.headers);
         let strip = exchange.usage_injected() && exchange.streamed();
-        let body = ResponseBody::upstream(body, self.timeouts.idle);
+        let body = ResponseBody::upstream(body, self.timeouts.idle, slot);
         let body = match hook {
             Some(hook) => ObservedBody::after_write(body, exchange, hook),
             None => ObservedBody::new(body, exchange),

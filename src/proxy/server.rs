@@ -176,6 +176,7 @@ impl Bound {
             config.connections.metrics_max,
             Serve::new(&config.timeouts, metrics.connections("metrics")),
         );
+        let refused = metrics.requests_refused();
         let admin_service = admin::Admin::new(health.clone(), metrics);
         background.spawn(async move {
             // Never drained: it serves /readyz = 503 until the process exits.
@@ -185,7 +186,7 @@ impl Bound {
                 .await;
         });
 
-        let service = Proxy::new(&config, health.clone(), live)?;
+        let service = Proxy::new(&config, health.clone(), live, refused)?;
         let drain = Drain::new();
         tracing::info!(
             %listen,

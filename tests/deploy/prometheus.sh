@@ -115,6 +115,9 @@ mutations=(
   "alerts.rules.yml%
           or
           (tokenclock_parse_errors_total unless tokenclock_parse_errors_total offset 10m)%%alerts_test.yml"
+  "alerts.rules.yml%tokenclock_connections_refused_total{listener=\"proxy\"}[10m]%tokenclock_connections_refused_total[10m]%alerts_test.yml"
+  "alerts.rules.yml%sum by (job, instance) (increase(tokenclock_requests_refused_total[10m]))
+          + %%alerts_test.yml"
   "alerts.rules.yml%increase(tokenclock_records_dropped_total[10m]) > 0%increase(tokenclock_records_dropped_total[10m]) > 10%alerts_test.yml"
   "alerts.rules.yml%increase(tokenclock_otel_spans_dropped_total[10m]) > 0%increase(tokenclock_otel_spans_dropped_total[10m]) > 100%alerts_test.yml"
   "alerts.rules.yml%increase(tokenclock_log_lines_dropped_total[10m]) > 0%rate(tokenclock_log_lines_dropped_total{reason=\"write_error\"}[10m]) > 0%alerts_test.yml"

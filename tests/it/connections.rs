@@ -8,7 +8,7 @@ use std::{net::SocketAddr, time::Duration};
 
 use crate::common::{
     self,
-    client::{get, send},
+    client::{get, metric, send},
     upstream::{Echo, Scripted, Step},
 };
 use bytes::Bytes;
@@ -97,16 +97,6 @@ async fn closed_within(stream: &mut TcpStream, limit: Duration) -> bool {
         }
     };
     tokio::time::timeout(limit, read_to_end).await.is_ok()
-}
-
-/// The value of one series in the metrics text, 0 when absent.
-async fn metric(metrics: SocketAddr, series: &str) -> f64 {
-    let body = get(metrics, "/metrics").await.body();
-    let text = String::from_utf8_lossy(&body).into_owned();
-    text.lines()
-        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
-        .and_then(|value| value.trim().parse().ok())
-        .unwrap_or(0.0)
 }
 
 fn closed(reason: &str) -> String {

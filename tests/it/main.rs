@@ -12,6 +12,7 @@
 mod common;
 
 mod backpressure;
+mod capacity;
 mod client_faults;
 mod clock;
 mod connections;

@@ -1,5 +1,6 @@
 //! Client connection families: how many are open, refused at the cap, and
-//! closed by tokenclock's own deadlines, per listener (`proxy` or `metrics`).
+//! closed by tokenclock's own deadlines, per listener (`proxy` or `metrics`);
+//! and the requests refused at the proxy's cap on requests in flight.
 
 use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
@@ -9,6 +10,7 @@ pub(super) struct ConnectionFamilies {
     open: IntGaugeVec,
     refused: IntCounterVec,
     closed: IntCounterVec,
+    requests_refused: IntCounter,
 }
 
 impl ConnectionFamilies {
@@ -34,14 +36,25 @@ impl ConnectionFamilies {
             ),
             &["listener", "reason"],
         )?;
+        let requests_refused = IntCounter::with_opts(Opts::new(
+            "tokenclock_requests_refused_total",
+            "Requests tokenclock answered 503 itself because max_connections requests were in flight (each HTTP/2 stream is one).",
+        ))?;
         registry.register(Box::new(open.clone()))?;
         registry.register(Box::new(refused.clone()))?;
         registry.register(Box::new(closed.clone()))?;
+        registry.register(Box::new(requests_refused.clone()))?;
         Ok(Self {
             open,
             refused,
             closed,
+            requests_refused,
         })
+    }
+
+    /// Requests refused at the cap on requests in flight (proxy listener).
+    pub(super) fn requests_refused(&self) -> IntCounter {
+        self.requests_refused.clone()
     }
 
     /// The series of one listener, resolved once.

@@ -234,6 +234,11 @@ impl Metrics {
         self.shared.connections.listener(listener)
     }
 
+    /// Requests refused because `max_connections` were in flight.
+    pub(crate) fn requests_refused(&self) -> IntCounter {
+        self.shared.connections.requests_refused()
+    }
+
     /// The upstream health probe's series.
     pub(crate) fn upstream_health(&self) -> UpstreamHealthMetrics {
         self.shared.upstream.series()

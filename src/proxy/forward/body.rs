@@ -17,6 +17,7 @@ use std::future::Future;
 
 use tokio::time::{Instant, Sleep};
 
+use super::capacity::Slot;
 use super::pool::{Lease, PoolError};
 use crate::measure::observe::Failure;
 use crate::proxy::woken::Woken;
@@ -81,8 +82,9 @@ pin_project! {
     #[project = ResponseBodyProj]
     #[allow(missing_docs)] // pin-project-lite takes no docs on variant fields.
     pub enum ResponseBody {
-        /// The upstream's body, frame for frame.
-        Upstream { #[pin] body: IdleTimeout<Received, BodyError> },
+        /// The upstream's body, frame for frame, with its request's place
+        /// under the cap on requests in flight, given back as it is dropped.
+        Upstream { #[pin] body: IdleTimeout<Received, BodyError>, slot: Slot },
         /// A body made by the proxy itself (error responses).
         Local { #[pin] body: Full<Bytes> },
     }
@@ -90,9 +92,10 @@ pin_project! {
 
 impl ResponseBody {
     /// The upstream's body, failed after `idle` without a frame.
-    pub(crate) fn upstream(source: Source, idle: Duration) -> Self {
+    pub(crate) fn upstream(source: Source, idle: Duration, slot: Slot) -> Self {
         Self::Upstream {
             body: IdleTimeout::new(Received::new(source), idle),
+            slot,
         }
     }
 
@@ -111,7 +114,7 @@ impl Body for ResponseBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         match self.project() {
-            ResponseBodyProj::Upstream { body } => body.poll_frame(cx),
+            ResponseBodyProj::Upstream { body, .. } => body.poll_frame(cx),
             ResponseBodyProj::Local { body } => body
                 .poll_frame(cx)
                 .map(|f| f.map(|f| f.map_err(|never| match never {}))),
@@ -120,14 +123,14 @@ impl Body for ResponseBody {
 
     fn is_end_stream(&self) -> bool {
         match self {
-            Self::Upstream { body } => body.is_end_stream(),
+            Self::Upstream { body, .. } => body.is_end_stream(),
             Self::Local { body } => body.is_end_stream(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match self {
-            Self::Upstream { body } => body.size_hint(),
+            Self::Upstream { body, .. } => body.size_hint(),
             Self::Local { body } => body.size_hint(),
         }
     }

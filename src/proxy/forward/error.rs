@@ -43,6 +43,9 @@ pub(crate) enum ProxyError {
     /// The client's request body failed: malformed, cut, or stalled.
     #[error(transparent)]
     ClientBody(#[from] ClientBodyError),
+    /// `max_connections` requests were in flight (`capacity`).
+    #[error("tokenclock has {0} requests in flight (max_connections); retry shortly")]
+    AtCapacity(usize),
 }
 
 // === impl ProxyError ===
@@ -88,6 +91,7 @@ impl ProxyError {
             }
             Self::BadRequest(_)
             | Self::MethodNotAllowed
+            | Self::AtCapacity(_)
             | Self::ClientBody(ClientBodyError::Malformed(_)) => Outcome::HttpError,
             Self::ClientBody(ClientBodyError::Gone(_)) => Outcome::ClientCancelled,
             Self::ClientBody(ClientBodyError::Stalled(_)) => Outcome::ClientTimeout,
@@ -102,6 +106,7 @@ impl ProxyError {
             }
             Self::ConnectTimeout(_) | Self::HeaderTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Self::AtCapacity(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::ClientBody(ClientBodyError::Stalled(_)) => StatusCode::REQUEST_TIMEOUT,
             Self::BadRequest(_) | Self::ClientBody(_) => StatusCode::BAD_REQUEST,
         }
@@ -114,6 +119,7 @@ impl ProxyError {
             Self::ConnectTimeout(_) | Self::HeaderTimeout(_) => "upstream_timeout",
             Self::Upstream(_) | Self::UnsolicitedUpgrade => "upstream_error",
             Self::MethodNotAllowed => "method_not_allowed",
+            Self::AtCapacity(_) => "overloaded",
             Self::ClientBody(ClientBodyError::Stalled(_)) => "request_timeout",
             Self::BadRequest(_) | Self::ClientBody(_) => "bad_request",
         }
@@ -131,8 +137,15 @@ impl ProxyError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
-        if let Self::MethodNotAllowed = self {
-            headers.insert(header::ALLOW, HeaderValue::from_static(ALLOW));
+        match self {
+            Self::MethodNotAllowed => {
+                headers.insert(header::ALLOW, HeaderValue::from_static(ALLOW));
+            }
+            // A slot frees as soon as any response ends.
+            Self::AtCapacity(_) => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            _ => {}
         }
         response
     }
@@ -182,6 +195,19 @@ mod tests {
         let connect = ProxyError::MethodNotAllowed.to_response();
         assert_eq!(connect.status(), StatusCode::METHOD_NOT_ALLOWED);
         assert!(connect.headers().get(header::ALLOW).is_some());
+    }
+
+    #[test]
+    fn a_refusal_at_capacity_is_a_retryable_503_of_tokenclocks_own() {
+        let e = ProxyError::AtCapacity(4096);
+        assert_eq!(e.outcome(), Outcome::HttpError);
+        assert_eq!(e.kind(), "overloaded");
+        let response = e.to_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            response.headers().get(header::RETRY_AFTER),
+            Some(&HeaderValue::from_static("1"))
+        );
     }
 
     #[test]

@@ -118,6 +118,16 @@ pub async fn get(addr: SocketAddr, path: &str) -> Collected {
     collect(response).await.expect("whole body")
 }
 
+/// The value of one series (name and labels, as written) on the
+/// `/metrics` of `metrics`, 0 when absent.
+pub async fn metric(metrics: SocketAddr, series: &str) -> f64 {
+    let text = String::from_utf8_lossy(&get(metrics, "/metrics").await.body()).into_owned();
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
 /// An HTTP/1.1 connection kept open for several requests.
 pub async fn connect(addr: SocketAddr) -> hyper::client::conn::http1::SendRequest<Full<Bytes>> {
     let stream = TcpStream::connect(addr).await.expect("connect");
