@@ -7,6 +7,9 @@
 # -> sim and client -> nginx -> sim:
 #   (a) latency: 32 streams x 64 events at 20 ms; the one-way delay of each
 #       event (sim_sent_unix_ns to the client), p50 and p99, minus direct's.
+#   (y) as (a), the client speaking HTTP/2 (h2c, prior knowledge; nginx
+#       takes it on NGINX_H2_PORT): the 32 streams share one connection, as
+#       behind an HTTP/2 load balancer or gateway.
 #   (b) throughput: 256 streams, events as fast as possible; the proxy's CPU
 #       time per event (utime+stime from /proc/PID/stat) and events/s.
 #   (w) throughput per write: 256 streams x 200 events back to back, the
@@ -58,7 +61,7 @@
 # a warm-up per measurement; the vias' order rotated every repetition;
 # medians of N repetitions (default 3).
 # --only picks scenarios (say --only a for the latency runs alone; default
-# abwvcfhr, i, k and s are opt-in); A_STREAMS in the environment sets the number of
+# aybwvcfhr, i, k and s are opt-in); A_STREAMS in the environment sets the number of
 # streams of (a) (default 32).
 # --trace adds (t): (a) once more per proxy with its syscalls recorded by
 # perf (linux-perf), for each proxy's in-proxy delay per event (in_proxy.py):
@@ -73,7 +76,7 @@
 # Everything listens on 127.0.0.1 and is killed on exit.
 set -euo pipefail
 
-QUICK=0 REPS=3 OUT=target/perf/overhead.json BUILD=1 UPSTREAM="" ONLY=abwvcfhr TRACE=0
+QUICK=0 REPS=3 OUT=target/perf/overhead.json BUILD=1 UPSTREAM="" ONLY=aybwvcfhr TRACE=0
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --quick) QUICK=1 REPS=1 ;;
@@ -88,7 +91,7 @@ while [[ $# -gt 0 ]]; do
     shift
 done
 
-[[ $ONLY =~ ^[abwvcfhriks]+$ ]] || { echo "overhead.sh: --only takes letters of abwvcfhriks, got '$ONLY'" >&2; exit 2; }
+[[ $ONLY =~ ^[aybwvcfhriks]+$ ]] || { echo "overhead.sh: --only takes letters of aybwvcfhriks, got '$ONLY'" >&2; exit 2; }
 (( TRACE == 0 )) || ONLY+=t
 # (t)'s repetitions: its in-proxy delay moves by ±50% between runs of one
 # build, so it takes more of them than the other scenarios (it is cheap).
@@ -204,22 +207,29 @@ run_load() {
 warm_up() {
     local streams=4
     case "$1" in
-        a | t) streams=$A_STREAMS ;;
+        a | t | y) streams=$A_STREAMS ;;
         b | w | v | s) streams=$(( B_STREAMS < 64 ? B_STREAMS : 64 )) ;;
     esac
     run_load /dev/null "$TMP/load.log" --concurrency "$streams" --requests $(( streams * 2 )) \
         --schedule "ttft_ms=1,gap_ms=1,tokens=16"
 }
 
-# a_load OUT: (a)'s load, a steady 20 ms pace; its summary into OUT.
+# a_load OUT [LOAD ARGS]: (a)'s load, a steady 20 ms pace; its summary into OUT.
 a_load() {
-    run_load "$1" "$TMP/load.log" --concurrency "$A_STREAMS" \
-        --requests $(( A_STREAMS * 2 )) --schedule "ttft_ms=20,gap_ms=20,tokens=$A_EVENTS"
+    local out=$1
+    shift
+    run_load "$out" "$TMP/load.log" --concurrency "$A_STREAMS" \
+        --requests $(( A_STREAMS * 2 )) --schedule "ttft_ms=20,gap_ms=20,tokens=$A_EVENTS" "$@"
 }
 
 # (a) one-way delay per event at a steady 20 ms pace.
 scenario_a() {
     a_load "$RESULTS/a-$1-$2.json"
+}
+
+# (y) (a) with the client on one h2c connection.
+scenario_y() {
+    PROXY_URL=$H2_URL a_load "$RESULTS/y-$1-$2.json" --http2
 }
 
 # (t) scenario (a) again with the proxy's syscalls recorded by perf (its
@@ -506,7 +516,7 @@ VIAS=(direct tokenclock nginx)
 LAST=$REPS
 [[ $ONLY != *t* ]] || LAST=$T_REPS
 for rep in $(seq 1 "$LAST"); do
-    for scenario in a t b w v c h f r i k s; do
+    for scenario in a y t b w v c h f r i k s; do
         [[ $ONLY == *"$scenario"* ]] || continue
         if [[ $scenario == t ]]; then (( rep <= T_REPS )) || continue; else (( rep <= REPS )) || continue; fi
         for i in 0 1 2; do

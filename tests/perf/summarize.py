@@ -37,7 +37,7 @@ def runs(results, scenario, via):
         summary = load(os.path.join(results, f"{scenario}-{via}-{rep}.json"))
         if summary is None:
             return out
-        extra = load(os.path.join(results, f"{scenario}-{via}-{rep}.{ {'a': 'none', 't': 'trace', 'b': 'cpu', 'w': 'cpu', 'v': 'cpu', 'c': 'rss', 'h': 'rss', 'f': 'rss', 'r': 'none', 'i': 'ir', 's': 'cpu'}[scenario]}.json"))
+        extra = load(os.path.join(results, f"{scenario}-{via}-{rep}.{ {'a': 'none', 'y': 'none', 't': 'trace', 'b': 'cpu', 'w': 'cpu', 'v': 'cpu', 'c': 'rss', 'h': 'rss', 'f': 'rss', 'r': 'none', 'i': 'ir', 's': 'cpu'}[scenario]}.json"))
         out.append((summary, extra or {}))
         rep += 1
 
@@ -69,12 +69,14 @@ def per_via(results):
     """Median figures per via, and every repetition's raw figures."""
     medians, raw, errors = {}, {}, {}
     for via in VIAS:
-        a, t, b, w, v, c, h, f, r, i, s_ = (runs(results, s, via) for s in "atbwvchfris")
+        a, y, t, b, w, v, c, h, f, r, i, s_ = (runs(results, s, via) for s in "aytbwvchfris")
         shares = [load(os.path.join(results, f"s-{via}-{rep}.share.json")) or {}
                   for rep in range(1, len(s_) + 1)]
         figures = {
             "delay_p50_us": [s["event_delay_us"]["p50"] for s, _ in a],
             "delay_p99_us": [s["event_delay_us"]["p99"] for s, _ in a],
+            "y_delay_p50_us": [s["event_delay_us"]["p50"] for s, _ in y],
+            "y_delay_p99_us": [s["event_delay_us"]["p99"] for s, _ in y],
             "in_proxy_p50_us": [e.get("in_proxy_delay_us_p50") for _, e in t],
             "in_proxy_p99_us": [e.get("in_proxy_delay_us_p99") for _, e in t],
             "frames_per_wakeup_p50": [e.get("frames_per_wakeup_p50") for _, e in t],
@@ -119,7 +121,7 @@ def per_via(results):
             "scrape_cpu_ms": [s["cpu_ms_per_scrape"] for s, _ in r],
             "scrape_series": [s["series"] for s, _ in r],
         }
-        errors[via] = sum(s["total"]["errors"] for s, _ in a + t + b + w + v + c + h + f + i + s_)
+        errors[via] = sum(s["total"]["errors"] for s, _ in a + y + t + b + w + v + c + h + f + i + s_)
         raw[via] = figures
         medians[via] = {k: median(v) for k, v in figures.items()}
     return medians, raw, errors
@@ -135,11 +137,18 @@ def ratio(x, y):
 
 def rows(m):
     d, t, n = m["direct"], m["tokenclock"], m["nginx"]
-    added = {k: (sub(t[k], d[k]), sub(n[k], d[k])) for k in ("delay_p50_us", "delay_p99_us")}
+    added = {k: (sub(t[k], d[k]), sub(n[k], d[k]))
+             for k in ("delay_p50_us", "delay_p99_us", "y_delay_p50_us", "y_delay_p99_us")}
     out = [("(a) event delay p50, us", d["delay_p50_us"], t["delay_p50_us"], n["delay_p50_us"]),
            ("(a) event delay p99, us", d["delay_p99_us"], t["delay_p99_us"], n["delay_p99_us"]),
            ("(a) added delay p50, us", None, *added["delay_p50_us"]),
            ("(a) added delay p99, us", None, *added["delay_p99_us"]),
+           ("(y) event delay p50, h2c client, us", d["y_delay_p50_us"], t["y_delay_p50_us"],
+            n["y_delay_p50_us"]),
+           ("(y) event delay p99, h2c client, us", d["y_delay_p99_us"], t["y_delay_p99_us"],
+            n["y_delay_p99_us"]),
+           ("(y) added delay p50, us", None, *added["y_delay_p50_us"]),
+           ("(y) added delay p99, us", None, *added["y_delay_p99_us"]),
            ("(t) in-proxy delay p50, us", None, t["in_proxy_p50_us"], n["in_proxy_p50_us"]),
            ("(t) in-proxy delay p99, us", None, t["in_proxy_p99_us"], n["in_proxy_p99_us"]),
            ("(t) frames per wake-up, mean", None, t["frames_per_wakeup_mean"], n["frames_per_wakeup_mean"]),
@@ -199,6 +208,8 @@ PAIRED = [
     ("first_to_read_p50_us", "(t) first frame: wake-up to read p50", True),
     ("first_read_to_write_p50_us", "(t) first frame: read to write p50", True),
     ("next_frame_p50_us", "(t) next frame in wake-up p50", True),
+    ("y_delay_p50_us", "(y) event delay p50, h2c client", True),
+    ("y_delay_p99_us", "(y) event delay p99, h2c client", True),
     ("cpu_us_per_event", "(b) proxy CPU per event", True),
     ("w_cpu_us_per_event", "(w) proxy CPU per event", True),
     ("v_cpu_us_per_event", "(v) proxy CPU per event, h2c", True),
