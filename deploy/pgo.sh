@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # pgo.sh: build the binary that ships, the `dist` profile optimized with the
-# profile of real forwarding (profile-guided optimization; README:
-# Performance, "Profile-guided build"). deploy/Dockerfile runs it;
+# profile of real forwarding (profile-guided optimization;
+# tests/perf/RESULTS.md, "Profile-guided build"). deploy/Dockerfile runs it;
 # tests/perf/overhead.sh measures what it builds.
 #
 # Usage: bash deploy/pgo.sh              -> target/pgo/dist/tokenclock

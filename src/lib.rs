@@ -52,7 +52,8 @@ pub fn run(config: Config, source: proxy::reload::Source) -> Result<(), StartErr
     // one with a single worker: that would run the connections on the
     // worker and this function's future on the calling thread, and each
     // wake-up would pay for the work-stealing bookkeeping no other worker
-    // needs (about 500 instructions an event; README, Performance).
+    // needs (about 500 instructions an event; tests/perf/RESULTS.md, "One thread,
+    // one scheduler").
     let mut builder = match config.worker_threads {
         1 => tokio::runtime::Builder::new_current_thread(),
         n => {

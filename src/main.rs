@@ -17,8 +17,8 @@ mod cli;
 /// keeps its metadata out of the blocks it hands out and its 8 KiB blocks
 /// page-aligned, so their unwritten pages are never backed; glibc keeps a
 /// header in the 16 bytes before each block, so a block's first and last
-/// pages share pages that its neighbours' headers touch. Measured (README:
-/// Performance, "Memory per held stream"): less RSS per held stream, and
+/// pages share pages that its neighbours' headers touch. Measured
+/// (tests/perf/RESULTS.md, "Memory per held stream"): less RSS per held stream, and
 /// CPU per event within the benchmark's noise. `.cargo/config.toml` builds
 /// it to return freed pages from a thread of its own ("Freed pages handed
 /// back").

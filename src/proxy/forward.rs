@@ -106,7 +106,8 @@ impl Proxy {
 /// hyper's `Service`, not tower's through hyper-util's adapter: the
 /// adapter's future holds the request inline until it is called, and hyper
 /// keeps a box sized for that future for each connection's life (280 bytes
-/// against 24, README "Performance": a held stream's memory).
+/// against 24: tests/perf/RESULTS.md, "A held stream's task sized for
+/// HTTP/1.1").
 impl Service<Request<Incoming>> for Proxy {
     type Response = Response<ProxyBody>;
     type Error = Infallible;

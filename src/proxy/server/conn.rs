@@ -91,7 +91,7 @@ impl Serve {
 /// Flattened (`writev(false)`: each frame copied into hyper's write buffer,
 /// one `send`) was tried: about 330 fewer instructions per paced event, but
 /// about 200 more per event piled up, and fewer events per second at
-/// saturation (README, "Responses written flattened: tried, not kept").
+/// saturation (tests/perf/RESULTS.md, "Responses written flattened: tried, not kept").
 fn builder(timeouts: &Timeouts) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     // As `http1_builder`, which cannot be handed to the auto builder.
