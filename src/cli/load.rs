@@ -37,7 +37,7 @@ pub(crate) struct LoadFlags {
     /// Ask for whole (non-streamed) answers, which come at once when generated: the client sees no events and no TTFT
     #[arg(long)]
     no_stream: bool,
-    /// Speak HTTP/2 with prior knowledge (h2c), every request a stream of one connection, instead of HTTP/1.1
+    /// Speak HTTP/2 with prior knowledge (h2c) instead of HTTP/1.1: every request a stream, on one connection per 100 of --concurrency (servers cap the streams of a connection: nginx at 128, hyper at 200)
     #[arg(long)]
     http2: bool,
     /// Request path, repeatable: every workload is sent to each path in equal shares, e.g. /v1/messages for a mix of API families against the simulator [default: /v1/chat/completions]

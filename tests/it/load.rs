@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::common::{
     self,
+    client::metric,
     upstream::{chunk, head, sse_head, Event, Scripted, Step},
 };
 use bytes::Bytes;
@@ -346,6 +347,30 @@ async fn http2_speaks_h2c() {
     let summary = run(direct).await;
     assert_eq!(summary.total.ok, 0, "{summary}");
     assert_eq!(summary.total.errors, 2, "{summary}");
+}
+
+/// With `http2`, requests spread over one connection per 100 in flight,
+/// below any server's cap on a connection's streams (nginx 128, hyper
+/// 200), which would hold some of them back: 250 at once come on three.
+#[tokio::test]
+async fn http2_opens_a_connection_per_100_requests_in_flight() {
+    let upstream = Scripted::start(stream(Duration::from_millis(1500), None)).await;
+    let proxy = common::proxy(upstream.addr, "").await;
+    let mut h2 = config(proxy.addr, 250, Some(250));
+    h2.http2 = true;
+    let running = tokio::spawn(run(h2));
+    let open = "tokenclock_connections_open{listener=\"proxy\"}";
+    let mut most: f64 = 0.0;
+    for _ in 0..100 {
+        most = most.max(metric(proxy.metrics_addr, open).await);
+        if most >= 3.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let summary = running.await.expect("load task");
+    assert_eq!(summary.total.ok, 250, "{summary}");
+    assert_eq!(most, 3.0, "client connections while the requests were held");
 }
 
 /// Runs `tokenclock load` against `addr` with `args` and `more`; its JSON summary.

@@ -24,6 +24,8 @@
 #       one connection.
 #   (c) idle streams: 2,000 streams held open (first token 10 minutes away);
 #       the proxy's RSS per stream (VmRSS from /proc/PID/status), then dropped.
+#   (e) as (c), the client speaking h2c: the 2,000 streams on 20 connections
+#       (100 each, below nginx's 128 and hyper's 200 per connection).
 #   (h) held whole requests: as (c), 2,000 requests for whole (non-streamed)
 #       answers 10 minutes from generated, as a batch job's wait: the proxy's
 #       RSS per request while each waits for its response head.
@@ -61,7 +63,7 @@
 # a warm-up per measurement; the vias' order rotated every repetition;
 # medians of N repetitions (default 3).
 # --only picks scenarios (say --only a for the latency runs alone; default
-# aybwvcfhr, i, k and s are opt-in); A_STREAMS in the environment sets the number of
+# aybwvcefhr, i, k and s are opt-in); A_STREAMS in the environment sets the number of
 # streams of (a) (default 32).
 # --trace adds (t): (a) once more per proxy with its syscalls recorded by
 # perf (linux-perf), for each proxy's in-proxy delay per event (in_proxy.py):
@@ -76,7 +78,7 @@
 # Everything listens on 127.0.0.1 and is killed on exit.
 set -euo pipefail
 
-QUICK=0 REPS=3 OUT=target/perf/overhead.json BUILD=1 UPSTREAM="" ONLY=aybwvcfhr TRACE=0
+QUICK=0 REPS=3 OUT=target/perf/overhead.json BUILD=1 UPSTREAM="" ONLY=aybwvcefhr TRACE=0
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --quick) QUICK=1 REPS=1 ;;
@@ -91,7 +93,7 @@ while [[ $# -gt 0 ]]; do
     shift
 done
 
-[[ $ONLY =~ ^[aybwvcfhriks]+$ ]] || { echo "overhead.sh: --only takes letters of aybwvcfhriks, got '$ONLY'" >&2; exit 2; }
+[[ $ONLY =~ ^[aybwvcefhriks]+$ ]] || { echo "overhead.sh: --only takes letters of aybwvcefhriks, got '$ONLY'" >&2; exit 2; }
 (( TRACE == 0 )) || ONLY+=t
 # (t)'s repetitions: its in-proxy delay moves by ±50% between runs of one
 # build, so it takes more of them than the other scenarios (it is cheap).
@@ -345,6 +347,12 @@ scenario_c() {
     held c "$1" "$2"
 }
 
+# (e) idle streams over h2c: (c) with the client on one h2c connection per
+# 100 streams.
+scenario_e() {
+    PROXY_URL=$H2_URL held e "$1" "$2" --http2
+}
+
 # (h) held whole requests: each waits for its response head, which a whole
 # answer gets only once generated.
 scenario_h() {
@@ -516,12 +524,12 @@ VIAS=(direct tokenclock nginx)
 LAST=$REPS
 [[ $ONLY != *t* ]] || LAST=$T_REPS
 for rep in $(seq 1 "$LAST"); do
-    for scenario in a y t b w v c h f r i k s; do
+    for scenario in a y t b w v c e h f r i k s; do
         [[ $ONLY == *"$scenario"* ]] || continue
         if [[ $scenario == t ]]; then (( rep <= T_REPS )) || continue; else (( rep <= REPS )) || continue; fi
         for i in 0 1 2; do
             via=${VIAS[$(( (i + rep - 1) % 3 ))]}
-            [[ $via == direct && $scenario == [chtfis] ]] && continue
+            [[ $via == direct && $scenario == [cehtfis] ]] && continue
             [[ $via != tokenclock && $scenario == [rk] ]] && continue
             log "rep $rep/$([[ $scenario == t ]] && echo "$T_REPS" || echo "$REPS"): ($scenario) via $via"
             start_proxy "$via"

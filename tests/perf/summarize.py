@@ -37,7 +37,7 @@ def runs(results, scenario, via):
         summary = load(os.path.join(results, f"{scenario}-{via}-{rep}.json"))
         if summary is None:
             return out
-        extra = load(os.path.join(results, f"{scenario}-{via}-{rep}.{ {'a': 'none', 'y': 'none', 't': 'trace', 'b': 'cpu', 'w': 'cpu', 'v': 'cpu', 'c': 'rss', 'h': 'rss', 'f': 'rss', 'r': 'none', 'i': 'ir', 's': 'cpu'}[scenario]}.json"))
+        extra = load(os.path.join(results, f"{scenario}-{via}-{rep}.{ {'a': 'none', 'y': 'none', 't': 'trace', 'b': 'cpu', 'w': 'cpu', 'v': 'cpu', 'c': 'rss', 'e': 'rss', 'h': 'rss', 'f': 'rss', 'r': 'none', 'i': 'ir', 's': 'cpu'}[scenario]}.json"))
         out.append((summary, extra or {}))
         rep += 1
 
@@ -69,7 +69,7 @@ def per_via(results):
     """Median figures per via, and every repetition's raw figures."""
     medians, raw, errors = {}, {}, {}
     for via in VIAS:
-        a, y, t, b, w, v, c, h, f, r, i, s_ = (runs(results, s, via) for s in "aytbwvchfris")
+        a, y, t, b, w, v, c, e_, h, f, r, i, s_ = (runs(results, s, via) for s in "aytbwvcehfris")
         shares = [load(os.path.join(results, f"s-{via}-{rep}.share.json")) or {}
                   for rep in range(1, len(s_) + 1)]
         figures = {
@@ -104,6 +104,7 @@ def per_via(results):
             "v_reads_per_event": [calls_per_event(s, e, "reads") for s, e in v],
             "v_writes_per_event": [calls_per_event(s, e, "writes") for s, e in v],
             "rss_kib_per_stream": [rss_kib_per_stream(e) for _, e in c],
+            "e_rss_kib_per_stream": [rss_kib_per_stream(x) for _, x in e_],
             "h_rss_kib_per_request": [rss_kib_per_stream(e) for _, e in h],
             "f_rss_kib_per_stream": [rss_kib_per_stream(e) for _, e in f],
             "s_events_per_s": [s["events_per_s"] for s, _ in s_],
@@ -121,7 +122,7 @@ def per_via(results):
             "scrape_cpu_ms": [s["cpu_ms_per_scrape"] for s, _ in r],
             "scrape_series": [s["series"] for s, _ in r],
         }
-        errors[via] = sum(s["total"]["errors"] for s, _ in a + y + t + b + w + v + c + h + f + i + s_)
+        errors[via] = sum(s["total"]["errors"] for s, _ in a + y + t + b + w + v + c + e_ + h + f + i + s_)
         raw[via] = figures
         medians[via] = {k: median(v) for k, v in figures.items()}
     return medians, raw, errors
@@ -185,6 +186,8 @@ def rows(m):
            ("(i) user instr./request, piled up", None, t["ir_per_request_piled"],
             n["ir_per_request_piled"]),
            ("(c) proxy RSS per idle stream, KiB", None, t["rss_kib_per_stream"], n["rss_kib_per_stream"]),
+           ("(e) RSS per idle h2c stream, KiB", None, t["e_rss_kib_per_stream"],
+            n["e_rss_kib_per_stream"]),
            ("(h) proxy RSS per held request, KiB", None, t["h_rss_kib_per_request"],
             n["h_rss_kib_per_request"]),
            ("(f) peak RSS per flowing stream, KiB", None, t["f_rss_kib_per_stream"],
@@ -216,6 +219,7 @@ PAIRED = [
     ("s_events_per_s", "(s) events/s at the CPU quota", False),
     ("ir_per_event", "(i) user instr./event, paced", True),
     ("rss_kib_per_stream", "(c) proxy RSS per idle stream", True),
+    ("e_rss_kib_per_stream", "(e) proxy RSS per idle h2c stream", True),
     ("h_rss_kib_per_request", "(h) proxy RSS per held request", True),
     ("f_rss_kib_per_stream", "(f) peak RSS per flowing stream", True),
 ]

@@ -52,9 +52,11 @@ pub struct LoadConfig {
     pub seed: u64,
     /// Per request: longer counts as a `timeout` error.
     pub request_timeout: Duration,
-    /// HTTP/2 with prior knowledge (h2c), every request a stream of one
-    /// connection, instead of a pool of HTTP/1.1 connections: as an HTTP/2
-    /// load balancer or gateway in front of the proxy speaks.
+    /// HTTP/2 with prior knowledge (h2c), every request a stream, instead
+    /// of a pool of HTTP/1.1 connections: as an HTTP/2 load balancer or
+    /// gateway in front of the proxy speaks. One connection per 100 of
+    /// `concurrency` (below the streams servers allow one connection: 128
+    /// for nginx, 200 for hyper), requests spread over them in turn.
     pub http2: bool,
 }
 

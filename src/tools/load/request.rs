@@ -22,11 +22,29 @@ use super::{
 /// The pooled client every request goes through.
 pub(super) type HttpClient = Client<HttpConnector, Full<Bytes>>;
 
+/// Requests in flight per HTTP/2 connection, at most: below the streams a
+/// server lets one connection open at once (nginx's default 128, hyper's
+/// 200), so that no server holds some of them back and each one sees the
+/// same load.
+pub(super) const STREAMS_PER_CONNECTION: usize = 100;
+
+/// The clients requests go through, taken in turn: one HTTP/1.1 pool, or
+/// with `http2` one h2c connection per [`STREAMS_PER_CONNECTION`] of
+/// `concurrency` (each client keeps one connection to the host).
+pub(super) fn clients(concurrency: usize, http2: bool) -> Vec<HttpClient> {
+    let n = if http2 {
+        concurrency.div_ceil(STREAMS_PER_CONNECTION).max(1)
+    } else {
+        1
+    };
+    (0..n).map(|_| client(concurrency, http2)).collect()
+}
+
 /// A keep-alive client with `TCP_NODELAY`, so small events are not held back
 /// by Nagle's algorithm: HTTP/1.1 keeping up to `idle` connections per host,
 /// or with `http2`, HTTP/2 with prior knowledge (h2c), every request a
 /// stream of one connection.
-pub(super) fn client(idle: usize, http2: bool) -> HttpClient {
+fn client(idle: usize, http2: bool) -> HttpClient {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
     Client::builder(TokioExecutor::new())
@@ -141,4 +159,19 @@ fn unix_ns() -> u128 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn http2_takes_a_connection_per_100_requests_in_flight() {
+        let connections = |concurrency, http2| clients(concurrency, http2).len();
+        assert_eq!(connections(500, false), 1, "one HTTP/1.1 pool");
+        assert_eq!(connections(1, true), 1);
+        assert_eq!(connections(100, true), 1);
+        assert_eq!(connections(101, true), 2);
+        assert_eq!(connections(256, true), 3);
+    }
 }

@@ -2,7 +2,7 @@
 
 use std::{
     sync::{
-        atomic::{AtomicU64, Ordering::Relaxed},
+        atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed},
         Arc, Mutex, PoisonError,
     },
     time::Duration,
@@ -30,7 +30,9 @@ struct Plan {
 
 /// State shared by every task of a run.
 pub(super) struct Shared {
-    client: HttpClient,
+    /// Taken in turn, one per request (`next`).
+    clients: Vec<HttpClient>,
+    next: AtomicUsize,
     plans: Vec<Plan>,
     weights: Vec<u32>,
     limit: Option<u64>,
@@ -53,7 +55,8 @@ impl Shared {
             .map(|w| plan(&config.target, w))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
-            client: request::client(config.concurrency, config.http2),
+            clients: request::clients(config.concurrency, config.http2),
+            next: AtomicUsize::new(0),
             plans,
             weights: config.workloads.iter().map(|w| w.weight).collect(),
             limit: config.requests,
@@ -78,7 +81,8 @@ impl Shared {
         let measured = match self.request(index) {
             Ok(request) => {
                 let live = (&self.live, self.timeout);
-                request::measure(&self.client, request, index, live, stop).await
+                let turn = self.next.fetch_add(1, Relaxed) % self.clients.len();
+                request::measure(&self.clients[turn], request, index, live, stop).await
             }
             Err(_) => failed(index, "request_build"),
         };
