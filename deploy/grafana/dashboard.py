@@ -382,6 +382,31 @@ def panels():
         12, 58, 12, 8, "Parse errors",
         "Unreadable payloads since each sidecar started, by endpoint and reason; the traffic was forwarded unchanged, only its measurement is missing.",
     )
+
+    # Row 9: capacity (no model or endpoint label: connections and the cap
+    # on requests in flight are the sidecar's, not a model's).
+    add(
+        series("short")
+        .with_target(
+            query("sum(rate(tokenclock_requests_refused_total[$__rate_interval]))", "requests refused", "A")
+        )
+        .with_target(
+            query(
+                'sum(rate(tokenclock_connections_refused_total{listener="proxy"}[$__rate_interval]))',
+                "connections refused",
+                "B",
+            )
+        ),
+        0, 66, 12, 8, "Turned away at max_connections",
+        "Per second: requests answered 503 (overloaded) because max_connections requests were in flight, which only HTTP/2 clients reach, and client connections closed at accept because max_connections were open. TokenclockAtCapacity alerts on either.",
+    )
+    add(
+        series("short").with_target(
+            query('sum by (instance) (tokenclock_connections_open{listener="proxy"})', "{{instance}}", "A")
+        ),
+        12, 66, 12, 8, "Client connections open",
+        "Client connections open on each sidecar's proxy listener, to set against its max_connections.",
+    )
     return out
 
 
