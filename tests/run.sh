@@ -90,6 +90,8 @@ if [ "$status" -eq 0 ]; then
   # (README, Development: the soak); the full soak enforces it.
   counted "tests/perf/soak.sh --duration 60s (fails the run if a request goes uncounted or counted twice, or fds grow)" \
     bash tests/perf/soak.sh --duration 60s --no-build --rss-warn-only --out target/perf/soak-ci.json
+  counted "tests/perf/soak.sh --duration 20s --http2 (the same checks with an HTTP/2 gateway's streams)" \
+    bash tests/perf/soak.sh --duration 20s --http2 --no-build --rss-warn-only --out target/perf/soak-ci-h2.json
   counted "deploy/pgo.sh --train (the profile-guided build's training traffic, through the release build: every unfaulted request ok, every API family recorded)" \
     bash deploy/pgo.sh --train target/release/tokenclock
 fi

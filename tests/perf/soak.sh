@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # soak.sh: a long run of streamed requests through tokenclock against the simulator (tokenclock sim), then checks that nothing leaked and every request was counted once.
 #
-# Usage: bash tests/perf/soak.sh [--requests N | --duration D] [--concurrency N] [--out FILE] [--no-build] [--rss-warn-only]
+# Usage: bash tests/perf/soak.sh [--requests N | --duration D] [--concurrency N] [--http2] [--out FILE] [--no-build] [--rss-warn-only]
 #
 # Defaults: 1,000,000 requests at concurrency 256. --duration D (e.g. 60s)
 # runs for about D instead: the warm-up's rate sets the request count, so
@@ -12,7 +12,10 @@
 # six API families of the simulator (OpenAI chat, completions, Responses,
 # Anthropic Messages, Ollama chat and generate: SSE and NDJSON), each also
 # with faults (aborted streams, 500s, 429s, a malformed event, a stall),
-# 16 events per stream as fast as the connection takes them.
+# 16 events per stream as fast as the connection takes them. --http2: the
+# load speaks h2c (one connection per 100 streams), as an HTTP/2 gateway in
+# front of the sidecar: the same checks hold for HTTP/2 clients' streams,
+# reset by the client or cut by the upstream mid-stream included.
 #
 # Order: simulator, tokenclock (default config), a warm-up load (5 % of
 # the requests, at least 20,000; 10 s in --duration mode), then the
@@ -34,12 +37,13 @@
 # Everything listens on 127.0.0.1 and is killed on exit.
 set -euo pipefail
 
-REQUESTS=1000000 DURATION="" CONCURRENCY=256 OUT=target/perf/soak.json BUILD=1 RSS=fail
+REQUESTS=1000000 DURATION="" CONCURRENCY=256 OUT=target/perf/soak.json BUILD=1 RSS=fail HTTP2=()
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --requests) REQUESTS="$2"; shift ;;
         --duration) DURATION="$2"; shift ;;
         --concurrency) CONCURRENCY="$2"; shift ;;
+        --http2) HTTP2=(--http2) ;;
         --out) OUT="$2"; shift ;;
         --no-build) BUILD=0 ;;
         --rss-warn-only) RSS=warn ;;
@@ -94,7 +98,7 @@ wait_for_line "$TMP/tokenclock.log" "Proxy listening." 10 || die "tokenclock did
 PATHS=(/v1/chat/completions /v1/completions /v1/responses /v1/messages /api/chat /api/generate)
 FAULTS=("abort=4,rate=0.2" "status=500,rate=0.1" "status=429,rate=0.1" "malformed,rate=0.2" "stall=20,rate=0.1")
 LOAD_ARGS=(--target "http://127.0.0.1:$TC_PORT" --concurrency "$CONCURRENCY" --format json
-    --workload chat --workload summaries --schedule "ttft_ms=0,gap_ms=0,tokens=16"
+    "${HTTP2[@]}" --workload chat --workload summaries --schedule "ttft_ms=0,gap_ms=0,tokens=16"
     --request-timeout 60s)
 for p in "${PATHS[@]}"; do LOAD_ARGS+=(--path "$p"); done
 for f in "${FAULTS[@]}"; do LOAD_ARGS+=(--fault "$f"); done
