@@ -169,7 +169,9 @@ impl Bound {
         let proxy = Listener::new(
             proxy,
             config.connections.max,
-            Serve::new(&config.timeouts, metrics.connections("proxy")).with_backlog(backlog),
+            Serve::new(&config.timeouts, metrics.connections("proxy"))
+                .with_backlog(backlog)
+                .with_max_streams(config.connections.max),
         );
         let admin = Listener::new(
             admin,

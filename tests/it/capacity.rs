@@ -148,7 +148,7 @@ fn statuses(responses: &[Collected]) -> (usize, usize, usize) {
 async fn an_h2_client_beyond_max_connections_requests_in_flight_gets_503_and_no_socket() {
     let upstream = Counting::start(Duration::from_millis(600)).await;
     let proxy = common::proxy(upstream.addr, "max_connections = 3\n").await;
-    let sender = h2(proxy.addr).await;
+    let (sender, other) = (h2(proxy.addr).await, h2(proxy.addr).await);
 
     // Three requests take the three slots, and keep them while their
     // bodies come (their heads came at once).
@@ -158,8 +158,8 @@ async fn an_h2_client_beyond_max_connections_requests_in_flight_gets_503_and_no_
         assert_eq!(response.status(), StatusCode::OK);
         held.push(response);
     }
-    // Meanwhile, five more on the same connection are refused at once.
-    let refused = at_once(&sender, 5).await;
+    // Meanwhile, five more on another connection are refused at once.
+    let refused = at_once(&other, 5).await;
     assert_eq!(statuses(&refused), (0, 5, 0), "{refused:?}");
     for response in &refused {
         assert_eq!(response.error_type(), "overloaded");
@@ -191,6 +191,24 @@ async fn an_h2_client_beyond_max_connections_requests_in_flight_gets_503_and_no_
     let again = at_once(&sender, 3).await;
     assert_eq!(statuses(&again), (3, 0, 0), "{again:?}");
     assert!(upstream.peak() <= 3);
+}
+
+#[tokio::test]
+async fn an_h2_client_is_told_the_cap_and_queues_what_is_beyond_it() {
+    // SETTINGS_MAX_CONCURRENT_STREAMS is max_connections when it is below
+    // hyper's 200, so a client alone on the proxy is never refused.
+    let upstream = Counting::start(Duration::from_millis(300)).await;
+    let proxy = common::proxy(upstream.addr, "max_connections = 3\n").await;
+    let sender = h2(proxy.addr).await;
+    // One request first: the server's SETTINGS have come once it is answered.
+    assert_eq!(statuses(&at_once(&sender, 1).await), (1, 0, 0));
+    let responses = at_once(&sender, 8).await;
+    assert_eq!(statuses(&responses), (8, 0, 0), "{responses:?}");
+    assert!(upstream.peak() <= 3, "{} upstream sockets", upstream.peak());
+    assert_eq!(
+        metric(proxy.metrics_addr, "tokenclock_requests_refused_total").await,
+        0.0
+    );
 }
 
 #[tokio::test]
@@ -233,8 +251,9 @@ async fn an_http1_connection_is_never_refused_its_next_request() {
 async fn under_a_low_fd_limit_an_h2_client_cannot_run_the_proxy_out_of_descriptors() {
     let upstream = Counting::start(Duration::from_secs(2)).await;
     // 2 × 64 + 8 + 16 + 64 reserved = 216 descriptors: fits in 256. Before
-    // the cap, each of 400 streams on two connections took an upstream
-    // socket: the process ran out, and requests failed 502.
+    // the cap, each stream in flight took an upstream socket: 4 connections
+    // of 64 streams each (their SETTINGS) ran the process out, and requests
+    // failed 502.
     let mut command = std::process::Command::new("prlimit");
     command
         .arg("--nofile=256:256")
@@ -254,12 +273,25 @@ async fn under_a_low_fd_limit_an_h2_client_cannot_run_the_proxy_out_of_descripto
     command.arg("--config").arg(&config);
     let served = process::launch(command).drain();
 
-    // Two connections of 200 streams (hyper's limit per connection): more
-    // upstream sockets than the process has descriptors.
+    // Four connections of 100 streams, 64 at a time each: more upstream
+    // sockets than the process has descriptors. Each sends one request
+    // first, so that the server's SETTINGS (64 streams) have come: streams
+    // sent before them beyond 64 are refused by h2 (REFUSED_STREAM).
+    let mut senders = Vec::new();
+    for _ in 0..4 {
+        senders.push(h2(served.addr).await);
+    }
+    let mut settled = JoinSet::new();
+    for sender in &senders {
+        let sender = sender.clone();
+        settled.spawn(async move { at_once(&sender, 1).await });
+    }
+    while let Some(first) = settled.join_next().await {
+        assert_eq!(statuses(&first.expect("first request")), (1, 0, 0));
+    }
     let mut floods = Vec::new();
-    for _ in 0..2 {
-        let sender = h2(served.addr).await;
-        floods.push(tokio::spawn(async move { at_once(&sender, 200).await }));
+    for sender in senders {
+        floods.push(tokio::spawn(async move { at_once(&sender, 100).await }));
     }
     // While the 64 admitted requests wait on the upstream.
     tokio::time::sleep(Duration::from_millis(800)).await;

@@ -83,7 +83,22 @@ impl Serve {
         self.backlog = backlog;
         self
     }
+
+    /// h2 connections that may open at most `max` streams at once: the
+    /// proxy's cap on requests in flight, when it is below hyper's 200. A
+    /// client told so in its SETTINGS queues what is beyond it, where it
+    /// would otherwise send it and get `503` (`forward::capacity`).
+    pub(crate) fn with_max_streams(mut self, max: usize) -> Self {
+        let max = u32::try_from(max)
+            .unwrap_or(u32::MAX)
+            .min(HYPER_MAX_STREAMS);
+        self.builder.http2().max_concurrent_streams(max);
+        self
+    }
 }
+
+/// hyper's default cap on an h2 server connection's concurrent streams.
+const HYPER_MAX_STREAMS: u32 = 200;
 
 /// HTTP/1.1 and h2c with tokenclock's timers and client-side `timeouts`.
 ///
