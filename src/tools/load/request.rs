@@ -26,7 +26,7 @@ pub(super) type HttpClient = Client<HttpConnector, Full<Bytes>>;
 /// server lets one connection open at once (nginx's default 128, hyper's
 /// 200), so that no server holds some of them back and each one sees the
 /// same load.
-pub(super) const STREAMS_PER_CONNECTION: usize = 100;
+const STREAMS_PER_CONNECTION: usize = 100;
 
 /// The clients requests go through, taken in turn: one HTTP/1.1 pool, or
 /// with `http2` one h2c connection per [`STREAMS_PER_CONNECTION`] of
