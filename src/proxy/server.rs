@@ -10,6 +10,7 @@ mod activity;
 mod conn;
 mod fds;
 mod quiet;
+mod turns;
 
 use std::{future::Future, io, net::SocketAddr, sync::Arc, time::Duration};
 

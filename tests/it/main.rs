@@ -16,6 +16,7 @@ mod capacity;
 mod client_faults;
 mod clock;
 mod connections;
+mod cuts;
 mod demo;
 mod deploy;
 mod failures;

@@ -28,6 +28,8 @@
 #     ok outcomes and 429/500 codes match what the client saw;
 #   - tokenclock_request_duration_seconds_count (E2E) grew by the same;
 #   - no request is left in flight;
+#   - no request failed without its response head (the simulator fails
+#     streams only after their heads);
 #   - RSS at the end is at most 10 % above RSS after the warm-up (it may
 #     fall: the allocator hands back pages);
 #   - no more open fds at the end than after the warm-up.

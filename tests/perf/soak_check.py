@@ -103,6 +103,12 @@ def check(tmp, requests, concurrency, out, rss_mode):
          all(delta.get(k, 0) == client.get(k, 0) for k in endpoints),
          ", ".join(f'{k[9:]} {delta.get(k, 0):.0f}/{client.get(k, 0)}' for k in endpoints)),
         ("nothing left in flight", end["in_flight"] == 0, f'{end["in_flight"]:.0f}'),
+        # The simulator fails streams only after their heads (and 429s and
+        # 500s are heads), so a request that failed without one lost what
+        # the upstream sent: over HTTP/2, a stream cut right behind its
+        # head once reached the client as a bare RST_STREAM.
+        ("every head reached the client", kinds.get("request", 0) == 0,
+         f'{kinds.get("request", 0)} requests failed without a head'),
         # A leak check: RSS may fall (jemalloc hands back pages it no
         # longer uses), but not grow past the slack.
         (f"RSS at the end at most {RSS_SLACK:.0%} above after warm-up",

@@ -140,7 +140,11 @@ impl Body for ResponseBody {
 pub(crate) struct Received {
     upstream: Upstream,
     /// Frames went out since the body last had nothing: the client's
-    /// connection may hold them unwritten.
+    /// connection may hold them unwritten. Set at first, for the response
+    /// head: an upstream that cut the stream right behind its head (a model
+    /// server that died in prefill) failed the body's first poll, before
+    /// hyper had written the head, and an HTTP/1.1 client got a connection
+    /// closed with nothing (about one such cut in four).
     unflushed: bool,
     /// A failure held back one wake-up, so those frames are written first.
     failed: Option<BodyError>,
@@ -177,7 +181,7 @@ impl Received {
         };
         Self {
             upstream,
-            unflushed: false,
+            unflushed: true,
             failed: None,
             woken: Woken::new(),
         }
@@ -286,9 +290,12 @@ impl Body for Received {
 
     /// Every event of one read is forwarded in the same wake-up, as one
     /// frame, and the client's connection writes them together. A failure
-    /// read with them (the upstream sent its last bytes and closed) waits
-    /// one wake-up: hyper drops what it has not written when a body fails,
-    /// and those bytes are the client's.
+    /// read with them, or with the head (the upstream sent its last bytes
+    /// and closed), waits one wake-up: hyper drops what it has not written
+    /// when a body fails, and those bytes are the client's. (On an h2
+    /// connection the frames are written by another task, which one
+    /// wake-up does not wait for: the server's `TrackedBody` holds the
+    /// failure until that task has taken a turn.)
     ///
     /// A poll that nothing can have changed returns pending at once
     /// (`woken`): hyper polls the body again right after writing a frame,

@@ -51,7 +51,7 @@ impl Listener {
         S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
         B: http_body::Body + Send + 'static,
         B::Data: Send,
-        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + Send,
     {
         tokio::pin!(shutdown);
         loop {

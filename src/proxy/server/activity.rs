@@ -10,6 +10,11 @@
 //! be read after the connection writes it. An h2 request gets none: its
 //! body is polled on a task of its own, and its frames are written by
 //! another.
+//!
+//! For the same reason, on a connection that may speak h2 the response
+//! body holds a failure until the connection has taken a turn after it
+//! ([`Turns`]): hyper resets the stream at once, and h2 drops what it had
+//! queued for it and not yet written.
 
 use std::{
     future::Future,
@@ -25,6 +30,7 @@ use http::{Request, Response, Version};
 use http_body::{Body, Frame, SizeHint};
 use tokio::sync::Notify;
 
+use super::turns::{Ticket, Turns};
 use crate::measure::after_write::AfterWrite;
 
 /// One connection's requests in flight.
@@ -33,9 +39,26 @@ pub(crate) struct Activity {
     active: AtomicUsize,
     started: AtomicBool,
     changed: Notify,
+    /// The connection's turns, when it may speak h2 (`turns`): its
+    /// streams' bodies are polled apart from its writes.
+    turns: Option<Box<Turns>>,
 }
 
 impl Activity {
+    /// A connection that may speak h2: its failed response bodies wait for
+    /// a turn of the connection (see `turns`).
+    pub(crate) fn with_turns() -> Self {
+        Self {
+            turns: Some(Box::default()),
+            ..Self::default()
+        }
+    }
+
+    /// The connection's turns, if it keeps them.
+    pub(crate) fn turns(&self) -> Option<&Turns> {
+        self.turns.as_deref()
+    }
+
     /// No request in flight.
     pub(crate) fn is_idle(&self) -> bool {
         self.active.load(Ordering::Acquire) == 0
@@ -94,6 +117,7 @@ impl<S> Tracked<S> {
 impl<S, ReqB, B> hyper::service::Service<Request<ReqB>> for Tracked<S>
 where
     S: hyper::service::Service<Request<ReqB>, Response = Response<B>>,
+    B: Body,
 {
     type Response = Response<TrackedBody<B>>;
     type Error = S::Error;
@@ -123,6 +147,7 @@ pin_project_lite::pin_project! {
 impl<F, B, E> Future for TrackedFuture<F>
 where
     F: Future<Output = Result<Response<B>, E>>,
+    B: Body,
 {
     type Output = Result<Response<TrackedBody<B>>, E>;
 
@@ -134,17 +159,42 @@ where
             response.map(|inner| TrackedBody {
                 inner,
                 _active: active,
+                held: None,
             })
         }))
     }
 }
 
 pin_project_lite::pin_project! {
-    /// A response body that keeps its request in flight until dropped.
-    pub(crate) struct TrackedBody<B> {
+    /// A response body that keeps its request in flight until dropped, and
+    /// on a connection that keeps turns, holds its failure until the
+    /// connection has taken a turn after it (so the frames before it are
+    /// written before hyper resets the stream; see `turns`).
+    pub(crate) struct TrackedBody<B: Body> {
         #[pin]
         inner: B,
         _active: Option<Active>,
+        // Boxed: only a failed body has one, and every held stream keeps
+        // this struct.
+        held: Option<Box<(B::Error, Ticket)>>,
+    }
+}
+
+/// What a body's poll returns.
+type Polled<B> = Poll<Option<Result<Frame<<B as Body>::Data>, <B as Body>::Error>>>;
+
+impl<B: Body> TrackedBody<B> {
+    /// The held failure, once the connection has taken its turn.
+    fn poll_held(
+        active: &Option<Active>,
+        held: &mut Option<Box<(B::Error, Ticket)>>,
+        cx: &mut Context<'_>,
+    ) -> Polled<B> {
+        let turns = active.as_ref().and_then(|active| active.0.turns());
+        if let (Some(turns), Some(held)) = (turns, held.as_ref()) {
+            std::task::ready!(turns.poll_passed(held.1, cx));
+        }
+        Poll::Ready(held.take().map(|held| Err(held.0)))
     }
 }
 
@@ -156,11 +206,25 @@ impl<B: Body> Body for TrackedBody<B> {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        self.project().inner.poll_frame(cx)
+        let this = self.project();
+        if this.held.is_some() {
+            return Self::poll_held(this._active, this.held, cx);
+        }
+        match std::task::ready!(this.inner.poll_frame(cx)) {
+            Some(Err(error)) => {
+                let turns = this._active.as_ref().and_then(|active| active.0.turns());
+                let Some(turns) = turns else {
+                    return Poll::Ready(Some(Err(error)));
+                };
+                *this.held = Some(Box::new((error, turns.ticket())));
+                Self::poll_held(this._active, this.held, cx)
+            }
+            frame => Poll::Ready(frame),
+        }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.held.is_none() && self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
@@ -174,6 +238,7 @@ mod tests {
 
     use bytes::Bytes;
     use http::{Request, Response, Version};
+    use http_body::Body;
     use http_body_util::{BodyExt, Empty, Full};
     use hyper::service::Service;
 
@@ -235,6 +300,66 @@ mod tests {
         >;
         let size = std::mem::size_of::<InFlight>();
         assert!(size <= 32, "the in-flight future is {size} bytes");
+    }
+
+    /// A body that fails at once.
+    struct Failing;
+
+    impl Body for Failing {
+        type Data = Bytes;
+        type Error = &'static str;
+
+        fn poll_frame(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, &'static str>>> {
+            std::task::Poll::Ready(Some(Err("cut")))
+        }
+    }
+
+    /// On a connection that keeps turns (h2), a failed body's error waits
+    /// until the connection has taken a turn begun after it, so that hyper
+    /// resets the stream only once its frames are written; on one that
+    /// does not (HTTP/1.1, hyper's own connection, which writes between
+    /// polls of the body), it passes at once.
+    #[test]
+    fn a_failure_waits_for_a_turn_of_a_connection_that_keeps_them() {
+        use std::future::Future;
+        use std::task::{Context, Poll, Waker};
+        let mut cx = Context::from_waker(Waker::noop());
+        for turns in [false, true] {
+            let activity = Arc::new(if turns {
+                Activity::with_turns()
+            } else {
+                Activity::default()
+            });
+            let service = Tracked::new(
+                hyper::service::service_fn(|_: Request<Empty<Bytes>>| async {
+                    Ok::<_, Infallible>(Response::new(Failing))
+                }),
+                activity.clone(),
+                Arc::default(),
+            );
+            let mut future = std::pin::pin!(service.call(Request::new(Empty::new())));
+            let Poll::Ready(Ok(response)) = future.as_mut().poll(&mut cx) else {
+                panic!("the response is ready");
+            };
+            let mut body = std::pin::pin!(response.into_body());
+            let polled = body.as_mut().poll_frame(&mut cx);
+            let Some(connection) = activity.turns() else {
+                assert!(matches!(polled, Poll::Ready(Some(Err("cut")))));
+                continue;
+            };
+            assert!(polled.is_pending(), "held until the connection's turn");
+            assert!(!body.is_end_stream());
+            connection.begin(&cx);
+            assert!(body.as_mut().poll_frame(&mut cx).is_pending());
+            connection.end();
+            assert!(matches!(
+                body.as_mut().poll_frame(&mut cx),
+                Poll::Ready(Some(Err("cut")))
+            ));
+        }
     }
 
     #[tokio::test]

@@ -27,6 +27,7 @@ use tokio::{net::TcpStream, sync::watch, time::Instant};
 use super::{
     activity::{Activity, Tracked},
     quiet::Quiet,
+    turns::Turns,
 };
 use crate::proxy::woken::Woken;
 use crate::{
@@ -185,13 +186,18 @@ where
     S::Error: Into<BoxError>,
     B: http_body::Body + Send + 'static,
     B::Data: Send,
-    B::Error: Into<BoxError>,
+    B::Error: Into<BoxError> + Send,
 {
-    let activity = Arc::new(Activity::default());
     let deadline = Instant::now() + serve.header_read;
     let Some(protocol) = serve.choose(&stream, deadline, &mut drain).await else {
         return Ok(());
     };
+    let activity = Arc::new(match protocol {
+        Protocol::Http1 => Activity::default(),
+        // hyper polls an h2 stream's body apart from the connection's
+        // writes: a failed one waits for a turn of the connection.
+        Protocol::Sniffed => Activity::with_turns(),
+    });
     let hook = Arc::new(match &serve.backlog {
         Some(backlog) => AfterWrite::with_backlog(backlog.clone()),
         None => AfterWrite::new(),
@@ -273,6 +279,9 @@ async fn drive<C: Connection>(
     mut deadline: Instant,
 ) -> Result<(), BoxError> {
     tokio::pin!(conn);
+    let turns = activity.turns();
+    // However the connection ends, no stream waits for a turn of it.
+    let _closed = turns.map(Closed);
     let mut wait = Wait::Head;
     // False once shutdown began, or if the drain went away without one.
     let mut watching = true;
@@ -288,7 +297,14 @@ async fn drive<C: Connection>(
         tokio::pin!(changed, sleep, drained);
         side.ready(); // new futures: each is polled once
         let event = std::future::poll_fn(|cx| {
-            if let Poll::Ready(result) = conn.as_mut().poll_connection(cx) {
+            if let Some(turns) = turns {
+                turns.begin(cx);
+            }
+            let polled = conn.as_mut().poll_connection(cx);
+            if let Some(turns) = turns {
+                turns.end();
+            }
+            if let Poll::Ready(result) = polled {
                 return Poll::Ready(Event::Closed(result));
             }
             if !side.take(cx) {
@@ -344,6 +360,15 @@ async fn drive<C: Connection>(
                 conn.as_mut().graceful_shutdown();
             }
         }
+    }
+}
+
+/// Closes a connection's turns when dropped.
+struct Closed<'a>(&'a Turns);
+
+impl Drop for Closed<'_> {
+    fn drop(&mut self) {
+        self.0.close();
     }
 }
 

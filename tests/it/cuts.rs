@@ -1,0 +1,174 @@
+//! A stream the upstream cuts reaches the client as what it was: the
+//! response head and every event sent before the cut, then the abort
+//! (HTTP/1.1: the connection closed without the last chunk; HTTP/2: a
+//! `RST_STREAM`). A model server that dies in prefill cuts its streams
+//! right behind their heads.
+//!
+//! hyper drops what it has not written when a response body fails: over
+//! HTTP/1.1 a cut read with the head lost the head (about one cut in four
+//! reached the client as a connection closed with nothing), and over HTTP/2
+//! h2 drops the frames it had queued for the stream, so with one worker
+//! thread every cut right behind the head, and with two, one in five cut
+//! after an event, reached the client as a bare `RST_STREAM`. The response
+//! body now holds its failure until what came before it is written
+//! (`forward::body`'s `Received`; `server::turns` for h2).
+
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use http::{Request, StatusCode};
+use http_body_util::{BodyExt, Empty};
+use hyper::client::conn::http2;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::{TcpListener, TcpStream},
+    task::JoinSet,
+};
+
+use crate::common::{process, upstream::chunk};
+
+/// The event the upstream sends before it cuts a stream at `/event`.
+const EVENT: &[u8] = b"data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n";
+
+/// An HTTP/1.1 upstream that answers every request with a streamed head,
+/// and on `/event` one event, in one write, then closes the connection
+/// without the body's last chunk: a model server that died mid-stream.
+async fn cutting_upstream() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(cut(stream));
+        }
+    });
+    addr
+}
+
+async fn cut(mut stream: TcpStream) {
+    let mut head = Vec::new();
+    let mut buffer = [0u8; 4096];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        match stream.read(&mut buffer).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => head.extend_from_slice(&buffer[..n]),
+        }
+    }
+    let mut answer = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
+        transfer-encoding: chunked\r\n\r\n"
+        .to_vec();
+    if head.starts_with(b"GET /event") {
+        answer.extend_from_slice(&chunk(EVENT));
+    }
+    let _ = stream.write_all(&answer).await;
+}
+
+/// What one h2 stream's client saw, when it was not the cut stream sent.
+async fn stream(
+    mut sender: http2::SendRequest<Empty<Bytes>>,
+    path: &'static str,
+) -> Option<String> {
+    let request = Request::get(path).body(Empty::new()).expect("request");
+    let response = match sender.send_request(request).await {
+        Ok(response) => response,
+        Err(e) => return Some(format!("{path}: no head ({e})")),
+    };
+    if response.status() != StatusCode::OK {
+        return Some(format!("{path}: status {}", response.status()));
+    }
+    let mut body = response.into_body();
+    let mut received = Vec::new();
+    loop {
+        match body.frame().await {
+            Some(Ok(frame)) => {
+                if let Ok(data) = frame.into_data() {
+                    received.extend_from_slice(&data);
+                }
+            }
+            Some(Err(_)) => break,
+            None => return Some(format!("{path}: ended cleanly")),
+        }
+    }
+    let sent: &[u8] = if path == "/event" { EVENT } else { b"" };
+    (received != sent).then(|| format!("{path}: {} bytes before the reset", received.len()))
+}
+
+/// Streams over h2c, on 4 connections of 100 at a time, half cut right
+/// behind their head and half behind an event, through a proxy with
+/// `threads` worker threads: each client gets its head and event.
+async fn cut_over_h2(threads: &str) {
+    let upstream = cutting_upstream().await;
+    let proxy = process::serve(upstream, &["--worker-threads", threads], &[]);
+    let mut wrong = Vec::new();
+    let mut streams = 0;
+    for _ in 0..6 {
+        let mut set = JoinSet::new();
+        for _ in 0..4 {
+            let tcp = TcpStream::connect(proxy.addr).await.expect("connect");
+            let (sender, connection) = http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+                .await
+                .expect("h2 handshake");
+            tokio::spawn(connection);
+            for i in 0..100 {
+                let path = if i % 2 == 0 { "/event" } else { "/head" };
+                set.spawn(stream(sender.clone(), path));
+                streams += 1;
+            }
+        }
+        while let Some(seen) = set.join_next().await {
+            wrong.extend(seen.expect("stream task"));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{threads} threads: {} of {streams} cut streams reached the client wrong, e.g. {:?}",
+        wrong.len(),
+        &wrong[..wrong.len().min(5)]
+    );
+}
+
+/// One thread: a cut right behind the head was a bare reset every time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_h2_stream_keeps_its_head_with_one_thread() {
+    cut_over_h2("1").await;
+}
+
+/// Two threads: the stream's body fails on one while the connection
+/// writes on the other (without the wait for a turn, about 300 of 2,400
+/// reached the client as bare resets).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_h2_stream_keeps_its_head_and_events_with_two_threads() {
+    cut_over_h2("2").await;
+}
+
+/// HTTP/1.1, a connection a request: the client reads the head and the
+/// event, and the connection closes without the body's last chunk.
+#[tokio::test]
+async fn a_cut_http1_stream_keeps_its_head_and_events() {
+    let upstream = cutting_upstream().await;
+    for threads in ["1", "2"] {
+        let proxy = process::serve(upstream, &["--worker-threads", threads], &[]);
+        let mut wrong = Vec::new();
+        for i in 0..200 {
+            let path = if i % 2 == 0 { "/event" } else { "/head" };
+            let mut tcp = TcpStream::connect(proxy.addr).await.expect("connect");
+            let request = format!("GET {path} HTTP/1.1\r\nhost: tokenclock\r\n\r\n");
+            tcp.write_all(request.as_bytes()).await.expect("request");
+            let mut received = Vec::new();
+            let _ = tcp.read_to_end(&mut received).await;
+            let text = String::from_utf8_lossy(&received);
+            let whole = text.starts_with("HTTP/1.1 200 OK\r\n")
+                && (path == "/head" || text.contains(&String::from_utf8_lossy(&chunk(EVENT))[..]))
+                && !text.ends_with("0\r\n\r\n");
+            if !whole {
+                wrong.push(format!("{path}: {text:?}"));
+            }
+        }
+        assert!(
+            wrong.is_empty(),
+            "{threads} threads: {} of 200 cut streams reached the client wrong, e.g. {:?}",
+            wrong.len(),
+            &wrong[..wrong.len().min(3)]
+        );
+    }
+}
