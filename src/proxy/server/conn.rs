@@ -491,4 +491,45 @@ mod tests {
         let size = std::mem::size_of_val(&future);
         assert!(size <= 2560, "the connection's future is {size} bytes");
     }
+
+    /// A connection that ends in the turn a stream took its ticket in:
+    /// that turn began before the ticket, so only the connection's end can
+    /// pass it, and must, or the stream would hold its failure forever.
+    struct EndsMidTurn {
+        activity: Arc<Activity>,
+        ticket: Arc<std::sync::Mutex<Option<super::super::turns::Ticket>>>,
+    }
+
+    impl Connection for EndsMidTurn {
+        fn poll_connection(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Result<(), BoxError>> {
+            let turns = self.activity.turns().expect("turns");
+            *self.ticket.lock().expect("lock") = Some(turns.ticket());
+            Poll::Ready(Ok(()))
+        }
+
+        fn graceful_shutdown(self: Pin<&mut Self>) {}
+    }
+
+    #[tokio::test]
+    async fn a_connection_gone_passes_its_streams_tickets() {
+        let activity = Arc::new(Activity::with_turns());
+        let metrics = ConnectionMetrics::unexported().expect("metrics");
+        let serving = Serve::new(&TIMEOUTS, metrics);
+        let drain = Drain::new();
+        let ticket = Arc::default();
+        let conn = EndsMidTurn {
+            activity: activity.clone(),
+            ticket: Arc::clone(&ticket),
+        };
+        let deadline = Instant::now() + TIMEOUTS.header_read;
+        let driven = drive(conn, &serving, drain.watch(), activity.clone(), deadline);
+        driven.await.expect("closed");
+        let ticket = ticket.lock().expect("lock").expect("a ticket");
+        let cx = Context::from_waker(std::task::Waker::noop());
+        let turns = activity.turns().expect("turns");
+        assert!(turns.poll_passed(ticket, &cx).is_ready());
+    }
 }
