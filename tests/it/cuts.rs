@@ -11,7 +11,8 @@
 //! thread every cut right behind the head, and with two, one in five cut
 //! after an event, reached the client as a bare `RST_STREAM`. The response
 //! body now holds its failure until what came before it is written
-//! (`forward::body`'s `Received`; `server::turns` for h2).
+//! (`forward::body`'s `Received`; `server::turns` for h2), whether the
+//! upstream speaks HTTP/1.1 or HTTP/2.
 
 use std::net::SocketAddr;
 
@@ -26,7 +27,7 @@ use tokio::{
     task::JoinSet,
 };
 
-use crate::common::{process, upstream::chunk};
+use crate::common::{self, process, upstream::chunk};
 
 /// The event the upstream sends before it cuts a stream at `/event`.
 const EVENT: &[u8] = b"data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n";
@@ -141,6 +142,29 @@ async fn a_cut_h2_stream_keeps_its_head_and_events_with_two_threads() {
     cut_over_h2("2").await;
 }
 
+/// What HTTP/1.1 clients saw of 200 cut streams through `proxy`, a
+/// connection a request, when it was not the head, the event and a close
+/// without the body's last chunk.
+async fn cut_over_http1(proxy: SocketAddr) -> Vec<String> {
+    let mut wrong = Vec::new();
+    for i in 0..200 {
+        let path = if i % 2 == 0 { "/event" } else { "/head" };
+        let mut tcp = TcpStream::connect(proxy).await.expect("connect");
+        let request = format!("GET {path} HTTP/1.1\r\nhost: tokenclock\r\n\r\n");
+        tcp.write_all(request.as_bytes()).await.expect("request");
+        let mut received = Vec::new();
+        let _ = tcp.read_to_end(&mut received).await;
+        let text = String::from_utf8_lossy(&received);
+        let whole = text.starts_with("HTTP/1.1 200 OK\r\n")
+            && (path == "/head" || text.contains(&String::from_utf8_lossy(&chunk(EVENT))[..]))
+            && !text.ends_with("0\r\n\r\n");
+        if !whole {
+            wrong.push(format!("{path}: {text:?}"));
+        }
+    }
+    wrong
+}
+
 /// HTTP/1.1, a connection a request: the client reads the head and the
 /// event, and the connection closes without the body's last chunk.
 #[tokio::test]
@@ -148,22 +172,7 @@ async fn a_cut_http1_stream_keeps_its_head_and_events() {
     let upstream = cutting_upstream().await;
     for threads in ["1", "2"] {
         let proxy = process::serve(upstream, &["--worker-threads", threads], &[]);
-        let mut wrong = Vec::new();
-        for i in 0..200 {
-            let path = if i % 2 == 0 { "/event" } else { "/head" };
-            let mut tcp = TcpStream::connect(proxy.addr).await.expect("connect");
-            let request = format!("GET {path} HTTP/1.1\r\nhost: tokenclock\r\n\r\n");
-            tcp.write_all(request.as_bytes()).await.expect("request");
-            let mut received = Vec::new();
-            let _ = tcp.read_to_end(&mut received).await;
-            let text = String::from_utf8_lossy(&received);
-            let whole = text.starts_with("HTTP/1.1 200 OK\r\n")
-                && (path == "/head" || text.contains(&String::from_utf8_lossy(&chunk(EVENT))[..]))
-                && !text.ends_with("0\r\n\r\n");
-            if !whole {
-                wrong.push(format!("{path}: {text:?}"));
-            }
-        }
+        let wrong = cut_over_http1(proxy.addr).await;
         assert!(
             wrong.is_empty(),
             "{threads} threads: {} of 200 cut streams reached the client wrong, e.g. {:?}",
@@ -171,4 +180,21 @@ async fn a_cut_http1_stream_keeps_its_head_and_events() {
             &wrong[..wrong.len().min(3)]
         );
     }
+}
+
+/// The same cuts from an HTTP/2 upstream (`upstream_protocol = "http2"`;
+/// here a second proxy's h2c listener in front of the cutting upstream,
+/// which passes each cut on as HEADERS, DATA and `RST_STREAM`): the
+/// HTTP/1.1 client still reads the head and the event before the close.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_from_an_http2_upstream_keeps_its_head_and_events() {
+    let inner = common::proxy(cutting_upstream().await, "").await;
+    let outer = common::proxy(inner.addr, "upstream_protocol = \"http2\"").await;
+    let wrong = cut_over_http1(outer.addr).await;
+    assert!(
+        wrong.is_empty(),
+        "{} of 200 cut streams reached the client wrong, e.g. {:?}",
+        wrong.len(),
+        &wrong[..wrong.len().min(3)]
+    );
 }
