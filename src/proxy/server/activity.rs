@@ -184,14 +184,18 @@ pin_project_lite::pin_project! {
 type Polled<B> = Poll<Option<Result<Frame<<B as Body>::Data>, <B as Body>::Error>>>;
 
 impl<B: Body> TrackedBody<B> {
+    /// The turns of the request's connection, if it keeps them.
+    fn turns(active: &Option<Active>) -> Option<&Turns> {
+        active.as_ref().and_then(|active| active.0.turns())
+    }
+
     /// The held failure, once the connection has taken its turn.
     fn poll_held(
         active: &Option<Active>,
         held: &mut Option<Box<(B::Error, Ticket)>>,
         cx: &mut Context<'_>,
     ) -> Polled<B> {
-        let turns = active.as_ref().and_then(|active| active.0.turns());
-        if let (Some(turns), Some(held)) = (turns, held.as_ref()) {
+        if let (Some(turns), Some(held)) = (Self::turns(active), held.as_ref()) {
             std::task::ready!(turns.poll_passed(held.1, cx));
         }
         Poll::Ready(held.take().map(|held| Err(held.0)))
@@ -212,8 +216,7 @@ impl<B: Body> Body for TrackedBody<B> {
         }
         match std::task::ready!(this.inner.poll_frame(cx)) {
             Some(Err(error)) => {
-                let turns = this._active.as_ref().and_then(|active| active.0.turns());
-                let Some(turns) = turns else {
+                let Some(turns) = Self::turns(this._active) else {
                     return Poll::Ready(Some(Err(error)));
                 };
                 *this.held = Some(Box::new((error, turns.ticket())));

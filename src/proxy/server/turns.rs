@@ -241,9 +241,15 @@ mod tests {
                 poll_fn(|cx| turns.poll_passed(ticket, cx)).await;
             });
         }
-        while let Some(joined) = streams.join_next().await {
-            joined.expect("stream");
-        }
+        // A lost wake-up leaves a stream waiting: fail, do not hang.
+        let all = async {
+            while let Some(joined) = streams.join_next().await {
+                joined.expect("stream");
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(30), all)
+            .await
+            .expect("every stream passed");
         done.store(true, Ordering::SeqCst);
         turns.ticket();
         connection.await.expect("connection");
