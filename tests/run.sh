@@ -92,6 +92,8 @@ if [ "$status" -eq 0 ]; then
     bash tests/perf/soak.sh --duration 60s --no-build --rss-warn-only --out target/perf/soak-ci.json
   counted "tests/perf/soak.sh --duration 20s --http2 (the same checks with an HTTP/2 gateway's streams)" \
     bash tests/perf/soak.sh --duration 20s --http2 --no-build --rss-warn-only --out target/perf/soak-ci-h2.json
+  counted "tests/perf/floor/check.sh (the benchmark's floor programs relay the same requests and events as a direct connection)" \
+    bash tests/perf/floor/check.sh release
   counted "deploy/pgo.sh --train (the profile-guided build's training traffic, through the release build: every unfaulted request ok, every API family recorded)" \
     bash deploy/pgo.sh --train target/release/tokenclock
 fi

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# procfs.sh: bounded waits and /proc sampling (CPU ticks, RSS) for overhead.sh; source it.
+# procfs.sh: bounded waits, process clean-up and /proc sampling (CPU ticks, RSS) for the scripts under tests/perf; source it.
 
 # wait_for_line FILE PATTERN SECONDS: until FILE has a line matching PATTERN.
 wait_for_line() {
@@ -58,4 +58,11 @@ last_in_flight() {
     local n
     n=$(grep -o 'in_flight=[0-9]*' "$1" 2>/dev/null | tail -1 | cut -d= -f2)
     echo "${n:-0}"
+}
+
+# stop_pids: kills every process in PIDS, then waits for each.
+stop_pids() {
+    local pid
+    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
 }

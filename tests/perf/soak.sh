@@ -67,9 +67,7 @@ die() { log "$*"; exit 1; }
 TMP=$(mktemp -d)
 PIDS=()
 cleanup() {
-    local pid
-    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+    stop_pids
     rm -rf "$TMP"
 }
 trap cleanup EXIT
