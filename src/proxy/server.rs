@@ -4,9 +4,13 @@
 //! Connections are bounded in number ([`accept`]: `max_connections`, with
 //! the file descriptor limit checked at start by [`fds`]) and in time
 //! ([`conn`]: `header_read_timeout`, `client_idle_timeout`, h2 keep-alive).
+//! On one worker thread the frames the connections write are read after the
+//! wake-up's writes, and after those of the sockets readied meanwhile
+//! ([`after_ready`]).
 
 mod accept;
 mod activity;
+mod after_ready;
 mod conn;
 mod fds;
 mod quiet;
@@ -165,7 +169,7 @@ impl Bound {
         background.spawn(probe.run());
         let backlog = backlog();
         if let Some(backlog) = &backlog {
-            background.spawn(backlog.clone().reader());
+            background.spawn(after_ready::AfterReady::new(backlog.clone()));
         }
         let proxy = Listener::new(
             proxy,

@@ -11,7 +11,9 @@
 //! current-thread scheduler, which runs tasks in the order they were woken,
 //! those write first. On the multi-thread one a task can run on any worker,
 //! so that order is not kept there, and connections read their frames right
-//! after their writes (no backlog).
+//! after their writes (no backlog). The proxy's server runs the reader
+//! after the sockets that became ready during those writes, too
+//! (`proxy::server::after_ready`).
 //!
 //! Nothing read later is lost or reordered: a body's kept frames are in
 //! its own queue (`Kept`), which the reader only empties, in order; a body
@@ -60,6 +62,12 @@ impl Backlog {
             backlog: self,
             reading: Vec::new(),
         }
+    }
+
+    /// Whether written frames wait for the reader (the proxy's server lets
+    /// ready sockets go first when they do: `server::after_ready`).
+    pub fn is_due(&self) -> bool {
+        !lock(&self.state).bodies.is_empty()
     }
 
     /// A connection wrote `body`'s kept frames: read them once the tasks
