@@ -16,8 +16,8 @@ use super::{
     duration,
     export::{self, LabelFile, RecordsFile, SloFile, WorkloadFile},
     otel::{Otel, OtelFile},
-    Config, ConfigError, Connections, LogFormat, MetricsFile, Override, Overrides, Pool, Timeouts,
-    Upstream, UpstreamHealth, UpstreamProtocol, UsageMode,
+    Config, ConfigError, Connections, Http1Server, LogFormat, MetricsFile, Override, Overrides,
+    Pool, Timeouts, Upstream, UpstreamHealth, UpstreamProtocol, UsageMode,
 };
 use crate::measure::{dialect::Dialect, read::ReadSettings};
 
@@ -55,6 +55,7 @@ pub struct File {
     pub(super) http2_keep_alive_timeout: Duration,
     pub(super) max_connections: usize,
     pub(super) metrics_max_connections: usize,
+    pub(super) http1_server: Http1Server,
     #[serde(with = "duration")]
     pub(super) pool_idle_timeout: Duration,
     pub(super) pool_max_idle_per_host: usize,
@@ -109,6 +110,7 @@ impl Default for File {
             http2_keep_alive_timeout: Duration::from_secs(20),
             max_connections: 4096,
             metrics_max_connections: 64,
+            http1_server: Http1Server::Hyper,
             pool_idle_timeout: Duration::from_secs(4),
             pool_max_idle_per_host: 256,
             shutdown_grace: Duration::from_secs(30),
@@ -290,6 +292,7 @@ impl File {
                 max: self.max_connections,
                 metrics_max: self.metrics_max_connections,
             },
+            http1_server: self.http1_server,
             pool: Pool {
                 idle_timeout: self.pool_idle_timeout,
                 max_idle_per_host: self.pool_max_idle_per_host,

@@ -51,6 +51,8 @@ pub struct Config {
     pub timeouts: Timeouts,
     /// Caps on open client connections, per listener.
     pub connections: Connections,
+    /// What speaks HTTP/1.1 to clients.
+    pub http1_server: Http1Server,
     /// Upstream connection pool.
     pub pool: Pool,
     /// How request and response bodies are read for measurement.
@@ -145,6 +147,18 @@ pub enum UsageMode {
     /// Add `stream_options.include_usage` to streamed OpenAI requests that
     /// lack it, and remove the resulting usage chunk from the response.
     Inject,
+}
+
+/// What speaks HTTP/1.1 to the proxy's clients (h2c is hyper's either way).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Http1Server {
+    /// hyper's HTTP/1.1 server.
+    #[default]
+    Hyper,
+    /// tokenclock's own HTTP/1.1 codec: the same framing decisions, each
+    /// wake-up's frames in one write, no per-frame formatting.
+    Tokenclock,
 }
 
 /// How log lines are written.

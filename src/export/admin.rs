@@ -2,10 +2,10 @@
 
 use std::{convert::Infallible, future::Future, pin::Pin, sync::Arc};
 
+use crate::proxy::server::ReceivedBody as Incoming;
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::Full;
-use hyper::body::Incoming;
 use tokio::sync::Semaphore;
 
 use crate::{

@@ -22,8 +22,8 @@ mod pool;
 
 use std::{convert::Infallible, future::Future, pin::Pin, sync::Arc};
 
+use crate::proxy::server::ReceivedBody as Incoming;
 use http::{header, uri::PathAndQuery, HeaderValue, Request, Response, StatusCode, Uri, Version};
-use hyper::body::Incoming;
 use hyper::service::Service;
 use prometheus::IntCounter;
 use tokio::time::{error::Elapsed, timeout, Instant};
@@ -37,6 +37,7 @@ pub(crate) use self::{
     client::{build as upstream_client, Connector},
     client_body::ClientBody,
     error::ProxyError,
+    h1::{Decoded, Decoder, Framing as DecoderFraming},
     inject::RequestBody,
 };
 use crate::{

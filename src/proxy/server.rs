@@ -13,7 +13,9 @@ mod activity;
 mod after_ready;
 mod conn;
 mod fds;
+pub(crate) mod h1;
 mod quiet;
+mod received;
 mod turns;
 
 use std::{future::Future, io, net::SocketAddr, sync::Arc, time::Duration};
@@ -21,13 +23,14 @@ use std::{future::Future, io, net::SocketAddr, sync::Arc, time::Duration};
 use tokio::{net::TcpListener, sync::oneshot, task::JoinSet};
 
 pub(crate) use self::fds::TooFewDescriptors;
+pub(crate) use self::received::{ReceivedBody, ReceivedError};
 pub(crate) use self::{
     accept::Listener,
     conn::{Drain, Serve},
 };
 
 use crate::{
-    config::Config,
+    config::{Config, Http1Server},
     export::admin,
     export::metrics::Metrics,
     measure::{after_write::Backlog, timeline::TimelineSink},
@@ -176,7 +179,8 @@ impl Bound {
             config.connections.max,
             Serve::new(&config.timeouts, metrics.connections("proxy"))
                 .with_backlog(backlog)
-                .with_max_streams(config.connections.max),
+                .with_max_streams(config.connections.max)
+                .with_own_http1(config.http1_server == Http1Server::Tokenclock),
         );
         let admin = Listener::new(
             admin,

@@ -14,9 +14,9 @@ use std::{
     time::Duration,
 };
 
+use crate::proxy::server::{ReceivedBody as Incoming, ReceivedError};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use hyper::body::Incoming;
 
 use super::{
     body::{IdleError, IdleTimeout},
@@ -58,6 +58,20 @@ impl From<hyper::Error> for ClientBodyError {
             Self::Malformed(message)
         } else {
             Self::Gone(message)
+        }
+    }
+}
+
+impl From<ReceivedError> for ClientBodyError {
+    fn from(err: ReceivedError) -> Self {
+        match err {
+            ReceivedError::Hyper(e) => e.into(),
+            ReceivedError::Own(crate::proxy::server::h1::BodyError::Malformed(m)) => {
+                Self::Malformed(m)
+            }
+            ReceivedError::Own(e @ crate::proxy::server::h1::BodyError::Gone) => {
+                Self::Gone(e.to_string())
+            }
         }
     }
 }

@@ -48,7 +48,7 @@ pub enum WireError {
 
 /// How a message's body is delimited.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Framing {
+pub(crate) enum Framing {
     /// This many bytes (0: none).
     Length(u64),
     /// Chunked transfer coding.
@@ -290,7 +290,7 @@ fn keeps_alive(version: Version, headers: &HeaderMap) -> bool {
 
 /// What [`Decoder::decode`] found after the data it gathered.
 #[derive(Debug)]
-pub(super) enum Decoded {
+pub(crate) enum Decoded {
     /// The buffer holds nothing more to decode: read more.
     More,
     /// The data reached the limit: decode again, the buffer may hold more.
@@ -304,7 +304,7 @@ pub(super) enum Decoded {
 
 /// A response body's decoder, state kept across reads.
 #[derive(Debug)]
-pub(super) struct Decoder {
+pub(crate) struct Decoder {
     state: State,
 }
 
@@ -327,7 +327,7 @@ enum State {
 }
 
 impl Decoder {
-    pub(super) fn new(framing: Framing) -> Self {
+    pub(crate) fn new(framing: Framing) -> Self {
         let state = match framing {
             Framing::Length(0) => State::Done,
             Framing::Length(n) => State::Length(n),
@@ -363,7 +363,7 @@ impl Decoder {
     /// is removed from `buf`, and what is left there is the start of what
     /// comes next. Partial chunks are returned as far as they arrived:
     /// nothing the upstream sent waits for the rest of its chunk.
-    pub(super) fn decode(&mut self, buf: &mut BytesMut, limit: usize) -> (Bytes, Decoded) {
+    pub(crate) fn decode(&mut self, buf: &mut BytesMut, limit: usize) -> (Bytes, Decoded) {
         // Body data is moved to `buf[start..start + gathered]`; `at` is
         // where decoding is.
         let (mut start, mut gathered, mut at) = (0usize, 0usize, 0usize);

@@ -5,8 +5,8 @@
 
 use std::{future::Future, io, sync::Arc, time::Duration};
 
+use super::ReceivedBody;
 use http::{Request, Response};
-use hyper::body::Incoming;
 use prometheus::IntGauge;
 use tokio::{
     net::TcpListener,
@@ -42,10 +42,11 @@ impl Listener {
         drain: &Drain,
         shutdown: impl Future<Output = ()>,
     ) where
-        S: hyper::service::Service<Request<Incoming>, Response = Response<B>>
+        S: hyper::service::Service<Request<ReceivedBody>, Response = Response<B>>
             + Clone
             + Send
             + Sync
+            + Unpin
             + 'static,
         S::Future: Send + 'static,
         S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,

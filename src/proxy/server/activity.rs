@@ -30,7 +30,10 @@ use http::{Request, Response, Version};
 use http_body::{Body, Frame, SizeHint};
 use tokio::sync::Notify;
 
-use super::turns::{Ticket, Turns};
+use super::{
+    turns::{Ticket, Turns},
+    ReceivedBody,
+};
 use crate::measure::after_write::AfterWrite;
 
 /// One connection's requests in flight.
@@ -116,14 +119,16 @@ impl<S> Tracked<S> {
 
 impl<S, ReqB, B> hyper::service::Service<Request<ReqB>> for Tracked<S>
 where
-    S: hyper::service::Service<Request<ReqB>, Response = Response<B>>,
+    S: hyper::service::Service<Request<ReceivedBody>, Response = Response<B>>,
+    ReqB: Into<ReceivedBody>,
     B: Body,
 {
     type Response = Response<TrackedBody<B>>;
     type Error = S::Error;
     type Future = TrackedFuture<S::Future>;
 
-    fn call(&self, mut request: Request<ReqB>) -> Self::Future {
+    fn call(&self, request: Request<ReqB>) -> Self::Future {
+        let mut request = request.map(Into::into);
         let active = Active::new(self.activity.clone());
         if request.version() < Version::HTTP_2 {
             request.extensions_mut().insert(self.hook.clone());
@@ -242,11 +247,12 @@ mod tests {
     use bytes::Bytes;
     use http::{Request, Response, Version};
     use http_body::Body;
-    use http_body_util::{BodyExt, Empty, Full};
+    use http_body_util::{BodyExt, Full};
     use hyper::service::Service;
 
     use super::{Activity, Tracked, TrackedBody};
     use crate::measure::after_write::AfterWrite;
+    use crate::proxy::server::{h1, ReceivedBody};
 
     /// An HTTP/1 request carries the connection's hook to the forwarder;
     /// an h2 request, whose body another task polls, does not.
@@ -255,7 +261,7 @@ mod tests {
         let hook = Arc::new(AfterWrite::new());
         let ours = hook.clone();
         let service = Tracked::new(
-            hyper::service::service_fn(move |request: Request<Empty<Bytes>>| {
+            hyper::service::service_fn(move |request: Request<ReceivedBody>| {
                 let found = request.extensions().get::<Arc<AfterWrite>>();
                 let carries = found.is_some_and(|found| Arc::ptr_eq(found, &ours));
                 let answer = Full::new(Bytes::from_static(if carries { b"yes" } else { b"no" }));
@@ -269,7 +275,7 @@ mod tests {
             (Version::HTTP_11, true),
             (Version::HTTP_2, false),
         ] {
-            let mut request = Request::new(Empty::new());
+            let mut request = Request::new(ReceivedBody::Own(h1::Body::empty()));
             *request.version_mut() = version;
             let response = service.call(request).await.expect("infallible");
             let body = response.into_body().collect().await.expect("body");
@@ -298,7 +304,7 @@ mod tests {
     fn a_connections_in_flight_slot_is_a_few_pointers() {
         type InFlight = Option<
             super::TrackedFuture<
-                <crate::proxy::forward::Proxy as Service<Request<hyper::body::Incoming>>>::Future,
+                <crate::proxy::forward::Proxy as Service<Request<ReceivedBody>>>::Future,
             >,
         >;
         let size = std::mem::size_of::<InFlight>();
@@ -337,13 +343,14 @@ mod tests {
                 Activity::default()
             });
             let service = Tracked::new(
-                hyper::service::service_fn(|_: Request<Empty<Bytes>>| async {
+                hyper::service::service_fn(|_: Request<ReceivedBody>| async {
                     Ok::<_, Infallible>(Response::new(Failing))
                 }),
                 activity.clone(),
                 Arc::default(),
             );
-            let mut future = std::pin::pin!(service.call(Request::new(Empty::new())));
+            let mut future =
+                std::pin::pin!(service.call(Request::new(ReceivedBody::Own(h1::Body::empty()))));
             let Poll::Ready(Ok(response)) = future.as_mut().poll(&mut cx) else {
                 panic!("the response is ready");
             };
@@ -369,14 +376,14 @@ mod tests {
     async fn a_request_is_in_flight_until_its_body_is_dropped() {
         let activity = Arc::new(Activity::default());
         let service = Tracked::new(
-            hyper::service::service_fn(|_: Request<Empty<Bytes>>| async {
+            hyper::service::service_fn(|_: Request<ReceivedBody>| async {
                 Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok"))))
             }),
             activity.clone(),
             Arc::default(),
         );
         assert!(activity.is_idle() && !activity.has_started());
-        let pending = service.call(Request::new(Empty::new()));
+        let pending = service.call(Request::new(ReceivedBody::Own(h1::Body::empty())));
         assert!(!activity.is_idle() && activity.has_started());
         let response = pending.await.expect("infallible");
         assert!(!activity.is_idle(), "the body is not sent yet");

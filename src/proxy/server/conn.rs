@@ -25,9 +25,11 @@ use hyper_util::{
 use tokio::{net::TcpStream, sync::watch, time::Instant};
 
 use super::{
-    activity::{Activity, Tracked},
+    activity::{Activity, Tracked, TrackedBody, TrackedFuture},
+    h1,
     quiet::Quiet,
     turns::Turns,
+    ReceivedBody,
 };
 use crate::proxy::woken::Woken;
 use crate::{
@@ -64,6 +66,8 @@ pub(crate) struct Serve {
     /// Where the connections' writes leave their frames to be read (see
     /// `after_write::Backlog`); `None`: each write reads its own at once.
     backlog: Option<Arc<Backlog>>,
+    /// HTTP/1.1 in tokenclock's own codec (`h1`) rather than hyper's.
+    own_http1: bool,
 }
 
 impl Serve {
@@ -76,7 +80,14 @@ impl Serve {
             idle: timeouts.client_idle,
             metrics,
             backlog: None,
+            own_http1: false,
         }
+    }
+
+    /// HTTP/1.1 connections spoken in tokenclock's own codec when `own`.
+    pub(crate) fn with_own_http1(mut self, own: bool) -> Self {
+        self.own_http1 = own;
+        self
     }
 
     /// Connections whose writes leave their frames to `backlog`'s reader.
@@ -177,10 +188,11 @@ pub(super) async fn serve<S, B>(
     mut drain: watch::Receiver<bool>,
 ) -> Result<(), BoxError>
 where
-    S: hyper::service::Service<Request<Incoming>, Response = Response<B>>
+    S: hyper::service::Service<Request<ReceivedBody>, Response = Response<B>>
         + Clone
         + Send
         + Sync
+        + Unpin
         + 'static,
     S::Future: Send + 'static,
     S::Error: Into<BoxError>,
@@ -205,6 +217,10 @@ where
     let io = Quiet::new(stream, hook.clone());
     let service = Tracked::new(service, activity.clone(), hook);
     match protocol {
+        Protocol::Http1 if serve.own_http1 => {
+            let conn = h1::Connection::new(io, service);
+            drive(conn, serve, drain, activity, deadline).await
+        }
         Protocol::Http1 => {
             let conn = serve.http1.serve_connection(io, service);
             drive(conn, serve, drain, activity, deadline).await
@@ -248,6 +264,22 @@ where
 
     fn graceful_shutdown(self: Pin<&mut Self>) {
         http1::Connection::graceful_shutdown(self);
+    }
+}
+
+impl<S, B> Connection for h1::Connection<Tracked<S>, TrackedFuture<S::Future>, TrackedBody<B>>
+where
+    S: hyper::service::Service<Request<ReceivedBody>, Response = Response<B>> + Unpin,
+    S::Error: Into<BoxError>,
+    B: http_body::Body + 'static,
+    B::Error: Into<BoxError>,
+{
+    fn poll_connection(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        h1::Connection::poll_connection(self.get_mut(), cx)
+    }
+
+    fn graceful_shutdown(self: Pin<&mut Self>) {
+        h1::Connection::graceful_shutdown(self.get_mut());
     }
 }
 
@@ -481,7 +513,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let stream = TcpStream::connect(addr).await.expect("connect");
-        let service = hyper::service::service_fn(|_: Request<Incoming>| async {
+        let service = hyper::service::service_fn(|_: Request<ReceivedBody>| async {
             Ok::<_, Infallible>(Response::new(Full::new(Bytes::new())))
         });
         let metrics = ConnectionMetrics::unexported().expect("metrics");

@@ -59,6 +59,26 @@ impl Quiet {
     }
 }
 
+impl Quiet {
+    /// Reads into `buf`'s spare capacity, gated as [`Read::poll_read`]:
+    /// the own HTTP/1.1 codec's read, straight into its buffer.
+    pub(super) fn poll_read_buf(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut bytes::BytesMut,
+    ) -> Poll<io::Result<usize>> {
+        if !self.readable.take(cx) {
+            return Poll::Pending;
+        }
+        let mut readable = Context::from_waker(self.readable.waker());
+        let read = tokio_util::io::poll_read_buf(Pin::new(self.io.inner_mut()), &mut readable, buf);
+        if read.is_ready() {
+            self.readable.ready();
+        }
+        read
+    }
+}
+
 impl Read for Quiet {
     fn poll_read(
         self: Pin<&mut Self>,

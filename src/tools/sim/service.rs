@@ -11,10 +11,10 @@ use std::{
     },
 };
 
+use crate::proxy::server::ReceivedBody as Incoming;
 use bytes::Bytes;
 use http::{header, HeaderMap, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
-use hyper::body::Incoming;
 use serde_json::json;
 use tokio::time::Instant;
 

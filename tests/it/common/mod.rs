@@ -69,10 +69,21 @@ pub async fn next_timeline(timelines: &mut Timelines) -> Timeline {
         .expect("a finished timeline")
 }
 
+/// The HTTP/1.1 server every test proxy uses unless its config names one:
+/// `TOKENCLOCK_IT_HTTP1_SERVER` (`hyper` or `tokenclock`), so the whole
+/// suite runs against either (`tests/run.sh` runs it against both).
+fn http1_server(extra: &str) -> String {
+    match std::env::var("TOKENCLOCK_IT_HTTP1_SERVER") {
+        Ok(server) if !extra.contains("http1_server") => format!("http1_server = \"{server}\"\n"),
+        _ => String::new(),
+    }
+}
+
 async fn start(url: &str, extra: &str, sink: Option<Arc<dyn TimelineSink>>) -> Proxy {
+    let server = http1_server(extra);
     let text = format!(
         "listen = \"127.0.0.1:0\"\nmetrics_listen = \"127.0.0.1:0\"\n\
-         upstream = \"{url}\"\n{extra}\n"
+         upstream = \"{url}\"\n{server}{extra}\n"
     );
     let config = config::File::parse(&text, "test.toml")
         .and_then(config::File::validate)

@@ -1,0 +1,11 @@
+//! HTTP/1.1 on a client's connection in tokenclock's own codec.
+
+mod body;
+mod connection;
+mod request;
+mod response;
+
+pub(crate) use self::body::{Body, BodyError};
+pub(super) use self::connection::Connection;
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,695 @@
+//! One client connection spoken in tokenclock's own HTTP/1.1 codec.
+//!
+//! A request at a time, in order (pipelined requests wait in the read
+//! buffer): its head is parsed ([`request`]), the service called, its
+//! body read from the socket as the service asks for it ([`body`]), and
+//! the response written as its frames come: each wake-up's frames in one
+//! `writev`, a chunk's size line from the stack ([`response`]). The
+//! connection decides keep-alive, framing and errors as hyper's server
+//! does; the connection driver (`server::conn`) keeps its deadlines and
+//! drain.
+
+use std::{
+    collections::VecDeque,
+    future::Future,
+    io::{self, IoSlice},
+    pin::Pin,
+    task::{ready, Context, Poll},
+};
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::{Method, Request, Response, Version};
+use http_body::Body as HttpBody;
+use hyper::rt::Write;
+
+use super::{
+    body::{Body, BodyError, Room, Sender},
+    request::{self, BodyFraming, HeadError, RequestHead, MAX_HEAD},
+    response::{self, Answering, Framing, SizeLine},
+};
+use crate::proxy::forward::{Decoded, Decoder, DecoderFraming};
+use crate::proxy::server::quiet::Quiet;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The most pieces waiting for one write: a response body is polled for
+/// more frames only while fewer wait (hyper's queue holds 16 buffers).
+const MAX_PIECES: usize = 48;
+/// How much a read asks for at least.
+const READ_SIZE: usize = 8 * 1024;
+/// The most request-body bytes handed over in one frame.
+const MAX_FRAME: usize = 64 * 1024;
+
+/// `HTTP/1.1 100 Continue`, sent when a request that expects it has its
+/// body asked for.
+const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+
+/// A client's HTTP/1.1 connection and the service answering it.
+pub(crate) struct Connection<S, F, B> {
+    io: Quiet,
+    service: S,
+    read: BytesMut,
+    out: Out,
+    state: State<F, B>,
+    /// The request body still being read from the socket.
+    upload: Option<Upload>,
+    /// Shutdown began: no request after the one in flight.
+    closing: bool,
+    /// The client closed its sending side.
+    read_closed: bool,
+    /// The version of the last request served: hyper answers a refused
+    /// head in it.
+    version: Version,
+}
+
+/// Where the connection is in the exchange in flight.
+enum State<F, B> {
+    /// Reading the next request's head.
+    Head,
+    /// The service is working on the response head.
+    Waiting {
+        future: Pin<Box<F>>,
+        answering: Answered,
+    },
+    /// Writing the response body.
+    Writing {
+        body: Pin<Box<B>>,
+        framing: Framing,
+        /// Bytes left to write, under `Length` framing.
+        left: u64,
+        answering: Answered,
+    },
+    /// The response is whole in `out`; once written, the connection goes
+    /// on (`keep_alive`) or closes.
+    Finishing { keep_alive: bool },
+    /// Closing: write what is left, then shut the socket down.
+    Closing,
+}
+
+/// What a response answers: the request's facts it is framed by.
+struct Answered {
+    method: Method,
+    version: Version,
+    keep_alive: bool,
+    trailers: bool,
+    /// The connection is kept alive after the response.
+    keep_after: bool,
+    /// The response head's `trailer` fields (only when `trailers`): which
+    /// trailers may be written.
+    declared: http::HeaderMap,
+}
+
+/// A request body being read off the socket.
+struct Upload {
+    decoder: Decoder,
+    sender: Sender,
+    /// `100 Continue` is owed once the body is asked for.
+    expect_continue: bool,
+}
+
+impl<S, F, B> Connection<S, F, B>
+where
+    S: hyper::service::Service<Request<Body>, Response = Response<B>, Future = F>,
+    F: Future<Output = Result<Response<B>, S::Error>>,
+    S::Error: Into<BoxError>,
+    B: HttpBody,
+    B::Error: Into<BoxError>,
+{
+    pub(crate) fn new(io: Quiet, service: S) -> Self {
+        Self {
+            io,
+            service,
+            read: BytesMut::new(),
+            out: Out::default(),
+            state: State::Head,
+            upload: None,
+            closing: false,
+            read_closed: false,
+            version: Version::HTTP_11,
+        }
+    }
+
+    /// No request after the one in flight; an idle connection closes.
+    pub(crate) fn graceful_shutdown(&mut self) {
+        self.closing = true;
+    }
+
+    /// Drives the connection until it closes.
+    pub(crate) fn poll_connection(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        loop {
+            self.poll_upload(cx)?;
+            let progressed = match &mut self.state {
+                State::Head => match self.poll_head(cx)? {
+                    Poll::Ready(true) => true,
+                    Poll::Ready(false) => return Poll::Ready(Ok(())),
+                    Poll::Pending => return Poll::Pending,
+                },
+                State::Waiting { .. } => ready!(self.poll_waiting(cx))?,
+                State::Writing { .. } => ready!(self.poll_writing(cx))?,
+                State::Finishing { keep_alive } => {
+                    let keep_alive = *keep_alive;
+                    ready!(self.poll_flush(cx))?;
+                    let upload_done = self.finish_upload();
+                    if keep_alive && upload_done && !self.closing {
+                        self.state = State::Head;
+                    } else {
+                        self.state = State::Closing;
+                    }
+                    true
+                }
+                State::Closing => {
+                    ready!(self.poll_flush(cx))?;
+                    // The end of a close-delimited body, and a clean FIN.
+                    let _ = ready!(Pin::new(&mut self.io).poll_shutdown(cx));
+                    return Poll::Ready(Ok(()));
+                }
+            };
+            if !progressed {
+                return Poll::Pending;
+            }
+        }
+    }
+
+    /// Reads and parses the next head, and calls the service with it.
+    /// `Ready(false)`: the connection is over.
+    fn poll_head(&mut self, cx: &mut Context<'_>) -> Poll<Result<bool, BoxError>> {
+        ready!(self.poll_flush(cx))?;
+        loop {
+            // Shutting down, no request is started (hyper's server closes
+            // a connection between requests at once, a head begun or not).
+            if self.closing || (self.read.is_empty() && self.read_closed) {
+                return Poll::Ready(Ok(false));
+            }
+            if !self.read.is_empty() {
+                match request::parse(&mut self.read) {
+                    Ok(Some(head)) => {
+                        self.start(head);
+                        return Poll::Ready(Ok(true));
+                    }
+                    Ok(None) if self.read.len() >= MAX_HEAD => {
+                        return Poll::Ready(self.refuse(&HeadError::TooLarge).map(|()| true));
+                    }
+                    Ok(None) if self.read_closed => return Poll::Ready(Ok(false)),
+                    Ok(None) => {}
+                    Err(e) => return Poll::Ready(self.refuse(&e).map(|()| true)),
+                }
+            }
+            match ready!(self.poll_read(cx)) {
+                Ok(0) => self.read_closed = true,
+                Ok(_) => {}
+                Err(e) => return Poll::Ready(Err(e.into())),
+            }
+        }
+    }
+
+    /// Answers a head that cannot be served as hyper does (or closes
+    /// without an answer where hyper does), then closes.
+    fn refuse(&mut self, error: &HeadError) -> Result<(), BoxError> {
+        tracing::debug!(error = %error, "Invalid request head.");
+        self.read.clear();
+        if let Some(status) = error.status() {
+            let mut head = Response::new(()).into_parts().0;
+            head.status = status;
+            let answering = Answering {
+                method: &Method::GET,
+                version: self.version,
+                keep_alive: false,
+            };
+            let mut bytes = Vec::new();
+            response::encode_head(
+                &head,
+                &http_body::SizeHint::with_exact(0),
+                true,
+                &answering,
+                &mut bytes,
+            )?;
+            self.out.push_head(bytes);
+        }
+        self.state = State::Closing;
+        Ok(())
+    }
+
+    /// Calls the service with a parsed head.
+    fn start(&mut self, head: RequestHead) {
+        let RequestHead {
+            parts,
+            framing,
+            keep_alive,
+            expect_continue,
+        } = head;
+        let body = match framing {
+            BodyFraming::Length(0) => Body::empty(),
+            BodyFraming::Length(n) => {
+                let (body, sender) = Body::channel(Some(n));
+                self.upload = Some(Upload::new(
+                    DecoderFraming::Length(n),
+                    sender,
+                    expect_continue,
+                ));
+                body
+            }
+            BodyFraming::Chunked => {
+                let (body, sender) = Body::channel(None);
+                self.upload = Some(Upload::new(
+                    DecoderFraming::Chunked,
+                    sender,
+                    expect_continue,
+                ));
+                body
+            }
+        };
+        let trailers = parts.headers.get_all(http::header::TE).iter().any(|v| {
+            v.to_str().is_ok_and(|v| {
+                v.split(',')
+                    .any(|t| t.trim().eq_ignore_ascii_case("trailers"))
+            })
+        });
+        let answering = Answered {
+            method: parts.method.clone(),
+            version: parts.version,
+            keep_alive,
+            trailers,
+            keep_after: false,
+            declared: http::HeaderMap::new(),
+        };
+        self.version = parts.version;
+        let future = Box::pin(self.service.call(Request::from_parts(parts, body)));
+        self.state = State::Waiting { future, answering };
+    }
+
+    /// Polls the service for the response head and queues it.
+    fn poll_waiting(&mut self, cx: &mut Context<'_>) -> Poll<Result<bool, BoxError>> {
+        let State::Waiting { future, .. } = &mut self.state else {
+            return Poll::Ready(Ok(false));
+        };
+        let polled = future.as_mut().poll(cx);
+        let response = match polled {
+            Poll::Ready(Ok(response)) => response,
+            Poll::Ready(Err(e)) => return Poll::Ready(Err(e.into())),
+            Poll::Pending => {
+                self.poll_closed(cx)?;
+                return if self.read_closed_mid_exchange() {
+                    Poll::Ready(Err("the client closed the connection".into()))
+                } else {
+                    Poll::Pending
+                };
+            }
+        };
+        let State::Waiting { answering, .. } = std::mem::replace(&mut self.state, State::Head)
+        else {
+            return Poll::Ready(Ok(false));
+        };
+        let mut answering = answering;
+        let (parts, body) = response.into_parts();
+        // A `100 Continue` owed and not sent: the request body will not
+        // come, so the connection is not reused; as hyper, the head says
+        // nothing of it.
+        let unread = self.upload.as_ref().is_some_and(|u| u.expect_continue);
+        if unread {
+            self.upload = None;
+        }
+        let facts = Answering {
+            method: &answering.method,
+            version: answering.version,
+            keep_alive: answering.keep_alive && !self.closing,
+        };
+        let mut head = Vec::new();
+        let (framing, keep_after) = match response::encode_head(
+            &parts,
+            &body.size_hint(),
+            body.is_end_stream(),
+            &facts,
+            &mut head,
+        ) {
+            Ok(decided) => decided,
+            Err(e) => {
+                // As hyper: nothing of the refused head goes out (but the
+                // `500` it writes in place of a 1xx), and the connection
+                // closes.
+                tracing::debug!(error = %e, "Cannot write the response head.");
+                if !head.is_empty() {
+                    self.out.push_head(head);
+                }
+                self.state = State::Closing;
+                return Poll::Ready(Ok(true));
+            }
+        };
+        self.out.push_head(head);
+        let keep_after = keep_after && !unread;
+        answering.keep_after = keep_after;
+        if answering.trailers {
+            for value in parts.headers.get_all(http::header::TRAILER) {
+                answering
+                    .declared
+                    .append(http::header::TRAILER, value.clone());
+            }
+        }
+        self.state = match framing {
+            Framing::None => State::Finishing {
+                keep_alive: keep_after,
+            },
+            Framing::Length(0) if body.is_end_stream() => State::Finishing {
+                keep_alive: keep_after,
+            },
+            framing => State::Writing {
+                body: Box::pin(body),
+                framing,
+                left: match framing {
+                    Framing::Length(n) => n,
+                    _ => 0,
+                },
+                answering,
+            },
+        };
+        Poll::Ready(Ok(true))
+    }
+
+    /// Polls the response body for what is ready, queues it, and writes.
+    fn poll_writing(&mut self, cx: &mut Context<'_>) -> Poll<Result<bool, BoxError>> {
+        let State::Writing {
+            body,
+            framing,
+            left,
+            answering,
+        } = &mut self.state
+        else {
+            return Poll::Ready(Ok(false));
+        };
+        let framing = *framing;
+        let mut ended = None;
+        // Whether the body said it has nothing more for now (and so will
+        // wake the task), rather than the queue filling up.
+        let mut waiting = false;
+        while self.out.pieces.len() < MAX_PIECES {
+            let frame = match body.as_mut().poll_frame(cx) {
+                Poll::Pending => {
+                    waiting = true;
+                    break;
+                }
+                Poll::Ready(None) => {
+                    ended = Some(None);
+                    break;
+                }
+                Poll::Ready(Some(Err(e))) => {
+                    // What came before the failure still goes out; the
+                    // client learns of it by the connection's close, with
+                    // the body short of its end.
+                    let _ = self.out.poll_write(&mut self.io, cx);
+                    return Poll::Ready(Err(e.into()));
+                }
+                Poll::Ready(Some(Ok(frame))) => frame,
+            };
+            let frame = match frame.into_data() {
+                Ok(mut data) => {
+                    let data = data.copy_to_bytes(data.remaining());
+                    if data.is_empty() {
+                        continue;
+                    }
+                    match framing {
+                        Framing::Chunked => self.out.push_chunk(data),
+                        Framing::Length(_) => {
+                            let len = data.len() as u64;
+                            if len > *left {
+                                let _ = self.out.poll_write(&mut self.io, cx);
+                                return Poll::Ready(Err(
+                                    "the response body is longer than its content-length".into(),
+                                ));
+                            }
+                            *left -= len;
+                            self.out.push(Piece::Data(data));
+                        }
+                        Framing::CloseDelimited => self.out.push(Piece::Data(data)),
+                        Framing::None => {}
+                    }
+                    continue;
+                }
+                Err(frame) => frame,
+            };
+            if let Ok(trailers) = frame.into_trailers() {
+                ended = Some(Some(trailers));
+                break;
+            }
+        }
+        if let Some(trailers) = ended {
+            match framing {
+                Framing::Chunked => match trailers {
+                    Some(trailers) => {
+                        let mut last = Vec::new();
+                        response::encode_last_chunk(
+                            Some(&trailers),
+                            &answering.declared,
+                            answering.trailers,
+                            &mut last,
+                        );
+                        self.out.push(Piece::Owned(last));
+                    }
+                    None => self.out.push(Piece::Static(b"0\r\n\r\n")),
+                },
+                Framing::Length(_) if *left > 0 => {
+                    let _ = self.out.poll_write(&mut self.io, cx);
+                    return Poll::Ready(Err(
+                        "the response body ended before its content-length".into()
+                    ));
+                }
+                _ => {}
+            }
+            let keep_alive = answering.keep_after && framing != Framing::CloseDelimited;
+            // The body is dropped here: the request is no longer in flight
+            // once its last bytes are queued.
+            self.state = State::Finishing { keep_alive };
+            return Poll::Ready(Ok(true));
+        }
+        ready!(self.poll_flush(cx))?;
+        if !waiting {
+            // The queue filled up and went out: the body may have more.
+            return Poll::Ready(Ok(true));
+        }
+        // Everything queued went out: wait for the body, and notice a
+        // client that closed meanwhile.
+        self.poll_closed(cx)?;
+        if self.read_closed_mid_exchange() {
+            return Poll::Ready(Err("the client closed the connection".into()));
+        }
+        Poll::Pending
+    }
+
+    /// Reads the request body as its reader asks for it.
+    fn poll_upload(&mut self, cx: &mut Context<'_>) -> Result<(), BoxError> {
+        loop {
+            let Some(upload) = &mut self.upload else {
+                return Ok(());
+            };
+            if upload.expect_continue {
+                if !upload.sender.poll_wanted(cx) {
+                    return Ok(());
+                }
+                upload.expect_continue = false;
+                if matches!(self.state, State::Waiting { .. }) {
+                    self.out.push(Piece::Static(CONTINUE));
+                    let _ = self.out.poll_write(&mut self.io, cx);
+                }
+            }
+            match upload.sender.poll_room(cx) {
+                Room::Full => return Ok(()),
+                // Not wanted any more: the connection is not reused unless
+                // the rest is already here (`finish_upload`).
+                Room::Dropped => return Ok(()),
+                Room::Free => {}
+            }
+            let (data, decoded) = upload.decoder.decode(&mut self.read, MAX_FRAME);
+            match decoded {
+                Decoded::End(trailers) => {
+                    if !data.is_empty() {
+                        upload.sender.send(http_body::Frame::data(data));
+                    }
+                    // The end (and trailers) follow the last data frame.
+                    if let Some(trailers) = trailers {
+                        upload.sender.trailers(trailers);
+                    }
+                    upload.sender.end(Ok(()));
+                    self.upload = None;
+                    return Ok(());
+                }
+                Decoded::Failed(e) => {
+                    if !data.is_empty() {
+                        upload.sender.send(http_body::Frame::data(data));
+                    }
+                    upload.sender.end(Err(BodyError::Malformed(e.to_string())));
+                    self.upload = None;
+                    // The connection cannot be read on: close after the answer.
+                    self.closing = true;
+                    return Ok(());
+                }
+                Decoded::Full | Decoded::More if !data.is_empty() => {
+                    upload.sender.send(http_body::Frame::data(data));
+                    continue;
+                }
+                Decoded::Full | Decoded::More => {}
+            }
+            match self.poll_read(cx) {
+                Poll::Pending => return Ok(()),
+                Poll::Ready(Ok(0)) => {
+                    self.read_closed = true;
+                    if let Some(upload) = self.upload.take() {
+                        upload.sender.end(Err(BodyError::Gone));
+                    }
+                    return Ok(());
+                }
+                Poll::Ready(Ok(_)) => {}
+                Poll::Ready(Err(e)) => {
+                    if let Some(upload) = self.upload.take() {
+                        upload.sender.end(Err(BodyError::Gone));
+                    }
+                    return Err(e.into());
+                }
+            }
+        }
+    }
+
+    /// Whether the rest of the request body was read, or is in the buffer
+    /// and can be skipped, so the next head can be read.
+    fn finish_upload(&mut self) -> bool {
+        let Some(upload) = &mut self.upload else {
+            return true;
+        };
+        loop {
+            let (_, decoded) = upload.decoder.decode(&mut self.read, usize::MAX);
+            match decoded {
+                Decoded::End(_) => {
+                    self.upload = None;
+                    return true;
+                }
+                Decoded::Full => continue,
+                Decoded::More | Decoded::Failed(_) => return false,
+            }
+        }
+    }
+
+    /// With no request body being read, reads ahead to notice a client
+    /// that closed (hyper's server does the same), keeping what a
+    /// pipelining client sent.
+    fn poll_closed(&mut self, cx: &mut Context<'_>) -> Result<(), BoxError> {
+        // As hyper: once a pipelined request's bytes wait, no more is read.
+        if self.upload.is_some() || self.read_closed || !self.read.is_empty() {
+            return Ok(());
+        }
+        match self.poll_read(cx) {
+            Poll::Ready(Ok(0)) => self.read_closed = true,
+            Poll::Ready(Err(e)) => return Err(e.into()),
+            Poll::Ready(Ok(_)) | Poll::Pending => {}
+        }
+        Ok(())
+    }
+
+    /// The client closed while a request is in flight: hyper's server
+    /// (without half-close) ends the connection, and the response with it.
+    fn read_closed_mid_exchange(&self) -> bool {
+        self.read_closed
+    }
+
+    fn poll_read(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        if self.read.capacity() - self.read.len() < READ_SIZE / 4 {
+            self.read.reserve(READ_SIZE);
+        }
+        self.io.poll_read_buf(cx, &mut self.read)
+    }
+
+    fn poll_flush(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        while !self.out.is_empty() {
+            ready!(self.out.poll_write(&mut self.io, cx))?;
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl Upload {
+    fn new(framing: DecoderFraming, sender: Sender, expect_continue: bool) -> Self {
+        Self {
+            decoder: Decoder::new(framing),
+            sender,
+            expect_continue,
+        }
+    }
+}
+
+/// A piece of what goes out, in order.
+enum Piece {
+    Head(Vec<u8>),
+    Line(SizeLine),
+    Data(Bytes),
+    Static(&'static [u8]),
+    Owned(Vec<u8>),
+}
+
+impl Piece {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Self::Head(b) | Self::Owned(b) => b,
+            Self::Line(l) => l.as_bytes(),
+            Self::Data(b) => b,
+            Self::Static(b) => b,
+        }
+    }
+}
+
+/// What waits to be written: a head, then body pieces.
+#[derive(Default)]
+struct Out {
+    pieces: VecDeque<Piece>,
+    /// Bytes of the front piece already written.
+    at: usize,
+}
+
+impl Out {
+    fn is_empty(&self) -> bool {
+        self.pieces.is_empty()
+    }
+
+    fn push(&mut self, piece: Piece) {
+        self.pieces.push_back(piece);
+    }
+
+    fn push_head(&mut self, head: Vec<u8>) {
+        self.pieces.push_back(Piece::Head(head));
+    }
+
+    /// One chunk: its size line, its data and the CRLF after it.
+    fn push_chunk(&mut self, data: Bytes) {
+        self.pieces
+            .push_back(Piece::Line(SizeLine::new(data.len())));
+        self.pieces.push_back(Piece::Data(data));
+        self.pieces.push_back(Piece::Static(b"\r\n"));
+    }
+
+    /// One `writev` of what waits (up to 64 pieces).
+    fn poll_write(&mut self, io: &mut Quiet, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.pieces.is_empty() {
+            return Poll::Ready(Ok(()));
+        }
+        let mut slices = [IoSlice::new(&[]); 64];
+        let mut n = 0;
+        for (i, piece) in self.pieces.iter().take(slices.len()).enumerate() {
+            let bytes = piece.bytes();
+            slices[i] = IoSlice::new(if i == 0 { &bytes[self.at..] } else { bytes });
+            n = i + 1;
+        }
+        let mut written = ready!(Pin::new(io).poll_write_vectored(cx, &slices[..n]))?;
+        if written == 0 {
+            return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+        }
+        while let Some(front) = self.pieces.front() {
+            let left = front.bytes().len() - self.at;
+            if written < left {
+                self.at += written;
+                break;
+            }
+            written -= left;
+            self.at = 0;
+            self.pieces.pop_front();
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests;
