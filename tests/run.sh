@@ -55,6 +55,11 @@ status=${PIPESTATUS[0]}
 log "cargo test --release --test it clock:: (alone)"
 cargo test --release --locked --test it -- clock:: --test-threads=1 --show-output 2>&1 | tee -a "$out"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+# The integration suite again with hyper's HTTP/1.1 server, the fallback
+# (`http1_server = "hyper"`): both must keep every promise the suite makes.
+log "cargo test --release --test it, http1_server = \"hyper\""
+TOKENCLOCK_IT_HTTP1_SERVER=hyper cargo test --release --locked --test it -- --skip clock:: 2>&1 | tee -a "$out"
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 # Counting greps find nothing when a build fails: no set -e around them.
 passed=$(grep -Eo '[0-9]+ passed' "$out" | awk '{s += $1} END {print s + 0}')
 failed=$(grep -Eo '[0-9]+ failed' "$out" | awk '{s += $1} END {print s + 0}')

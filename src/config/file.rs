@@ -110,7 +110,7 @@ impl Default for File {
             http2_keep_alive_timeout: Duration::from_secs(20),
             max_connections: 4096,
             metrics_max_connections: 64,
-            http1_server: Http1Server::Hyper,
+            http1_server: Http1Server::Tokenclock,
             pool_idle_timeout: Duration::from_secs(4),
             pool_max_idle_per_host: 256,
             shutdown_grace: Duration::from_secs(30),

@@ -153,12 +153,12 @@ pub enum UsageMode {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Http1Server {
-    /// hyper's HTTP/1.1 server.
+    /// tokenclock's own HTTP/1.1 codec (`proxy::server::h1`): hyper's
+    /// framing and keep-alive decisions, fewer instructions per event.
     #[default]
-    Hyper,
-    /// tokenclock's own HTTP/1.1 codec: the same framing decisions, each
-    /// wake-up's frames in one write, no per-frame formatting.
     Tokenclock,
+    /// hyper's HTTP/1.1 server, the fallback.
+    Hyper,
 }
 
 /// How log lines are written.

@@ -482,3 +482,71 @@ fn caps_that_do_not_fit_the_fd_limit_exit_2_naming_max_connections() {
         "{stderr}"
     );
 }
+
+/// With tokenclock's own HTTP/1.1 codec, a keep-alive connection between
+/// requests is idle, not owing a head: it stays open past
+/// `header_read_timeout` and closes at `client_idle_timeout`, so a load
+/// balancer with a shorter idle timeout closes it first. (hyper's server
+/// runs its head timer from the end of the last response, so it closes
+/// such a connection at `header_read_timeout`.)
+#[tokio::test]
+async fn an_idle_keep_alive_connection_outlives_header_read_timeout_with_the_own_codec() {
+    let upstream = Echo::start().await;
+    let extra = "http1_server = \"tokenclock\"\nheader_read_timeout = \"300ms\"\n\
+                 client_idle_timeout = \"1500ms\"\n";
+    let proxy = common::proxy(upstream.addr, extra).await;
+    let io = TokioIo::new(TcpStream::connect(proxy.addr).await.expect("connect"));
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(io)
+        .await
+        .expect("handshake");
+    let connection = tokio::spawn(conn);
+    let request = || {
+        Request::get("/v1/models")
+            .header("host", "a")
+            .body(Full::new(Bytes::new()))
+            .expect("request")
+    };
+    for i in 0..2 {
+        if i == 1 {
+            // Well past header_read_timeout.
+            tokio::time::sleep(Duration::from_millis(900)).await;
+        }
+        let response = sender.send_request(request()).await;
+        let response = response.unwrap_or_else(|e| panic!("request {i}: {e}"));
+        assert_eq!(response.status(), StatusCode::OK);
+        response.into_body().collect().await.expect("body");
+    }
+    let ended = tokio::time::timeout(BOUND, connection).await;
+    assert!(ended.is_ok(), "never closed when idle");
+    assert_eq!(
+        metric(proxy.metrics_addr, &closed("idle_timeout")).await,
+        1.0
+    );
+}
+
+/// With the own codec, a head begun after the first request and never
+/// finished (a slow client, or a slowloris on a reused connection) is
+/// closed `header_read_timeout` after its first bytes, long before
+/// `client_idle_timeout`.
+#[tokio::test]
+async fn a_later_head_begun_and_not_finished_is_closed_after_header_read_timeout() {
+    let upstream = Echo::start().await;
+    let extra = "http1_server = \"tokenclock\"\nheader_read_timeout = \"300ms\"\n\
+                 client_idle_timeout = \"60s\"\n";
+    let proxy = common::proxy(upstream.addr, extra).await;
+    let mut stream = TcpStream::connect(proxy.addr).await.expect("connect");
+    stream
+        .write_all(b"GET /v1/models HTTP/1.1\r\nhost: a\r\n\r\n")
+        .await
+        .expect("request");
+    let mut head = [0; 12];
+    stream.read_exact(&mut head).await.expect("response");
+    stream
+        .write_all(b"GET /v1/models HTTP/1.1\r\nhost:")
+        .await
+        .expect("half a head");
+    assert!(
+        closed_within(&mut stream, Duration::from_secs(5)).await,
+        "a half head on a reused connection is never closed"
+    );
+}

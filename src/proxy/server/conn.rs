@@ -218,7 +218,7 @@ where
     let service = Tracked::new(service, activity.clone(), hook);
     match protocol {
         Protocol::Http1 if serve.own_http1 => {
-            let conn = h1::Connection::new(io, service);
+            let conn = h1::Connection::new(io, service, serve.header_read);
             drive(conn, serve, drain, activity, deadline).await
         }
         Protocol::Http1 => {

@@ -15,12 +15,14 @@ use std::{
     io::{self, IoSlice},
     pin::Pin,
     task::{ready, Context, Poll},
+    time::Duration,
 };
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::{Method, Request, Response, Version};
 use http_body::Body as HttpBody;
 use hyper::rt::Write;
+use tokio::time::Sleep;
 
 use super::{
     body::{Body, BodyError, Room, Sender},
@@ -60,7 +62,18 @@ pub(crate) struct Connection<S, F, B> {
     /// The version of the last request served: hyper answers a refused
     /// head in it.
     version: Version,
+    /// A request was started on this connection.
+    served: bool,
+    /// `header_read_timeout`, for the heads after the first.
+    header_read: Duration,
+    /// Running while a head after the first is begun and not whole.
+    head_timer: Option<Pin<Box<Sleep>>>,
 }
+
+/// A head after the first was not whole within `header_read_timeout`.
+#[derive(Debug, thiserror::Error)]
+#[error("the request head was not whole within {0:?} of its first bytes")]
+struct HeadTimeout(Duration);
 
 /// Where the connection is in the exchange in flight.
 enum State<F, B> {
@@ -115,7 +128,9 @@ where
     B: HttpBody,
     B::Error: Into<BoxError>,
 {
-    pub(crate) fn new(io: Quiet, service: S) -> Self {
+    /// Serves `io` with `service`; heads after the first must be whole
+    /// within `header_read` of their first bytes.
+    pub(crate) fn new(io: Quiet, service: S, header_read: Duration) -> Self {
         Self {
             io,
             service,
@@ -126,6 +141,9 @@ where
             closing: false,
             read_closed: false,
             version: Version::HTTP_11,
+            served: false,
+            header_read,
+            head_timer: None,
         }
     }
 
@@ -194,12 +212,29 @@ where
                     Err(e) => return Poll::Ready(self.refuse(&e).map(|()| true)),
                 }
             }
-            match ready!(self.poll_read(cx)) {
-                Ok(0) => self.read_closed = true,
-                Ok(_) => {}
-                Err(e) => return Poll::Ready(Err(e.into())),
+            match self.poll_read(cx) {
+                Poll::Ready(Ok(0)) => self.read_closed = true,
+                Poll::Ready(Ok(_)) => {}
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e.into())),
+                Poll::Pending => return self.poll_head_timer(cx),
             }
         }
+    }
+
+    /// A head begun after the first request must be whole within
+    /// `header_read_timeout` of its first bytes (the first head's deadline
+    /// is the connection driver's, from accept; a connection with nothing
+    /// begun is idle, and `client_idle_timeout` is the driver's too).
+    fn poll_head_timer(&mut self, cx: &mut Context<'_>) -> Poll<Result<bool, BoxError>> {
+        if !self.served || self.read.is_empty() {
+            return Poll::Pending;
+        }
+        let limit = self.header_read;
+        let timer = self
+            .head_timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        ready!(timer.as_mut().poll(cx));
+        Poll::Ready(Err(HeadTimeout(limit).into()))
     }
 
     /// Answers a head that cannot be served as hyper does (or closes
@@ -273,6 +308,8 @@ where
             declared: http::HeaderMap::new(),
         };
         self.version = parts.version;
+        self.served = true;
+        self.head_timer = None;
         let future = Box::pin(self.service.call(Request::from_parts(parts, body)));
         self.state = State::Waiting { future, answering };
     }

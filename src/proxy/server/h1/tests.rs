@@ -406,7 +406,7 @@ async fn serve(
             let service =
                 service_fn(move |req: Request<Body>| answer(req, replies.clone(), seen.clone()));
             let io = Quiet::new(stream, Arc::new(AfterWrite::new()));
-            let mut conn = Connection::new(io, service);
+            let mut conn = Connection::new(io, service, std::time::Duration::from_secs(30));
             poll_fn(|cx| conn.poll_connection(cx)).await
         }
     }

@@ -45,7 +45,7 @@ where
     let (server, _) = listener.accept().await.expect("accept");
     let io = Quiet::new(server, Arc::new(AfterWrite::new()));
     let task = tokio::spawn(async move {
-        let mut conn = Connection::new(io, service);
+        let mut conn = Connection::new(io, service, Duration::from_secs(30));
         poll_fn(|cx| conn.poll_connection(cx)).await.is_ok()
     });
     (client, task)
