@@ -325,7 +325,8 @@ where
             Poll::Ready(Err(e)) => return Poll::Ready(Err(e.into())),
             Poll::Pending => {
                 self.poll_closed(cx)?;
-                return if self.read_closed_mid_exchange() {
+                // A client that closed is gone (as in `poll_writing`).
+                return if self.read_closed {
                     Poll::Ready(Err("the client closed the connection".into()))
                 } else {
                     Poll::Pending
@@ -504,7 +505,10 @@ where
         // Everything queued went out: wait for the body, and notice a
         // client that closed meanwhile.
         self.poll_closed(cx)?;
-        if self.read_closed_mid_exchange() {
+        // A client that closed while a request is in flight is gone: as
+        // hyper's server (without half-close), the connection ends, and the
+        // response with it.
+        if self.read_closed {
             return Poll::Ready(Err("the client closed the connection".into()));
         }
         Poll::Pending
@@ -616,12 +620,6 @@ where
             Poll::Ready(Ok(_)) | Poll::Pending => {}
         }
         Ok(())
-    }
-
-    /// The client closed while a request is in flight: hyper's server
-    /// (without half-close) ends the connection, and the response with it.
-    fn read_closed_mid_exchange(&self) -> bool {
-        self.read_closed
     }
 
     fn poll_read(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
