@@ -25,6 +25,11 @@ const MAX_HEADERS: usize = 100;
 /// The longest chunk-size line, extensions included: hyper's limit on a
 /// body's chunk extensions (16 KiB).
 const MAX_SIZE_LINE: usize = 16 * 1024;
+/// The most bytes of chunk extensions a whole body may carry, and of its
+/// trailer section: hyper's limits (`CHUNKED_EXTENSIONS_LIMIT`,
+/// `TRAILER_LIMIT`), the same for requests and responses.
+const MAX_EXTENSIONS: u64 = 16 * 1024;
+const MAX_TRAILERS: usize = 16 * 1024;
 
 /// Why the upstream's bytes could not be read as HTTP/1.1.
 #[derive(Debug, thiserror::Error)]
@@ -306,6 +311,8 @@ pub(crate) enum Decoded {
 #[derive(Debug)]
 pub(crate) struct Decoder {
     state: State,
+    /// Bytes of chunk extensions seen so far in the body.
+    extensions: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -334,7 +341,10 @@ impl Decoder {
             Framing::Chunked => State::Size,
             Framing::Close => State::Close,
         };
-        Self { state }
+        Self {
+            state,
+            extensions: 0,
+        }
     }
 
     /// Whether the body has ended.
@@ -430,6 +440,10 @@ impl Decoder {
                         Ok(size) => size,
                         Err(e) => break Decoded::Failed(e),
                     };
+                    self.extensions += extension_len(&line[..=end]);
+                    if self.extensions >= MAX_EXTENSIONS {
+                        break Decoded::Failed(WireError::Chunked("chunk extensions over 16 KiB"));
+                    }
                     at += end + 1;
                     self.state = if size == 0 {
                         State::Trailers
@@ -457,10 +471,11 @@ impl Decoder {
                         self.state = State::Done;
                         break Decoded::End(None);
                     }
-                    let Some(end) = memchr::memmem::find(section, b"\r\n\r\n") else {
-                        if section.len() > MAX_HEAD {
-                            break Decoded::Failed(WireError::Chunked("trailers too large"));
-                        }
+                    let found = memchr::memmem::find(section, b"\r\n\r\n");
+                    if found.map_or(section.len(), |end| end + 4) > MAX_TRAILERS {
+                        break Decoded::Failed(WireError::Chunked("trailers over 16 KiB"));
+                    }
+                    let Some(end) = found else {
                         break Decoded::More;
                     };
                     let mut lines = [httparse::EMPTY_HEADER; MAX_HEADERS];
@@ -510,6 +525,13 @@ fn plain_size_line(line: &[u8]) -> Option<(u64, usize)> {
         size = size << 4 | u64::from(digit);
     }
     None
+}
+
+/// The bytes of a chunk-size line's extensions: from its first `;` to its
+/// CRLF, as hyper counts them.
+fn extension_len(line: &[u8]) -> u64 {
+    let body = line.strip_suffix(b"\r\n").unwrap_or(line);
+    memchr::memchr(b';', body).map_or(0, |at| (body.len() - at - 1) as u64)
 }
 
 /// A chunk-size line, CRLF included: hex digits, optional whitespace and

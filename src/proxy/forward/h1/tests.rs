@@ -486,3 +486,25 @@ fn the_data_before_a_malformed_chunk_is_returned_first() {
         "{decoded:?}"
     );
 }
+
+/// hyper's limits over a whole chunked body, on both sides of the proxy:
+/// 16 KiB of chunk extensions in all (each line alone may be under it) and
+/// a 16 KiB trailer section.
+#[test]
+fn extensions_and_trailers_are_limited_over_the_body_as_hyper_limits_them() {
+    let ext = "x".repeat(1024);
+    let under: String = (0..15).map(|_| format!("1;{ext}\r\na\r\n")).collect();
+    let wire = format!("{under}0\r\n\r\n");
+    let decoded = decode_in_reads(Framing::Chunked, wire.as_bytes(), &[512], 1024);
+    assert_eq!(decoded.expect("under the limit").0.concat(), [b'a'; 15]);
+    let over: String = (0..17).map(|_| format!("1;{ext}\r\na\r\n")).collect();
+    let wire = format!("{over}0\r\n\r\n");
+    assert!(decode_in_reads(Framing::Chunked, wire.as_bytes(), &[512], 1024).is_err());
+    let value = "v".repeat(1000);
+    let trailers: String = (0..17).map(|i| format!("x-{i}: {value}\r\n")).collect();
+    let wire = format!("1\r\na\r\n0\r\n{trailers}\r\n");
+    assert!(decode_in_reads(Framing::Chunked, wire.as_bytes(), &[512], 1024).is_err());
+    let trailers: String = (0..15).map(|i| format!("x-{i}: {value}\r\n")).collect();
+    let wire = format!("1\r\na\r\n0\r\n{trailers}\r\n");
+    assert!(decode_in_reads(Framing::Chunked, wire.as_bytes(), &[512], 1024).is_ok());
+}

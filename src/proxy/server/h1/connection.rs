@@ -64,6 +64,9 @@ pub(crate) struct Connection<S, F, B> {
     version: Version,
     /// A request was started on this connection.
     served: bool,
+    /// The read buffer's length when a head in it was last found
+    /// incomplete; 0 when none was.
+    partial: usize,
     /// `header_read_timeout`, for the heads after the first.
     header_read: Duration,
     /// Running while a head after the first is begun and not whole.
@@ -142,6 +145,7 @@ where
             read_closed: false,
             version: Version::HTTP_11,
             served: false,
+            partial: 0,
             header_read,
             head_timer: None,
         }
@@ -199,7 +203,15 @@ where
                 return Poll::Ready(Ok(false));
             }
             if !self.read.is_empty() {
-                match request::parse(&mut self.read) {
+                // A head that came in pieces is parsed again only once the
+                // new bytes may end it (hyper's rule): parsing it whole on
+                // every read would cost the square of its length.
+                let parsed = if self.partial == 0 || request::may_end(&self.read, self.partial) {
+                    request::parse(&mut self.read)
+                } else {
+                    Ok(None)
+                };
+                match parsed {
                     Ok(Some(head)) => {
                         self.start(head);
                         return Poll::Ready(Ok(true));
@@ -208,7 +220,7 @@ where
                         return Poll::Ready(self.refuse(&HeadError::TooLarge).map(|()| true));
                     }
                     Ok(None) if self.read_closed => return Poll::Ready(Ok(false)),
-                    Ok(None) => {}
+                    Ok(None) => self.partial = self.read.len(),
                     Err(e) => return Poll::Ready(self.refuse(&e).map(|()| true)),
                 }
             }
@@ -309,6 +321,7 @@ where
         };
         self.version = parts.version;
         self.served = true;
+        self.partial = 0;
         self.head_timer = None;
         let future = Box::pin(self.service.call(Request::from_parts(parts, body)));
         self.state = State::Waiting { future, answering };
@@ -320,6 +333,12 @@ where
             return Poll::Ready(Ok(false));
         };
         let polled = future.as_mut().poll(cx);
+        // A `100 Continue` queued behind a full socket still goes out.
+        if !self.out.is_empty() {
+            if let Poll::Ready(Err(e)) = self.poll_flush(cx) {
+                return Poll::Ready(Err(e));
+            }
+        }
         let response = match polled {
             Poll::Ready(Ok(response)) => response,
             Poll::Ready(Err(e)) => return Poll::Ready(Err(e.into())),
@@ -339,12 +358,12 @@ where
         };
         let mut answering = answering;
         let (parts, body) = response.into_parts();
-        // A `100 Continue` owed and not sent: the request body will not
-        // come, so the connection is not reused; as hyper, the head says
-        // nothing of it.
-        let unread = self.upload.as_ref().is_some_and(|u| u.expect_continue);
-        if unread {
-            self.upload = None;
+        // A `100 Continue` not sent yet never is once the head goes out
+        // (hyper's rule). A body still held is read on if the client sends
+        // it anyway; one dropped unread leaves the connection reusable only
+        // if the rest is already here (`finish_upload`).
+        if let Some(upload) = &mut self.upload {
+            upload.expect_continue = false;
         }
         let facts = Answering {
             method: &answering.method,
@@ -373,7 +392,6 @@ where
             }
         };
         self.out.push_head(head);
-        let keep_after = keep_after && !unread;
         answering.keep_after = keep_after;
         if answering.trailers {
             for value in parts.headers.get_all(http::header::TRAILER) {

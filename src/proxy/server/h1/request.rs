@@ -166,6 +166,21 @@ pub(crate) fn parse(buf: &mut BytesMut) -> Result<Option<RequestHead>, HeadError
     }
 }
 
+/// Whether the bytes that came since `buf` was `prev_len` long may end a
+/// head (`\r\n\r\n`, `\n\n` or `\n\r\n`, looking back 3 bytes): hyper's
+/// `is_complete_fast`, which it checks before parsing a head again.
+pub(crate) fn may_end(buf: &[u8], prev_len: usize) -> bool {
+    let bytes = &buf[prev_len.saturating_sub(3).min(buf.len())..];
+    bytes.iter().enumerate().any(|(i, &b)| {
+        let rest = &bytes[i + 1..];
+        match b {
+            b'\r' => rest.starts_with(b"\n\r\n"),
+            b'\n' => rest.starts_with(b"\n") || rest.starts_with(b"\r\n"),
+            _ => false,
+        }
+    })
+}
+
 /// `buf` without the CR and LF bytes it starts with (`consume_leading_lines`).
 fn after_empty_lines(buf: &[u8]) -> &[u8] {
     let start = buf.iter().position(|&b| b != b'\r' && b != b'\n');
