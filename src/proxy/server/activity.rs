@@ -329,8 +329,8 @@ mod tests {
     /// On a connection that keeps turns (h2), a failed body's error waits
     /// until the connection has taken a turn begun after it, so that hyper
     /// resets the stream only once its frames are written; on one that
-    /// does not (HTTP/1.1, hyper's own connection, which writes between
-    /// polls of the body), it passes at once.
+    /// does not (HTTP/1.1, whose connection writes what it queued before it
+    /// fails), it passes at once.
     #[test]
     fn a_failure_waits_for_a_turn_of_a_connection_that_keeps_them() {
         use std::future::Future;

@@ -1,4 +1,6 @@
-//! One client connection, served by hyper under tokenclock's own deadlines.
+//! One client connection, served under tokenclock's own deadlines: HTTP/1.1
+//! in tokenclock's own codec ([`h1`]), or hyper's with `http1_server =
+//! "hyper"`; h2c by hyper.
 //!
 //! hyper's auto builder reads a new connection's first bytes to choose
 //! HTTP/1.1 or h2 with no deadline, and an h2 connection with no stream
@@ -236,7 +238,8 @@ where
 
 /// How a connection is served, from its first bytes.
 enum Protocol {
-    /// They rule out h2: hyper's HTTP/1.1 connection on the socket.
+    /// They rule out h2: HTTP/1.1 on the socket, in the own codec or
+    /// hyper's connection.
     Http1,
     /// They may be h2's preface: the auto builder reads them and decides.
     Sniffed,
