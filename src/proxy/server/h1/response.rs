@@ -612,40 +612,17 @@ pub(crate) fn extend_date(dst: &mut Vec<u8>) {
     });
 }
 
-/// The IMF-fixdate of `secs` since the Unix epoch, as `httpdate` writes it
-/// (years past 9999 wrap: hyper's httpdate cannot write them at all).
+/// The IMF-fixdate of `secs` since the Unix epoch, written by `httpdate`
+/// as hyper's date cache writes it (once a second, so its `String` is no
+/// cost); past 9999, which it cannot write, the last second of 9999.
 fn render_date(secs: u64) -> [u8; DATE_VALUE_LENGTH] {
-    const WEEKDAYS: [&[u8; 3]; 7] = [b"Sun", b"Mon", b"Tue", b"Wed", b"Thu", b"Fri", b"Sat"];
-    const MONTHS: [&[u8; 3]; 12] = [
-        b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep", b"Oct", b"Nov",
-        b"Dec",
-    ];
-    let days = secs / 86_400;
-    let of_day = secs % 86_400;
-    // Howard Hinnant's civil_from_days, on unsigned days since 1970-01-01.
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z % 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + u64::from(month <= 2);
-
+    const LAST: u64 = 253_402_300_799; // 9999-12-31T23:59:59Z
+    let at = UNIX_EPOCH + std::time::Duration::from_secs(secs.min(LAST));
+    let text = httpdate::fmt_http_date(at);
     let mut out = *b"Thu, 01 Jan 1970 00:00:00 GMT";
-    let two = |out: &mut [u8; DATE_VALUE_LENGTH], at: usize, n: u64| {
-        out[at] = b'0' + (n / 10 % 10) as u8;
-        out[at + 1] = b'0' + (n % 10) as u8;
-    };
-    out[..3].copy_from_slice(WEEKDAYS[((days + 4) % 7) as usize]);
-    two(&mut out, 5, day);
-    out[8..11].copy_from_slice(MONTHS[((month + 11) % 12) as usize]);
-    two(&mut out, 12, year / 100);
-    two(&mut out, 14, year);
-    two(&mut out, 17, of_day / 3_600);
-    two(&mut out, 20, of_day / 60 % 60);
-    two(&mut out, 23, of_day % 60);
+    if let Some(bytes) = text.as_bytes().get(..DATE_VALUE_LENGTH) {
+        out.copy_from_slice(bytes);
+    }
     out
 }
 
