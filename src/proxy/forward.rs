@@ -15,7 +15,6 @@ mod client;
 mod client_body;
 mod connect;
 mod error;
-mod h1;
 mod headers;
 mod inject;
 mod pool;
@@ -37,7 +36,6 @@ pub(crate) use self::{
     client::{build as upstream_client, Connector},
     client_body::ClientBody,
     error::ProxyError,
-    h1::{Decoded, Decoder, Framing as DecoderFraming},
     inject::RequestBody,
 };
 use crate::{

@@ -7,6 +7,8 @@
 //!   header rules, timeouts, and the one place errors become responses.
 //! - [`reload`]: SIGHUP re-reads the config file; what may change live is
 //!   swapped in for requests that start afterwards.
+//! - [`wire`]: HTTP/1.1 as bytes, both sides, with no I/O: request and
+//!   response heads parsed and encoded, bodies decoded, as hyper does.
 //! - [`health`]: readiness, which is green only when traffic would flow,
 //!   and the optional HTTP probe of the upstream it follows.
 //! - `woken`: a poll that nothing can have changed returns at once, for
@@ -16,4 +18,5 @@ pub mod forward;
 pub mod health;
 pub mod reload;
 pub(crate) mod server;
+pub mod wire;
 mod woken;

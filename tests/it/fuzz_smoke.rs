@@ -18,11 +18,12 @@ use tokio::time::Instant;
 /// One target: its name (its corpus directory) and function.
 type Target = (&'static str, fn(&[u8]));
 
-const TARGETS: [Target; 4] = [
+const TARGETS: [Target; 5] = [
     ("sse", targets::sse),
     ("ndjson", targets::ndjson),
     ("dialect", targets::dialect),
     ("request", targets::request),
+    ("h1", targets::h1),
 ];
 
 /// Mutations tried per target, at most; the loop also stops after

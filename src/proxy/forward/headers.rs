@@ -3,6 +3,8 @@
 
 use http::{header, HeaderMap, HeaderName, HeaderValue};
 
+use crate::proxy::wire::listed;
+
 /// Headers that describe one connection, never forwarded either way.
 /// `TE` is handled apart: `trailers` survives it.
 const HOP_BY_HOP: [HeaderName; 4] = [
@@ -11,18 +13,6 @@ const HOP_BY_HOP: [HeaderName; 4] = [
     header::UPGRADE,
     header::TE,
 ];
-
-/// The header names a list-valued header (`Connection`, `Trailer`) holds,
-/// over all its lines; what is not a valid name is left out.
-pub(super) fn listed(headers: &HeaderMap, list: &HeaderName) -> Vec<HeaderName> {
-    headers
-        .get_all(list)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
-        .collect()
-}
 
 /// Removes hop-by-hop headers: `Connection` and every header it names,
 /// `Keep-Alive`, `Proxy-Connection`, `Transfer-Encoding`, `Upgrade`, `TE`

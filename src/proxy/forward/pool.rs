@@ -1,6 +1,6 @@
 //! The HTTP/1.1 upstream pool: each connection is read and written by the
 //! task that uses it, not by a task of its own, in tokenclock's own
-//! HTTP/1.1 codec (`h1`).
+//! HTTP/1.1 codec (`wire`).
 //!
 //! hyper-util's pooled client spawns one task per upstream connection, so
 //! every streamed event wakes two tasks (the upstream connection's, then
@@ -45,7 +45,10 @@ use tower::Service;
 use super::{
     client::{Connector, UpstreamBody},
     connect::{Stream, Timed},
-    h1::{self, BodySize, Decoded, Decoder, Framing, WireError},
+};
+use crate::proxy::wire::{
+    chunked::{Decoded, Decoder, Framing},
+    client::{self as h1, BodySize, WireError},
 };
 
 /// The most body bytes one frame gathers from what was read.
@@ -671,7 +674,7 @@ impl Lease {
             let after = match (decoded, read) {
                 (Decoded::Failed(e), _) => {
                     self.conn = None;
-                    Some(Some(Err(e.into())))
+                    Some(Some(Err(WireError::from(e).into())))
                 }
                 (Decoded::End(trailers), read) => {
                     if matches!(read, Poll::Ready(Ok(0) | Err(_))) {

@@ -2,8 +2,6 @@
 
 mod body;
 mod connection;
-mod request;
-mod response;
 
 pub(crate) use self::body::{Body, BodyError};
 pub(super) use self::connection::Connection;

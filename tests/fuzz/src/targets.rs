@@ -17,7 +17,7 @@ use std::{
     task::{Context, Poll, Waker},
 };
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::{Method, Request, Response};
 use http_body::{Body, Frame};
 use tokenclock::{
@@ -30,6 +30,8 @@ use tokenclock::{
     measure::read::ReadSettings,
     measure::timeline::{Timeline, TimelineSink},
     proxy::forward::StripUsage,
+    proxy::wire::chunked::{ChunkedError, Decoded, Decoder},
+    proxy::wire::server::request::{BodyFraming, HeadReader, RequestHead, MAX_HEAD},
 };
 use tokio::time::Instant;
 
@@ -362,5 +364,170 @@ impl Body for Frames {
         _: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         Poll::Ready(self.get_mut().0.pop_front().map(|b| Ok(Frame::data(b))))
+    }
+}
+
+/// What a client's byte stream comes to, read as the HTTP/1.1 connection
+/// reads it ([`HeadReader`] for heads, [`Decoder`] for bodies).
+#[derive(Debug, PartialEq)]
+enum Read {
+    /// A request, its body as far as it came, and the trailers it ended with.
+    Request {
+        head: String,
+        framing: BodyFraming,
+        keep_alive: bool,
+        expect_continue: bool,
+        body: Vec<u8>,
+        trailers: Option<String>,
+    },
+    /// The head was refused (the connection answers, or not, and closes).
+    Refused(String),
+    /// The body's chunked coding was broken (the connection closes).
+    BodyFailed(ChunkedError),
+    /// The stream ended before the head or body did.
+    Cut,
+}
+
+/// A client's HTTP/1.1 byte stream, as the server side of the proxy reads
+/// it: heads and request bodies, pipelined, keep-alive or not. The first
+/// byte picks where the stream is cut and the most body bytes one frame
+/// takes; the rest is the stream. Cut anywhere, the stream must give the
+/// same requests, heads and bodies alike; only the fate of a broken head
+/// may differ, as it does in hyper: whole, it is refused at once; in
+/// pieces, the reader waits for the head's end before parsing again, so it
+/// may see the stream end first, and an HTTP/2 preface cut before its
+/// 24th byte is refused as a bad head. While no head is whole, the buffer holds no
+/// more than `MAX_HEAD` and one read.
+pub fn h1(data: &[u8]) {
+    let Some((opt, input)) = options(data) else {
+        return;
+    };
+    // One read may take a buffer past the limit, and a head that ends in
+    // it is taken; in pieces it would be refused. Not reached by inputs
+    // this size; the rule is the connection's, tested in the crate.
+    if input.len() >= MAX_HEAD {
+        return;
+    }
+    let limit = [1, 7, 64, 64 * 1024][usize::from(opt >> 6)];
+    let whole = h1_reads(&[input], limit);
+    let mut cuts = Cuts::new(opt, input);
+    for (how, pieces) in [
+        ("split", cuts.split(input)),
+        ("byte by byte", input.chunks(1).collect()),
+    ] {
+        let cut = h1_reads(&pieces, limit);
+        let last = whole.len().max(1) - 1;
+        assert_eq!(cut.len(), whole.len(), "{how}: {cut:?} against {whole:?}");
+        assert_eq!(cut[..last], whole[..last], "{how}");
+        match (&cut[last..], &whole[last..]) {
+            (a, b) if a == b => {}
+            ([Read::Cut], [Read::Refused(_)]) => {}
+            // hyper tells the HTTP/2 preface (closed on silently) only
+            // once its 24 bytes are in: parsed before, what came is
+            // refused as what it is (a bad version, a bare CR).
+            ([Read::Refused(_)], [Read::Refused(b)]) if b == "Http2Preface" => {}
+            (a, b) => panic!("{how}: ends {a:?}, whole ends {b:?}"),
+        }
+    }
+}
+
+/// Feeds `pieces` one read at a time, as the connection does, and says
+/// what each request came to.
+fn h1_reads(pieces: &[&[u8]], limit: usize) -> Vec<Read> {
+    let mut reads = Vec::new();
+    let mut buf = BytesMut::new();
+    let mut heads = HeadReader::default();
+    let mut pieces = pieces.iter();
+    let mut more = |buf: &mut BytesMut| match pieces.next() {
+        Some(piece) => {
+            buf.extend_from_slice(piece);
+            true
+        }
+        None => false,
+    };
+    loop {
+        let head = loop {
+            match heads.read(&mut buf) {
+                Ok(Some(head)) => break head,
+                Ok(None) => {
+                    let piece = 16;
+                    assert!(
+                        buf.len() < MAX_HEAD + piece,
+                        "no head in {} bytes",
+                        buf.len()
+                    );
+                    if !more(&mut buf) {
+                        if !buf.is_empty() {
+                            reads.push(Read::Cut);
+                        }
+                        return reads;
+                    }
+                }
+                Err(e) => {
+                    reads.push(Read::Refused(format!("{e:?}")));
+                    return reads;
+                }
+            }
+        };
+        let RequestHead {
+            parts,
+            framing,
+            keep_alive,
+            expect_continue,
+        } = head;
+        if framing == BodyFraming::Chunked {
+            assert!(
+                !parts.headers.contains_key("content-length"),
+                "a chunked request keeps no content-length"
+            );
+        }
+        let mut decoder = Decoder::new(framing.into());
+        let (mut body, mut trailers, mut failed, mut cut) = (Vec::new(), None, None, false);
+        loop {
+            let (data, decoded) = decoder.decode(&mut buf, limit);
+            assert!(data.len() <= limit, "a frame over the limit");
+            body.extend_from_slice(&data);
+            match decoded {
+                Decoded::End(t) => {
+                    trailers = t.map(|t| format!("{t:?}"));
+                    break;
+                }
+                Decoded::Failed(e) => {
+                    failed = Some(e);
+                    break;
+                }
+                Decoded::Full => {}
+                Decoded::More => {
+                    if !more(&mut buf) {
+                        cut = true;
+                        break;
+                    }
+                }
+            }
+        }
+        if let (BodyFraming::Length(n), false, None) = (framing, cut, failed) {
+            assert_eq!(body.len() as u64, n, "a body is its content-length");
+        }
+        reads.push(Read::Request {
+            head: format!("{parts:?}"),
+            framing,
+            keep_alive,
+            expect_continue,
+            body,
+            trailers,
+        });
+        match (failed, cut) {
+            (Some(e), _) => {
+                reads.push(Read::BodyFailed(e));
+                return reads;
+            }
+            (None, true) => {
+                reads.push(Read::Cut);
+                return reads;
+            }
+            // The connection closes after this request's response.
+            (None, false) if !keep_alive => return reads,
+            (None, false) => {}
+        }
     }
 }

@@ -16,10 +16,8 @@ use tokio::{
 };
 
 use super::{poll_head, Conn, Lease, READ, READ_SIZE};
-use crate::proxy::forward::{
-    connect::Stream,
-    h1::{Decoder, Framing},
-};
+use crate::proxy::forward::connect::Stream;
+use crate::proxy::wire::chunked::{Decoder, Framing};
 
 /// A connection to a peer on 127.0.0.1, as the pool holds it, holding no
 /// buffer; and the peer's end.

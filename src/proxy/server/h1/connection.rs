@@ -24,13 +24,13 @@ use http_body::Body as HttpBody;
 use hyper::rt::Write;
 use tokio::time::Sleep;
 
-use super::{
-    body::{Body, BodyError, Room, Sender},
-    request::{self, BodyFraming, HeadError, RequestHead, MAX_HEAD},
-    response::{self, Answering, Framing, SizeLine},
-};
-use crate::proxy::forward::{Decoded, Decoder, DecoderFraming};
+use super::body::{Body, BodyError, Room, Sender};
 use crate::proxy::server::quiet::Quiet;
+use crate::proxy::wire::{
+    chunked::{Decoded, Decoder, Framing as DecoderFraming, SizeLine},
+    server::request::{BodyFraming, HeadError, HeadReader, RequestHead},
+    server::response::{self, Answering, Framing},
+};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -64,9 +64,8 @@ pub(crate) struct Connection<S, F, B> {
     version: Version,
     /// A request was started on this connection.
     served: bool,
-    /// The read buffer's length when a head in it was last found
-    /// incomplete; 0 when none was.
-    partial: usize,
+    /// Reads the heads off `read` as hyper does.
+    heads: HeadReader,
     /// `header_read_timeout`, for the heads after the first.
     header_read: Duration,
     /// Running while a head after the first is begun and not whole.
@@ -145,7 +144,7 @@ where
             read_closed: false,
             version: Version::HTTP_11,
             served: false,
-            partial: 0,
+            heads: HeadReader::default(),
             header_read,
             head_timer: None,
         }
@@ -202,27 +201,14 @@ where
             if self.closing || (self.read.is_empty() && self.read_closed) {
                 return Poll::Ready(Ok(false));
             }
-            if !self.read.is_empty() {
-                // A head that came in pieces is parsed again only once the
-                // new bytes may end it (hyper's rule): parsing it whole on
-                // every read would cost the square of its length.
-                let parsed = if self.partial == 0 || request::may_end(&self.read, self.partial) {
-                    request::parse(&mut self.read)
-                } else {
-                    Ok(None)
-                };
-                match parsed {
-                    Ok(Some(head)) => {
-                        self.start(head);
-                        return Poll::Ready(Ok(true));
-                    }
-                    Ok(None) if self.read.len() >= MAX_HEAD => {
-                        return Poll::Ready(self.refuse(&HeadError::TooLarge).map(|()| true));
-                    }
-                    Ok(None) if self.read_closed => return Poll::Ready(Ok(false)),
-                    Ok(None) => self.partial = self.read.len(),
-                    Err(e) => return Poll::Ready(self.refuse(&e).map(|()| true)),
+            match self.heads.read(&mut self.read) {
+                Ok(Some(head)) => {
+                    self.start(head);
+                    return Poll::Ready(Ok(true));
                 }
+                Ok(None) if self.read_closed => return Poll::Ready(Ok(false)),
+                Ok(None) => {}
+                Err(e) => return Poll::Ready(self.refuse(&e).map(|()| true)),
             }
             match self.poll_read(cx) {
                 Poll::Ready(Ok(0)) => self.read_closed = true,
@@ -286,22 +272,13 @@ where
         } = head;
         let body = match framing {
             BodyFraming::Length(0) => Body::empty(),
-            BodyFraming::Length(n) => {
-                let (body, sender) = Body::channel(Some(n));
-                self.upload = Some(Upload::new(
-                    DecoderFraming::Length(n),
-                    sender,
-                    expect_continue,
-                ));
-                body
-            }
-            BodyFraming::Chunked => {
-                let (body, sender) = Body::channel(None);
-                self.upload = Some(Upload::new(
-                    DecoderFraming::Chunked,
-                    sender,
-                    expect_continue,
-                ));
+            BodyFraming::Length(_) | BodyFraming::Chunked => {
+                let length = match framing {
+                    BodyFraming::Length(n) => Some(n),
+                    BodyFraming::Chunked => None,
+                };
+                let (body, sender) = Body::channel(length);
+                self.upload = Some(Upload::new(framing.into(), sender, expect_continue));
                 body
             }
         };
@@ -321,7 +298,6 @@ where
         };
         self.version = parts.version;
         self.served = true;
-        self.partial = 0;
         self.head_timer = None;
         let future = Box::pin(self.service.call(Request::from_parts(parts, body)));
         self.state = State::Waiting { future, answering };

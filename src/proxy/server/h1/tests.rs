@@ -38,7 +38,8 @@ use tokio::{
     time::{sleep, sleep_until, timeout, Instant, Sleep},
 };
 
-use super::{request::MAX_HEAD, Body, Connection};
+use super::{Body, Connection};
+use crate::proxy::wire::server::request::MAX_HEAD;
 use crate::{measure::after_write::AfterWrite, proxy::server::quiet::Quiet};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;

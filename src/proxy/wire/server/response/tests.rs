@@ -18,6 +18,7 @@ use proptest::prelude::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::*;
+use crate::proxy::wire::chunked::SizeLine;
 
 /// The body's data: two chunks, the second long enough for a
 /// three-digit size line.
@@ -561,19 +562,6 @@ proptest! {
             .expect("a runtime");
         runtime.block_on(check(case));
     }
-}
-
-#[test]
-fn size_lines_are_hypers_upper_case_hex() {
-    for len in [0, 1, 15, 16, 255, 4096, 0xABCDEF, usize::MAX] {
-        let line = SizeLine::new(len);
-        assert_eq!(line.as_bytes(), format!("{len:X}\r\n").as_bytes(), "{len}");
-    }
-    assert_eq!(SizeLine::new(255).as_bytes(), b"FF\r\n");
-    assert_eq!(
-        SizeLine::new(usize::MAX).as_bytes(),
-        b"FFFFFFFFFFFFFFFF\r\n"
-    );
 }
 
 #[test]

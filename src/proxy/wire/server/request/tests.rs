@@ -396,6 +396,90 @@ fn heads_over_max_head_are_431() {
     assert!(parsed(&past).expect("ok").is_some());
 }
 
+/// Feeds `pieces` to a [`HeadReader`] one read at a time; what each read
+/// gave: `Some(uri)` for a head, `None` for read more, or the error.
+fn read_in_pieces(pieces: &[&[u8]]) -> (Vec<Result<Option<String>, String>>, BytesMut) {
+    let (mut reader, mut buf) = (HeadReader::default(), BytesMut::new());
+    let mut reads = Vec::new();
+    for piece in pieces {
+        buf.extend_from_slice(piece);
+        loop {
+            match reader.read(&mut buf) {
+                Ok(Some(head)) => reads.push(Ok(Some(head.parts.uri.to_string()))),
+                Ok(None) => {
+                    reads.push(Ok(None));
+                    break;
+                }
+                Err(e) => {
+                    reads.push(Err(format!("{e:?}")));
+                    return (reads, buf);
+                }
+            }
+        }
+    }
+    (reads, buf)
+}
+
+#[test]
+fn a_reader_takes_heads_in_pieces_and_pipelined() {
+    let (reads, buf) = read_in_pieces(&[
+        b"GET /1 HT",
+        b"TP/1.1\r\nHost: a\r",
+        b"\n",
+        b"\r\nGET /2 HTTP/1.1\r\n\r\nGET /3 HTTP/1.1\r\n\r\nGE",
+        b"T /4",
+    ]);
+    let uri = |u: &str| Ok(Some(u.to_owned()));
+    assert_eq!(
+        reads,
+        [
+            Ok(None),
+            Ok(None),
+            Ok(None),
+            uri("/1"),
+            uri("/2"),
+            uri("/3"),
+            Ok(None),
+            Ok(None)
+        ]
+    );
+    assert_eq!(&buf[..], b"GET /4");
+}
+
+#[test]
+fn a_reader_parses_a_head_begun_in_pieces_again_only_when_it_may_end() {
+    // Whole, the broken byte is refused at once.
+    let (reads, _) = read_in_pieces(&[b"GET / HTTP/1.1\r\nHost: a\r\nX\x01: b\r\n"]);
+    assert_eq!(reads, [Err("Header".to_owned())]);
+    // In pieces, once a piece left the head incomplete, the next are not
+    // parsed until one may end the head (hyper's `is_complete_fast`): the
+    // broken byte is found at the head's end, as hyper finds it.
+    let (reads, _) = read_in_pieces(&[
+        b"GET / HTTP/1.1\r\nHost: a\r\n",
+        b"X\x01: b\r\n",
+        b"Y: c\r\n",
+        b"\r\n",
+    ]);
+    assert_eq!(
+        reads,
+        [Ok(None), Ok(None), Ok(None), Err("Header".to_owned())]
+    );
+    // An end split over two reads is still seen.
+    let (reads, _) = read_in_pieces(&[b"GET /s HTTP/1.1\r\nHost: a\r\n\r", b"\n"]);
+    assert_eq!(reads, [Ok(None), Ok(Some("/s".to_owned())), Ok(None)]);
+}
+
+#[test]
+fn a_reader_refuses_a_buffer_full_of_no_head() {
+    let (at, _) = over_max_head();
+    let (head, rest) = at.split_at(MAX_HEAD / 2);
+    let (reads, _) = read_in_pieces(&[head, rest]);
+    assert_eq!(reads, [Ok(None), Err("TooLarge".to_owned())]);
+    // One byte short, it waits for more.
+    let (reads, _) = read_in_pieces(&[head, &rest[..rest.len() - 1]]);
+    assert_eq!(reads, [Ok(None), Ok(None)]);
+}
+
 #[test]
 fn names_of_64_kib_are_431() {
     let name = |len: usize| post("1.1", &format!("{}: v\r\n", "n".repeat(len)));

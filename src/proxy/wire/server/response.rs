@@ -477,46 +477,6 @@ fn content_length_parse(value: &HeaderValue) -> Option<u64> {
     })
 }
 
-// A usize is at most 16 hex digits, which SizeLine's buffer holds.
-const _: () = assert!(usize::BITS <= 64);
-
-/// A chunk's size line: hyper's `write!("{len:X}\r\n")` (encode.rs:370),
-/// upper-case hex without leading zeros, written without `core::fmt`.
-pub(crate) struct SizeLine {
-    buf: [u8; 18],
-    start: u8,
-}
-
-impl SizeLine {
-    /// The size line of a chunk of `len` bytes.
-    pub(crate) fn new(len: usize) -> Self {
-        const HEX: &[u8; 16] = b"0123456789ABCDEF";
-        let mut buf = [0; 18];
-        buf[16] = b'\r';
-        buf[17] = b'\n';
-        let mut start = 16;
-        let mut rest = len;
-        loop {
-            start -= 1;
-            buf[start] = HEX[rest & 0xF];
-            rest >>= 4;
-            if rest == 0 {
-                break;
-            }
-        }
-        #[allow(clippy::cast_possible_truncation)] // start < 16
-        Self {
-            buf,
-            start: start as u8,
-        }
-    }
-
-    /// The line's bytes, CRLF included.
-    pub(crate) fn as_bytes(&self) -> &[u8] {
-        &self.buf[usize::from(self.start)..]
-    }
-}
-
 /// Writes the end of a chunked body: the last chunk, with the trailers hyper
 /// lets through. hyper writes a trailer field only if the request had
 /// `TE: trailers` (`te_trailers`, conn.rs:757), the response head's `trailer`

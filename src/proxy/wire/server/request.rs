@@ -13,11 +13,13 @@ use bytes::BytesMut;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Uri, Version};
 
+use crate::proxy::wire::chunked;
+
 /// The most bytes a request head may take before it is complete: hyper's
 /// `max_buf_size` default (8 KiB + 100 lines of 4 KiB). hyper never reads
 /// more than this into its buffer while a head is incomplete, so a head is
 /// refused once the buffer holds this much and no complete head.
-pub(crate) const MAX_HEAD: usize = 8192 + 4096 * 100;
+pub const MAX_HEAD: usize = 8192 + 4096 * 100;
 
 /// hyper's `DEFAULT_MAX_HEADERS`: httparse gets this many slots, and one
 /// more header line is `TooManyHeaders`.
@@ -39,37 +41,46 @@ const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// How the request's body is delimited.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum BodyFraming {
+pub enum BodyFraming {
     /// Exactly this many bytes follow the head; 0: no body.
     Length(u64),
     /// `Transfer-Encoding` whose last coding is `chunked`.
     Chunked,
 }
 
+impl From<BodyFraming> for chunked::Framing {
+    fn from(framing: BodyFraming) -> Self {
+        match framing {
+            BodyFraming::Length(n) => Self::Length(n),
+            BodyFraming::Chunked => Self::Chunked,
+        }
+    }
+}
+
 /// A request head, taken off the front of the read buffer.
 #[derive(Debug)]
-pub(crate) struct RequestHead {
+pub struct RequestHead {
     /// Method, target, version (`HTTP_10` or `HTTP_11`) and headers exactly
     /// as hyper hands them to a service: same order, duplicates kept,
     /// Content-Length dropped where a Transfer-Encoding overrides it, repeated
     /// equal Content-Length lines dropped; no extensions.
-    pub(crate) parts: http::request::Parts,
+    pub parts: http::request::Parts,
     /// How the body that follows the head is delimited.
-    pub(crate) framing: BodyFraming,
+    pub framing: BodyFraming,
     /// hyper's keep-alive decision for the request: HTTP/1.1 unless a
     /// `Connection: close`, HTTP/1.0 only with `Connection: keep-alive`, and
     /// never with both Transfer-Encoding and Content-Length.
-    pub(crate) keep_alive: bool,
+    pub keep_alive: bool,
     /// hyper would answer `100 Continue` when the body is first read: an
     /// HTTP/1.1 request whose last `Expect` is `100-continue` (any case) and
     /// that has a body (`Conn::poll_read_head` ignores it otherwise).
-    pub(crate) expect_continue: bool,
+    pub expect_continue: bool,
 }
 
 /// Why a request head was refused; [`HeadError::status`] is what hyper
 /// answers with. Every refusal ends the connection.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum HeadError {
+pub enum HeadError {
     /// The method is not a token (httparse, or `http::Method`).
     #[error("invalid request method")]
     Method,
@@ -120,7 +131,7 @@ pub(crate) enum HeadError {
 impl HeadError {
     /// The status hyper answers the refusal with, or None where it closes
     /// the connection without an answer (`Server::on_error`, role.rs ~510).
-    pub(crate) fn status(&self) -> Option<StatusCode> {
+    pub fn status(&self) -> Option<StatusCode> {
         match self {
             HeadError::Method
             | HeadError::Uri
@@ -153,11 +164,10 @@ impl HeadError {
 /// is done; like hyper's buffer, `buf` has then lost the head's bytes if the
 /// error was found after the head was split off (target, header values).
 ///
-/// Unlike hyper, which after a partial read parses again only once the new
-/// bytes hold an empty line (`is_complete_fast`), this parses every time: a
-/// head broken before its end is refused as soon as it is seen, where hyper
-/// might wait for the end (and close without an answer on EOF).
-pub(crate) fn parse(buf: &mut BytesMut) -> Result<Option<RequestHead>, HeadError> {
+/// This parses all of `buf` every time it is called; a connection reads
+/// heads with a [`HeadReader`], which calls it only when new bytes may
+/// have ended the head, as hyper does.
+pub fn parse(buf: &mut BytesMut) -> Result<Option<RequestHead>, HeadError> {
     match parse_head(buf) {
         // `Conn::on_read_head_error` drops leading CR/LF bytes, then
         // `on_parse_error` closes silently on the HTTP/2 preface.
@@ -169,7 +179,7 @@ pub(crate) fn parse(buf: &mut BytesMut) -> Result<Option<RequestHead>, HeadError
 /// Whether the bytes that came since `buf` was `prev_len` long may end a
 /// head (`\r\n\r\n`, `\n\n` or `\n\r\n`, looking back 3 bytes): hyper's
 /// `is_complete_fast`, which it checks before parsing a head again.
-pub(crate) fn may_end(buf: &[u8], prev_len: usize) -> bool {
+pub fn may_end(buf: &[u8], prev_len: usize) -> bool {
     let bytes = &buf[prev_len.saturating_sub(3).min(buf.len())..];
     bytes.iter().enumerate().any(|(i, &b)| {
         let rest = &bytes[i + 1..];
@@ -179,6 +189,51 @@ pub(crate) fn may_end(buf: &[u8], prev_len: usize) -> bool {
             _ => false,
         }
     })
+}
+
+/// Request heads read off a connection's buffer as its bytes come, as
+/// hyper's server reads them (`Buffered::parse`, `Conn::poll_read_head`).
+///
+/// A head that came in pieces is parsed again only once the new bytes may
+/// end it ([`may_end`], hyper's `is_complete_fast`): parsing it whole after
+/// every read would cost the square of its length. So a head broken
+/// before its end is refused once its end arrives (or when the buffer is
+/// full), not as soon as the broken byte does, and a connection that
+/// closes first is closed on without an answer; hyper does the same.
+#[derive(Debug, Default)]
+pub struct HeadReader {
+    /// `buf`'s length when a head in it was last found incomplete; 0 when
+    /// none was.
+    partial: usize,
+}
+
+impl HeadReader {
+    /// The head at the front of `buf`, once it is whole: it and the empty
+    /// lines before it are taken off `buf`, and what follows stays. `Ok(None)`:
+    /// read more. [`HeadError::TooLarge`] once `buf` holds [`MAX_HEAD`]
+    /// bytes and no head; a caller that reads no more than that into `buf`
+    /// while this returns `None` keeps hyper's limit exactly.
+    pub fn read(&mut self, buf: &mut BytesMut) -> Result<Option<RequestHead>, HeadError> {
+        if buf.is_empty() {
+            return Ok(None);
+        }
+        let parsed = if self.partial == 0 || may_end(buf, self.partial) {
+            parse(buf)?
+        } else {
+            None
+        };
+        match parsed {
+            Some(head) => {
+                self.partial = 0;
+                Ok(Some(head))
+            }
+            None if buf.len() >= MAX_HEAD => Err(HeadError::TooLarge),
+            None => {
+                self.partial = buf.len();
+                Ok(None)
+            }
+        }
+    }
 }
 
 /// `buf` without the CR and LF bytes it starts with (`consume_leading_lines`).
