@@ -48,7 +48,7 @@ impl Listener {
             + Sync
             + Unpin
             + 'static,
-        S::Future: Send + 'static,
+        S::Future: Send + Unpin + 'static,
         S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
         B: http_body::Body + Send + 'static,
         B::Data: Send,

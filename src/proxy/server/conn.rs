@@ -196,7 +196,9 @@ where
         + Sync
         + Unpin
         + 'static,
-    S::Future: Send + 'static,
+    // Every service's future is a box already (the own HTTP/1.1 codec
+    // keeps it as it is, with no second box per request).
+    S::Future: Send + Unpin + 'static,
     S::Error: Into<BoxError>,
     B: http_body::Body + Send + 'static,
     B::Data: Send,
@@ -273,6 +275,7 @@ where
 impl<S, B> Connection for h1::Connection<Tracked<S>, TrackedFuture<S::Future>, TrackedBody<B>>
 where
     S: hyper::service::Service<Request<ReceivedBody>, Response = Response<B>> + Unpin,
+    S::Future: Unpin,
     S::Error: Into<BoxError>,
     B: http_body::Body + 'static,
     B::Error: Into<BoxError>,
@@ -516,8 +519,8 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let stream = TcpStream::connect(addr).await.expect("connect");
-        let service = hyper::service::service_fn(|_: Request<ReceivedBody>| async {
-            Ok::<_, Infallible>(Response::new(Full::new(Bytes::new())))
+        let service = hyper::service::service_fn(|_: Request<ReceivedBody>| {
+            Box::pin(async { Ok::<_, Infallible>(Response::new(Full::new(Bytes::new()))) })
         });
         let metrics = ConnectionMetrics::unexported().expect("metrics");
         let serving = Serve::new(&TIMEOUTS, metrics);

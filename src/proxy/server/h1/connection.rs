@@ -82,10 +82,7 @@ enum State<F, B> {
     /// Reading the next request's head.
     Head,
     /// The service is working on the response head.
-    Waiting {
-        future: Pin<Box<F>>,
-        answering: Answered,
-    },
+    Waiting { future: F, answering: Answered },
     /// Writing the response body.
     Writing {
         body: Pin<Box<B>>,
@@ -125,7 +122,7 @@ struct Upload {
 impl<S, F, B> Connection<S, F, B>
 where
     S: hyper::service::Service<Request<Body>, Response = Response<B>, Future = F>,
-    F: Future<Output = Result<Response<B>, S::Error>>,
+    F: Future<Output = Result<Response<B>, S::Error>> + Unpin,
     S::Error: Into<BoxError>,
     B: HttpBody,
     B::Error: Into<BoxError>,
@@ -299,7 +296,7 @@ where
         self.version = parts.version;
         self.served = true;
         self.head_timer = None;
-        let future = Box::pin(self.service.call(Request::from_parts(parts, body)));
+        let future = self.service.call(Request::from_parts(parts, body));
         self.state = State::Waiting { future, answering };
     }
 
@@ -308,7 +305,7 @@ where
         let State::Waiting { future, .. } = &mut self.state else {
             return Poll::Ready(Ok(false));
         };
-        let polled = future.as_mut().poll(cx);
+        let polled = Pin::new(future).poll(cx);
         // A `100 Continue` queued behind a full socket still goes out.
         if !self.out.is_empty() {
             if let Poll::Ready(Err(e)) = self.poll_flush(cx) {

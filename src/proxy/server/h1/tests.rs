@@ -404,8 +404,9 @@ async fn serve(
                 .map_err(Into::into)
         }
         Server::Ours => {
-            let service =
-                service_fn(move |req: Request<Body>| answer(req, replies.clone(), seen.clone()));
+            let service = service_fn(move |req: Request<Body>| {
+                Box::pin(answer(req, replies.clone(), seen.clone()))
+            });
             let io = Quiet::new(stream, Arc::new(AfterWrite::new()));
             let mut conn = Connection::new(io, service, std::time::Duration::from_secs(30));
             poll_fn(|cx| conn.poll_connection(cx)).await

@@ -44,6 +44,8 @@ where
     let client = TcpStream::connect(addr).await.expect("connect");
     let (server, _) = listener.accept().await.expect("accept");
     let io = Quiet::new(server, Arc::new(AfterWrite::new()));
+    // The connection takes a boxed future, as every service hands over.
+    let service = hyper::service::service_fn(move |req| Box::pin(service.call(req)));
     let task = tokio::spawn(async move {
         let mut conn = Connection::new(io, service, Duration::from_secs(30));
         poll_fn(|cx| conn.poll_connection(cx)).await.is_ok()
