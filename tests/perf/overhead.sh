@@ -49,9 +49,14 @@
 #       1; I_STREAMS (default 32) streams paced as (a)'s (one event per
 #       read), then back to back (events piled up, as in (s)); in each, once
 #       with I_SHORT (8) and once with I_LONG (128) events per stream, the
-#       same requests: per event is the slope between the two, per request
-#       what is left. The kernel's share (the system calls, about the same
-#       for both proxies) is not counted.
+#       same requests: per event is the slope between the two. Per request,
+#       the slope between two loads of 2 and 8 requests per stream, of
+#       whole (non-streamed) answers and of paced I_SHORT-event streams. (What
+#       a short load leaves over its events' cost is not a request's cost:
+#       a short stream's first and last events share writes and wake-ups
+#       that a long stream's do not, so a proxy cheaper per event looked
+#       dearer per request.) The kernel's share (the system calls, about
+#       the same for both proxies) is not counted.
 #   (s) saturation, opt-in (--only s; needs root for a cpu cgroup): (w)'s
 #       load with the proxy held to S_SHARE percent of one core (default
 #       10) by a cgroup CPU quota, so that the proxy, not the client on core
@@ -442,28 +447,37 @@ PY
 # proxy is the bottleneck, so events pile up as in (s)). In each, a short
 # and a long load with the same requests, each counted alone and dumped.
 scenario_i() {
-    local streams=$I_STREAMS short=$I_SHORT long=$I_LONG counts=$TMP/i-$1-$2.out
+    local via=$1 rep=$2 streams=$I_STREAMS short=$I_SHORT long=$I_LONG counts=$TMP/i-$1-$2.out
     local gap len n=0 args=()
     stop_proxy
     start_counted "$1" "$counts"
     run_load /dev/null "$TMP/load.log" --concurrency "$streams" --requests "$streams" \
         --schedule "ttft_ms=0,gap_ms=20,tokens=$short"
+    # counted TAG REQUESTS LOAD_ARGS...: one load counted alone.
+    counted() {
+        local tag=$1 requests=$2
+        shift 2
+        n=$(( n + 1 ))
+        callgrind_control -i on "$PROXY_PID" >/dev/null 2>&1
+        run_load "$RESULTS/i-$via-$rep-$tag.json" "$TMP/load.log" --concurrency "$streams" \
+            --requests "$requests" "$@"
+        callgrind_control -i off "$PROXY_PID" >/dev/null 2>&1
+        callgrind_control -d "$PROXY_PID" >/dev/null 2>&1
+        local tries=100
+        until grep -qs '^totals:' "$counts.$n"; do
+            (( tries-- > 0 )) || die "(i): no callgrind dump $counts.$n"
+            sleep 0.1
+        done
+        args+=("$counts.$n" "$RESULTS/i-$via-$rep-$tag.json")
+    }
     for gap in 20 0; do
         for len in "$short" "$long"; do
-            n=$(( n + 1 ))
-            callgrind_control -i on "$PROXY_PID" >/dev/null 2>&1
-            run_load "$RESULTS/i-$1-$2-$gap-$len.json" "$TMP/load.log" --concurrency "$streams" \
-                --requests $(( 2 * streams )) --schedule "ttft_ms=0,gap_ms=$gap,tokens=$len"
-            callgrind_control -i off "$PROXY_PID" >/dev/null 2>&1
-            callgrind_control -d "$PROXY_PID" >/dev/null 2>&1
-            local tries=100
-            until grep -qs '^totals:' "$counts.$n"; do
-                (( tries-- > 0 )) || die "(i): no callgrind dump $counts.$n"
-                sleep 0.1
-            done
-            args+=("$counts.$n" "$RESULTS/i-$1-$2-$gap-$len.json")
+            counted "$gap-$len" $(( 2 * streams )) --schedule "ttft_ms=0,gap_ms=$gap,tokens=$len"
         done
     done
+    counted "20-$short-more" $(( 8 * streams )) --schedule "ttft_ms=0,gap_ms=20,tokens=$short"
+    counted whole $(( 2 * streams )) --no-stream --schedule "ttft_ms=0,gap_ms=20,tokens=$short"
+    counted whole-more $(( 8 * streams )) --no-stream --schedule "ttft_ms=0,gap_ms=20,tokens=$short"
     cp "$RESULTS/i-$1-$2-20-$long.json" "$RESULTS/i-$1-$2.json"
     python3 - "$RESULTS/i-$1-$2.ir.json" "${args[@]}" <<'PY'
 import json, sys
@@ -475,9 +489,12 @@ for counts, summary in zip(files[::2], files[1::2]):
     loads.append({"ir": ir, "events": total["events"], "requests": total["requests"]})
 result = {}
 for regime, (s, l) in (("paced", loads[0:2]), ("piled", loads[2:4])):
-    per_event = (l["ir"] - s["ir"]) / (l["events"] - s["events"])
-    result[regime] = {"short": s, "long": l, "ir_per_event": per_event,
-                      "ir_per_request": (s["ir"] - per_event * s["events"]) / s["requests"]}
+    result[regime] = {"short": s, "long": l,
+                      "ir_per_event": (l["ir"] - s["ir"]) / (l["events"] - s["events"])}
+# Per request: the slope over the number of requests, the same requests.
+for kind, (a, b) in (("short_request", (loads[0], loads[4])), ("whole_request", loads[5:7])):
+    result[kind] = {"fewer": a, "more": b,
+                    "ir_per_request": (b["ir"] - a["ir"]) / (b["requests"] - a["requests"])}
 json.dump(result, open(out, "w"))
 PY
 }
