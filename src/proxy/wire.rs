@@ -14,7 +14,7 @@
 //! beside these on the same bytes. The module is public for the fuzz
 //! targets of `tests/fuzz/`, which drive the parsers as a connection does.
 
-use http::{HeaderMap, HeaderName};
+use http::{HeaderMap, HeaderName, HeaderValue};
 
 pub mod chunked;
 pub(crate) mod client;
@@ -30,4 +30,30 @@ pub(crate) fn listed(headers: &HeaderMap, list: &HeaderName) -> Vec<HeaderName> 
         .flat_map(|v| v.split(','))
         .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
         .collect()
+}
+
+/// hyper's `is_chunked_`: the value's last comma-separated coding is
+/// `chunked`, any case.
+pub(crate) fn is_chunked(value: &HeaderValue) -> bool {
+    let last = value.to_str().ok().and_then(|s| s.rsplit(',').next());
+    last.is_some_and(|coding| coding.trim().eq_ignore_ascii_case("chunked"))
+}
+
+/// hyper's `connection_has`: one of the value's comma-separated tokens is
+/// `token`, trimmed, any case.
+pub(crate) fn has_token(value: &HeaderValue, token: &str) -> bool {
+    let Ok(s) = value.to_str() else { return false };
+    s.split(',').any(|t| t.trim().eq_ignore_ascii_case(token))
+}
+
+/// hyper's `from_digits`: one or more ASCII digits, no sign, no spaces, no
+/// list, no overflow.
+pub(crate) fn digits(bytes: &[u8]) -> Option<u64> {
+    if bytes.is_empty() {
+        return None;
+    }
+    bytes.iter().try_fold(0u64, |n, &b| {
+        let digit = b.checked_sub(b'0').filter(|d| *d < 10)?;
+        n.checked_mul(10)?.checked_add(u64::from(digit))
+    })
 }

@@ -212,13 +212,11 @@ pub(crate) fn parse_response(
 
 /// Whether the last transfer coding is `chunked`.
 fn is_chunked(headers: &HeaderMap) -> bool {
-    headers
+    let last = headers
         .get_all(header::TRANSFER_ENCODING)
         .iter()
-        .next_back()
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.rsplit(',').next())
-        .is_some_and(|last| last.trim().eq_ignore_ascii_case("chunked"))
+        .next_back();
+    last.is_some_and(super::is_chunked)
 }
 
 /// Every `content-length` value, which must agree: `Ok(None)` when there
@@ -245,10 +243,8 @@ fn content_length(headers: &HeaderMap) -> Result<Option<u64>, ()> {
 /// when it says `keep-alive`.
 fn keeps_alive(version: Version, headers: &HeaderMap) -> bool {
     let says = |token: &str| {
-        headers.get_all(header::CONNECTION).iter().any(|v| {
-            v.to_str()
-                .is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
-        })
+        let values = headers.get_all(header::CONNECTION);
+        values.iter().any(|v| super::has_token(v, token))
     };
     match version {
         Version::HTTP_10 => says("keep-alive"),

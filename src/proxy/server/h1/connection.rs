@@ -27,6 +27,7 @@ use tokio::time::Sleep;
 use super::body::{Body, BodyError, Room, Sender};
 use crate::proxy::server::quiet::Quiet;
 use crate::proxy::wire::{
+    self,
     chunked::{Decoded, Decoder, Framing as DecoderFraming, SizeLine},
     server::request::{BodyFraming, HeadError, HeadReader, RequestHead},
     server::response::{self, Answering, Framing},
@@ -279,12 +280,8 @@ where
                 body
             }
         };
-        let trailers = parts.headers.get_all(http::header::TE).iter().any(|v| {
-            v.to_str().is_ok_and(|v| {
-                v.split(',')
-                    .any(|t| t.trim().eq_ignore_ascii_case("trailers"))
-            })
-        });
+        let te = parts.headers.get_all(http::header::TE);
+        let trailers = te.iter().any(|v| wire::has_token(v, "trailers"));
         let answering = Answered {
             method: parts.method.clone(),
             version: parts.version,

@@ -13,7 +13,7 @@ use bytes::BytesMut;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Uri, Version};
 
-use crate::proxy::wire::chunked;
+use crate::proxy::wire::{chunked, digits, has_token, is_chunked};
 
 /// The most bytes a request head may take before it is complete: hyper's
 /// `max_buf_size` default (8 KiB + 100 lines of 4 KiB). hyper never reads
@@ -410,32 +410,6 @@ fn parse_head(buf: &mut BytesMut) -> Result<Option<RequestHead>, HeadError> {
         framing,
         keep_alive,
     }))
-}
-
-/// hyper's `is_chunked_`: the value's last comma-separated coding is
-/// `chunked`, any case; a value with bytes outside visible ASCII is not.
-fn is_chunked(value: &HeaderValue) -> bool {
-    let last = value.to_str().ok().and_then(|s| s.rsplit(',').next());
-    last.is_some_and(|coding| coding.trim().eq_ignore_ascii_case("chunked"))
-}
-
-/// hyper's `connection_has`: one of the value's comma-separated tokens is
-/// `token`, any case.
-fn has_token(value: &HeaderValue, token: &str) -> bool {
-    let Ok(s) = value.to_str() else { return false };
-    s.split(',').any(|t| t.trim().eq_ignore_ascii_case(token))
-}
-
-/// hyper's `from_digits`: one or more ASCII digits, no sign, no spaces, no
-/// list, no overflow.
-fn digits(bytes: &[u8]) -> Option<u64> {
-    if bytes.is_empty() {
-        return None;
-    }
-    bytes.iter().try_fold(0u64, |n, &b| {
-        let digit = b.checked_sub(b'0').filter(|d| *d < 10)?;
-        n.checked_mul(10)?.checked_add(u64::from(digit))
-    })
 }
 
 #[cfg(test)]

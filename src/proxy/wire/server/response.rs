@@ -17,6 +17,8 @@ use http::header::{self, HeaderName, HeaderValue};
 use http::{HeaderMap, Method, StatusCode, Version};
 use http_body::SizeHint;
 
+use crate::proxy::wire::{digits, has_token, is_chunked};
+
 /// What the response's body is framed as on the wire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Framing {
@@ -124,7 +126,7 @@ pub(crate) fn encode_head(
     let connection = head.headers.get_all(header::CONNECTION);
     match answering.version {
         Version::HTTP_10 => {
-            if !connection.iter().any(connection_keep_alive) {
+            if !connection.iter().any(|v| has_token(v, "keep-alive")) {
                 match head.version {
                     Version::HTTP_10 => keep_alive = false,
                     Version::HTTP_11 if keep_alive => {
@@ -135,7 +137,7 @@ pub(crate) fn encode_head(
             }
             version = Version::HTTP_10;
         }
-        Version::HTTP_11 if !keep_alive && !connection.iter().any(connection_close) => {
+        Version::HTTP_11 if !keep_alive && !connection.iter().any(|v| has_token(v, "close")) => {
             added = Some(HeaderValue::from_static("close"));
         }
         _ => {}
@@ -330,7 +332,7 @@ impl HeaderWriter<'_> {
                     }
                     BodyLength::Unknown => {
                         let len =
-                            content_length_parse(value).ok_or(EncodeError::InvalidContentLength)?;
+                            digits(value.as_bytes()).ok_or(EncodeError::InvalidContentLength)?;
                         match self.prev_content_length {
                             Some(prev) if prev != len => {
                                 return Err(EncodeError::ConflictingContentLength(prev, len));
@@ -368,7 +370,7 @@ impl HeaderWriter<'_> {
                 return Ok(());
             }
             header::CONNECTION => {
-                if !self.is_last && connection_close(value) {
+                if !self.is_last && has_token(value, "close") {
                     self.is_last = true;
                 }
                 self.join(b"connection: ", value);
@@ -439,46 +441,6 @@ fn can_have_content_length(method: &Method, status: StatusCode) -> bool {
 
 fn can_have_implicit_zero_content_length(method: &Method, status: StatusCode) -> bool {
     can_have_content_length(method, status) && *method != Method::HEAD
-}
-
-/// hyper's `connection_has`: a comma-separated token, trimmed, any case.
-fn connection_has(value: &HeaderValue, needle: &str) -> bool {
-    value.to_str().is_ok_and(|s| {
-        s.split(',')
-            .any(|token| token.trim().eq_ignore_ascii_case(needle))
-    })
-}
-
-fn connection_keep_alive(value: &HeaderValue) -> bool {
-    connection_has(value, "keep-alive")
-}
-
-fn connection_close(value: &HeaderValue) -> bool {
-    connection_has(value, "close")
-}
-
-/// hyper's `is_chunked_`: the value's last encoding is `chunked`.
-fn is_chunked(value: &HeaderValue) -> bool {
-    value.to_str().is_ok_and(|s| {
-        s.rsplit(',')
-            .next()
-            .is_some_and(|last| last.trim().eq_ignore_ascii_case("chunked"))
-    })
-}
-
-/// hyper's `from_digits`: ASCII digits only (no sign, no list, no spaces),
-/// fitting a u64.
-fn content_length_parse(value: &HeaderValue) -> Option<u64> {
-    let bytes = value.as_bytes();
-    if bytes.is_empty() {
-        return None;
-    }
-    bytes.iter().try_fold(0u64, |len, &b| {
-        if !b.is_ascii_digit() {
-            return None;
-        }
-        len.checked_mul(10)?.checked_add(u64::from(b - b'0'))
-    })
 }
 
 /// Writes the end of a chunked body: the last chunk, with the trailers hyper
