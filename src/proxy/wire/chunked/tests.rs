@@ -197,6 +197,43 @@ proptest! {
 }
 
 proptest! {
+    /// A read that brings one whole chunk at a time (a paced event's)
+    /// hands over exactly that chunk's data, and the body then ends as
+    /// any other: the one-chunk path and the general one agree.
+    #[test]
+    fn whole_chunks_read_one_at_a_time_are_handed_over_one_at_a_time(
+        chunks in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 1..300), 1..12),
+        limit in 1usize..400,
+        upper in any::<bool>(),
+    ) {
+        let mut decoder = Decoder::new(Framing::Chunked);
+        let mut buf = BytesMut::new();
+        let mut got = Vec::new();
+        for chunk in &chunks {
+            let line = if upper { format!("{:X}\r\n", chunk.len()) } else { format!("{:x}\r\n", chunk.len()) };
+            buf.extend_from_slice(line.as_bytes());
+            buf.extend_from_slice(chunk);
+            buf.extend_from_slice(b"\r\n");
+            loop {
+                let (data, decoded) = decoder.decode(&mut buf, limit);
+                prop_assert!(data.len() <= limit);
+                got.extend_from_slice(&data);
+                match decoded {
+                    Decoded::More => break,
+                    Decoded::Full => {}
+                    other => prop_assert!(false, "{other:?}"),
+                }
+            }
+            prop_assert!(buf.is_empty(), "the chunk was taken whole");
+        }
+        prop_assert_eq!(got, chunks.concat());
+        buf.extend_from_slice(b"0\r\n\r\n");
+        let (data, decoded) = decoder.decode(&mut buf, limit);
+        prop_assert!(data.is_empty() && matches!(decoded, Decoded::End(None)));
+    }
+}
+
+proptest! {
     /// Where the one-pass reader reads a chunk-size line, the general one
     /// reads the same size and the line ends where it says; lines of
     /// bytes a size line is made of, in any order.
