@@ -1,5 +1,5 @@
 //! HTTP/1.1 as upstreams write it, through tokenclock's own upstream codec
-//! (`src/proxy/forward/h1.rs`): heads split byte by byte, informational
+//! (`src/proxy/wire/client.rs`, `chunked.rs`): heads split byte by byte, informational
 //! heads, chunk extensions and trailers, bodies delimited by the close, a
 //! body cut short, and an upstream that answers before the request body
 //! was sent.

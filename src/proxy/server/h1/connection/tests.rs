@@ -307,8 +307,8 @@ fn long_head() -> Vec<u8> {
 }
 
 /// A head dripped in small pieces is served whole. It is parsed again only
-/// when a piece may end it (`request::may_end`, hyper's rule, checked
-/// against hyper's own function in `request::tests`): parsing the whole
+/// when a piece may end it (`wire::server::request::may_end`, hyper's
+/// rule, checked against hyper's own function in its tests): parsing the whole
 /// buffer on every read cost the square of the head's length (this head,
 /// 1,000 reads: 3.5 s of parsing where hyper's server took 85 ms, found by
 /// review; the cost is a benchmark's to measure, not this test's).
@@ -390,7 +390,7 @@ async fn a_body_asked_for_in_the_answering_poll_is_still_read() {
 
 /// hyper counts chunk-extension bytes over the whole body and fails it
 /// past 16 KiB (`CHUNKED_EXTENSIONS_LIMIT`, decode.rs:19), and so does the
-/// own connection's decoder (`forward::h1::Decoder`), which bounded each
+/// own connection's decoder (`wire::chunked::Decoder`), which bounded each
 /// size line only until review found it: a body of many chunks with 1 KB
 /// extensions, which hyper refuses, reached the upstream.
 #[tokio::test]
