@@ -22,6 +22,7 @@ use std::io::{self, IoSlice};
 use std::process::ExitCode;
 
 use bytes::{Buf, BytesMut};
+use tokenclock::proxy::wire::chunked::SizeLine;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -136,11 +137,13 @@ async fn exchange(client: &mut TcpStream, upstream: &str, request: &[u8]) -> io:
                 return client.write_all(b"0\r\n\r\n").await;
             }
         }
-        let (line, at) = size_line(read.len());
+        // tokenclock's own size line, on the stack: a floor allocates
+        // nothing per event.
+        let line = SizeLine::new(read.len());
         write_all_vectored(
             client,
             &mut [
-                IoSlice::new(&line[at..]),
+                IoSlice::new(line.as_bytes()),
                 IoSlice::new(&read),
                 IoSlice::new(b"\r\n"),
             ],
@@ -183,20 +186,4 @@ fn is_framing(name: &str) -> bool {
     ]
     .iter()
     .any(|framing| name.eq_ignore_ascii_case(framing))
-}
-
-/// A chunk's size line, hex and CRLF, on the stack (a floor allocates
-/// nothing per event): the buffer and where the line starts in it.
-fn size_line(mut len: usize) -> ([u8; 18], usize) {
-    let mut line = [0u8; 18];
-    line[16..].copy_from_slice(b"\r\n");
-    let mut at = 16;
-    loop {
-        at -= 1;
-        line[at] = b"0123456789abcdef"[len & 0xF];
-        len >>= 4;
-        if len == 0 {
-            return (line, at);
-        }
-    }
 }
