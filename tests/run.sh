@@ -9,7 +9,7 @@ log() { printf '\n== %s\n' "$*"; }
 # Programs the tests run, as `command:debian-package`.
 need=()
 for tool in kill:procps prometheus:prometheus promtool:prometheus nginx:nginx taskset:util-linux python3:python3 \
-  valgrind:valgrind callgrind_control:valgrind make:make; do
+  valgrind:valgrind callgrind_control:valgrind make:make node:nodejs curl:curl; do
   type -P "${tool%%:*}" >/dev/null 2>&1 || need+=("${tool#*:}")
 done
 # tests/deploy/venv.sh makes a venv for hadolint, kubernetes-validate and
@@ -35,6 +35,10 @@ export TOKENCLOCK_E2E=1
 # tests/it/otel.rs decodes spans with PyPI opentelemetry-proto, from this venv.
 log "tests/otel/venv.sh (target/venv-otel: opentelemetry-proto)"
 bash tests/otel/venv.sh
+# tests/it/clients.rs runs the clients users run (the OpenAI and Anthropic
+# SDKs, aiohttp, requests, httpx) from this venv, and Node's fetch and curl.
+log "tests/clients/venv.sh (target/venv-clients: openai, anthropic, aiohttp, requests, httpx)"
+bash tests/clients/venv.sh
 
 log "cargo fmt --check"
 cargo fmt --all -- --check

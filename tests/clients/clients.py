@@ -1,0 +1,221 @@
+#!/usr/bin/env python3
+"""clients.py: the Python clients tokenclock's users run, each through one
+base URL (tokenclock's, or the simulator's for the reference).
+
+Usage: clients.py BASE_URL [--only NAME,...]
+
+Prints one JSON object: per scenario, what the client made of the
+responses (text, usage, event kinds, status; nothing that differs between
+two runs, such as ids or times), or {"error": ...} if the client failed.
+"requests" counts the requests sent. tests/it/clients.rs runs it against
+the simulator directly and through tokenclock and compares the two: a
+client that chokes on tokenclock's framing, or reads other text through
+it, fails that test.
+
+The simulator's text is keyed by the request body, so both runs send the
+same bodies and get the same words.
+"""
+import asyncio
+import json
+import sys
+
+import aiohttp
+import anthropic
+import httpx
+import openai
+import requests
+
+PROMPT = [{"role": "user", "content": "Say something about clocks."}]
+CHAT = {"model": "m", "messages": PROMPT, "stream": True, "max_tokens": 12}
+SENT = {"requests": 0}
+
+
+def sent(n=1):
+    SENT["requests"] += n
+
+
+def sse_texts(lines):
+    """The `content` of each OpenAI chat chunk in SSE `lines` (bytes)."""
+    texts = []
+    for line in lines:
+        if not line.startswith(b"data: ") or line == b"data: [DONE]":
+            continue
+        chunk = json.loads(line[len(b"data: "):])
+        for choice in chunk.get("choices") or []:
+            texts.append(choice.get("delta", {}).get("content") or "")
+    return "".join(texts)
+
+
+def openai_chat_stream(base):
+    """The OpenAI SDK, a streamed chat: every chunk, without usage."""
+    client = openai.OpenAI(base_url=base + "/v1", api_key="sk-test", max_retries=0)
+    sent()
+    chunks = list(client.chat.completions.create(model="m", messages=PROMPT, stream=True, max_tokens=12))
+    return {
+        "chunks": len(chunks),
+        "text": "".join(c.choices[0].delta.content or "" for c in chunks if c.choices),
+        "finish": [c.choices[0].finish_reason for c in chunks if c.choices][-1],
+        "usage_chunks": sum(1 for c in chunks if c.usage is not None),
+    }
+
+
+def openai_chat_stream_usage(base):
+    """The OpenAI SDK, a streamed chat that asks for usage."""
+    client = openai.OpenAI(base_url=base + "/v1", api_key="sk-test", max_retries=0)
+    sent()
+    stream = client.chat.completions.create(
+        model="m", messages=PROMPT, stream=True, max_tokens=10, stream_options={"include_usage": True}
+    )
+    text, usage = "", None
+    for chunk in stream:
+        if chunk.choices:
+            text += chunk.choices[0].delta.content or ""
+        if chunk.usage is not None:
+            usage = [chunk.usage.prompt_tokens, chunk.usage.completion_tokens]
+    return {"text": text, "usage": usage}
+
+
+def openai_chat_whole(base):
+    """The OpenAI SDK, a chat answered whole."""
+    client = openai.OpenAI(base_url=base + "/v1", api_key="sk-test", max_retries=0)
+    sent()
+    answer = client.chat.completions.create(model="m", messages=PROMPT, max_tokens=9)
+    return {
+        "text": answer.choices[0].message.content,
+        "usage": [answer.usage.prompt_tokens, answer.usage.completion_tokens],
+    }
+
+
+def openai_completions_stream(base):
+    """The OpenAI SDK, a streamed legacy completion."""
+    client = openai.OpenAI(base_url=base + "/v1", api_key="sk-test", max_retries=0)
+    sent()
+    chunks = list(client.completions.create(model="m", prompt="Clocks", stream=True, max_tokens=8))
+    return {"chunks": len(chunks), "text": "".join(c.choices[0].text for c in chunks if c.choices)}
+
+
+def openai_responses_stream(base):
+    """The OpenAI SDK, a streamed Responses API answer: every event's kind."""
+    client = openai.OpenAI(base_url=base + "/v1", api_key="sk-test", max_retries=0)
+    sent()
+    events = list(client.responses.create(model="m", input="Clocks", stream=True, max_output_tokens=8))
+    done = [e for e in events if e.type == "response.completed"]
+    usage = done[0].response.usage if done else None
+    return {
+        "kinds": [e.type for e in events],
+        "text": "".join(e.delta for e in events if e.type == "response.output_text.delta"),
+        "usage": [usage.input_tokens, usage.output_tokens] if usage else None,
+    }
+
+
+def anthropic_stream(base):
+    """The Anthropic SDK, a streamed message and its final usage."""
+    client = anthropic.Anthropic(base_url=base, api_key="sk-ant-test", max_retries=0)
+    sent()
+    with client.messages.stream(model="m", max_tokens=11, messages=PROMPT) as stream:
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    return {
+        "text": text,
+        "stop": final.stop_reason,
+        "usage": [final.usage.input_tokens, final.usage.output_tokens],
+    }
+
+
+def anthropic_whole(base):
+    """The Anthropic SDK, a message answered whole."""
+    client = anthropic.Anthropic(base_url=base, api_key="sk-ant-test", max_retries=0)
+    sent()
+    message = client.messages.create(model="m", max_tokens=7, messages=PROMPT)
+    return {"text": "".join(b.text for b in message.content), "usage": message.usage.output_tokens}
+
+
+def aiohttp_keep_alive(base):
+    """aiohttp (llhttp, a strict parser): three streamed chats and a
+    models list on one session; the connection is reused."""
+
+    async def run():
+        out, ports = [], set()
+        async with aiohttp.ClientSession() as session:
+            for n in range(3):
+                sent()
+                body = dict(CHAT, max_tokens=6 + n)
+                async with session.post(base + "/v1/chat/completions", json=body) as response:
+                    ports.add(response.connection.transport.get_extra_info("sockname")[1])
+                    data = b""
+                    async for piece in response.content.iter_any():
+                        data += piece
+                    out.append([response.status, sse_texts(data.split(b"\n"))])
+            sent()
+            async with session.get(base + "/v1/models") as response:
+                out.append([response.status, [m["id"] for m in (await response.json())["data"]]])
+        return {"answers": out, "connections": len(ports)}
+
+    return asyncio.run(run())
+
+
+def requests_ollama_ndjson(base):
+    """requests, a streamed Ollama chat (NDJSON) read line by line."""
+    with requests.Session() as session:
+        sent()
+        body = {"model": "m", "messages": PROMPT, "stream": True, "options": {"num_predict": 7}}
+        response = session.post(base + "/api/chat", json=body, stream=True)
+        lines = [json.loads(line) for line in response.iter_lines() if line]
+    return {
+        "status": response.status_code,
+        "lines": len(lines),
+        "text": "".join(l.get("message", {}).get("content", "") for l in lines),
+        "done": [lines[-1].get("done"), lines[-1].get("eval_count")],
+    }
+
+
+def httpx_chunked_upload_and_keep_alive(base):
+    """httpx: a request body sent chunked (a generator), then two more
+    streamed chats on the same connection."""
+    out, ports = [], set()
+    with httpx.Client(timeout=30) as client:
+        for n in range(3):
+            sent()
+            body = json.dumps(dict(CHAT, max_tokens=5 + n)).encode()
+            content = iter([body[:20], body[20:]]) if n == 0 else body
+            headers = {"content-type": "application/json"}
+            with client.stream("POST", base + "/v1/chat/completions", content=content, headers=headers) as response:
+                ports.add(response.extensions["network_stream"].get_extra_info("client_addr")[1])
+                lines = [line.encode() for line in response.iter_lines()]
+                out.append([response.status_code, response.http_version, sse_texts(lines)])
+    return {"answers": out, "connections": len(ports)}
+
+
+SCENARIOS = [
+    openai_chat_stream,
+    openai_chat_stream_usage,
+    openai_chat_whole,
+    openai_completions_stream,
+    openai_responses_stream,
+    anthropic_stream,
+    anthropic_whole,
+    aiohttp_keep_alive,
+    requests_ollama_ndjson,
+    httpx_chunked_upload_and_keep_alive,
+]
+
+
+def main():
+    base = sys.argv[1].rstrip("/")
+    only = None
+    if len(sys.argv) > 3 and sys.argv[2] == "--only":
+        only = set(sys.argv[3].split(","))
+    results = {}
+    for scenario in SCENARIOS:
+        if only is not None and scenario.__name__ not in only:
+            continue
+        try:
+            results[scenario.__name__] = scenario(base)
+        except Exception as e:  # reported, so one failure shows with the rest
+            results[scenario.__name__] = {"error": f"{type(e).__name__}: {e}"}
+    results["requests"] = SENT["requests"]
+    print(json.dumps(results, sort_keys=True))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,370 @@
+//! The clients tokenclock's users run, through tokenclock: the OpenAI and
+//! Anthropic Python SDKs, aiohttp, requests and httpx (PyPI, pinned in
+//! `target/venv-clients` by tests/clients/venv.sh; these tests fail
+//! without it), Node's own fetch, and curl. Each reads the simulator once
+//! directly and once through the proxy; what it made of the answers (text,
+//! usage, event kinds, statuses) must be the same, every request must be
+//! measured, and the proxy's token counts must be what the clients read.
+//!
+//! The rest of the suite drives the proxy with hyper's client and raw
+//! sockets; these are the parsers (llhttp in aiohttp and undici, h11 in
+//! httpx, http.client in requests, curl's) that would choke on a framing
+//! mistake that hyper's client forgives.
+
+use std::{collections::BTreeMap, net::SocketAddr, path::PathBuf, process::Output};
+
+use serde_json::Value;
+use tokio::process::Command;
+
+use crate::common::{self, client, sim};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A client's command, with no proxy of the environment's in the way:
+/// requests, httpx and curl would send even 127.0.0.1 through one.
+fn client_command(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut command = Command::new(program);
+    for var in ["http_proxy", "https_proxy", "all_proxy"] {
+        command.env_remove(var).env_remove(var.to_ascii_uppercase());
+    }
+    command
+        .env("NO_PROXY", "127.0.0.1")
+        .env("no_proxy", "127.0.0.1");
+    command
+}
+
+/// Runs `command`, which prints one JSON object, and parses it.
+async fn json_of(mut command: Command, what: &str) -> Value {
+    let output = command
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("run {what}: {e}"));
+    assert!(
+        output.status.success(),
+        "{what} failed: {}",
+        stderr(&output)
+    );
+    serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("{what} printed no JSON ({e}): {}", stderr(&output)))
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// tests/clients/clients.py against `addr`.
+async fn python(addr: SocketAddr, only: Option<&str>) -> Value {
+    let python = root().join("target/venv-clients/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: run tests/clients/venv.sh (tests/run.sh does)",
+        python.display()
+    );
+    let mut command = client_command(python);
+    command
+        .arg(root().join("tests/clients/clients.py"))
+        .arg(format!("http://{addr}"));
+    if let Some(only) = only {
+        command.args(["--only", only]);
+    }
+    json_of(command, "clients.py").await
+}
+
+/// tests/clients/fetch.mjs (Node's fetch) against `addr`.
+async fn node(addr: SocketAddr) -> Value {
+    let mut command = client_command("node");
+    command
+        .arg(root().join("tests/clients/fetch.mjs"))
+        .arg(format!("http://{addr}"));
+    json_of(command, "node fetch.mjs").await
+}
+
+/// Asserts that no scenario failed and that each reads the same through
+/// the proxy as directly; the scenarios by name.
+fn same(direct: &Value, proxied: &Value, client: &str) -> BTreeMap<String, Value> {
+    let scenarios = direct.as_object().expect("an object of scenarios");
+    assert!(scenarios.len() > 1, "{client}: no scenario ran: {direct}");
+    for (name, result) in scenarios {
+        for (run, value) in [("directly", result), ("through tokenclock", &proxied[name])] {
+            assert!(
+                value.get("error").is_none(),
+                "{client} {name} failed {run}: {value}"
+            );
+        }
+        assert_eq!(
+            &proxied[name], result,
+            "{client} {name}: through tokenclock (left) and directly (right) differ"
+        );
+    }
+    scenarios.clone().into_iter().collect()
+}
+
+/// The words of a text the simulator made (one per token).
+fn words(text: &Value) -> u64 {
+    text.as_str().expect("a text").split_whitespace().count() as u64
+}
+
+/// Every `tokenclock_requests_total` series that counted something, with
+/// its value.
+async fn requests_counted(metrics: SocketAddr) -> Vec<(String, f64)> {
+    let text = String::from_utf8_lossy(&client::get(metrics, "/metrics").await.body()).into_owned();
+    text.lines()
+        .filter(|l| l.starts_with("tokenclock_requests_total{"))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            Some((series.to_owned(), value.parse().ok()?))
+        })
+        .filter(|(_, value)| *value > 0.0)
+        .collect()
+}
+
+/// Waits (up to 10 s) until the proxy has counted `expected` requests: a
+/// request is counted when its response ends, which the client may see
+/// first. Returns the series.
+async fn counted(metrics: SocketAddr, expected: f64) -> Vec<(String, f64)> {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let series = requests_counted(metrics).await;
+        let total: f64 = series.iter().map(|(_, v)| v).sum();
+        if total >= expected || tokio::time::Instant::now() > deadline {
+            return series;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// Asserts that the proxy counted exactly `expected` requests, each with
+/// outcome `ok`.
+async fn all_measured_ok(metrics: SocketAddr, expected: &Value) {
+    let expected = expected.as_f64().expect("a request count");
+    let series = counted(metrics, expected).await;
+    let total: f64 = series.iter().map(|(_, v)| v).sum();
+    assert_eq!(total, expected, "requests counted: {series:?}");
+    for (name, _) in &series {
+        assert!(name.contains("outcome=\"ok\""), "not ok: {name}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_clients_read_through_tokenclock_what_they_read_directly() {
+    let sim = sim::start(sim::fast()).await;
+    let proxy = common::proxy(sim.addr, "").await;
+    let direct = python(sim.addr, None).await;
+    let proxied = python(proxy.addr, None).await;
+    let requests = proxied["requests"].clone();
+    assert_eq!(requests, direct["requests"]);
+    let scenarios = same(&direct, &proxied, "clients.py");
+    assert_eq!(scenarios.len(), 11, "every scenario ran: {proxied}");
+
+    // Connections kept alive: each session's requests took one connection.
+    for name in ["aiohttp_keep_alive", "httpx_chunked_upload_and_keep_alive"] {
+        assert_eq!(
+            scenarios[name]["connections"], 1,
+            "{name}: {}",
+            scenarios[name]
+        );
+    }
+    // The SDKs' own usage, read from the streams the proxy forwarded.
+    assert_eq!(scenarios["openai_chat_stream"]["usage_chunks"], 0);
+    assert_eq!(scenarios["openai_chat_stream_usage"]["usage"][1], 10);
+    assert_eq!(scenarios["anthropic_stream"]["stop"], "max_tokens");
+
+    // Every request measured, none as a failure.
+    all_measured_ok(proxy.metrics_addr, &requests).await;
+    // The proxy's output tokens are the tokens the clients read.
+    let texts = |name: &str, key: &str| -> u64 {
+        scenarios[name][key]
+            .as_array()
+            .expect("answers")
+            .iter()
+            .filter_map(|a| a.as_array()?.last().filter(|t| t.is_string()).map(words))
+            .sum()
+    };
+    let chat = words(&scenarios["openai_chat_stream"]["text"])
+        + words(&scenarios["openai_chat_stream_usage"]["text"])
+        + words(&scenarios["openai_chat_whole"]["text"])
+        + texts("aiohttp_keep_alive", "answers")
+        + texts("httpx_chunked_upload_and_keep_alive", "answers");
+    let expected = [
+        ("openai_chat", chat),
+        (
+            "openai_completions",
+            words(&scenarios["openai_completions_stream"]["text"]),
+        ),
+        (
+            "openai_responses",
+            words(&scenarios["openai_responses_stream"]["text"]),
+        ),
+        (
+            "anthropic",
+            words(&scenarios["anthropic_stream"]["text"])
+                + words(&scenarios["anthropic_whole"]["text"]),
+        ),
+        (
+            "ollama",
+            words(&scenarios["requests_ollama_ndjson"]["text"]),
+        ),
+    ];
+    for (endpoint, tokens) in expected {
+        let series = format!(
+            "tokenclock_output_tokens_total{{endpoint=\"{endpoint}\",kind=\"output\",model=\"m\"}}"
+        );
+        assert!(tokens > 0, "{endpoint}: the clients read no text");
+        assert_eq!(
+            client::metric(proxy.metrics_addr, &series).await,
+            tokens as f64,
+            "{series}"
+        );
+    }
+    proxy.shutdown().await;
+}
+
+/// With `usage_mode = "inject"` the proxy asks the server for usage the
+/// client did not ask for and removes it again: the OpenAI SDK sees the
+/// chunks it sees directly, none with usage, and the proxy counts tokens
+/// from the usage it removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openai_sdk_sees_no_injected_usage() {
+    let sim = sim::start(sim::fast()).await;
+    let proxy = common::proxy(sim.addr, "usage_mode = \"inject\"").await;
+    let only = Some("openai_chat_stream,openai_completions_stream");
+    let direct = python(sim.addr, only).await;
+    let proxied = python(proxy.addr, only).await;
+    for name in ["openai_chat_stream", "openai_completions_stream"] {
+        let (d, p) = (&direct[name], &proxied[name]);
+        assert!(
+            p.get("error").is_none() && d.get("error").is_none(),
+            "{name}: {d} / {p}"
+        );
+        // The simulator's words are keyed by the request body, which the
+        // proxy changed; their number and every chunk's shape are not.
+        assert_eq!(p["chunks"], d["chunks"], "{name}: {d} / {p}");
+        assert_eq!(words(&p["text"]), words(&d["text"]), "{name}: {d} / {p}");
+    }
+    assert_eq!(proxied["openai_chat_stream"]["usage_chunks"], 0);
+    assert_eq!(
+        proxied["openai_chat_stream"]["finish"],
+        direct["openai_chat_stream"]["finish"]
+    );
+    all_measured_ok(proxy.metrics_addr, &proxied["requests"]).await;
+    // Both streams' tokens counted from the usage the proxy removed.
+    let from_usage = "tokenclock_token_count_source_total{source=\"usage\"}";
+    assert_eq!(
+        client::metric(proxy.metrics_addr, from_usage).await,
+        2.0,
+        "{from_usage}"
+    );
+    proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_fetch_reads_through_tokenclock_what_it_reads_directly() {
+    let sim = sim::start(sim::fast()).await;
+    let proxy = common::proxy(sim.addr, "").await;
+    let direct = node(sim.addr).await;
+    let proxied = node(proxy.addr).await;
+    let scenarios = same(&direct, &proxied, "fetch.mjs");
+    assert_eq!(scenarios.len(), 6, "every scenario ran: {proxied}");
+    assert_eq!(scenarios["chat_stream"]["type"], "text/event-stream");
+    assert_eq!(words(&scenarios["chat_stream"]["text"]), 12);
+    assert_eq!(scenarios["ollama_generate"]["done"], true);
+    all_measured_ok(proxy.metrics_addr, &proxied["requests"]).await;
+    proxy.shutdown().await;
+}
+
+/// curl with `args` and `body` (a file) to `path` on `addr`: its stdout
+/// and its verbose stderr.
+async fn curl(
+    addr: SocketAddr,
+    path: &str,
+    args: &[&str],
+    body: &std::path::Path,
+) -> (String, String) {
+    let output = client_command("curl")
+        .args(["-sS", "-v", "-N", "-H", "content-type: application/json"])
+        .args(args)
+        .arg("--data-binary")
+        .arg(format!("@{}", body.display()))
+        .arg(format!("http://{addr}{path}"))
+        .output()
+        .await
+        .expect("run curl");
+    assert!(
+        output.status.success(),
+        "curl {args:?} failed: {}",
+        stderr(&output)
+    );
+    (
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr(&output),
+    )
+}
+
+/// The text of the OpenAI chat chunks in an SSE body.
+fn sse_text(body: &str) -> String {
+    body.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter_map(|c| {
+            c["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .collect()
+}
+
+/// curl as an HTTP/1.0 client (the answer is close-delimited, not
+/// chunked), and with a 1.5 MB body, for which curl sends `Expect:
+/// 100-continue` and waits for the `100 Continue` before the body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curl_http10_and_expect_continue_through_tokenclock() {
+    let sim = sim::start(sim::fast()).await;
+    let proxy = common::proxy(sim.addr, "").await;
+    let dir = std::env::temp_dir().join(format!("tokenclock-clients-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let small = dir.join("small.json");
+    let chat = |content: &str, tokens: u32| {
+        serde_json::json!({"model": "m", "stream": true, "max_tokens": tokens,
+            "messages": [{"role": "user", "content": content}]})
+        .to_string()
+    };
+    std::fs::write(&small, chat("Say something about clocks.", 9)).expect("write");
+    let large = dir.join("large.json");
+    std::fs::write(&large, chat(&"clock ".repeat(250_000), 5)).expect("write");
+    // A fixed schedule: the simulator's prefill of 1.5 MB would take a minute.
+    let fixed = ["-H", "x-sim-schedule: ttft_ms=1,gap_ms=1,tokens=5"];
+
+    let http10 = ["--http1.0"];
+    let (direct, _) = curl(sim.addr, "/v1/chat/completions", &http10, &small).await;
+    let (proxied, verbose) = curl(proxy.addr, "/v1/chat/completions", &http10, &small).await;
+    assert!(verbose.contains("< HTTP/1.0 200"), "{verbose}");
+    assert!(
+        !verbose.to_ascii_lowercase().contains("transfer-encoding"),
+        "{verbose}"
+    );
+    assert_eq!(sse_text(&proxied), sse_text(&direct));
+    assert_eq!(
+        sse_text(&proxied).split_whitespace().count(),
+        9,
+        "{proxied}"
+    );
+
+    let (direct, _) = curl(sim.addr, "/v1/chat/completions", &fixed, &large).await;
+    let (proxied, verbose) = curl(proxy.addr, "/v1/chat/completions", &fixed, &large).await;
+    assert!(verbose.contains("> Expect: 100-continue"), "{verbose}");
+    assert!(verbose.contains("< HTTP/1.1 100 Continue"), "{verbose}");
+    assert!(verbose.contains("< HTTP/1.1 200"), "{verbose}");
+    assert_eq!(sse_text(&proxied), sse_text(&direct));
+    assert_eq!(
+        sse_text(&proxied).split_whitespace().count(),
+        5,
+        "{proxied}"
+    );
+
+    all_measured_ok(proxy.metrics_addr, &Value::from(2)).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    proxy.shutdown().await;
+}
