@@ -317,10 +317,11 @@ fn sse_text(body: &str) -> String {
 }
 
 /// curl as an HTTP/1.0 client (the answer is close-delimited, not
-/// chunked), and with a 1.5 MB body, for which curl sends `Expect:
-/// 100-continue` and waits for the `100 Continue` before the body.
+/// chunked), with a 1.5 MB body, for which curl sends `Expect:
+/// 100-continue` and waits for the `100 Continue` before the body, and
+/// over h2c.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn curl_http10_and_expect_continue_through_tokenclock() {
+async fn curl_http10_expect_continue_and_h2c_through_tokenclock() {
     let sim = sim::start(sim::fast()).await;
     let proxy = common::proxy(sim.addr, "").await;
     let dir = std::env::temp_dir().join(format!("tokenclock-clients-{}", std::process::id()));
@@ -364,7 +365,19 @@ async fn curl_http10_and_expect_continue_through_tokenclock() {
         "{proxied}"
     );
 
-    all_measured_ok(proxy.metrics_addr, &Value::from(2)).await;
+    // h2c with prior knowledge (nghttp2), the same stream.
+    let h2c = ["--http2-prior-knowledge"];
+    let (direct, _) = curl(sim.addr, "/v1/chat/completions", &h2c, &small).await;
+    let (proxied, verbose) = curl(proxy.addr, "/v1/chat/completions", &h2c, &small).await;
+    assert!(verbose.contains("< HTTP/2 200"), "{verbose}");
+    assert_eq!(sse_text(&proxied), sse_text(&direct));
+    assert_eq!(
+        sse_text(&proxied).split_whitespace().count(),
+        9,
+        "{proxied}"
+    );
+
+    all_measured_ok(proxy.metrics_addr, &Value::from(3)).await;
     let _ = std::fs::remove_dir_all(&dir);
     proxy.shutdown().await;
 }
