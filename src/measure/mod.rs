@@ -14,6 +14,8 @@
 //! - [`exchange`]: the observer of one request/response: it reads a copy of
 //!   both bodies, feeds the stages below, writes the access-log event and
 //!   hands the finished timeline to a sink.
+//! - [`coding`]: a compressed (gzip, deflate) response's copy, inflated
+//!   before it is framed.
 //! - [`read`]: how requests are read ([`read::ReadSettings`]): event size
 //!   limit, request capture, dialect overrides, label and SLO headers.
 //! - [`frame`]: incremental framing of the response stream into events
@@ -25,6 +27,7 @@
 //! - [`slo`]: the objectives a timeline is judged against, and the judgement.
 
 pub mod after_write;
+pub mod coding;
 pub mod dialect;
 pub mod exchange;
 pub mod frame;

@@ -387,7 +387,8 @@ pub enum ParseError {
     /// One event larger than `max_event_bytes`.
     #[error("event too large")]
     TooLarge,
-    /// A compressed or otherwise unparseable body (`content-encoding`).
+    /// A compressed body (`content-encoding`) not read: a coding other than
+    /// gzip or deflate, or one that could not be inflated.
     #[error("unparsed encoding")]
     Encoding,
 }

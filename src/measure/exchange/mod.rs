@@ -98,7 +98,7 @@ impl Exchange {
             method: request.method().clone(),
             path: Box::from(path),
             version: request.version(),
-            reader: Reader::Skip,
+            reader: Reader::skip(),
             local_failure: None,
             upload: upload.shared(),
             max_event_bytes: reading.max_event_bytes,
@@ -267,7 +267,8 @@ impl Exchange {
         if std::mem::replace(&mut self.done, true) {
             return;
         }
-        self.reader.finish(&mut self.timeline);
+        self.reader
+            .finish(matches!(end, End::Complete), &mut self.timeline);
         self.upload.fill(&mut self.timeline);
         let outcome = self.outcome(end);
         self.timeline.finish(outcome, at);

@@ -1,18 +1,29 @@
 //! Reading a copy of the response body: SSE or NDJSON events through the
-//! dialect into the timeline, or a whole JSON body at its end.
+//! dialect into the timeline, or a whole JSON body at its end; a gzip or
+//! deflate body inflated first (`coding`).
 
 use http::{header, HeaderMap, StatusCode};
 use tokio::time::Instant;
 
 use crate::{
+    measure::coding::{Coding, Inflate},
     measure::dialect::{Dialect, Events, ParseError},
     measure::frame::ndjson::NdjsonFramer,
     measure::frame::sse::SseFramer,
     measure::timeline::Timeline,
 };
 
-/// How a response body is read.
-pub(super) enum Reader {
+/// How a response body is read: its copy inflated if it is compressed,
+/// then read as [`Read`] says.
+pub(super) struct Reader {
+    read: Read,
+    /// Boxed: most responses are not compressed, and an exchange lives as
+    /// long as its stream.
+    inflate: Option<Box<Inflate>>,
+}
+
+/// How a response body's (inflated) bytes are read.
+enum Read {
     /// Server-Sent Events.
     Sse {
         framer: SseFramer,
@@ -38,6 +49,14 @@ pub(super) enum Reader {
 // === impl Reader ===
 
 impl Reader {
+    /// A body that is not read.
+    pub(super) fn skip() -> Self {
+        Self {
+            read: Read::Skip,
+            inflate: None,
+        }
+    }
+
     /// Chooses how to read a response, and says why if it cannot be read.
     pub(super) fn for_response(
         dialect: Dialect,
@@ -46,17 +65,85 @@ impl Reader {
         max_event_bytes: usize,
     ) -> (Self, Option<ParseError>) {
         if dialect == Dialect::Unknown || !status.is_success() {
-            return (Self::Skip, None);
+            return (Self::skip(), None);
         }
-        if headers.contains_key(header::CONTENT_ENCODING) {
-            return (Self::Skip, Some(ParseError::Encoding));
+        let Ok(coding) = Coding::of(headers) else {
+            return (Self::skip(), Some(ParseError::Encoding));
+        };
+        let read = Read::for_response(dialect, headers, max_event_bytes);
+        let inflate = match read {
+            Read::Skip => None,
+            _ => Inflate::new(coding).map(Box::new),
+        };
+        (Self { read, inflate }, None)
+    }
+
+    /// Whether the body is read as a stream of events.
+    pub(super) fn is_stream(&self) -> bool {
+        matches!(self.read, Read::Sse { .. } | Read::Ndjson { .. })
+    }
+
+    /// Whether the body may still name the model that answered: an event
+    /// stream of a dialect whose events carry one, or a whole body (read at
+    /// its end). A body that is not read never names one.
+    pub(super) fn may_name_model(&self) -> bool {
+        match &self.read {
+            Read::Sse { events, .. } => events.dialect().streams_model(),
+            Read::Ndjson { dialect, .. } => dialect.streams_model(),
+            Read::Json { .. } => true,
+            Read::Skip => false,
         }
+    }
+
+    /// Reads the next bytes of the body, which arrived at `at`. A body that
+    /// cannot be inflated is read no further, and counted once.
+    pub(super) fn feed(&mut self, data: &[u8], at: Instant, timeline: &mut Timeline) {
+        let Some(inflate) = &mut self.inflate else {
+            return self.read.feed(data, at, timeline);
+        };
+        let read = &mut self.read;
+        if inflate
+            .feed(data, &mut |plain| read.feed(plain, at, timeline))
+            .is_err()
+        {
+            self.broken(timeline);
+        }
+    }
+
+    /// The body ended (`whole`: it reached its end, it was not cut): reads
+    /// what is left. A compressed body that was cut is not counted as one
+    /// that could not be inflated; its outcome says what happened.
+    pub(super) fn finish(&mut self, whole: bool, timeline: &mut Timeline) {
+        if let Some(inflate) = &mut self.inflate {
+            let (read, at) = (&mut self.read, Instant::now());
+            let inflated = inflate.finish(&mut |plain| read.feed(plain, at, timeline));
+            if inflated.is_err() && whole {
+                return self.broken(timeline);
+            }
+        }
+        self.read.finish(timeline);
+    }
+
+    /// The compressed copy cannot be read on: what it gave so far stays
+    /// read, a whole body is dropped.
+    fn broken(&mut self, timeline: &mut Timeline) {
+        self.read = Read::Skip;
+        self.inflate = None;
+        timeline.parse_error(ParseError::Encoding);
+    }
+}
+
+// === impl Read ===
+
+impl Read {
+    /// How a response's body, once inflated, is read.
+    fn for_response(dialect: Dialect, headers: &HeaderMap, max_event_bytes: usize) -> Self {
         let content_type = headers
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .unwrap_or_default()
             .to_ascii_lowercase();
-        let reader = if content_type.starts_with("text/event-stream") {
+        if content_type.starts_with("text/event-stream") {
             Self::Sse {
                 framer: SseFramer::new(max_event_bytes),
                 events: Events::new(dialect),
@@ -76,29 +163,11 @@ impl Reader {
             }
         } else {
             Self::Skip
-        };
-        (reader, None)
-    }
-
-    /// Whether the body is read as a stream of events.
-    pub(super) fn is_stream(&self) -> bool {
-        matches!(self, Self::Sse { .. } | Self::Ndjson { .. })
-    }
-
-    /// Whether the body may still name the model that answered: an event
-    /// stream of a dialect whose events carry one, or a whole body (read at
-    /// its end). A body that is not read never names one.
-    pub(super) fn may_name_model(&self) -> bool {
-        match self {
-            Self::Sse { events, .. } => events.dialect().streams_model(),
-            Self::Ndjson { dialect, .. } => dialect.streams_model(),
-            Self::Json { .. } => true,
-            Self::Skip => false,
         }
     }
 
     /// Reads the next bytes of the body, which arrived at `at`.
-    pub(super) fn feed(&mut self, data: &[u8], at: Instant, timeline: &mut Timeline) {
+    fn feed(&mut self, data: &[u8], at: Instant, timeline: &mut Timeline) {
         match self {
             Self::Sse {
                 framer,
@@ -137,7 +206,7 @@ impl Reader {
     }
 
     /// The body ended: reads what is left.
-    pub(super) fn finish(&mut self, timeline: &mut Timeline) {
+    fn finish(&mut self, timeline: &mut Timeline) {
         match self {
             Self::Ndjson {
                 framer, dialect, ..

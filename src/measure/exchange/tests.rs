@@ -1,6 +1,7 @@
 use http::{HeaderValue, Request, Response};
 
 use super::*;
+use crate::measure::dialect::ParseError;
 use crate::measure::timeline::{Milestone, Stage};
 
 fn exchange(status: u16) -> Exchange {
@@ -309,4 +310,92 @@ fn a_request_that_ends_before_its_label_settles_leaves_everything_to_the_end() {
     drop(up);
     drop(e);
     assert_eq!(told.take(), ["+upload", "-upload", "finished - []"]);
+}
+
+/// An exchange whose response is `content_type`, compressed with `coding`.
+fn compressed(content_type: &str, coding: &str) -> Exchange {
+    let mut e = exchange(200);
+    let (head, ()) = Response::builder()
+        .status(200)
+        .header("content-type", content_type)
+        .header("content-encoding", coding)
+        .body(())
+        .unwrap_or_default()
+        .into_parts();
+    e.on_response_head(&head, Instant::now());
+    e
+}
+
+/// `parts` compressed with gzip, the compressor flushed after each: the
+/// frames a streaming server sends, and the trailer that ends them.
+fn gzip_frames(parts: &[&str]) -> (Vec<Bytes>, Bytes) {
+    use std::io::Write;
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    let frames = parts
+        .iter()
+        .map(|part| {
+            encoder.write_all(part.as_bytes()).unwrap_or_default();
+            encoder.flush().unwrap_or_default();
+            Bytes::from(std::mem::take(encoder.get_mut()))
+        })
+        .collect();
+    (frames, Bytes::from(encoder.finish().unwrap_or_default()))
+}
+
+#[test]
+fn a_gzip_body_is_read_inflated() {
+    let mut e = compressed("application/json", "gzip");
+    let body = r#"{"choices":[{"message":{"content":"Hi there"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":2}}"#;
+    let (frames, trailer) = gzip_frames(&[&body[..40], &body[40..]]);
+    let t0 = Instant::now();
+    for frame in frames {
+        e.on_data(&frame, t0);
+    }
+    e.on_data(&trailer, t0);
+    e.complete(End::Complete, t0);
+    assert_eq!(e.timeline.parse_errors, vec![]);
+    assert_eq!(
+        (e.timeline.usage.input, e.timeline.usage.output),
+        (Some(3), Some(2))
+    );
+}
+
+/// Each event of a flushed gzip stream is read with the frame that carried
+/// it; a stream cut before its trailer keeps what it read and is not
+/// counted as one that could not be inflated, unless it claimed to end.
+#[test]
+fn a_gzip_stream_is_read_event_by_event_and_a_cut_one_keeps_its_events() {
+    let events = [
+        "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n",
+        "data: {\"choices\":[{\"delta\":{\"content\":\"b\"}}]}\n\n",
+    ];
+    for (end, errors) in [
+        (End::Failed { timeout: false }, vec![]),
+        (End::Complete, vec![ParseError::Encoding]),
+    ] {
+        let mut e = compressed("text/event-stream", "gzip");
+        let (frames, _trailer) = gzip_frames(&events);
+        for (n, frame) in frames.iter().enumerate() {
+            e.on_data(frame, Instant::now());
+            assert_eq!(e.timeline.tokens.token_events, n as u64 + 1);
+        }
+        e.complete(end, Instant::now());
+        assert_eq!(e.timeline.tokens.token_events, 2);
+        assert_eq!(e.timeline.parse_errors, errors, "{end:?}");
+    }
+}
+
+#[test]
+fn a_coding_that_is_not_inflated_is_counted_once() {
+    for coding in ["br", "zstd", "gzip, gzip"] {
+        let mut e = compressed("text/event-stream", coding);
+        e.on_data(&Bytes::from_static(b"\x1b\x2c\x00"), Instant::now());
+        e.complete(End::Complete, Instant::now());
+        assert_eq!(
+            e.timeline.parse_errors,
+            vec![ParseError::Encoding],
+            "{coding}"
+        );
+        assert_eq!(e.timeline.tokens.token_events, 0);
+    }
 }

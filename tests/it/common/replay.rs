@@ -3,9 +3,10 @@
 //! (scripted upstream, in-process proxy, real client, `/metrics` scrape).
 //! Used by `real_streams`.
 
-use std::{ops::Range, path::PathBuf, time::Duration};
+use std::{io::Write, ops::Range, path::PathBuf, time::Duration};
 
 use bytes::Bytes;
+use flate2::{write::GzEncoder, Compression};
 use http::Request;
 use http_body_util::Full;
 use serde::Deserialize;
@@ -14,7 +15,7 @@ use tokenclock::measure::timeline::Timeline;
 use crate::common::{
     client::{self, collect, send},
     next_timeline, proxy_with_timelines,
-    upstream::{bytes, chunk, head, Scripted, Step},
+    upstream::{chunk, head, Scripted, Step},
     Proxy,
 };
 
@@ -67,6 +68,8 @@ pub struct Plan {
     pub completes: Vec<usize>,
     /// The index of the write that ends the body (the last chunk).
     pub end: usize,
+    /// The body's bytes as the upstream sends them (compressed with gzip).
+    pub sent: Vec<u8>,
 }
 
 /// The first unit goes out this long after the head.
@@ -75,26 +78,48 @@ const FIRST: Duration = Duration::from_millis(20);
 /// The head, then each unit at its own `Step::At` offset, `gap` apart; every
 /// `split_every`-th unit goes out in two parts `gap / 2` apart, so its event
 /// is completed by the second frame (definition I).
+///
+/// With `gzip`, the body goes out as a streaming server compresses it
+/// (`content-encoding: gzip`, the compressor flushed after each part, the
+/// gzip trailer with the last chunk): each part's event still arrives
+/// whole with its own write.
 pub fn plan(
     status: u16,
     content_type: &str,
     body: &[u8],
     units: &[Range<usize>],
     gap: Duration,
+    gzip: bool,
 ) -> Plan {
     let reason = http::StatusCode::from_u16(status)
         .ok()
         .and_then(|s| s.canonical_reason())
         .unwrap_or("Status");
     let content_type = format!("content-type: {content_type}");
-    let mut script = vec![Step::Write(head(
-        &format!("{status} {reason}"),
-        &[
-            &content_type,
-            "transfer-encoding: chunked",
-            "connection: close",
-        ],
-    ))];
+    let mut fields = vec![
+        content_type.as_str(),
+        "transfer-encoding: chunked",
+        "connection: close",
+    ];
+    if gzip {
+        fields.push("content-encoding: gzip");
+    }
+    let mut script = vec![Step::Write(head(&format!("{status} {reason}"), &fields))];
+    let mut encoder = gzip.then(|| GzEncoder::new(Vec::new(), Compression::default()));
+    let mut sent = Vec::with_capacity(body.len());
+    // A part of the body as it goes out: compressed and flushed, or as is.
+    let mut part = |bytes: &[u8]| -> Bytes {
+        let out = match &mut encoder {
+            Some(encoder) => {
+                encoder.write_all(bytes).expect("compress");
+                encoder.flush().expect("flush the compressor");
+                std::mem::take(encoder.get_mut())
+            }
+            None => bytes.to_vec(),
+        };
+        sent.extend_from_slice(&out);
+        chunk(&out)
+    };
     let mut writes = 1;
     let mut completes = Vec::with_capacity(units.len());
     for (i, range) in units.iter().enumerate() {
@@ -103,22 +128,30 @@ pub fn plan(
         script.push(Step::At(at));
         if i % 5 == 4 && unit.len() >= 2 {
             let half = unit.len() / 2;
-            script.push(Step::Write(chunk(&unit[..half])));
+            script.push(Step::Write(part(&unit[..half])));
             script.push(Step::At(at + gap / 2));
-            script.push(Step::Write(chunk(&unit[half..])));
+            script.push(Step::Write(part(&unit[half..])));
             writes += 2;
         } else {
-            script.push(Step::Write(chunk(unit)));
+            script.push(Step::Write(part(unit)));
             writes += 1;
         }
         completes.push(writes - 1);
     }
     script.push(Step::At(FIRST + gap * units.len() as u32));
-    script.push(Step::Write(bytes("0\r\n\r\n")));
+    let mut last = Vec::new();
+    if let Some(encoder) = encoder {
+        let trailer = encoder.finish().expect("the gzip trailer");
+        sent.extend_from_slice(&trailer);
+        last.extend_from_slice(&chunk(&trailer));
+    }
+    last.extend_from_slice(b"0\r\n\r\n");
+    script.push(Step::Write(Bytes::from(last)));
     Plan {
         script,
         completes,
         end: writes,
+        sent,
     }
 }
 
