@@ -76,11 +76,14 @@ def openai_chat_stream_usage(base):
 
 
 def openai_chat_whole(base):
-    """The OpenAI SDK, a chat answered whole."""
+    """The OpenAI SDK, a chat answered whole; the SDK accepts gzip, and the
+    simulator, as OpenAI, compresses a whole answer then."""
     client = openai.OpenAI(base_url=base + "/v1", api_key="sk-test", max_retries=0)
     sent()
-    answer = client.chat.completions.create(model="m", messages=PROMPT, max_tokens=9)
+    raw = client.chat.completions.with_raw_response.create(model="m", messages=PROMPT, max_tokens=9)
+    answer = raw.parse()
     return {
+        "encoding": raw.headers.get("content-encoding"),
         "text": answer.choices[0].message.content,
         "usage": [answer.usage.prompt_tokens, answer.usage.completion_tokens],
     }

@@ -107,6 +107,7 @@ impl Inner {
         arrival: Instant,
     ) -> Response<SimBody> {
         let (parts, body) = request.into_parts();
+        let gzip = accepts_gzip(&parts.headers);
         let (fault, schedule) = match self.headers(&parts.headers) {
             Ok(read) => read,
             Err(message) => return error(StatusCode::BAD_REQUEST, &message),
@@ -137,17 +138,18 @@ impl Inner {
             arrival,
             id,
         };
-        self.respond(job).await
+        self.respond(job, gzip).await
     }
 
     /// Streams: the head now, the events from a generator task. Whole
-    /// bodies: generated here, the head with the body at the end.
-    async fn respond(&self, job: Job) -> Response<SimBody> {
+    /// bodies: generated here, the head with the body at the end, in gzip
+    /// when the client accepts it (`gzip`), as OpenAI's API answers.
+    async fn respond(&self, job: Job, gzip: bool) -> Response<SimBody> {
         let engine = self.engine.clone();
         if !job.request.stream {
             let fault = job.fault.clone();
             return match generate::run(job, engine, None).await {
-                Some(body) => whole(&body, &fault),
+                Some(body) => whole(&body, &fault, gzip),
                 None => error(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "the simulator is shutting down",
@@ -188,16 +190,58 @@ impl Inner {
 /// A non-streamed answer, broken as `fault` asks (a `stall` has already
 /// delayed it): `malformed` sends the first half of the JSON as a complete
 /// body; `abort` declares the whole length and closes the connection after
-/// the first half.
-fn whole(body: &serde_json::Value, fault: &Fault) -> Response<SimBody> {
+/// the first half. An answer without a fault goes in gzip when `gzip`.
+fn whole(body: &serde_json::Value, fault: &Fault, gzip: bool) -> Response<SimBody> {
     let text = Bytes::from(body.to_string());
     let half = text.slice(..text.len() / 2);
-    let body = match (fault.abort_after, fault.malformed) {
-        (Some(_), _) => SimBody::cut(text.len() as u64, half),
-        (None, true) => SimBody::full(half),
-        (None, false) => SimBody::full(text),
+    let (body, gzipped) = match (fault.abort_after, fault.malformed) {
+        (Some(_), _) => (SimBody::cut(text.len() as u64, half), false),
+        (None, true) => (SimBody::full(half), false),
+        (None, false) => match gzip.then(|| compress(&text)).flatten() {
+            Some(compressed) => (SimBody::full(compressed), true),
+            None => (SimBody::full(text), false),
+        },
     };
-    respond(StatusCode::OK, "application/json", body)
+    let mut response = respond(StatusCode::OK, "application/json", body);
+    if gzipped {
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_ENCODING,
+            header::HeaderValue::from_static("gzip"),
+        );
+        headers.insert(
+            header::VARY,
+            header::HeaderValue::from_static("accept-encoding"),
+        );
+    }
+    response
+}
+
+/// `text` in gzip; `None` if compressing into memory failed (it does not).
+fn compress(text: &[u8]) -> Option<Vec<u8>> {
+    use std::io::Write;
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    encoder.write_all(text).ok()?;
+    encoder.finish().ok()
+}
+
+/// Whether `accept-encoding` names gzip with a weight above zero.
+fn accepts_gzip(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|item| {
+            let mut parts = item.split(';').map(str::trim);
+            let coding = parts.next().unwrap_or_default();
+            let zero = parts.any(|p| {
+                p.strip_prefix("q=")
+                    .and_then(|q| q.parse::<f32>().ok())
+                    .is_some_and(|q| q == 0.0)
+            });
+            coding.eq_ignore_ascii_case("gzip") && !zero
+        })
 }
 
 fn respond(status: StatusCode, content_type: &'static str, body: SimBody) -> Response<SimBody> {
@@ -225,4 +269,28 @@ fn error(status: StatusCode, message: &str) -> Response<SimBody> {
             .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
     }
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use http::{HeaderMap, HeaderValue};
+
+    use super::accepts_gzip;
+
+    #[test]
+    fn gzip_is_accepted_when_named_with_a_weight_above_zero() {
+        let accepts = |values: &[&str]| {
+            let mut headers = HeaderMap::new();
+            for v in values {
+                headers.append("accept-encoding", HeaderValue::from_str(v).expect("value"));
+            }
+            accepts_gzip(&headers)
+        };
+        assert!(accepts(&["gzip, deflate"]));
+        assert!(accepts(&["br", "GZIP;q=0.5"]));
+        assert!(!accepts(&[]));
+        assert!(!accepts(&["deflate, br"]));
+        assert!(!accepts(&["gzip;q=0"]));
+        assert!(!accepts(&["x-gzip-ish"]));
+    }
 }
