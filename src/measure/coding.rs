@@ -31,6 +31,14 @@ const STEP: usize = 256;
 /// larger buffer is given back.
 const KEEP: usize = 16 * 1024;
 
+/// Inflated bytes a body may reach whatever its ratio (1 MiB)...
+const ALLOWANCE: u64 = 1024 * 1024;
+/// ...and past that, per compressed byte. Text and JSON compress 3 to 20
+/// times (a stream flushed per event less); a body past this is a bomb,
+/// whose reading would cost a thousand times its bytes in CPU on the
+/// connection's thread, delaying its frames. It is read no further.
+const RATIO: u64 = 64;
+
 /// A response's content coding, as far as the measurement is concerned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Coding {
@@ -77,15 +85,24 @@ impl Coding {
     }
 }
 
-/// The body could not be inflated (corrupt, truncated, or bytes after a
-/// zlib stream's end).
+/// Why a body's copy is inflated no further.
 #[derive(Debug, thiserror::Error)]
-#[error("the body could not be inflated: {0}")]
-pub struct InflateError(#[from] io::Error);
+pub enum InflateError {
+    /// Corrupt, truncated, or bytes after a zlib stream's end.
+    #[error("the body could not be inflated: {0}")]
+    Corrupt(#[from] io::Error),
+    /// It inflated past [`ALLOWANCE`] and [`RATIO`] times its compressed
+    /// bytes.
+    #[error("the body inflates more than {RATIO} times its size")]
+    Bomb,
+}
 
 /// Inflates one response body's copy, step by step.
 pub struct Inflate {
     decoder: Decoder,
+    /// Compressed bytes taken and inflated bytes handed on so far.
+    compressed: u64,
+    inflated: u64,
 }
 
 enum Decoder {
@@ -111,13 +128,18 @@ impl Inflate {
             Coding::Gzip => Decoder::Gzip(MultiGzDecoder::new(Vec::new())),
             Coding::Deflate => Decoder::Zlib(ZlibDecoder::new(Vec::new())),
         };
-        Some(Self { decoder })
+        Some(Self {
+            decoder,
+            compressed: 0,
+            inflated: 0,
+        })
     }
 
     /// Inflates `data`, the body's next compressed bytes, handing each
     /// step's output to `out` as soon as it is inflated.
     pub fn feed(&mut self, data: &[u8], out: &mut impl FnMut(&[u8])) -> Result<(), InflateError> {
         for step in data.chunks(STEP) {
+            self.compressed += step.len() as u64;
             match &mut self.decoder {
                 Decoder::Gzip(d) => {
                     d.write_all(step)?;
@@ -128,7 +150,7 @@ impl Inflate {
                     d.flush()?;
                 }
             }
-            self.drain(out);
+            self.drain(out)?;
         }
         Ok(())
     }
@@ -140,22 +162,30 @@ impl Inflate {
             Decoder::Gzip(d) => d.try_finish(),
             Decoder::Zlib(d) => d.try_finish(),
         };
-        self.drain(out);
+        self.drain(out)?;
         Ok(done?)
     }
 
-    fn drain(&mut self, out: &mut impl FnMut(&[u8])) {
+    /// Hands on what the last step inflated, unless the body has inflated
+    /// past its bound ([`ALLOWANCE`], [`RATIO`]).
+    fn drain(&mut self, out: &mut impl FnMut(&[u8])) -> Result<(), InflateError> {
         let buffer = match &mut self.decoder {
             Decoder::Gzip(d) => d.get_mut(),
             Decoder::Zlib(d) => d.get_mut(),
         };
-        if !buffer.is_empty() {
+        self.inflated += buffer.len() as u64;
+        let bomb = self.inflated > ALLOWANCE + RATIO * self.compressed;
+        if !bomb && !buffer.is_empty() {
             out(buffer);
-            buffer.clear();
         }
+        buffer.clear();
         if buffer.capacity() > KEEP {
             buffer.shrink_to(KEEP);
         }
+        if bomb {
+            return Err(InflateError::Bomb);
+        }
+        Ok(())
     }
 }
 
@@ -169,7 +199,7 @@ mod tests {
     };
     use http::{HeaderMap, HeaderValue};
 
-    use super::{Coding, Inflate, Unsupported, STEP};
+    use super::{Coding, Inflate, InflateError, Unsupported, ALLOWANCE, RATIO, STEP};
 
     fn headers(values: &[&str]) -> HeaderMap {
         let mut map = HeaderMap::new();
@@ -311,20 +341,188 @@ mod tests {
         );
     }
 
-    /// A body that inflates a thousandfold comes out in steps, never all at
-    /// once.
+    /// A body that inflates a thousandfold (a bomb) comes out in bounded
+    /// steps, and only until it passes its bound; then it is read no
+    /// further. One that inflates as text does is read whole.
     #[test]
-    fn one_step_inflates_to_a_bounded_size() {
+    fn a_bomb_is_read_no_further_than_its_bound() {
         let body = gzip(&vec![b'a'; 16 * 1024 * 1024]);
-        let mut inflate = Inflate::new(Coding::Gzip).expect("an inflater");
-        let (mut total, mut largest) = (0usize, 0usize);
+        let mut inflater = Inflate::new(Coding::Gzip).expect("an inflater");
+        let (mut total, mut largest) = (0u64, 0usize);
         let mut out = |b: &[u8]| {
-            total += b.len();
+            total += b.len() as u64;
             largest = largest.max(b.len());
         };
-        inflate.feed(&body, &mut out).expect("inflate");
-        inflate.finish(&mut out).expect("finish");
-        assert_eq!(total, 16 * 1024 * 1024);
+        assert!(matches!(
+            inflater.feed(&body, &mut out),
+            Err(InflateError::Bomb)
+        ));
+        assert!(
+            total > 0 && total <= ALLOWANCE + RATIO * body.len() as u64,
+            "{total}"
+        );
         assert!(largest <= STEP * 1100, "{largest}");
+
+        // 8 MiB of text, 5 to 10 times smaller compressed: read whole.
+        let plain = text(200_000);
+        assert!(plain.len() > 4 * ALLOWANCE as usize);
+        assert_eq!(inflate(Coding::Gzip, &gzip(&plain), 4096), (plain, true));
+    }
+}
+
+#[cfg(test)]
+mod props {
+    use std::io::Write;
+
+    use flate2::{
+        write::{GzEncoder, ZlibEncoder},
+        Compression,
+    };
+    use proptest::prelude::*;
+
+    use super::{Coding, Inflate};
+
+    /// The most one `out` call may be handed (bytes): one step's worth of
+    /// the densest deflate, with room to spare.
+    const MOST_PER_CALL: usize = 300 * 1024;
+
+    /// Plaintext that compresses the way events do: runs of random bytes,
+    /// some repeated many times.
+    fn plaintext() -> impl Strategy<Value = Vec<u8>> {
+        prop::collection::vec(
+            (prop::collection::vec(any::<u8>(), 0..64), 1usize..200),
+            0..24,
+        )
+        .prop_map(|runs| {
+            runs.into_iter()
+                .flat_map(|(run, times)| {
+                    std::iter::repeat_n(run, times)
+                        .flatten()
+                        .collect::<Vec<_>>()
+                })
+                .collect()
+        })
+    }
+
+    /// `plain` compressed with `coding` at `level`, the compressor
+    /// sync-flushed after each of the byte offsets in `flushes`.
+    fn compress(coding: Coding, level: u32, plain: &[u8], flushes: &[usize]) -> Vec<u8> {
+        let mut cuts: Vec<usize> = flushes.iter().map(|f| f % (plain.len() + 1)).collect();
+        cuts.sort_unstable();
+        cuts.push(plain.len());
+        let level = Compression::new(level);
+        let mut gzip = GzEncoder::new(Vec::new(), level);
+        let mut zlib = ZlibEncoder::new(Vec::new(), level);
+        let mut from = 0;
+        for cut in cuts {
+            let part = &plain[from..cut];
+            from = cut;
+            match coding {
+                Coding::Gzip => gzip.write_all(part).and_then(|()| gzip.flush()),
+                _ => zlib.write_all(part).and_then(|()| zlib.flush()),
+            }
+            .expect("compress");
+        }
+        match coding {
+            Coding::Gzip => gzip.finish(),
+            _ => zlib.finish(),
+        }
+        .expect("compress")
+    }
+
+    /// `body` cut at the offsets in `cuts` (taken modulo its length).
+    fn pieces<'a>(body: &'a [u8], cuts: &[usize]) -> Vec<&'a [u8]> {
+        let mut at: Vec<usize> = cuts.iter().map(|c| c % (body.len() + 1)).collect();
+        at.sort_unstable();
+        at.push(body.len());
+        let mut from = 0;
+        at.into_iter()
+            .map(|to| {
+                let piece = &body[from..to];
+                from = to;
+                piece
+            })
+            .collect()
+    }
+
+    /// Feeds `body` in `pieces` as the reader does (it stops at the first
+    /// error), finishing it or dropping it mid-stream: what came out,
+    /// whether it all went well, and the most one `out` call was handed.
+    fn run(coding: Coding, body: &[u8], cuts: &[usize], finish: bool) -> (Vec<u8>, bool, usize) {
+        let mut inflate = Inflate::new(coding).expect("an inflater");
+        let (mut plain, mut largest) = (Vec::new(), 0);
+        let mut out = |b: &[u8]| {
+            largest = largest.max(b.len());
+            plain.extend_from_slice(b);
+        };
+        for piece in pieces(body, cuts) {
+            if inflate.feed(piece, &mut out).is_err() {
+                drop(inflate);
+                return (plain, false, largest);
+            }
+        }
+        let ok = !finish || inflate.finish(&mut out).is_ok();
+        drop(inflate);
+        (plain, ok, largest)
+    }
+
+    fn coding() -> impl Strategy<Value = Coding> {
+        prop_oneof![Just(Coding::Gzip), Just(Coding::Deflate)]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(96))]
+
+        /// A gzip or zlib body, flushed or not, cut anywhere, inflates to
+        /// exactly its plaintext.
+        #[test]
+        fn a_body_in_any_pieces_inflates_to_its_plaintext(
+            coding in coding(),
+            level in 0u32..=9,
+            plain in plaintext(),
+            flushes in prop::collection::vec(any::<usize>(), 0..8),
+            cuts in prop::collection::vec(any::<usize>(), 0..40),
+        ) {
+            let body = compress(coding, level, &plain, &flushes);
+            let (out, ok, largest) = run(coding, &body, &cuts, true);
+            prop_assert!(ok);
+            prop_assert_eq!(out, plain);
+            prop_assert!(largest <= MOST_PER_CALL, "{}", largest);
+        }
+
+        /// Whatever bytes come (random, after a valid gzip or zlib header,
+        /// or a valid body of a bomb with bytes flipped, cut or followed by
+        /// junk), in any pieces, finished or dropped, nothing panics and no
+        /// `out` call is handed more than one step's worth.
+        #[test]
+        fn hostile_bytes_never_panic_and_come_out_in_bounded_steps(
+            coding in coding(),
+            start in 0u8..4,
+            noise in prop::collection::vec(any::<u8>(), 0..2048),
+            flips in prop::collection::vec((any::<usize>(), 1u8..=255), 0..4),
+            cut in any::<usize>(),
+            cuts in prop::collection::vec(any::<usize>(), 0..16),
+            finish in any::<bool>(),
+        ) {
+            let mut body = match start {
+                0 => Vec::new(),
+                1 => vec![0x1f, 0x8b, 0x08, 0x00, 0, 0, 0, 0, 0x00, 0xff],
+                2 => vec![0x78, 0x9c],
+                // A bomb: 4 MiB of one byte, about 4 KiB compressed.
+                _ => compress(coding, 9, &vec![b'a'; 4 << 20], &[]),
+            };
+            if start == 3 {
+                for (at, x) in &flips {
+                    let at = at % body.len();
+                    body[at] ^= x;
+                }
+                body.truncate(cut % (body.len() + 1));
+                body.extend_from_slice(&noise[..noise.len().min(16)]);
+            } else {
+                body.extend_from_slice(&noise);
+            }
+            let (_, _, largest) = run(coding, &body, &cuts, finish);
+            prop_assert!(largest <= MOST_PER_CALL, "{}", largest);
+        }
     }
 }

@@ -107,6 +107,10 @@ impl Reader {
             .is_err()
         {
             self.broken(timeline);
+        } else if read.is_done() {
+            // A whole body past its cap: nothing more is read, so nothing
+            // more is inflated.
+            self.inflate = None;
         }
     }
 
@@ -122,6 +126,12 @@ impl Reader {
             }
         }
         self.read.finish(timeline);
+    }
+
+    /// Whether the body's copy is still being inflated.
+    #[cfg(test)]
+    pub(super) fn inflating(&self) -> bool {
+        self.inflate.is_some()
     }
 
     /// The compressed copy cannot be read on: what it gave so far stays
@@ -164,6 +174,11 @@ impl Read {
         } else {
             Self::Skip
         }
+    }
+
+    /// Whether nothing more of the body will be read.
+    fn is_done(&self) -> bool {
+        matches!(self, Self::Skip | Self::Json { body: None, .. })
     }
 
     /// Reads the next bytes of the body, which arrived at `at`.

@@ -399,3 +399,138 @@ fn a_coding_that_is_not_inflated_is_counted_once() {
         assert_eq!(e.timeline.tokens.token_events, 0);
     }
 }
+
+/// `n` token events of an OpenAI stream.
+fn token_events(n: usize) -> Vec<String> {
+    (0..n)
+        .map(|i| format!("data: {{\"choices\":[{{\"delta\":{{\"content\":\"w{i}\"}}}}]}}\n\n"))
+        .collect()
+}
+
+/// A flushed gzip stream whose frames arrive a second apart: each event is
+/// timed by the frame that carried it, not by a later one or the end.
+#[test]
+fn each_flushed_gzip_event_is_timed_by_its_own_frame() {
+    let events = token_events(20);
+    let parts: Vec<&str> = events.iter().map(String::as_str).collect();
+    let (frames, trailer) = gzip_frames(&parts);
+    let mut e = compressed("text/event-stream", "gzip");
+    let t0 = Instant::now() + Duration::from_secs(3600);
+    let at = |i: usize| t0 + Duration::from_secs(i as u64);
+    for (i, frame) in frames.iter().enumerate() {
+        e.on_data(frame, at(i));
+        assert_eq!(e.timeline.tokens.token_events, i as u64 + 1);
+        assert_eq!(e.timeline.first_token, Some(t0));
+        assert_eq!(e.timeline.last_token, Some(at(i)), "event {i}");
+    }
+    e.on_data(&trailer, at(frames.len()));
+    e.complete(End::Complete, at(frames.len()));
+    assert_eq!(e.timeline.last_token, Some(at(frames.len() - 1)));
+    assert_eq!(e.timeline.parse_errors, vec![]);
+}
+
+/// A stream whose compressor is never flushed (one gzip body, cut into
+/// small frames anywhere) still reads every event, each with a frame that
+/// arrived (not at the end's clock), and with no error.
+#[test]
+fn an_unflushed_gzip_stream_reads_every_event_with_its_frames() {
+    use std::io::Write;
+    let events = token_events(200);
+    for (coding, piece) in [("gzip", 5), ("gzip", 333), ("deflate", 7), ("x-gzip", 4096)] {
+        let body = if coding == "deflate" {
+            let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
+            z.write_all(events.concat().as_bytes()).unwrap_or_default();
+            z.finish().unwrap_or_default()
+        } else {
+            let mut g = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+            g.write_all(events.concat().as_bytes()).unwrap_or_default();
+            g.finish().unwrap_or_default()
+        };
+        let mut e = compressed("text/event-stream", coding);
+        let t0 = Instant::now() + Duration::from_secs(3600);
+        let frames: Vec<&[u8]> = body.chunks(piece).collect();
+        let last = t0 + Duration::from_millis(frames.len() as u64 - 1);
+        for (i, frame) in frames.iter().enumerate() {
+            e.on_data(
+                &Bytes::copy_from_slice(frame),
+                t0 + Duration::from_millis(i as u64),
+            );
+        }
+        assert_eq!(e.timeline.tokens.token_events, 200, "{coding} {piece}");
+        e.complete(End::Complete, last);
+        assert_eq!(e.timeline.tokens.token_events, 200, "{coding} {piece}");
+        assert_eq!(e.timeline.parse_errors, vec![], "{coding} {piece}");
+        let (first, last_token) = (e.timeline.first_token, e.timeline.last_token);
+        assert!(first.is_some_and(|f| f >= t0), "{coding} {piece}");
+        assert!(last_token.is_some_and(|l| l <= last), "{coding} {piece}");
+    }
+}
+
+/// An uncompressed response (no `content-encoding`, or only `identity`)
+/// is read byte for byte as before, in any frames.
+#[test]
+fn an_uncompressed_stream_is_read_as_before() {
+    let events = token_events(10).concat();
+    for coding in [None, Some("identity"), Some("")] {
+        let mut e = match coding {
+            None => exchange(200),
+            Some(c) => compressed("text/event-stream", c),
+        };
+        for frame in events.as_bytes().chunks(3) {
+            e.on_data(&Bytes::copy_from_slice(frame), Instant::now());
+        }
+        e.complete(End::Complete, Instant::now());
+        assert_eq!(e.timeline.tokens.token_events, 10, "{coding:?}");
+        assert_eq!(e.timeline.parse_errors, vec![], "{coding:?}");
+    }
+}
+
+/// Hostile compressed bodies (garbage after a gzip header, a bomb) neither
+/// panic nor error the response: the copy is just not read further.
+#[test]
+fn a_hostile_compressed_body_is_only_counted() {
+    use std::io::Write;
+    let mut bomb = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    bomb.write_all(&vec![b'\n'; 16 << 20]).unwrap_or_default();
+    let bomb = bomb.finish().unwrap_or_default();
+    let mut garbage = vec![0x1f, 0x8b, 0x08, 0x00, 0, 0, 0, 0, 0, 0xff];
+    garbage.extend((0..4096u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8));
+    // The bomb is read until it inflates past its bound (before a whole
+    // body's 1 MiB cap here: the bound is checked before a step's bytes are
+    // handed on), the garbage until it fails: counted once each.
+    for body in [bomb, garbage] {
+        for content_type in ["text/event-stream", "application/json"] {
+            let mut e = compressed(content_type, "gzip");
+            for frame in body.chunks(16 * 1024) {
+                e.on_data(&Bytes::copy_from_slice(frame), Instant::now());
+            }
+            e.complete(End::Complete, Instant::now());
+            assert_eq!(e.outcome(End::Complete), Outcome::Ok);
+            assert_eq!(e.timeline.tokens.token_events, 0);
+            assert_eq!(
+                e.timeline.parse_errors,
+                vec![ParseError::Encoding],
+                "{content_type}"
+            );
+        }
+    }
+}
+
+/// A whole body past its cap is read no further, so it is inflated no
+/// further either: counted once, as too large.
+#[test]
+fn a_compressed_whole_body_past_its_cap_is_no_longer_inflated() {
+    let words: String = (0..400_000).map(|i| format!("w{} ", i % 977)).collect();
+    let body = format!(r#"{{"choices":[{{"message":{{"content":"{words}"}}}}]}}"#);
+    let (frames, trailer) = gzip_frames(&[&body]);
+    let mut e = compressed("application/json", "gzip");
+    assert!(e.reader.inflating());
+    for frame in frames.iter().chain([&trailer]) {
+        for piece in frame.chunks(4096) {
+            e.on_data(&Bytes::copy_from_slice(piece), Instant::now());
+        }
+    }
+    assert!(!e.reader.inflating());
+    e.complete(End::Complete, Instant::now());
+    assert_eq!(e.timeline.parse_errors, vec![ParseError::TooLarge]);
+}
