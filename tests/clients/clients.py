@@ -189,6 +189,30 @@ def httpx_chunked_upload_and_keep_alive(base):
     return {"answers": out, "connections": len(ports)}
 
 
+def openai_chat_stream_closed_early(base):
+    """The OpenAI SDK closes a slow stream after three chunks (a user who
+    pressed stop): the stream ends there for the client, without an error."""
+    client = openai.OpenAI(base_url=base + "/v1", api_key="sk-test", max_retries=0)
+    sent()
+    stream = client.chat.completions.create(
+        model="m",
+        messages=PROMPT,
+        stream=True,
+        max_tokens=200,
+        extra_headers={"x-sim-schedule": "ttft_ms=10,gap_ms=50,tokens=200"},
+    )
+    texts = []
+    for chunk in stream:
+        texts.append(chunk.choices[0].delta.content or "" if chunk.choices else "")
+        if len(texts) == 3:
+            break
+    stream.close()
+    return {"chunks": len(texts), "text": "".join(texts)}
+
+
+# Not run unless asked for (`--only`): it ends its request early.
+CANCELLING = [openai_chat_stream_closed_early]
+
 SCENARIOS = [
     openai_chat_stream,
     openai_chat_stream_usage,
@@ -209,8 +233,9 @@ def main():
     if len(sys.argv) > 3 and sys.argv[2] == "--only":
         only = set(sys.argv[3].split(","))
     results = {}
-    for scenario in SCENARIOS:
-        if only is not None and scenario.__name__ not in only:
+    for scenario in SCENARIOS + CANCELLING:
+        wanted = scenario.__name__ in only if only is not None else scenario not in CANCELLING
+        if not wanted:
             continue
         try:
             results[scenario.__name__] = scenario(base)

@@ -384,3 +384,24 @@ async fn curl_http10_expect_continue_and_h2c_through_tokenclock() {
     let _ = std::fs::remove_dir_all(&dir);
     proxy.shutdown().await;
 }
+
+/// The OpenAI SDK closing a stream early (a user who pressed stop): it
+/// reads the same chunks through the proxy, and the proxy counts the
+/// request as cancelled by the client, not as a failure of the upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_sdk_stream_closed_early_is_counted_as_cancelled() {
+    let sim = sim::start(sim::fast()).await;
+    let proxy = common::proxy(sim.addr, "").await;
+    let only = Some("openai_chat_stream_closed_early");
+    let direct = python(sim.addr, only).await;
+    let proxied = python(proxy.addr, only).await;
+    let scenarios = same(&direct, &proxied, "clients.py");
+    assert_eq!(scenarios["openai_chat_stream_closed_early"]["chunks"], 3);
+    let series = counted(proxy.metrics_addr, 1.0).await;
+    assert_eq!(series.len(), 1, "{series:?}");
+    assert!(
+        series[0].0.contains("outcome=\"client_cancelled\""),
+        "{series:?}"
+    );
+    proxy.shutdown().await;
+}
