@@ -17,7 +17,10 @@
 //! RFC 9110 defines it) are inflated; anything else (`br`, `zstd`, stacked
 //! codings) is left unread and counted as before (`unparsed_encoding`).
 
-use std::io::{self, Write};
+use std::{
+    io::{self, Write},
+    sync::atomic::{AtomicUsize, Ordering::Relaxed},
+};
 
 use flate2::write::{MultiGzDecoder, ZlibDecoder};
 use http::{header, HeaderMap};
@@ -97,12 +100,65 @@ pub enum InflateError {
     Bomb,
 }
 
+/// Inflaters alive at once, at most, across the process: each holds about
+/// 80 KiB (flate2's window and buffers), so that a proxy whose every
+/// response were compressed stays within about 40 MiB for them (an idle
+/// stream holds about 10 KiB). A compressed response beyond it is timed
+/// but not read, and counted (`unparsed_encoding`). Whole bodies hold one
+/// only while they arrive; streams for their whole length.
+pub static INFLATERS: Budget = Budget::new(512);
+
+/// A cap on inflaters alive at once.
+#[derive(Debug)]
+pub struct Budget {
+    alive: AtomicUsize,
+    most: usize,
+}
+
+/// The cap was reached: the response is not inflated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("too many compressed responses are being read")]
+pub struct Busy;
+
+impl Budget {
+    /// At most `most` alive at once.
+    pub const fn new(most: usize) -> Self {
+        Self {
+            alive: AtomicUsize::new(0),
+            most,
+        }
+    }
+
+    /// Inflaters alive now.
+    pub fn alive(&self) -> usize {
+        self.alive.load(Relaxed)
+    }
+
+    fn take(&'static self) -> Option<Slot> {
+        self.alive
+            .fetch_update(Relaxed, Relaxed, |n| (n < self.most).then_some(n + 1))
+            .ok()
+            .map(|_| Slot(self))
+    }
+}
+
+/// One inflater's place in a [`Budget`], given back when it is dropped.
+struct Slot(&'static Budget);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.alive.fetch_sub(1, Relaxed);
+    }
+}
+
 /// Inflates one response body's copy, step by step.
 pub struct Inflate {
     decoder: Decoder,
     /// Compressed bytes taken and inflated bytes handed on so far.
     compressed: u64,
     inflated: u64,
+    /// Its place in a budget, if it was made within one.
+    _slot: Option<Slot>,
 }
 
 enum Decoder {
@@ -132,7 +188,21 @@ impl Inflate {
             decoder,
             compressed: 0,
             inflated: 0,
+            _slot: None,
         })
+    }
+
+    /// An inflater for `coding` within `budget`; `Ok(None)` for `identity`,
+    /// `Busy` when the budget is spent.
+    pub fn within(coding: Coding, budget: &'static Budget) -> Result<Option<Self>, Busy> {
+        if coding == Coding::Identity {
+            return Ok(None);
+        }
+        let slot = budget.take().ok_or(Busy)?;
+        Ok(Self::new(coding).map(|inflate| Self {
+            _slot: Some(slot),
+            ..inflate
+        }))
     }
 
     /// Inflates `data`, the body's next compressed bytes, handing each
@@ -199,7 +269,7 @@ mod tests {
     };
     use http::{HeaderMap, HeaderValue};
 
-    use super::{Coding, Inflate, InflateError, Unsupported, ALLOWANCE, RATIO, STEP};
+    use super::{Budget, Busy, Coding, Inflate, InflateError, Unsupported, ALLOWANCE, RATIO, STEP};
 
     fn headers(values: &[&str]) -> HeaderMap {
         let mut map = HeaderMap::new();
@@ -339,6 +409,26 @@ mod tests {
             !inflate(Coding::Deflate, &trailing, 64).1,
             "bytes after the stream"
         );
+    }
+
+    #[test]
+    fn a_budget_caps_the_inflaters_alive_at_once() {
+        let budget: &'static Budget = Box::leak(Box::new(Budget::new(2)));
+        let a = Inflate::within(Coding::Gzip, budget).expect("a slot");
+        let b = Inflate::within(Coding::Deflate, budget).expect("a slot");
+        assert!(a.is_some() && b.is_some());
+        assert_eq!(budget.alive(), 2);
+        assert_eq!(Inflate::within(Coding::Gzip, budget).err(), Some(Busy));
+        // identity takes no place, even with the budget spent.
+        assert!(matches!(
+            Inflate::within(Coding::Identity, budget),
+            Ok(None)
+        ));
+        drop(a);
+        assert_eq!(budget.alive(), 1);
+        let c = Inflate::within(Coding::Gzip, budget).expect("a slot after one went");
+        drop((b, c));
+        assert_eq!(budget.alive(), 0);
     }
 
     /// A body that inflates a thousandfold (a bomb) comes out in bounded

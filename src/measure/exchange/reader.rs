@@ -6,7 +6,7 @@ use http::{header, HeaderMap, StatusCode};
 use tokio::time::Instant;
 
 use crate::{
-    measure::coding::{Coding, Inflate},
+    measure::coding::{Busy, Coding, Inflate, INFLATERS},
     measure::dialect::{Dialect, Events, ParseError},
     measure::frame::ndjson::NdjsonFramer,
     measure::frame::sse::SseFramer,
@@ -73,7 +73,10 @@ impl Reader {
         let read = Read::for_response(dialect, headers, max_event_bytes);
         let inflate = match read {
             Read::Skip => None,
-            _ => Inflate::new(coding).map(Box::new),
+            _ => match Inflate::within(coding, &INFLATERS) {
+                Ok(inflate) => inflate.map(Box::new),
+                Err(Busy) => return (Self::skip(), Some(ParseError::Encoding)),
+            },
         };
         (Self { read, inflate }, None)
     }
