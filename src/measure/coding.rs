@@ -177,8 +177,9 @@ impl std::fmt::Debug for Inflate {
 }
 
 impl Inflate {
-    /// An inflater for `coding`; `None` for `identity`.
-    pub fn new(coding: Coding) -> Option<Self> {
+    /// An inflater for `coding` outside any budget (the tests'); `None`
+    /// for `identity`. The proxy's are made [`Inflate::within`] one.
+    fn new(coding: Coding) -> Option<Self> {
         let decoder = match coding {
             Coding::Identity => return None,
             Coding::Gzip => Decoder::Gzip(MultiGzDecoder::new(Vec::new())),
@@ -210,16 +211,12 @@ impl Inflate {
     pub fn feed(&mut self, data: &[u8], out: &mut impl FnMut(&[u8])) -> Result<(), InflateError> {
         for step in data.chunks(STEP) {
             self.compressed += step.len() as u64;
-            match &mut self.decoder {
-                Decoder::Gzip(d) => {
-                    d.write_all(step)?;
-                    d.flush()?;
-                }
-                Decoder::Zlib(d) => {
-                    d.write_all(step)?;
-                    d.flush()?;
-                }
-            }
+            let decoder: &mut dyn Write = match &mut self.decoder {
+                Decoder::Gzip(d) => d,
+                Decoder::Zlib(d) => d,
+            };
+            decoder.write_all(step)?;
+            decoder.flush()?;
             self.drain(out)?;
         }
         Ok(())
