@@ -77,6 +77,7 @@ impl Admin {
                     StatusCode::SERVICE_UNAVAILABLE,
                     "upstream health check failing\n",
                 ),
+                Err(NotReady::AtCapacity) => text(StatusCode::SERVICE_UNAVAILABLE, "at capacity\n"),
             },
             "/metrics" => return Answer::Render,
             _ => text(

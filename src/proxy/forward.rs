@@ -24,10 +24,10 @@ use std::{convert::Infallible, future::Future, pin::Pin, sync::Arc};
 use crate::proxy::server::ReceivedBody as Incoming;
 use http::{header, uri::PathAndQuery, HeaderValue, Request, Response, StatusCode, Uri, Version};
 use hyper::service::Service;
-use prometheus::IntCounter;
 use tokio::time::{error::Elapsed, timeout, Instant};
 
-use self::capacity::{Capacity, Slot};
+pub(crate) use self::capacity::Capacity;
+use self::capacity::Slot;
 use self::client::{Answer, Unanswered, UpstreamBody, UpstreamClient};
 use self::client_body::ClientFault;
 pub use self::inject::StripUsage;
@@ -77,12 +77,12 @@ struct Inner {
 impl Proxy {
     /// Builds the proxy and its upstream connection pool. Each request is
     /// read, and its finished timeline sent, as `live` says when it starts;
-    /// `refused` counts the requests refused at `max_connections` in flight.
+    /// at most `capacity`'s requests are in flight.
     pub(crate) fn new(
         config: &Config,
         health: Health,
         live: Live,
-        refused: IntCounter,
+        capacity: Arc<Capacity>,
     ) -> Result<Self, rustls::Error> {
         let upstream_host = HeaderValue::from_str(config.upstream.authority.as_str())
             .unwrap_or_else(|_| HeaderValue::from_static("localhost"));
@@ -95,7 +95,7 @@ impl Proxy {
                 timeouts: config.timeouts,
                 inject_usage: config.usage_mode == UsageMode::Inject,
                 health,
-                capacity: Capacity::new(config.connections.max, refused),
+                capacity,
                 live,
             }),
         })

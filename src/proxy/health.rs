@@ -8,7 +8,11 @@
 //! got a 2xx: proxied responses do not count, not even a 2xx, since a
 //! model server's API front end can answer (`/v1/models`, a cached error)
 //! while its engine is dead, and the health path is the operator's own
-//! statement of what healthy means. Either way, never while shutting down.
+//! statement of what healthy means. Either way, never while shutting down,
+//! and never at capacity: while the proxy listener holds `max_connections`
+//! connections (a new one would be closed at once) or `max_connections`
+//! requests are in flight (a new one would be answered `503`), traffic sent
+//! here would not flow, so an orchestrator should send it elsewhere.
 
 mod probe;
 
@@ -20,7 +24,9 @@ use std::{
     time::Duration,
 };
 
-use tokio::time::Instant;
+use tokio::{sync::Semaphore, time::Instant};
+
+use crate::proxy::forward::Capacity;
 
 pub(crate) use self::probe::Probe;
 
@@ -44,6 +50,32 @@ struct Inner {
     /// Only the HTTP health check decides; proxied answers are ignored.
     checked: bool,
     draining: AtomicBool,
+    /// What the proxy can still take; `None` in unit tests of the upstream
+    /// rules alone.
+    load: Option<Load>,
+}
+
+/// The two caps a new request can meet: connection slots on the proxy
+/// listener, and requests in flight across its connections.
+#[derive(Debug)]
+pub(crate) struct Load {
+    connections: Arc<Semaphore>,
+    requests: Arc<Capacity>,
+}
+
+impl Load {
+    /// The listener's free connection slots and the request cap.
+    pub(crate) fn new(connections: Arc<Semaphore>, requests: Arc<Capacity>) -> Self {
+        Self {
+            connections,
+            requests,
+        }
+    }
+
+    /// A new connection or a new request would be refused now.
+    fn full(&self) -> bool {
+        self.connections.available_permits() == 0 || self.requests.full()
+    }
 }
 
 /// Why the proxy is not ready.
@@ -55,6 +87,8 @@ pub(crate) enum NotReady {
     UpstreamSilent,
     /// The last health check failed, or none passed within [`READY_WINDOW`].
     UpstreamUnhealthy,
+    /// `max_connections` connections are open, or requests in flight.
+    AtCapacity,
 }
 
 // === impl Health ===
@@ -69,21 +103,29 @@ impl Health {
     /// A health state in which any upstream answer counts (no
     /// `upstream_health_path`), and the upstream has never answered.
     pub fn new() -> Self {
-        Self::with(false)
+        Self::with(false, None)
     }
 
     /// A health state decided by the HTTP health check alone.
+    #[cfg(test)]
     pub(crate) fn health_checked() -> Self {
-        Self::with(true)
+        Self::with(true, None)
     }
 
-    fn with(checked: bool) -> Self {
+    /// The proxy's health: decided by the HTTP health check alone when
+    /// `checked`, and not ready while `load` is full.
+    pub(crate) fn serving(checked: bool, load: Load) -> Self {
+        Self::with(checked, Some(load))
+    }
+
+    fn with(checked: bool, load: Option<Load>) -> Self {
         Self {
             inner: Arc::new(Inner {
                 epoch: Instant::now(),
                 last_answer_ms: AtomicU64::new(0),
                 checked,
                 draining: AtomicBool::new(false),
+                load,
             }),
         }
     }
@@ -137,6 +179,9 @@ impl Health {
                 NotReady::UpstreamSilent
             });
         }
+        if self.inner.load.as_ref().is_some_and(Load::full) {
+            return Err(NotReady::AtCapacity);
+        }
         Ok(())
     }
 }
@@ -180,5 +225,35 @@ mod tests {
         health.probed(true);
         health.probed(false);
         assert_eq!(health.readiness(), Ok(()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn not_ready_while_either_cap_is_full() {
+        let connections = Arc::new(Semaphore::new(2));
+        let refused =
+            prometheus::IntCounter::new("refused", "refused").unwrap_or_else(|e| panic!("{e}"));
+        let requests = Capacity::new(1, refused);
+        let load = Load::new(connections.clone(), requests.clone());
+        let health = Health::serving(false, load);
+        health.upstream_answered();
+        assert_eq!(health.readiness(), Ok(()));
+
+        let one = connections.clone().try_acquire_owned();
+        assert_eq!(health.readiness(), Ok(()), "one slot is still free");
+        let two = connections.clone().try_acquire_owned();
+        assert_eq!(health.readiness(), Err(NotReady::AtCapacity));
+        drop(two);
+        assert_eq!(health.readiness(), Ok(()));
+
+        let slot = requests.take();
+        assert!(slot.is_some());
+        assert_eq!(health.readiness(), Err(NotReady::AtCapacity));
+        drop((slot, one));
+        assert_eq!(health.readiness(), Ok(()));
+
+        // The upstream's state still comes first: it says more.
+        let _slot = requests.take();
+        tokio::time::advance(READY_WINDOW + Duration::from_millis(5)).await;
+        assert_eq!(health.readiness(), Err(NotReady::UpstreamSilent));
     }
 }

@@ -34,8 +34,8 @@ use crate::{
     export::admin,
     export::metrics::Metrics,
     measure::{after_write::Backlog, timeline::TimelineSink},
-    proxy::forward::Proxy,
-    proxy::health::{Health, Probe},
+    proxy::forward::{Capacity, Proxy},
+    proxy::health::{Health, Load, Probe},
     proxy::reload::{Hangups, Reloader, Source},
 };
 
@@ -155,39 +155,39 @@ impl Bound {
             sink,
             reloads,
         } = self;
-        let health = match config.upstream_health.path {
-            Some(_) => Health::health_checked(),
-            None => Health::new(),
-        };
         let metrics = Metrics::new(&config.export)?;
+        let listen = proxy.local_addr().map_or(config.listen, |a| a);
+        let backlog = backlog();
+        let proxy = Listener::new(
+            proxy,
+            config.connections.max,
+            Serve::new(&config.timeouts, metrics.connections("proxy"))
+                .with_backlog(backlog.clone())
+                .with_max_streams(config.connections.max)
+                .with_own_http1(config.http1_server == Http1Server::Tokenclock),
+        );
+        let capacity = Capacity::new(config.connections.max, metrics.requests_refused());
+        let health = Health::serving(
+            config.upstream_health.path.is_some(),
+            Load::new(proxy.slots(), capacity.clone()),
+        );
         let probe = Probe::new(health.clone(), &config, metrics.upstream_health())?;
         let (source, hangups) = reloads.map_or((None, None), |(s, h)| (Some(s), Some(h)));
         let reloader = Reloader::start(&config, metrics.clone(), sink, source)?;
         let live = reloader.live();
         let (stop_reloads, reloads_stopped) = oneshot::channel();
         let reloads = tokio::spawn(reloader.serve(hangups, reloads_stopped));
-        let listen = proxy.local_addr().map_or(config.listen, |a| a);
         let metrics_listen = admin.local_addr().map_or(config.metrics_listen, |a| a);
         let mut background = JoinSet::new();
         background.spawn(probe.run());
-        let backlog = backlog();
-        if let Some(backlog) = &backlog {
-            background.spawn(after_ready::AfterReady::new(backlog.clone()));
+        if let Some(backlog) = backlog {
+            background.spawn(after_ready::AfterReady::new(backlog));
         }
-        let proxy = Listener::new(
-            proxy,
-            config.connections.max,
-            Serve::new(&config.timeouts, metrics.connections("proxy"))
-                .with_backlog(backlog)
-                .with_max_streams(config.connections.max)
-                .with_own_http1(config.http1_server == Http1Server::Tokenclock),
-        );
         let admin = Listener::new(
             admin,
             config.connections.metrics_max,
             Serve::new(&config.timeouts, metrics.connections("metrics")),
         );
-        let refused = metrics.requests_refused();
         let admin_service = admin::Admin::new(health.clone(), metrics);
         background.spawn(async move {
             // Never drained: it serves /readyz = 503 until the process exits.
@@ -197,7 +197,7 @@ impl Bound {
                 .await;
         });
 
-        let service = Proxy::new(&config, health.clone(), live, refused)?;
+        let service = Proxy::new(&config, health.clone(), live, capacity)?;
         let drain = Drain::new();
         tracing::info!(
             %listen,

@@ -29,7 +29,7 @@ use tokio::{
 
 use crate::common::{
     self,
-    client::{collect, get, metric, Collected},
+    client::{collect, get, metric, readyz, readyz_soon, Collected},
     process, sim,
 };
 
@@ -149,6 +149,11 @@ async fn an_h2_client_beyond_max_connections_requests_in_flight_gets_503_and_no_
     let upstream = Counting::start(Duration::from_millis(600)).await;
     let proxy = common::proxy(upstream.addr, "max_connections = 3\n").await;
     let (sender, other) = (h2(proxy.addr).await, h2(proxy.addr).await);
+    let ready = (200, "ready\n");
+    assert_eq!(
+        readyz_soon(proxy.metrics_addr, ready).await,
+        (200, "ready\n".into())
+    );
 
     // Three requests take the three slots, and keep them while their
     // bodies come (their heads came at once).
@@ -158,6 +163,11 @@ async fn an_h2_client_beyond_max_connections_requests_in_flight_gets_503_and_no_
         assert_eq!(response.status(), StatusCode::OK);
         held.push(response);
     }
+    // A request sent here now would be refused: not ready.
+    assert_eq!(
+        readyz(proxy.metrics_addr).await,
+        (503, "at capacity\n".into())
+    );
     // Meanwhile, five more on another connection are refused at once.
     let refused = at_once(&other, 5).await;
     assert_eq!(statuses(&refused), (0, 5, 0), "{refused:?}");
@@ -188,6 +198,10 @@ async fn an_h2_client_beyond_max_connections_requests_in_flight_gets_503_and_no_
     for response in held {
         assert_eq!(collect(response).await.expect("whole body").body(), b"{}");
     }
+    assert_eq!(
+        readyz_soon(proxy.metrics_addr, ready).await,
+        (200, "ready\n".into())
+    );
     let again = at_once(&sender, 3).await;
     assert_eq!(statuses(&again), (3, 0, 0), "{again:?}");
     assert!(upstream.peak() <= 3);

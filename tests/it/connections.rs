@@ -8,7 +8,7 @@ use std::{net::SocketAddr, time::Duration};
 
 use crate::common::{
     self,
-    client::{get, metric, send},
+    client::{get, metric, readyz, readyz_soon, send},
     upstream::{Echo, Scripted, Step},
 };
 use bytes::Bytes;
@@ -301,6 +301,11 @@ async fn beyond_max_connections_new_ones_are_refused_and_metrics_answer() {
     let extra = "max_connections = 4\nheader_read_timeout = \"3s\"\n";
     let proxy = common::proxy(upstream.addr, extra).await;
     let open = "tokenclock_connections_open{listener=\"proxy\"}";
+    let ready = (200, "ready\n");
+    assert_eq!(
+        readyz_soon(proxy.metrics_addr, ready).await,
+        (200, "ready\n".into())
+    );
     let mut silent = Vec::new();
     for _ in 0..4 {
         silent.push(TcpStream::connect(proxy.addr).await.expect("connect"));
@@ -321,8 +326,18 @@ async fn beyond_max_connections_new_ones_are_refused_and_metrics_answer() {
     );
     let refused = "tokenclock_connections_refused_total{listener=\"proxy\"}";
     assert!(metric(proxy.metrics_addr, refused).await >= 1.0);
-    // Once the silent ones time out, a client is served again.
+    // Traffic sent here now would not flow: not ready.
+    assert_eq!(
+        readyz(proxy.metrics_addr).await,
+        (503, "at capacity\n".into())
+    );
+    // Once the silent ones time out, a client is served again, and the
+    // proxy is ready again.
     assert_eq!(served_soon(proxy.addr).await, StatusCode::OK);
+    assert_eq!(
+        readyz_soon(proxy.metrics_addr, ready).await,
+        (200, "ready\n".into())
+    );
     assert_eq!(
         metric(proxy.metrics_addr, &closed("head_timeout")).await,
         4.0

@@ -141,10 +141,7 @@ async fn answer(
 
 /// `/readyz`'s status.
 async fn readyz(proxy: &common::Proxy) -> u16 {
-    client::get(proxy.metrics_addr, "/readyz")
-        .await
-        .status
-        .as_u16()
+    client::readyz(proxy.metrics_addr).await.0
 }
 
 /// Polls `/readyz` until it answers `want`, for at most three probe

@@ -69,6 +69,11 @@ impl Capacity {
     pub(crate) fn max(&self) -> usize {
         self.max
     }
+
+    /// Every slot is taken: the next request would be refused.
+    pub(crate) fn full(&self) -> bool {
+        self.in_flight.load(Ordering::Relaxed) >= self.max
+    }
 }
 
 impl Drop for Slot {
@@ -91,6 +96,7 @@ mod tests {
         let capacity = capacity(3);
         let slots: Vec<_> = (0..3).filter_map(|_| capacity.take()).collect();
         assert_eq!(slots.len(), 3);
+        assert!(capacity.full());
         assert!(capacity.take().is_none());
         assert!(capacity.take().is_none());
         assert_eq!(capacity.refused.get(), 2);

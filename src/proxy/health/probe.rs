@@ -66,7 +66,7 @@ enum How {
 
 impl Probe {
     /// The probe `config` asks for, reporting to `health` (which must be
-    /// [`Health::health_checked`] exactly when `upstream_health_path` is set).
+    /// decided by the health check exactly when `upstream_health_path` is set).
     pub(crate) fn new(
         health: Health,
         config: &Config,

@@ -33,6 +33,12 @@ impl Listener {
         }
     }
 
+    /// The free connection slots: none left means a new connection would
+    /// be closed at once.
+    pub(crate) fn slots(&self) -> Arc<Semaphore> {
+        self.permits.clone()
+    }
+
     /// Accepts connections until `shutdown` resolves; the listener is
     /// dropped on return, so new connections are refused from then on.
     /// Admitted connections watch `drain`.

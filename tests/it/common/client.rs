@@ -128,6 +128,28 @@ pub async fn metric(metrics: SocketAddr, series: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// `/readyz` on the metrics listener `metrics`: its status and body.
+pub async fn readyz(metrics: SocketAddr) -> (u16, String) {
+    let answer = get(metrics, "/readyz").await;
+    let body = String::from_utf8_lossy(&answer.body()).into_owned();
+    (answer.status.as_u16(), body)
+}
+
+/// Polls `/readyz` until it says `want` (status and body), for at most
+/// 3 s, three of the readiness probe's intervals: its state when it
+/// gives up, to assert on.
+pub async fn readyz_soon(metrics: SocketAddr, want: (u16, &str)) -> (u16, String) {
+    let mut last = readyz(metrics).await;
+    for _ in 0..60 {
+        if (last.0, last.1.as_str()) == want {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        last = readyz(metrics).await;
+    }
+    last
+}
+
 /// An HTTP/1.1 connection kept open for several requests.
 pub async fn connect(addr: SocketAddr) -> hyper::client::conn::http1::SendRequest<Full<Bytes>> {
     let stream = TcpStream::connect(addr).await.expect("connect");
