@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Makes the venv tests/it/clients.rs runs tests/clients/clients.py with:
 # target/venv-clients, with the HTTP clients and SDKs tokenclock's users
-# put in front of it, pinned. Run by tests/run.sh; a failure fails the run
+# put in front of it, pinned. With brotli installed, httpx and aiohttp ask
+# for `br` as they do in the field (aiohttp's `speedups` extra installs it);
+# tests/clients/brotli_upstream.py compresses with it. Run by tests/run.sh; a failure fails the run
 # (the client tests fail, never skip, without it).
 set -euo pipefail
 exec bash "$(dirname "$0")/../venv.sh" clients \
-  openai==3.63.0 anthropic==2.17.0 httpx==0.29.0 requests==2.34.2 aiohttp==3.14.5
+  openai==3.63.0 anthropic==2.17.0 httpx==0.29.0 requests==2.34.2 aiohttp==3.14.5 brotli==1.2.0

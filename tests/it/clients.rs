@@ -405,3 +405,81 @@ async fn an_sdk_stream_closed_early_is_counted_as_cancelled() {
     );
     proxy.shutdown().await;
 }
+
+/// tests/clients/brotli_upstream.py, an upstream that answers in brotli
+/// whoever accepts it, on a port of its own; killed when dropped.
+struct BrotliUpstream {
+    addr: SocketAddr,
+    _child: tokio::process::Child,
+}
+
+impl BrotliUpstream {
+    async fn start() -> Self {
+        use tokio::io::AsyncBufReadExt;
+        let python = root().join("target/venv-clients/bin/python");
+        let mut child = Command::new(python)
+            .arg(root().join("tests/clients/brotli_upstream.py"))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("run brotli_upstream.py (tests/clients/venv.sh makes its venv)");
+        let stdout = child.stdout.take().expect("its stdout");
+        let mut port = String::new();
+        tokio::io::BufReader::new(stdout)
+            .read_line(&mut port)
+            .await
+            .expect("its port");
+        let port: u16 = port.trim().parse().expect("a port");
+        Self {
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            _child: child,
+        }
+    }
+
+    /// How many answers went out in brotli.
+    async fn brotli_answers(&self) -> Value {
+        let body = client::get(self.addr, "/stats").await.body();
+        serde_json::from_slice::<Value>(&body).expect("stats")["br"].clone()
+    }
+}
+
+/// An upstream that compresses with brotli, as OpenAI and its CDN do for
+/// clients that accept `br` (httpx and aiohttp do once the `brotli` package
+/// is installed): the OpenAI SDK reads the same streamed and whole chats
+/// through the proxy as directly, and the proxy reads its copies decoded,
+/// so it counts the tokens the SDK read and no unreadable payload. Google's
+/// encoder, flushed per event, on the wire; Google's decoder in the client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn brotli_answers_are_read_as_the_openai_sdk_reads_them() {
+    let upstream = BrotliUpstream::start().await;
+    let proxy = common::proxy(upstream.addr, "").await;
+    let only = Some("openai_chat_stream_usage,openai_chat_whole");
+    let direct = python(upstream.addr, only).await;
+    let proxied = python(proxy.addr, only).await;
+    let scenarios = same(&direct, &proxied, "clients.py");
+    assert_eq!(scenarios["openai_chat_whole"]["encoding"], "br");
+    assert_eq!(
+        upstream.brotli_answers().await,
+        4,
+        "the SDK did not ask for brotli every time"
+    );
+    all_measured_ok(proxy.metrics_addr, &proxied["requests"]).await;
+    let stream = words(&scenarios["openai_chat_stream_usage"]["text"]);
+    let whole = words(&scenarios["openai_chat_whole"]["text"]);
+    assert_eq!((stream, whole), (10, 9));
+    let series =
+        "tokenclock_output_tokens_total{endpoint=\"openai_chat\",kind=\"output\",model=\"m\"}";
+    assert_eq!(
+        client::metric(proxy.metrics_addr, series).await,
+        (stream + whole) as f64
+    );
+    let metrics =
+        String::from_utf8_lossy(&client::get(proxy.metrics_addr, "/metrics").await.body())
+            .into_owned();
+    assert!(
+        !metrics.contains("tokenclock_parse_errors_total{"),
+        "{metrics}"
+    );
+    proxy.shutdown().await;
+}

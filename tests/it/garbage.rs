@@ -97,13 +97,14 @@ async fn binary_noise_is_forwarded_unchanged() {
     assert_eq!(t.status.map(|s| s.as_u16()), Some(200));
 }
 
-/// A compressed body tokenclock cannot inflate, because it is not what its
-/// `content-encoding` says (noise said to be gzip) or a coding it does not
-/// undo (brotli): forwarded byte for byte, timed end to end, counted once
-/// as `unparsed_encoding`. (A real gzip body is read: `real_streams`.)
+/// A compressed body tokenclock cannot decode, because it is not what its
+/// `content-encoding` says (noise said to be gzip or brotli) or a coding
+/// it does not undo (zstd): forwarded byte for byte, timed end to end,
+/// counted once as `unparsed_encoding`. (Real gzip and brotli bodies are
+/// read: `real_streams`.)
 #[tokio::test]
 async fn a_compressed_stream_it_cannot_inflate_is_timed_but_not_read() {
-    for coding in ["gzip", "br"] {
+    for coding in ["gzip", "br", "zstd"] {
         let field = format!("content-encoding: {coding}");
         let compressed_head = head(
             "200 OK",

@@ -44,13 +44,16 @@ async fn every_real_stream_replays_to_the_figures_its_recording_implies() {
     for entry in manifest.stream {
         let path = dir.join(&entry.file);
         let body = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        // As recorded, then compressed as a server behind gzip sends it
-        // (OpenAI answers the SDKs' `Accept-Encoding` so): the same figures.
-        let (row, failed) = replay_one(entry.clone(), body.clone(), false).await;
+        // As recorded, then compressed as a server behind gzip or brotli
+        // sends it (OpenAI answers the SDKs' `Accept-Encoding` so): the
+        // same figures.
+        let (row, failed) = replay_one(entry.clone(), body.clone(), None).await;
         println!("{row}");
         failures.extend(failed);
-        let (_, failed) = replay_one(entry, body, true).await;
-        failures.extend(failed.into_iter().map(|f| format!("(gzip) {f}")));
+        for coding in ["gzip", "br"] {
+            let (_, failed) = replay_one(entry.clone(), body.clone(), Some(coding)).await;
+            failures.extend(failed.into_iter().map(|f| format!("({coding}) {f}")));
+        }
     }
     assert!(
         failures.is_empty(),
@@ -64,7 +67,11 @@ async fn every_real_stream_replays_to_the_figures_its_recording_implies() {
 /// A replay whose only misses are instants is replayed again (up to
 /// `ATTEMPTS` in all): a busy machine can delay one read by milliseconds,
 /// a clock bug misses every time.
-async fn replay_one(entry: Entry, body: Vec<u8>, gzip: bool) -> (String, Vec<String>) {
+async fn replay_one(
+    entry: Entry,
+    body: Vec<u8>,
+    coding: Option<&'static str>,
+) -> (String, Vec<String>) {
     let model = entry.request_model.as_deref();
     let exp = Expected::read(&entry.path, &entry.content_type, entry.status, model, &body);
     let mut attempts = 0;
@@ -75,7 +82,7 @@ async fn replay_one(entry: Entry, body: Vec<u8>, gzip: bool) -> (String, Vec<Str
             failures: Vec::new(),
             timing: Vec::new(),
         };
-        replay_and_check(&entry, &body, &exp, gzip, &mut c).await;
+        replay_and_check(&entry, &body, &exp, coding, &mut c).await;
         if c.timing.is_empty() || attempts == ATTEMPTS {
             break c;
         }
@@ -87,14 +94,20 @@ async fn replay_one(entry: Entry, body: Vec<u8>, gzip: bool) -> (String, Vec<Str
     (row, [c.failures, c.timing].concat())
 }
 
-async fn replay_and_check(entry: &Entry, body: &[u8], exp: &Expected, gzip: bool, c: &mut Checks) {
+async fn replay_and_check(
+    entry: &Entry,
+    body: &[u8],
+    exp: &Expected,
+    coding: Option<&str>,
+    c: &mut Checks,
+) {
     let plan = replay::plan(
         entry.status,
         &entry.content_type,
         body,
         &exp.units,
         GAP,
-        gzip,
+        coding,
     );
     let (completes, end, sent) = (plan.completes.clone(), plan.end, plan.sent.clone());
     let model = entry.request_model.as_deref();

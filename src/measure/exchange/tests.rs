@@ -329,17 +329,37 @@ fn compressed(content_type: &str, coding: &str) -> Exchange {
 /// `parts` compressed with gzip, the compressor flushed after each: the
 /// frames a streaming server sends, and the trailer that ends them.
 fn gzip_frames(parts: &[&str]) -> (Vec<Bytes>, Bytes) {
+    compressed_frames("gzip", parts)
+}
+
+/// `parts` compressed with `coding` (`gzip` or `br`), the compressor
+/// flushed after each, and the trailer that ends them.
+fn compressed_frames(coding: &str, parts: &[&str]) -> (Vec<Bytes>, Bytes) {
     use std::io::Write;
-    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-    let frames = parts
-        .iter()
-        .map(|part| {
-            encoder.write_all(part.as_bytes()).unwrap_or_default();
-            encoder.flush().unwrap_or_default();
-            Bytes::from(std::mem::take(encoder.get_mut()))
-        })
-        .collect();
-    (frames, Bytes::from(encoder.finish().unwrap_or_default()))
+    /// Each part written and flushed, and what `take` then finds written.
+    fn flushed<W: Write>(
+        encoder: &mut W,
+        parts: &[&str],
+        take: fn(&mut W) -> Vec<u8>,
+    ) -> Vec<Bytes> {
+        parts
+            .iter()
+            .map(|part| {
+                encoder.write_all(part.as_bytes()).unwrap_or_default();
+                encoder.flush().unwrap_or_default();
+                Bytes::from(take(encoder))
+            })
+            .collect()
+    }
+    if coding == "br" {
+        let mut e = brotli::CompressorWriter::new(Vec::new(), 4096, 5, 22);
+        let frames = flushed(&mut e, parts, |e| std::mem::take(e.get_mut()));
+        (frames, Bytes::from(e.into_inner()))
+    } else {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        let frames = flushed(&mut e, parts, |e| std::mem::take(e.get_mut()));
+        (frames, Bytes::from(e.finish().unwrap_or_default()))
+    }
 }
 
 #[test]
@@ -387,7 +407,7 @@ fn a_gzip_stream_is_read_event_by_event_and_a_cut_one_keeps_its_events() {
 
 #[test]
 fn a_coding_that_is_not_inflated_is_counted_once() {
-    for coding in ["br", "zstd", "gzip, gzip"] {
+    for coding in ["zstd", "compress", "gzip, gzip", "br, gzip"] {
         let mut e = compressed("text/event-stream", coding);
         e.on_data(&Bytes::from_static(b"\x1b\x2c\x00"), Instant::now());
         e.complete(End::Complete, Instant::now());
@@ -410,11 +430,17 @@ fn token_events(n: usize) -> Vec<String> {
 /// A flushed gzip stream whose frames arrive a second apart: each event is
 /// timed by the frame that carried it, not by a later one or the end.
 #[test]
-fn each_flushed_gzip_event_is_timed_by_its_own_frame() {
+fn each_flushed_gzip_or_brotli_event_is_timed_by_its_own_frame() {
+    for coding in ["gzip", "br"] {
+        each_flushed_event_is_timed_by_its_own_frame(coding);
+    }
+}
+
+fn each_flushed_event_is_timed_by_its_own_frame(coding: &str) {
     let events = token_events(20);
     let parts: Vec<&str> = events.iter().map(String::as_str).collect();
-    let (frames, trailer) = gzip_frames(&parts);
-    let mut e = compressed("text/event-stream", "gzip");
+    let (frames, trailer) = compressed_frames(coding, &parts);
+    let mut e = compressed("text/event-stream", coding);
     let t0 = Instant::now() + Duration::from_secs(3600);
     let at = |i: usize| t0 + Duration::from_secs(i as u64);
     for (i, frame) in frames.iter().enumerate() {
@@ -436,8 +462,20 @@ fn each_flushed_gzip_event_is_timed_by_its_own_frame() {
 fn an_unflushed_gzip_stream_reads_every_event_with_its_frames() {
     use std::io::Write;
     let events = token_events(200);
-    for (coding, piece) in [("gzip", 5), ("gzip", 333), ("deflate", 7), ("x-gzip", 4096)] {
-        let body = if coding == "deflate" {
+    let cases = [
+        ("gzip", 5),
+        ("gzip", 333),
+        ("deflate", 7),
+        ("x-gzip", 4096),
+        ("br", 3),
+        ("br", 500),
+    ];
+    for (coding, piece) in cases {
+        let body = if coding == "br" {
+            let mut b = brotli::CompressorWriter::new(Vec::new(), 4096, 11, 22);
+            b.write_all(events.concat().as_bytes()).unwrap_or_default();
+            b.into_inner()
+        } else if coding == "deflate" {
             let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
             z.write_all(events.concat().as_bytes()).unwrap_or_default();
             z.finish().unwrap_or_default()
@@ -494,13 +532,26 @@ fn a_hostile_compressed_body_is_only_counted() {
     bomb.write_all(&vec![b'\n'; 16 << 20]).unwrap_or_default();
     let bomb = bomb.finish().unwrap_or_default();
     let mut garbage = vec![0x1f, 0x8b, 0x08, 0x00, 0, 0, 0, 0, 0, 0xff];
-    garbage.extend((0..4096u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8));
+    let noise = (0..4096u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8);
+    garbage.extend(noise.clone());
+    let mut br_bomb = brotli::CompressorWriter::new(Vec::new(), 4096, 5, 24);
+    br_bomb
+        .write_all(&vec![b'\n'; 64 << 20])
+        .unwrap_or_default();
+    let br_bomb = br_bomb.into_inner();
+    let br_garbage: Vec<u8> = noise.collect();
     // The bomb is read until it inflates past its bound (before a whole
     // body's 1 MiB cap here: the bound is checked before a step's bytes are
     // handed on), the garbage until it fails: counted once each.
-    for body in [bomb, garbage] {
+    let bodies = [
+        ("gzip", bomb),
+        ("gzip", garbage),
+        ("br", br_bomb),
+        ("br", br_garbage),
+    ];
+    for (coding, body) in bodies {
         for content_type in ["text/event-stream", "application/json"] {
-            let mut e = compressed(content_type, "gzip");
+            let mut e = compressed(content_type, coding);
             for frame in body.chunks(16 * 1024) {
                 e.on_data(&Bytes::copy_from_slice(frame), Instant::now());
             }

@@ -68,7 +68,7 @@ pub struct Plan {
     pub completes: Vec<usize>,
     /// The index of the write that ends the body (the last chunk).
     pub end: usize,
-    /// The body's bytes as the upstream sends them (compressed with gzip).
+    /// The body's bytes as the upstream sends them (compressed, if asked).
     pub sent: Vec<u8>,
 }
 
@@ -79,17 +79,17 @@ const FIRST: Duration = Duration::from_millis(20);
 /// `split_every`-th unit goes out in two parts `gap / 2` apart, so its event
 /// is completed by the second frame (definition I).
 ///
-/// With `gzip`, the body goes out as a streaming server compresses it
-/// (`content-encoding: gzip`, the compressor flushed after each part, the
-/// gzip trailer with the last chunk): each part's event still arrives
-/// whole with its own write.
+/// With a `coding` (`gzip` or `br`), the body goes out as a streaming
+/// server compresses it (`content-encoding`, the compressor flushed after
+/// each part, the stream's end with the last chunk): each part's event
+/// still arrives whole with its own write.
 pub fn plan(
     status: u16,
     content_type: &str,
     body: &[u8],
     units: &[Range<usize>],
     gap: Duration,
-    gzip: bool,
+    coding: Option<&str>,
 ) -> Plan {
     let reason = http::StatusCode::from_u16(status)
         .ok()
@@ -101,20 +101,15 @@ pub fn plan(
         "transfer-encoding: chunked",
         "connection: close",
     ];
-    if gzip {
-        fields.push("content-encoding: gzip");
-    }
+    let encoding = coding.map(|c| format!("content-encoding: {c}"));
+    fields.extend(encoding.as_deref());
     let mut script = vec![Step::Write(head(&format!("{status} {reason}"), &fields))];
-    let mut encoder = gzip.then(|| GzEncoder::new(Vec::new(), Compression::default()));
+    let mut encoder = coding.map(Encoder::new);
     let mut sent = Vec::with_capacity(body.len());
     // A part of the body as it goes out: compressed and flushed, or as is.
     let mut part = |bytes: &[u8]| -> Bytes {
         let out = match &mut encoder {
-            Some(encoder) => {
-                encoder.write_all(bytes).expect("compress");
-                encoder.flush().expect("flush the compressor");
-                std::mem::take(encoder.get_mut())
-            }
+            Some(encoder) => encoder.flushed(bytes),
             None => bytes.to_vec(),
         };
         sent.extend_from_slice(&out);
@@ -141,7 +136,7 @@ pub fn plan(
     script.push(Step::At(FIRST + gap * units.len() as u32));
     let mut last = Vec::new();
     if let Some(encoder) = encoder {
-        let trailer = encoder.finish().expect("the gzip trailer");
+        let trailer = encoder.finish();
         sent.extend_from_slice(&trailer);
         last.extend_from_slice(&chunk(&trailer));
     }
@@ -152,6 +147,49 @@ pub fn plan(
         completes,
         end: writes,
         sent,
+    }
+}
+
+/// A streaming server's compressor.
+enum Encoder {
+    Gzip(GzEncoder<Vec<u8>>),
+    Brotli(Box<brotli::CompressorWriter<Vec<u8>>>),
+}
+
+impl Encoder {
+    fn new(coding: &str) -> Self {
+        match coding {
+            "gzip" => Self::Gzip(GzEncoder::new(Vec::new(), Compression::default())),
+            "br" => Self::Brotli(Box::new(brotli::CompressorWriter::new(
+                Vec::new(),
+                4096,
+                5,
+                22,
+            ))),
+            other => panic!("no encoder for {other}"),
+        }
+    }
+
+    /// `bytes` compressed and flushed: what goes out with them.
+    fn flushed(&mut self, bytes: &[u8]) -> Vec<u8> {
+        let writer: &mut dyn Write = match self {
+            Self::Gzip(e) => e,
+            Self::Brotli(e) => &mut **e,
+        };
+        writer.write_all(bytes).expect("compress");
+        writer.flush().expect("flush the compressor");
+        match self {
+            Self::Gzip(e) => std::mem::take(e.get_mut()),
+            Self::Brotli(e) => std::mem::take(e.get_mut()),
+        }
+    }
+
+    /// The end of the compressed stream.
+    fn finish(self) -> Vec<u8> {
+        match self {
+            Self::Gzip(e) => e.finish().expect("the gzip trailer"),
+            Self::Brotli(e) => e.into_inner(),
+        }
     }
 }
 
