@@ -186,6 +186,10 @@ pub struct Timeline {
     pub server: ServerTimings,
     /// The server reported an error inside a successful response.
     pub in_band_error: bool,
+    /// The stream's closing event arrived (`[DONE]`, `message_stop`,
+    /// `response.completed`, `done: true`, …): the answer was whole, even
+    /// if the body's own end never came.
+    pub stream_done: bool,
     /// The last finish reason the server sent, as sent (at most
     /// [`MAX_FINISH_BYTES`], cut at a char boundary).
     pub finish_reason: Option<String>,
@@ -234,6 +238,7 @@ impl Timeline {
             usage: Usage::default(),
             server: ServerTimings::default(),
             in_band_error: false,
+            stream_done: false,
             finish_reason: None,
             finish_class: None,
             parse_errors: Vec::new(),
@@ -245,6 +250,7 @@ impl Timeline {
     /// Records one streamed event that arrived at `at`.
     pub fn record(&mut self, parsed: &Parsed<'_>, at: Instant) {
         self.events += 1;
+        self.stream_done |= parsed.end;
         self.absorb(parsed);
         let exact = self.tokens.exact_for_event(parsed);
         if !parsed.has_token() {
@@ -316,6 +322,14 @@ impl Timeline {
     /// Closes the timeline at `at`: settles token counts against usage.
     pub fn finish(&mut self, outcome: Outcome, at: Instant) {
         self.end = Some(at);
+        // A client that leaves after the stream's closing event had the
+        // whole answer: the OpenAI SDK stops reading at `[DONE]` and closes
+        // the response, and a server may end its body in a write of its
+        // own after it (uvicorn does), which the proxy then never sees.
+        let outcome = match outcome {
+            Outcome::ClientCancelled if self.stream_done => Outcome::Ok,
+            other => other,
+        };
         self.outcome = match outcome {
             Outcome::Ok if self.in_band_error => Outcome::UpstreamError,
             other => other,

@@ -16,7 +16,10 @@ use std::{collections::BTreeMap, net::SocketAddr, path::PathBuf, process::Output
 use serde_json::Value;
 use tokio::process::Command;
 
-use crate::common::{self, client, sim};
+use crate::common::{
+    self, client, sim,
+    upstream::{bytes, chunk, chunked_head, Scripted, Step},
+};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -481,5 +484,38 @@ async fn brotli_answers_are_read_as_the_openai_sdk_reads_them() {
         !metrics.contains("tokenclock_parse_errors_total{"),
         "{metrics}"
     );
+    proxy.shutdown().await;
+}
+
+/// The OpenAI SDK stops reading a stream at `[DONE]` and closes it (its
+/// `Stream` breaks there, then closes the response). A server that ends
+/// its body in a write of its own after `[DONE]` (uvicorn sends a Starlette
+/// `StreamingResponse`'s last chunk so) leaves the proxy a response that
+/// has not ended when the client goes. The client had the whole answer:
+/// `ok`, not `client_cancelled`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_sdk_that_closes_at_done_before_the_body_ends_is_counted_ok() {
+    let event = |data: String| Step::Write(chunk(format!("data: {data}\n\n").as_bytes()));
+    let delta = |content: &str, finish: &str| {
+        format!(
+            r#"{{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{{"index":0,"delta":{{"content":"{content}"}},"finish_reason":{finish}}}]}}"#
+        )
+    };
+    let mut script = vec![Step::Write(chunked_head("text/event-stream"))];
+    for word in [" one", " two", " three"] {
+        script.push(event(delta(word, "null")));
+    }
+    script.push(event(delta("", "\"stop\"")));
+    script.push(event("[DONE]".into()));
+    script.push(Step::Pause(std::time::Duration::from_millis(500)));
+    script.push(Step::Write(bytes("0\r\n\r\n")));
+    let upstream = Scripted::start(script).await;
+    let proxy = common::proxy(upstream.addr, "").await;
+    let only = Some("openai_chat_stream");
+    let direct = python(upstream.addr, only).await;
+    let proxied = python(proxy.addr, only).await;
+    let scenarios = same(&direct, &proxied, "clients.py");
+    assert_eq!(scenarios["openai_chat_stream"]["text"], " one two three");
+    all_measured_ok(proxy.metrics_addr, &Value::from(1)).await;
     proxy.shutdown().await;
 }

@@ -179,6 +179,54 @@ fn an_in_band_error_is_an_upstream_error() {
     assert_eq!(t.outcome, Outcome::UpstreamError);
 }
 
+/// A client that leaves after the stream's closing event had the whole
+/// answer: `ok`; before it, `client_cancelled`; an in-band error stays an
+/// upstream error; how the upstream failed after it stays a failure.
+#[test]
+fn a_client_gone_after_the_closing_event_is_ok() {
+    let t0 = Instant::now();
+    let done = Parsed {
+        end: true,
+        ..Parsed::default()
+    };
+    let error = Parsed {
+        error: true,
+        ..Parsed::default()
+    };
+    let cases: &[(&[&Parsed<'_>], Outcome, Outcome)] = &[
+        (
+            &[&output(5)],
+            Outcome::ClientCancelled,
+            Outcome::ClientCancelled,
+        ),
+        (&[&output(5), &done], Outcome::ClientCancelled, Outcome::Ok),
+        (
+            &[&error, &done],
+            Outcome::ClientCancelled,
+            Outcome::UpstreamError,
+        ),
+        (
+            &[&output(5), &done],
+            Outcome::UpstreamError,
+            Outcome::UpstreamError,
+        ),
+        (&[&output(5), &done], Outcome::Timeout, Outcome::Timeout),
+    ];
+    for (events, ended, expected) in cases {
+        let mut t = Timeline::new(t0, Dialect::OpenAiChat);
+        for (i, event) in events.iter().enumerate() {
+            t.record(event, t0 + ms(i as u64 + 1));
+        }
+        t.finish(*ended, t0 + ms(9));
+        assert_eq!(
+            t.outcome,
+            *expected,
+            "{ended:?} after {} events",
+            events.len()
+        );
+    }
+}
+
 #[test]
 fn gaps_are_bounded() {
     let t0 = Instant::now();
