@@ -37,7 +37,7 @@ log "tests/otel/venv.sh (target/venv-otel: opentelemetry-proto)"
 bash tests/otel/venv.sh
 # tests/it/clients.rs runs the clients users run (the OpenAI and Anthropic
 # SDKs, aiohttp, requests, httpx) from this venv, and Node's fetch and curl.
-log "tests/clients/venv.sh (target/venv-clients: openai, anthropic, aiohttp, requests, httpx, brotli)"
+log "tests/clients/venv.sh (target/venv-clients: openai, anthropic, aiohttp, requests, httpx, brotli, zstandard, backports.zstd)"
 bash tests/clients/venv.sh
 
 log "cargo fmt --check"

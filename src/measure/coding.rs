@@ -16,13 +16,14 @@
 //! per event; one that does not is timed as its client can read it), and
 //! whatever ratio a hostile body reaches, it is handed on in bounded
 //! pieces and read no further than its bound. gzip (`gzip`, `x-gzip`,
-//! several members), `deflate` (zlib, as RFC 9110 defines it) and `br`
-//! are decoded; anything else (`zstd`, `compress`, stacked codings) is
-//! left unread and counted as before (`unparsed_encoding`). What the
-//! decoders hold is capped across the process ([`DECODERS`]).
+//! several members), `deflate` (zlib, as RFC 9110 defines it), `br` and
+//! `zstd` are decoded; anything else (`compress`, stacked codings) is left
+//! unread and counted as before (`unparsed_encoding`). What the decoders
+//! hold is capped across the process ([`DECODERS`]).
 
 mod brotli;
 mod budget;
+mod zstd;
 
 use std::io::{self, Write};
 
@@ -32,12 +33,18 @@ use http::{header, HeaderMap};
 use self::brotli::Brotli;
 use self::budget::Charge;
 pub use self::budget::{Budget, Busy, DECODERS};
+use self::zstd::Zstd;
 
 /// Compressed bytes decoded per step. deflate expands by at most about
 /// 1,032×, so one step's output is at most about 264 KiB, whatever the
-/// body; a usual step's is a few hundred bytes. brotli can expand far
-/// more, so its output is handed on [`brotli::OUT`] bytes at a time.
+/// body; a usual step's is a few hundred bytes. brotli and zstd can
+/// expand far more, so theirs is handed on [`OUT`] bytes at a time.
 const STEP: usize = 256;
+
+/// What a brotli or zstd step hands on per call, at most (bytes): however
+/// far a few compressed bytes expand, the bomb bound is checked at least
+/// this often.
+const OUT: usize = 16 * 1024;
 
 /// Capacity of the output buffer kept between steps (bytes): a burst's
 /// larger buffer is given back.
@@ -66,10 +73,12 @@ pub enum Coding {
     Deflate,
     /// `br`: brotli (RFC 7932).
     Brotli,
+    /// `zstd`: Zstandard (RFC 8878).
+    Zstd,
 }
 
-/// A coding the measurement does not undo: `zstd`, `compress`, an unknown
-/// one, or several stacked.
+/// A coding the measurement does not undo: `compress`, an unknown one, or
+/// several stacked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("content coding not decoded")]
 pub struct Unsupported;
@@ -92,6 +101,8 @@ impl Coding {
                     Self::Deflate
                 } else if token.eq_ignore_ascii_case("br") {
                     Self::Brotli
+                } else if token.eq_ignore_ascii_case("zstd") {
+                    Self::Zstd
                 } else {
                     return Err(Unsupported);
                 };
@@ -134,6 +145,7 @@ enum Decoder {
     Gzip(MultiGzDecoder<Vec<u8>>),
     Zlib(ZlibDecoder<Vec<u8>>),
     Brotli(Box<Brotli>),
+    Zstd(Box<Zstd>),
 }
 
 impl std::fmt::Debug for Inflate {
@@ -142,6 +154,7 @@ impl std::fmt::Debug for Inflate {
             Decoder::Gzip(_) => Coding::Gzip,
             Decoder::Zlib(_) => Coding::Deflate,
             Decoder::Brotli(_) => Coding::Brotli,
+            Decoder::Zstd(_) => Coding::Zstd,
         };
         f.debug_struct("Inflate").field("coding", &coding).finish()
     }
@@ -156,6 +169,7 @@ impl Inflate {
             Coding::Gzip => Decoder::Gzip(MultiGzDecoder::new(Vec::new())),
             Coding::Deflate => Decoder::Zlib(ZlibDecoder::new(Vec::new())),
             Coding::Brotli => Decoder::Brotli(Box::new(Brotli::new())),
+            Coding::Zstd => Decoder::Zstd(Box::new(Zstd::new())),
         };
         Some(Self {
             decoder,
@@ -183,6 +197,7 @@ impl Inflate {
         match &self.decoder {
             Decoder::Gzip(_) | Decoder::Zlib(_) => FLATE_HELD,
             Decoder::Brotli(b) => b.held(),
+            Decoder::Zstd(z) => z.held(),
         }
     }
 
@@ -191,20 +206,19 @@ impl Inflate {
     pub fn feed(&mut self, data: &[u8], out: &mut impl FnMut(&[u8])) -> Result<(), InflateError> {
         for step in data.chunks(STEP) {
             self.compressed += step.len() as u64;
-            let decoder: &mut dyn Write = match &mut self.decoder {
-                Decoder::Gzip(d) => d,
-                Decoder::Zlib(d) => d,
-                Decoder::Brotli(b) => {
-                    let (inflated, compressed) = (&mut self.inflated, self.compressed);
-                    b.decode(step, &mut |plain| pass(inflated, compressed, plain, out))?;
-                    if let Some(charge) = &mut self.charge {
-                        charge.resize(b.held())?;
-                    }
-                    continue;
-                }
-            };
-            decoder.write_all(step)?;
-            decoder.flush()?;
+            let (inflated, compressed) = (&mut self.inflated, self.compressed);
+            let mut pass_on = |plain: &[u8]| pass(inflated, compressed, plain, out);
+            // brotli and zstd hand their output on as they go, and hold
+            // what their stream's window makes them hold.
+            let held = match &mut self.decoder {
+                Decoder::Brotli(b) => b.decode(step, &mut pass_on).map(|()| b.held()),
+                Decoder::Zstd(z) => z.decode(step, &mut pass_on).map(|()| z.held()),
+                Decoder::Gzip(d) => flate(d, step),
+                Decoder::Zlib(d) => flate(d, step),
+            }?;
+            if let Some(charge) = &mut self.charge {
+                charge.resize(held)?;
+            }
             self.drain(out)?;
         }
         Ok(())
@@ -217,6 +231,7 @@ impl Inflate {
             Decoder::Gzip(d) => d.try_finish(),
             Decoder::Zlib(d) => d.try_finish(),
             Decoder::Brotli(b) => b.finish(),
+            Decoder::Zstd(z) => z.finish(),
         };
         self.drain(out)?;
         Ok(done?)
@@ -227,7 +242,7 @@ impl Inflate {
         let buffer = match &mut self.decoder {
             Decoder::Gzip(d) => d.get_mut(),
             Decoder::Zlib(d) => d.get_mut(),
-            Decoder::Brotli(_) => return Ok(()),
+            Decoder::Brotli(_) | Decoder::Zstd(_) => return Ok(()),
         };
         let passed = pass(&mut self.inflated, self.compressed, buffer, out);
         buffer.clear();
@@ -236,6 +251,19 @@ impl Inflate {
         }
         passed
     }
+}
+
+/// Writes `step` to a flate decoder and flushes it, whose output [`Inflate::drain`]
+/// then hands on; what it holds.
+fn flate(decoder: &mut dyn Write, step: &[u8]) -> Result<usize, InflateError> {
+    decoder.write_all(step)?;
+    decoder.flush()?;
+    Ok(FLATE_HELD)
+}
+
+/// A body's copy that cannot be decoded.
+fn corrupt(what: &'static str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what)
 }
 
 /// Hands `plain` on to `out`, unless the body, `inflated` bytes so far from
@@ -259,4 +287,4 @@ fn pass(
 #[cfg(test)]
 mod props;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

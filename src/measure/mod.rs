@@ -14,7 +14,7 @@
 //! - [`exchange`]: the observer of one request/response: it reads a copy of
 //!   both bodies, feeds the stages below, writes the access-log event and
 //!   hands the finished timeline to a sink.
-//! - [`coding`]: a compressed (gzip, deflate, brotli) response's copy, decoded
+//! - [`coding`]: a compressed (gzip, deflate, brotli, zstd) response's copy, decoded
 //!   before it is framed.
 //! - [`read`]: how requests are read ([`read::ReadSettings`]): event size
 //!   limit, request capture, dialect overrides, label and SLO headers.

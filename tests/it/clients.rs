@@ -409,24 +409,26 @@ async fn an_sdk_stream_closed_early_is_counted_as_cancelled() {
     proxy.shutdown().await;
 }
 
-/// tests/clients/brotli_upstream.py, an upstream that answers in brotli
-/// whoever accepts it, on a port of its own; killed when dropped.
-struct BrotliUpstream {
+/// tests/clients/compressing_upstream.py, an upstream that answers in
+/// `coding` (`br` or `zstd`) whoever accepts it, on a port of its own;
+/// killed when dropped.
+struct CompressingUpstream {
     addr: SocketAddr,
     _child: tokio::process::Child,
 }
 
-impl BrotliUpstream {
-    async fn start() -> Self {
+impl CompressingUpstream {
+    async fn start(coding: &str) -> Self {
         use tokio::io::AsyncBufReadExt;
         let python = root().join("target/venv-clients/bin/python");
         let mut child = Command::new(python)
-            .arg(root().join("tests/clients/brotli_upstream.py"))
+            .arg(root().join("tests/clients/compressing_upstream.py"))
+            .arg(coding)
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .kill_on_drop(true)
             .spawn()
-            .expect("run brotli_upstream.py (tests/clients/venv.sh makes its venv)");
+            .expect("run compressing_upstream.py (tests/clients/venv.sh makes its venv)");
         let stdout = child.stdout.take().expect("its stdout");
         let mut port = String::new();
         tokio::io::BufReader::new(stdout)
@@ -440,51 +442,80 @@ impl BrotliUpstream {
         }
     }
 
-    /// How many answers went out in brotli.
-    async fn brotli_answers(&self) -> Value {
+    /// How many answers went out compressed.
+    async fn compressed_answers(&self) -> Value {
         let body = client::get(self.addr, "/stats").await.body();
-        serde_json::from_slice::<Value>(&body).expect("stats")["br"].clone()
+        serde_json::from_slice::<Value>(&body).expect("stats")["compressed"].clone()
     }
 }
 
+/// The words of every text in `scenarios`' results: a scenario's `text`,
+/// and the text each of its `answers` ends with.
+fn all_words(scenarios: &BTreeMap<String, Value>) -> u64 {
+    let answers = |result: &Value| -> u64 {
+        result["answers"].as_array().map_or(0, |answers| {
+            answers
+                .iter()
+                .filter_map(|a| a.as_array()?.last().filter(|t| t.is_string()).map(words))
+                .sum()
+        })
+    };
+    scenarios
+        .values()
+        .map(|result| result.get("text").map_or(0, words) + answers(result))
+        .sum()
+}
+
 /// An upstream that compresses with brotli, as OpenAI and its CDN do for
-/// clients that accept `br` (httpx and aiohttp do once the `brotli` package
-/// is installed): the OpenAI SDK reads the same streamed and whole chats
-/// through the proxy as directly, and the proxy reads its copies decoded,
-/// so it counts the tokens the SDK read and no unreadable payload. Google's
-/// encoder, flushed per event, on the wire; Google's decoder in the client.
+/// clients that accept `br`, or with zstd, as other providers do (httpx,
+/// the OpenAI SDK's client and aiohttp ask for `br`, httpx and aiohttp for
+/// `zstd` too, once the `brotli` and `zstandard` packages are installed):
+/// each client reads the same streamed and whole chats through the proxy
+/// as directly, and the proxy reads its copies decoded, so it counts the
+/// tokens the clients read and no unreadable payload. Google's and
+/// Facebook's encoders, flushed per event, on the wire; their decoders in
+/// the clients.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn brotli_answers_are_read_as_the_openai_sdk_reads_them() {
-    let upstream = BrotliUpstream::start().await;
-    let proxy = common::proxy(upstream.addr, "").await;
-    let only = Some("openai_chat_stream_usage,openai_chat_whole");
-    let direct = python(upstream.addr, only).await;
-    let proxied = python(proxy.addr, only).await;
-    let scenarios = same(&direct, &proxied, "clients.py");
-    assert_eq!(scenarios["openai_chat_whole"]["encoding"], "br");
-    assert_eq!(
-        upstream.brotli_answers().await,
-        4,
-        "the SDK did not ask for brotli every time"
-    );
-    all_measured_ok(proxy.metrics_addr, &proxied["requests"]).await;
-    let stream = words(&scenarios["openai_chat_stream_usage"]["text"]);
-    let whole = words(&scenarios["openai_chat_whole"]["text"]);
-    assert_eq!((stream, whole), (10, 9));
-    let series =
-        "tokenclock_output_tokens_total{endpoint=\"openai_chat\",kind=\"output\",model=\"m\"}";
-    assert_eq!(
-        client::metric(proxy.metrics_addr, series).await,
-        (stream + whole) as f64
-    );
-    let metrics =
-        String::from_utf8_lossy(&client::get(proxy.metrics_addr, "/metrics").await.body())
-            .into_owned();
-    assert!(
-        !metrics.contains("tokenclock_parse_errors_total{"),
-        "{metrics}"
-    );
-    proxy.shutdown().await;
+async fn brotli_and_zstd_answers_are_read_as_the_clients_read_them() {
+    let clients = "aiohttp_keep_alive,httpx_chunked_upload_and_keep_alive";
+    let openai = "openai_chat_stream_usage,openai_chat_whole";
+    // The OpenAI SDK's client does not accept zstd: 8 and 6 answers each way.
+    for (coding, only, compressed) in [
+        ("br", format!("{openai},{clients}"), 16),
+        ("zstd", clients.to_owned(), 12),
+    ] {
+        let upstream = CompressingUpstream::start(coding).await;
+        let proxy = common::proxy(upstream.addr, "").await;
+        let direct = python(upstream.addr, Some(&only)).await;
+        let proxied = python(proxy.addr, Some(&only)).await;
+        let scenarios = same(&direct, &proxied, "clients.py");
+        if coding == "br" {
+            assert_eq!(scenarios["openai_chat_whole"]["encoding"], coding);
+        }
+        assert_eq!(
+            upstream.compressed_answers().await,
+            compressed,
+            "the clients did not ask for {coding} every time"
+        );
+        all_measured_ok(proxy.metrics_addr, &proxied["requests"]).await;
+        let tokens = all_words(&scenarios);
+        assert!(tokens > 20, "{coding}: {tokens} words read");
+        let series =
+            "tokenclock_output_tokens_total{endpoint=\"openai_chat\",kind=\"output\",model=\"m\"}";
+        assert_eq!(
+            client::metric(proxy.metrics_addr, series).await,
+            tokens as f64,
+            "{coding}"
+        );
+        let metrics =
+            String::from_utf8_lossy(&client::get(proxy.metrics_addr, "/metrics").await.body())
+                .into_owned();
+        assert!(
+            !metrics.contains("tokenclock_parse_errors_total{"),
+            "{coding}: {metrics}"
+        );
+        proxy.shutdown().await;
+    }
 }
 
 /// The OpenAI SDK stops reading a stream at `[DONE]` and closes it (its

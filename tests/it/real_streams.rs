@@ -44,13 +44,13 @@ async fn every_real_stream_replays_to_the_figures_its_recording_implies() {
     for entry in manifest.stream {
         let path = dir.join(&entry.file);
         let body = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        // As recorded, then compressed as a server behind gzip or brotli
-        // sends it (OpenAI answers the SDKs' `Accept-Encoding` so): the
+        // As recorded, then compressed as a server behind gzip, brotli or
+        // zstd sends it (OpenAI answers the SDKs' `Accept-Encoding` so): the
         // same figures.
         let (row, failed) = replay_one(entry.clone(), body.clone(), None).await;
         println!("{row}");
         failures.extend(failed);
-        for coding in ["gzip", "br"] {
+        for coding in ["gzip", "br", "zstd"] {
             let (_, failed) = replay_one(entry.clone(), body.clone(), Some(coding)).await;
             failures.extend(failed.into_iter().map(|f| format!("({coding}) {f}")));
         }

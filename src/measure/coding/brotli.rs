@@ -12,13 +12,10 @@
 
 use std::io;
 
+use super::{corrupt, OUT};
 use brotli_decompressor::{
     Allocator, BrotliDecompressStream, BrotliResult, BrotliState, SliceWrapper, StandardAlloc,
 };
-
-/// Output handed on per call (bytes): however far a few compressed bytes
-/// expand, the bomb bound is checked at least this often.
-pub(super) const OUT: usize = 16 * 1024;
 
 /// An allocator that counts the bytes it has handed out and not taken
 /// back. brotli's state holds three (for bytes, for `u32`s and for Huffman
@@ -135,8 +132,4 @@ impl Brotli {
             )),
         }
     }
-}
-
-fn corrupt(what: &'static str) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, what)
 }

@@ -5,7 +5,8 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 /// Memory the decoders hold, at most, across the process (bytes): 64 MiB.
 /// A gzip or deflate decoder holds about 80 KiB for as long as it lives
 /// (flate2's window and buffers: about 800 at once); a brotli decoder what
-/// its stream's window makes it hold, up to 16 MiB, counted as it grows.
+/// its stream's window makes it hold, up to 16 MiB, counted as it grows; a
+/// zstd decoder its frame's window, up to 8 MiB.
 /// A compressed response that finds the budget spent is timed but not read,
 /// and one whose decoder outgrows it is read no further; both are counted
 /// (`unparsed_encoding`). Whole bodies hold a decoder only while they

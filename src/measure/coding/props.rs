@@ -6,7 +6,7 @@ use flate2::{
 };
 use proptest::prelude::*;
 
-use super::{Coding, Inflate};
+use super::{tests::ZstdEncoder, Coding, Inflate};
 
 /// The most one `out` call may be handed (bytes): one step's worth of
 /// the densest deflate, with room to spare.
@@ -36,6 +36,18 @@ fn compress(coding: Coding, level: u32, plain: &[u8], flushes: &[usize]) -> Vec<
     let mut cuts: Vec<usize> = flushes.iter().map(|f| f % (plain.len() + 1)).collect();
     cuts.sort_unstable();
     cuts.push(plain.len());
+    if coding == Coding::Zstd {
+        // Levels 1 to 10, windows 2^10 to 2^19.
+        let mut e = ZstdEncoder::new(level as i32 + 1, 10 + level);
+        let (mut body, mut from) = (Vec::new(), 0);
+        for cut in cuts {
+            body.extend(e.write(&plain[from..cut]));
+            body.extend(e.flush(false));
+            from = cut;
+        }
+        body.extend(e.flush(true));
+        return body;
+    }
     let flate = Compression::new(level);
     let mut gzip = GzEncoder::new(Vec::new(), flate);
     let mut zlib = ZlibEncoder::new(Vec::new(), flate);
@@ -103,14 +115,15 @@ fn coding() -> impl Strategy<Value = Coding> {
     prop_oneof![
         Just(Coding::Gzip),
         Just(Coding::Deflate),
-        Just(Coding::Brotli)
+        Just(Coding::Brotli),
+        Just(Coding::Zstd)
     ]
 }
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(96))]
 
-    /// A gzip, zlib or brotli body, flushed or not, cut anywhere, inflates to
+    /// A gzip, zlib, brotli or zstd body, flushed or not, cut anywhere, inflates to
     /// exactly its plaintext.
     #[test]
     fn a_body_in_any_pieces_inflates_to_its_plaintext(
@@ -127,7 +140,7 @@ proptest! {
         prop_assert!(largest <= MOST_PER_CALL, "{}", largest);
     }
 
-    /// Whatever bytes come (random, after a valid gzip, zlib or brotli start,
+    /// Whatever bytes come (random, after a valid gzip, zlib, brotli or zstd start,
     /// or a valid body of a bomb with bytes flipped, cut or followed by
     /// junk), in any pieces, finished or dropped, nothing panics and no
     /// `out` call is handed more than one step's worth.
@@ -144,6 +157,7 @@ proptest! {
         let mut body = match start {
             0 => Vec::new(),
             1 if coding == Coding::Brotli => compress(coding, 5, b"data: {}", &[])[..2].to_vec(),
+            1 if coding == Coding::Zstd => compress(coding, 5, b"data: {}", &[])[..6].to_vec(),
             1 => vec![0x1f, 0x8b, 0x08, 0x00, 0, 0, 0, 0, 0x00, 0xff],
             2 => vec![0x78, 0x9c],
             // A bomb: 4 MiB of one byte, about 4 KiB compressed.

@@ -7,8 +7,8 @@ use flate2::{
 use http::{HeaderMap, HeaderValue};
 
 use super::{
-    brotli::OUT, Budget, Busy, Coding, Inflate, InflateError, Unsupported, ALLOWANCE, FLATE_HELD,
-    RATIO, STEP,
+    Budget, Busy, Coding, Inflate, InflateError, Unsupported, ALLOWANCE, FLATE_HELD, OUT, RATIO,
+    STEP,
 };
 
 fn headers(values: &[&str]) -> HeaderMap {
@@ -33,7 +33,7 @@ fn the_coding_is_read_from_every_content_encoding_field() {
         (&["br"], Ok(Coding::Brotli)),
         (&["BR"], Ok(Coding::Brotli)),
         (&["br, gzip"], Err(Unsupported)),
-        (&["zstd"], Err(Unsupported)),
+        (&["zstd"], Ok(Coding::Zstd)),
         (&["compress"], Err(Unsupported)),
         (&["gzip, gzip"], Err(Unsupported)),
         (&["deflate", "gzip"], Err(Unsupported)),
@@ -183,6 +183,11 @@ fn a_bomb_is_read_no_further_than_its_bound() {
     let bombs = [
         (Coding::Gzip, gzip(&vec![b'a'; 16 << 20]), STEP * 1100),
         (Coding::Brotli, br(&vec![b'a'; 64 << 20], 5, 24, 0), OUT),
+        (
+            Coding::Zstd,
+            zst(&vec![b'a'; 64 << 20], 19, 23, Flush::Never),
+            OUT,
+        ),
     ];
     for (coding, body, most) in bombs {
         let mut inflater = Inflate::new(coding).expect("a decoder");
@@ -232,27 +237,6 @@ fn br(plain: &[u8], quality: u32, lgwin: u32, every: usize) -> Vec<u8> {
 }
 
 #[test]
-fn brotli_bodies_decode_whole_in_any_pieces() {
-    let plain = text(500);
-    for (quality, lgwin) in [(0, 10), (4, 16), (5, 22), (11, 24)] {
-        for every in [0, 100] {
-            let body = br(&plain, quality, lgwin, every);
-            for piece in [1, 7, STEP + 1, 4096, body.len()] {
-                assert_eq!(
-                    inflate(Coding::Brotli, &body, piece),
-                    (plain.clone(), true),
-                    "q{quality} w{lgwin} every {every} piece {piece}"
-                );
-            }
-        }
-    }
-    assert_eq!(
-        inflate(Coding::Brotli, &br(b"", 5, 22, 0), 3),
-        (vec![], true)
-    );
-}
-
-#[test]
 fn a_flushed_brotli_event_comes_out_with_its_own_frame() {
     let mut e = ::brotli::CompressorWriter::new(Vec::new(), 4096, 5, 22);
     let mut inflate = Inflate::new(Coding::Brotli).expect("a decoder");
@@ -271,34 +255,37 @@ fn a_flushed_brotli_event_comes_out_with_its_own_frame() {
     }
 }
 
+/// `body`, a valid `coding` body, cut, corrupted, followed by junk, and
+/// gzip said to be `coding`: each fails without panicking.
+fn broken_variants_fail(coding: Coding, body: &[u8]) {
+    assert!(
+        !inflate(coding, &body[..body.len() / 2], 64).1,
+        "{coding:?} cut"
+    );
+    let mut corrupt = body.to_vec();
+    for b in corrupt.iter_mut().skip(6).step_by(5) {
+        *b ^= 0x5a;
+    }
+    assert!(!inflate(coding, &corrupt, 64).1, "{coding:?} corrupt");
+    let gzipped = gzip(&text(200));
+    assert!(
+        !inflate(coding, &gzipped, 64).1,
+        "gzip said to be {coding:?}"
+    );
+    let mut trailing = body.to_vec();
+    trailing.extend_from_slice(b"junk");
+    for piece in [64, trailing.len()] {
+        assert!(
+            !inflate(coding, &trailing, piece).1,
+            "{coding:?} junk after, {piece}"
+        );
+    }
+}
+
 #[test]
 fn corrupt_cut_trailing_or_large_window_brotli_fails_without_panicking() {
     let plain = text(200);
-    let body = br(&plain, 5, 22, 0);
-    assert!(
-        !inflate(Coding::Brotli, &body[..body.len() / 2], 64).1,
-        "cut"
-    );
-    let mut corrupt = body.clone();
-    for b in corrupt.iter_mut().skip(3).step_by(5) {
-        *b ^= 0x5a;
-    }
-    assert!(!inflate(Coding::Brotli, &corrupt, 64).1, "corrupt");
-    assert!(
-        !inflate(Coding::Brotli, &gzip(&plain), 64).1,
-        "gzip said to be br"
-    );
-    let mut trailing = body.clone();
-    trailing.extend_from_slice(b"junk");
-    assert!(
-        !inflate(Coding::Brotli, &trailing, 64).1,
-        "bytes after the stream"
-    );
-    assert!(
-        !inflate(Coding::Brotli, &trailing, trailing.len()).1,
-        "in one piece"
-    );
-
+    broken_variants_fail(Coding::Brotli, &br(&plain, 5, 22, 0));
     // A large-window stream (up to 1 GiB of window, never used over HTTP)
     // is refused, not decoded into a ring buffer that large.
     let params = ::brotli::enc::BrotliEncoderParams {
@@ -310,6 +297,22 @@ fn corrupt_cut_trailing_or_large_window_brotli_fails_without_panicking() {
     let mut large = Vec::new();
     ::brotli::BrotliCompress(&mut &plain[..], &mut large, &params).expect("compress");
     assert!(!inflate(Coding::Brotli, &large, 64).1, "a large window");
+}
+
+/// Decodes `body` in 4 KiB pieces: the most its decoder held meanwhile,
+/// after checking that it decoded to `len` bytes.
+fn most_held(coding: Coding, body: &[u8], len: usize) -> usize {
+    let mut inflate = Inflate::new(coding).expect("a decoder");
+    let (mut largest, mut total) = (0, 0);
+    for piece in body.chunks(4096) {
+        inflate
+            .feed(piece, &mut |b| total += b.len())
+            .expect("decode");
+        largest = largest.max(inflate.held());
+    }
+    inflate.finish(&mut |b| total += b.len()).expect("whole");
+    assert_eq!(total, len, "{coding:?}");
+    largest
 }
 
 /// A brotli decoder holds what its stream's window makes it hold: a
@@ -326,20 +329,10 @@ fn a_brotli_decoder_holds_its_window_and_no_more() {
         .collect();
     for (lgwin, most) in [(16, 200 * 1024), (22, (4 << 20) + 300 * 1024)] {
         let body = br(&plain, 4, lgwin, 64 * 1024);
-        let mut inflate = Inflate::new(Coding::Brotli).expect("a decoder");
-        let (mut largest, mut total) = (0, 0);
-        for piece in body.chunks(4096) {
-            inflate
-                .feed(piece, &mut |b| total += b.len())
-                .expect("decode");
-            largest = largest.max(inflate.held());
-        }
-        inflate.finish(&mut |b| total += b.len()).expect("whole");
-        assert_eq!(total, plain.len());
-        assert!(largest <= most, "window 2^{lgwin}: held {largest} bytes");
+        let largest = most_held(Coding::Brotli, &body, plain.len());
         assert!(
-            largest >= (1 << lgwin),
-            "window 2^{lgwin}: held {largest} bytes, not counted"
+            ((1 << lgwin)..=most).contains(&largest),
+            "window 2^{lgwin}: held {largest} bytes"
         );
     }
 }
@@ -367,4 +360,186 @@ fn a_brotli_decoder_that_outgrows_the_budget_stops() {
     assert!(budget.held() <= 512 * 1024);
     drop(inflate);
     assert_eq!(budget.held(), 0);
+}
+
+/// How a zstd test body is cut into frames or flushes.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Flush {
+    /// One frame, flushed only at its end.
+    Never,
+    /// One frame, flushed every this many bytes (`ZSTD_e_flush`).
+    Every(usize),
+    /// A frame of its own for every this many bytes.
+    Frames(usize),
+}
+
+/// A zstd compressor, as a server streams with it.
+pub(crate) struct ZstdEncoder(zstd_safe::CCtx<'static>);
+
+impl ZstdEncoder {
+    /// At `level`, with a window of 2^`log` bytes.
+    pub(crate) fn new(level: i32, log: u32) -> Self {
+        use zstd_safe::CParameter;
+        let mut cctx = zstd_safe::CCtx::create();
+        cctx.set_parameter(CParameter::CompressionLevel(level))
+            .expect("level");
+        cctx.set_parameter(CParameter::WindowLog(log))
+            .expect("window");
+        Self(cctx)
+    }
+
+    /// Runs `op` until it has nothing left to write: what it wrote.
+    fn each(
+        &mut self,
+        mut op: impl FnMut(&mut Self, &mut zstd_safe::OutBuffer<'_, Vec<u8>>) -> bool,
+    ) -> Vec<u8> {
+        let mut body = Vec::new();
+        loop {
+            let mut buffer = Vec::with_capacity(1 << 17);
+            let mut out = zstd_safe::OutBuffer::around(&mut buffer);
+            let more = op(self, &mut out);
+            body.extend_from_slice(&buffer);
+            if !more {
+                return body;
+            }
+        }
+    }
+
+    /// `piece` compressed; what is ready to go out.
+    pub(crate) fn write(&mut self, piece: &[u8]) -> Vec<u8> {
+        let mut input = zstd_safe::InBuffer::around(piece);
+        self.each(|e, out| {
+            e.0.compress_stream(out, &mut input).expect("compress");
+            input.pos() < piece.len()
+        })
+    }
+
+    /// Flushes the frame (`ZSTD_e_flush`), or ends it (`ZSTD_e_end`).
+    pub(crate) fn flush(&mut self, end: bool) -> Vec<u8> {
+        self.each(|e, out| {
+            let left = match end {
+                true => e.0.end_stream(out),
+                false => e.0.flush_stream(out),
+            };
+            left.expect("flush") > 0
+        })
+    }
+}
+
+/// `plain` in zstd at `level` with a window of 2^`log` bytes, flushed or
+/// framed as `flush` says.
+pub(super) fn zst(plain: &[u8], level: i32, log: u32, flush: Flush) -> Vec<u8> {
+    let mut encoder = ZstdEncoder::new(level, log);
+    let every = match flush {
+        Flush::Never => plain.len().max(1),
+        Flush::Every(n) | Flush::Frames(n) => n,
+    };
+    let mut body = Vec::new();
+    for piece in plain.chunks(every) {
+        body.extend(encoder.write(piece));
+        match flush {
+            Flush::Never => {}
+            Flush::Every(_) => body.extend(encoder.flush(false)),
+            Flush::Frames(_) => body.extend(encoder.flush(true)),
+        }
+    }
+    if !matches!(flush, Flush::Frames(_)) || plain.is_empty() {
+        body.extend(encoder.flush(true));
+    }
+    body
+}
+
+#[test]
+fn brotli_and_zstd_bodies_decode_whole_in_any_pieces() {
+    let plain = text(500);
+    let mut bodies = Vec::new();
+    for (quality, lgwin) in [(0, 10), (4, 16), (5, 22), (11, 24)] {
+        for every in [0, 100] {
+            let body = br(&plain, quality, lgwin, every);
+            bodies.push((
+                Coding::Brotli,
+                format!("q{quality} w{lgwin} every {every}"),
+                body,
+            ));
+        }
+    }
+    for (level, log) in [(1, 10), (3, 17), (19, 23)] {
+        for flush in [Flush::Never, Flush::Every(100), Flush::Frames(333)] {
+            let body = zst(&plain, level, log, flush);
+            bodies.push((
+                Coding::Zstd,
+                format!("level {level} 2^{log} {flush:?}"),
+                body,
+            ));
+        }
+    }
+    for (coding, how, body) in bodies {
+        for piece in [1, 7, STEP + 1, 4096, body.len()] {
+            let decoded = inflate(coding, &body, piece);
+            assert_eq!(
+                decoded,
+                (plain.clone(), true),
+                "{coding:?} {how} piece {piece}"
+            );
+        }
+    }
+    let empty = [
+        (Coding::Brotli, br(b"", 5, 22, 0)),
+        (Coding::Zstd, zst(b"", 3, 20, Flush::Never)),
+    ];
+    for (coding, body) in empty {
+        assert_eq!(inflate(coding, &body, 3), (vec![], true), "{coding:?}");
+    }
+}
+
+/// A server that flushes its zstd frame after each event, or sends each
+/// event as a frame of its own: each event comes out with its own frame.
+#[test]
+fn a_flushed_or_framed_zstd_event_comes_out_with_its_own_frame() {
+    let events: Vec<String> = (0..50)
+        .map(|i| format!("data: {{\"i\":{i}}}\n\n"))
+        .collect();
+    let plain = events.concat();
+    for framed in [false, true] {
+        let mut inflate = Inflate::new(Coding::Zstd).expect("a decoder");
+        let mut encoder = ZstdEncoder::new(3, 20);
+        for (i, event) in events.iter().enumerate() {
+            let mut frame = encoder.write(event.as_bytes());
+            frame.extend(encoder.flush(framed));
+            let mut out = Vec::new();
+            inflate
+                .feed(&frame, &mut |b| out.extend_from_slice(b))
+                .expect("decode");
+            assert_eq!(out, event.as_bytes(), "framed {framed}, event {i}");
+        }
+        assert!(plain.len() > 500);
+    }
+}
+
+#[test]
+fn corrupt_cut_trailing_or_too_wide_zstd_fails_without_panicking() {
+    broken_variants_fail(Coding::Zstd, &zst(&text(200), 3, 20, Flush::Never));
+    // A frame that declares a 16 MiB window (more than the 8 MiB HTTP
+    // decoders need support) is refused, not decoded into it.
+    let wide = zst(&text(400_000), 3, 24, Flush::Never);
+    assert!(!inflate(Coding::Zstd, &wide, 4096).1, "a 16 MiB window");
+}
+
+/// A zstd decoder holds the window its frame declares (libzstd allocates
+/// it whole at the frame's start): little for a small one, 8 MiB and its
+/// buffers for the widest accepted; and no more as the stream goes on.
+#[test]
+fn a_zstd_decoder_holds_its_window_and_no_more() {
+    let plain = text(100_000);
+    for (log, least, most) in [
+        (16, 1 << 16, 400 * 1024),
+        (23, 8 << 20, (8 << 20) + 600 * 1024),
+    ] {
+        let body = zst(&plain, 3, log, Flush::Every(64 * 1024));
+        let largest = most_held(Coding::Zstd, &body, plain.len());
+        assert!(
+            (least..=most).contains(&largest),
+            "window 2^{log}: held {largest} bytes"
+        );
+    }
 }

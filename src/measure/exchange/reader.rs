@@ -105,15 +105,14 @@ impl Reader {
             return self.read.feed(data, at, timeline);
         };
         let read = &mut self.read;
-        if inflate
-            .feed(data, &mut |plain| read.feed(plain, at, timeline))
-            .is_err()
-        {
-            self.broken(timeline);
-        } else if read.is_done() {
-            // A whole body past its cap: nothing more is read, so nothing
-            // more is inflated.
+        let inflated = inflate.feed(data, &mut |plain| read.feed(plain, at, timeline));
+        if read.is_done() {
+            // A whole body past its cap (counted as such): nothing more is
+            // read, so nothing more is decoded, and how the decoding would
+            // have gone on counts for nothing.
             self.inflate = None;
+        } else if inflated.is_err() {
+            self.broken(timeline);
         }
     }
 

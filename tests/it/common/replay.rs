@@ -154,6 +154,7 @@ pub fn plan(
 enum Encoder {
     Gzip(GzEncoder<Vec<u8>>),
     Brotli(Box<brotli::CompressorWriter<Vec<u8>>>),
+    Zstd(zstd_safe::CCtx<'static>),
 }
 
 impl Encoder {
@@ -166,6 +167,7 @@ impl Encoder {
                 5,
                 22,
             ))),
+            "zstd" => Self::Zstd(zstd_safe::CCtx::create()),
             other => panic!("no encoder for {other}"),
         }
     }
@@ -175,12 +177,14 @@ impl Encoder {
         let writer: &mut dyn Write = match self {
             Self::Gzip(e) => e,
             Self::Brotli(e) => &mut **e,
+            Self::Zstd(e) => return zstd_step(e, bytes, false),
         };
         writer.write_all(bytes).expect("compress");
         writer.flush().expect("flush the compressor");
         match self {
             Self::Gzip(e) => std::mem::take(e.get_mut()),
             Self::Brotli(e) => std::mem::take(e.get_mut()),
+            Self::Zstd(_) => unreachable!("returned above"),
         }
     }
 
@@ -189,6 +193,30 @@ impl Encoder {
         match self {
             Self::Gzip(e) => e.finish().expect("the gzip trailer"),
             Self::Brotli(e) => e.into_inner(),
+            Self::Zstd(mut e) => zstd_step(&mut e, &[], true),
+        }
+    }
+}
+
+/// `bytes` through a zstd compressor, then the frame flushed
+/// (`ZSTD_e_flush`) or ended (`ZSTD_e_end`): what goes out.
+fn zstd_step(cctx: &mut zstd_safe::CCtx<'static>, bytes: &[u8], end: bool) -> Vec<u8> {
+    let mut sent = Vec::new();
+    let mut input = zstd_safe::InBuffer::around(bytes);
+    loop {
+        let mut out = Vec::with_capacity(bytes.len() + 4096);
+        let mut buffer = zstd_safe::OutBuffer::around(&mut out);
+        let left = if input.pos() < bytes.len() {
+            cctx.compress_stream(&mut buffer, &mut input).map(|_| 1)
+        } else if end {
+            cctx.end_stream(&mut buffer)
+        } else {
+            cctx.flush_stream(&mut buffer)
+        }
+        .expect("compress");
+        sent.extend_from_slice(&out);
+        if left == 0 {
+            return sent;
         }
     }
 }

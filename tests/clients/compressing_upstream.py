@@ -1,14 +1,19 @@
 #!/usr/bin/env python3
-"""brotli_upstream.py: an OpenAI-style upstream that compresses its answers
-with brotli (Google's encoder, the `brotli` package) whenever the client
-accepts `br`, as OpenAI's API and its CDN do, for tests/it/clients.rs.
+"""compressing_upstream.py: an OpenAI-style upstream that compresses its
+answers with CODING whenever the client accepts it, as OpenAI's API and
+its CDN do with brotli, and other providers with zstd, for
+tests/it/clients.rs: `br` with Google's encoder (the `brotli` package),
+`zstd` with Facebook's (the `zstandard` package).
 
-Usage: brotli_upstream.py (prints the port it listens on, on 127.0.0.1)
+Usage: compressing_upstream.py CODING (prints the port it listens on, on
+127.0.0.1)
 
-POST /v1/chat/completions answers `max_tokens` words: streamed (SSE, one
+POST /v1/chat/completions (its body by length or chunked) answers
+`max_tokens` words: streamed (SSE, one
 chat chunk per word, the compressor flushed after each, a few milliseconds
 apart, then the usage chunk if asked and `[DONE]`), or whole (one JSON
-body). GET /stats says how many answers went out in brotli. It serves
+body). GET /v1/models lists one model; GET /stats says how many answers
+went out compressed. It serves
 until its stdin closes or it is killed.
 """
 import json
@@ -18,8 +23,10 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import brotli
+import zstandard
 
-STATS = {"br": 0}
+CODING = sys.argv[1] if len(sys.argv) > 1 else "br"
+STATS = {"compressed": 0}
 LOCK = threading.Lock()
 
 
@@ -34,20 +41,36 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
     def do_GET(self):
+        if self.path == "/v1/models":
+            body = json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]}).encode()
+            return self.answer(200, body, "application/json", None)
         if self.path != "/stats":
             return self.answer(404, b"{}", "application/json", None)
         with LOCK:
             body = json.dumps(STATS).encode()
         self.answer(200, body, "application/json", None)
 
+    def body(self):
+        """The request body, by its length or chunked."""
+        if "chunked" not in (self.headers.get("transfer-encoding") or ""):
+            return self.rfile.read(int(self.headers.get("content-length") or 0))
+        body = b""
+        while True:
+            size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+            if size == 0:
+                while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                    pass
+                return body
+            body += self.rfile.read(size)
+            self.rfile.readline()
+
     def do_POST(self):
-        length = int(self.headers.get("content-length") or 0)
-        request = json.loads(self.rfile.read(length) or b"{}")
+        request = json.loads(self.body() or b"{}")
         accepted = self.headers.get("accept-encoding") or ""
-        br = "br" in [c.split(";")[0].strip() for c in accepted.split(",")]
+        br = CODING in [c.split(";")[0].strip() for c in accepted.split(",")]
         if br:
             with LOCK:
-                STATS["br"] += 1
+                STATS["compressed"] += 1
         n = int(request.get("max_tokens") or 8)
         usage = {"prompt_tokens": 7, "completion_tokens": n, "total_tokens": 7 + n}
         if not request.get("stream"):
@@ -57,18 +80,18 @@ class Handler(BaseHTTPRequestHandler):
                              "finish_reason": "length"}],
                 "usage": usage,
             }).encode()
-            return self.answer(200, brotli.compress(body) if br else body, "application/json", br)
+            return self.answer(200, whole(body) if br else body, "application/json", br)
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
         self.send_header("transfer-encoding", "chunked")
         if br:
-            self.send_header("content-encoding", "br")
+            self.send_header("content-encoding", CODING)
         self.end_headers()
-        compressor = brotli.Compressor(quality=4, lgwin=22) if br else None
+        compressor = Stream() if br else None
 
         def send(data):
             if compressor is not None:
-                data = compressor.process(data) + compressor.flush()
+                data = compressor.flushed(data)
             if data:
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
                 self.wfile.flush()
@@ -99,9 +122,36 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("content-type", content_type)
         self.send_header("content-length", str(len(body)))
         if br:
-            self.send_header("content-encoding", "br")
+            self.send_header("content-encoding", CODING)
         self.end_headers()
         self.wfile.write(body)
+
+
+def whole(body):
+    """`body` compressed whole."""
+    if CODING == "zstd":
+        return zstandard.ZstdCompressor().compress(body)
+    return brotli.compress(body)
+
+
+class Stream:
+    """A streaming server's compressor, flushed after each event."""
+
+    def __init__(self):
+        if CODING == "zstd":
+            self.zstd = zstandard.ZstdCompressor(level=3).compressobj()
+        else:
+            self.br = brotli.Compressor(quality=4, lgwin=22)
+
+    def flushed(self, data):
+        if CODING == "zstd":
+            return self.zstd.compress(data) + self.zstd.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK)
+        return self.br.process(data) + self.br.flush()
+
+    def finish(self):
+        if CODING == "zstd":
+            return self.zstd.flush(zstandard.COMPRESSOBJ_FLUSH_FINISH)
+        return self.br.finish()
 
 
 def main():
