@@ -253,6 +253,31 @@ impl Inflate {
     }
 }
 
+/// A whole small body (a request's captured copy) decoded as `coding`
+/// says: `None` if it does not decode whole, decodes to more than `cap`
+/// bytes, or the budget cannot hold its decoder. Decoding stops as soon as
+/// the output passes `cap`.
+pub fn decode_whole(coding: Coding, body: Vec<u8>, cap: usize) -> Option<Vec<u8>> {
+    let mut inflate = match Inflate::within(coding, &DECODERS) {
+        Ok(Some(inflate)) => inflate,
+        Ok(None) => return Some(body),
+        Err(Busy) => return None,
+    };
+    let mut plain = Vec::new();
+    let over = std::cell::Cell::new(false);
+    let mut keep = |b: &[u8]| match plain.len() + b.len() <= cap {
+        true => plain.extend_from_slice(b),
+        false => over.set(true),
+    };
+    for piece in body.chunks(4 * STEP) {
+        if inflate.feed(piece, &mut keep).is_err() || over.get() {
+            return None;
+        }
+    }
+    inflate.finish(&mut keep).ok()?;
+    (!over.get()).then_some(plain)
+}
+
 /// Writes `step` to a flate decoder and flushes it, whose output [`Inflate::drain`]
 /// then hands on; what it holds.
 fn flate(decoder: &mut dyn Write, step: &[u8]) -> Result<usize, InflateError> {

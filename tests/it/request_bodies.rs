@@ -122,6 +122,68 @@ async fn hostile_bodies_are_forwarded_unchanged_when_injecting_usage() {
     forwarded_unchanged("usage_mode = \"inject\"").await;
 }
 
+/// `body` compressed with `coding` (`gzip`, `br` or `zstd`).
+fn compressed(coding: &str, body: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    match coding {
+        "gzip" => {
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            e.write_all(body).expect("compress");
+            e.finish().expect("compress")
+        }
+        "br" => {
+            let mut e = brotli::CompressorWriter::new(Vec::new(), 4096, 5, 22);
+            e.write_all(body).expect("compress");
+            e.into_inner()
+        }
+        _ => {
+            let mut out = Vec::with_capacity(zstd_safe::compress_bound(body.len()));
+            zstd_safe::compress(&mut out, body, 3).expect("compress");
+            out
+        }
+    }
+}
+
+/// A compressed request body (OpenAI's Codex sends its large ones in
+/// zstd) reaches the upstream byte for byte, and its copy is read decoded:
+/// the request's model, stream flag and output cap are known. One that
+/// decodes past `request_capture_bytes`, or does not decode, is not read.
+#[tokio::test]
+async fn compressed_request_bodies_are_read_decoded_and_forwarded_unchanged() {
+    let upstream = Echo::start().await;
+    let (proxy, mut timelines) =
+        common::proxy_with_timelines(upstream.addr, "request_capture_bytes = 4096").await;
+    let json = br#"{"model":"asked","stream":true,"max_tokens":7,"messages":[]}"#;
+    let padded = long_model(8192);
+    for coding in ["gzip", "br", "zstd"] {
+        let cases = [
+            ("read", compressed(coding, json), Some("asked")),
+            // 8 KiB of model name, compressed to a few dozen bytes: past
+            // the capture cap once decoded.
+            ("over the cap decoded", compressed(coding, &padded), None),
+            ("not what it says", b"{\"model\":\"plain\"}".to_vec(), None),
+        ];
+        for (case, body, model) in cases {
+            let request = Request::post("/v1/chat/completions")
+                .header("content-type", "application/json")
+                .header("content-encoding", coding)
+                .body(Full::new(Bytes::from(body.clone())))
+                .expect("request");
+            let response = send(proxy.addr, request).await.expect("response head");
+            assert_eq!(response.status(), 200);
+            let got = collect(response).await.expect("the whole echo").body();
+            assert!(got == body, "{coding} {case}: the upstream got other bytes");
+            let timeline = next_timeline(&mut timelines).await;
+            assert_eq!(timeline.request.model.as_deref(), model, "{coding} {case}");
+            if model.is_some() {
+                assert_eq!(timeline.request.stream, Some(true), "{coding} {case}");
+                assert_eq!(timeline.request.max_tokens, Some(7), "{coding} {case}");
+            }
+        }
+    }
+    proxy.shutdown().await;
+}
+
 /// Kills the binary if the test fails before stopping it.
 struct KillOnDrop(u32);
 

@@ -7,8 +7,8 @@ use flate2::{
 use http::{HeaderMap, HeaderValue};
 
 use super::{
-    Budget, Busy, Coding, Inflate, InflateError, Unsupported, ALLOWANCE, FLATE_HELD, OUT, RATIO,
-    STEP,
+    decode_whole, Budget, Busy, Coding, Inflate, InflateError, Unsupported, ALLOWANCE, FLATE_HELD,
+    OUT, RATIO, STEP,
 };
 
 fn headers(values: &[&str]) -> HeaderMap {
@@ -542,4 +542,31 @@ fn a_zstd_decoder_holds_its_window_and_no_more() {
             "window 2^{log}: held {largest} bytes"
         );
     }
+}
+
+/// A whole small body (a request's copy) decodes to its plaintext if it
+/// decodes whole within the cap, else to nothing.
+#[test]
+fn a_whole_body_decodes_within_its_cap_or_not_at_all() {
+    let plain = text(40);
+    let bodies = [
+        (Coding::Identity, plain.clone()),
+        (Coding::Gzip, gzip(&plain)),
+        (Coding::Deflate, zlib(&plain)),
+        (Coding::Brotli, br(&plain, 5, 22, 0)),
+        (Coding::Zstd, zst(&plain, 3, 20, Flush::Never)),
+    ];
+    for (coding, body) in bodies {
+        let whole = decode_whole(coding, body.clone(), plain.len());
+        assert_eq!(whole.as_deref(), Some(&plain[..]), "{coding:?}");
+        if coding != Coding::Identity {
+            let short = decode_whole(coding, body.clone(), plain.len() - 1);
+            assert_eq!(short, None, "{coding:?} past its cap");
+            let cut = decode_whole(coding, body[..body.len() - 3].to_vec(), plain.len());
+            assert_eq!(cut, None, "{coding:?} cut");
+        }
+    }
+    // A bomb stops at the cap: a few bytes past it, not its 64 MiB.
+    let bomb = zst(&vec![b'a'; 64 << 20], 19, 23, Flush::Never);
+    assert_eq!(decode_whole(Coding::Zstd, bomb, 1 << 20), None);
 }

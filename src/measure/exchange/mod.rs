@@ -79,6 +79,7 @@ impl Exchange {
         let upload = Upload::new(
             dialect,
             request.method(),
+            request.headers(),
             reading.request_capture_bytes,
             stage,
         );

@@ -1,7 +1,9 @@
 //! The request side of an exchange: counts the request body on its way
 //! upstream and reads a capped copy of it to learn `model`, `stream`,
-//! `max_tokens`…, without delaying a byte. When the body ends, the
-//! request moves on from [`Stage::Upload`].
+//! `max_tokens`…, without delaying a byte. A compressed body (clients such
+//! as OpenAI's Codex send zstd request bodies) is read decoded, within the
+//! same cap. When the body ends, the request moves on from
+//! [`Stage::Upload`].
 
 use std::sync::{
     atomic::{AtomicBool, AtomicU64, Ordering},
@@ -9,11 +11,12 @@ use std::sync::{
 };
 
 use bytes::Bytes;
-use http::Method;
+use http::{HeaderMap, Method};
 use tokio::time::Instant;
 
 use super::stage::StageCell;
 use crate::{
+    measure::coding::{decode_whole, Coding},
     measure::dialect::{Dialect, RequestInfo},
     measure::observe::{End, Observe},
     measure::timeline::{Stage, Timeline},
@@ -25,6 +28,9 @@ pub struct Upload {
     dialect: Dialect,
     /// The copy being read; dropped (and capture stopped) past `cap`.
     capture: Option<Vec<u8>>,
+    /// How the body is compressed; its copy is decoded at its end, to at
+    /// most `cap` bytes.
+    coding: Coding,
     cap: usize,
 }
 
@@ -44,8 +50,17 @@ pub(super) struct UploadShared {
 // === impl Upload ===
 
 impl Upload {
-    pub(super) fn new(dialect: Dialect, method: &Method, cap: usize, stage: StageCell) -> Self {
-        let readable = dialect != Dialect::Unknown && *method == Method::POST && cap > 0;
+    pub(super) fn new(
+        dialect: Dialect,
+        method: &Method,
+        headers: &HeaderMap,
+        cap: usize,
+        stage: StageCell,
+    ) -> Self {
+        // A coding it cannot decode: not read, as a body past its cap.
+        let coding = Coding::of(headers);
+        let readable =
+            dialect != Dialect::Unknown && *method == Method::POST && cap > 0 && coding.is_ok();
         Self {
             shared: Arc::new(UploadShared {
                 bytes: AtomicU64::new(0),
@@ -55,6 +70,7 @@ impl Upload {
             }),
             dialect,
             capture: readable.then(Vec::new),
+            coding: coding.unwrap_or(Coding::Identity),
             cap,
         }
     }
@@ -80,8 +96,10 @@ impl Observe for Upload {
 
     fn on_end(self, end: End, at: Instant) {
         let complete = end == End::Complete;
-        let info = match (&self.capture, complete) {
-            (Some(copy), true) => RequestInfo::parse(self.dialect, copy),
+        let info = match (self.capture, complete) {
+            (Some(copy), true) => decode_whole(self.coding, copy, self.cap)
+                .map(|plain| RequestInfo::parse(self.dialect, &plain))
+                .unwrap_or_default(),
             _ => RequestInfo::default(),
         };
         if let Ok(mut done) = self.shared.done.lock() {
