@@ -19,7 +19,7 @@
 //! several members), `deflate` (zlib, as RFC 9110 defines it), `br` and
 //! `zstd` are decoded; anything else (`compress`, stacked codings) is left
 //! unread and counted as before (`unparsed_encoding`). What the decoders
-//! hold is capped across the process ([`DECODERS`]).
+//! hold is capped across the process ([`FLATE`], [`WINDOWED`]).
 
 mod brotli;
 mod budget;
@@ -32,7 +32,7 @@ use http::{header, HeaderMap};
 
 use self::brotli::Brotli;
 use self::budget::Charge;
-pub use self::budget::{Budget, Busy, DECODERS};
+pub use self::budget::{Budget, Busy, FLATE, WINDOWED};
 use self::zstd::Zstd;
 
 /// Compressed bytes decoded per step. deflate expands by at most about
@@ -162,37 +162,56 @@ impl std::fmt::Debug for Inflate {
 
 impl Inflate {
     /// A decoder for `coding` outside any budget (the tests'); `None` for
-    /// `identity`. The proxy's are made [`Inflate::within`] one.
+    /// `identity`. The proxy's are made [`Inflate::budgeted`].
+    #[cfg(test)]
     fn new(coding: Coding) -> Option<Self> {
-        let decoder = match coding {
-            Coding::Identity => return None,
-            Coding::Gzip => Decoder::Gzip(MultiGzDecoder::new(Vec::new())),
-            Coding::Deflate => Decoder::Zlib(ZlibDecoder::new(Vec::new())),
-            Coding::Brotli => Decoder::Brotli(Box::new(Brotli::new())),
-            Coding::Zstd => Decoder::Zstd(Box::new(Zstd::new())),
+        Self::with(coding, None).ok().flatten()
+    }
+
+    /// A decoder for `coding` within the process's budget for it
+    /// ([`FLATE`] or [`WINDOWED`]); `Ok(None)` for `identity`, `Busy` when
+    /// the budget cannot hold it.
+    pub fn budgeted(coding: Coding) -> Result<Option<Self>, Busy> {
+        let budget = match coding {
+            Coding::Gzip | Coding::Deflate => &FLATE,
+            Coding::Identity | Coding::Brotli | Coding::Zstd => &WINDOWED,
         };
-        Some(Self {
-            decoder,
-            compressed: 0,
-            inflated: 0,
-            charge: None,
-        })
+        Self::within(coding, budget)
     }
 
     /// A decoder for `coding` within `budget`; `Ok(None)` for `identity`,
     /// `Busy` when the budget cannot hold it.
     pub fn within(coding: Coding, budget: &'static Budget) -> Result<Option<Self>, Busy> {
-        let Some(inflate) = Self::new(coding) else {
-            return Ok(None);
+        Self::with(coding, Some(budget))
+    }
+
+    fn with(coding: Coding, budget: Option<&'static Budget>) -> Result<Option<Self>, Busy> {
+        let (decoder, fixed) = match coding {
+            Coding::Identity => return Ok(None),
+            Coding::Gzip => (Decoder::Gzip(MultiGzDecoder::new(Vec::new())), FLATE_HELD),
+            Coding::Deflate => (Decoder::Zlib(ZlibDecoder::new(Vec::new())), FLATE_HELD),
+            // Its allocations charge the budget themselves.
+            Coding::Brotli => (
+                Decoder::Brotli(Box::new(Brotli::new(budget))),
+                Brotli::fixed(),
+            ),
+            Coding::Zstd => {
+                let zstd = Zstd::new();
+                let held = zstd.held();
+                (Decoder::Zstd(Box::new(zstd)), held)
+            }
         };
-        let charge = budget.reserve(inflate.held())?;
+        let charge = budget.map(|b| b.reserve(fixed)).transpose()?;
         Ok(Some(Self {
-            charge: Some(charge),
-            ..inflate
+            decoder,
+            compressed: 0,
+            inflated: 0,
+            charge,
         }))
     }
 
     /// Bytes the decoder holds.
+    #[cfg(test)]
     fn held(&self) -> usize {
         match &self.decoder {
             Decoder::Gzip(_) | Decoder::Zlib(_) => FLATE_HELD,
@@ -208,16 +227,20 @@ impl Inflate {
             self.compressed += step.len() as u64;
             let (inflated, compressed) = (&mut self.inflated, self.compressed);
             let mut pass_on = |plain: &[u8]| pass(inflated, compressed, plain, out);
-            // brotli and zstd hand their output on as they go, and hold
-            // what their stream's window makes them hold.
-            let held = match &mut self.decoder {
-                Decoder::Brotli(b) => b.decode(step, &mut pass_on).map(|()| b.held()),
-                Decoder::Zstd(z) => z.decode(step, &mut pass_on).map(|()| z.held()),
-                Decoder::Gzip(d) => flate(d, step),
-                Decoder::Zlib(d) => flate(d, step),
-            }?;
-            if let Some(charge) = &mut self.charge {
-                charge.resize(held)?;
+            // brotli and zstd hand their output on as they go. brotli
+            // charges what it allocates as it does; libzstd allocates its
+            // frame's window when the frame starts (malloc'd, touched as it
+            // fills), charged once the step that started it is done.
+            match &mut self.decoder {
+                Decoder::Brotli(b) => b.decode(step, &mut pass_on)?,
+                Decoder::Zstd(z) => {
+                    z.decode(step, &mut pass_on)?;
+                    if let Some(charge) = &mut self.charge {
+                        charge.resize(z.held())?;
+                    }
+                }
+                Decoder::Gzip(d) => flate(d, step)?,
+                Decoder::Zlib(d) => flate(d, step)?,
             }
             self.drain(out)?;
         }
@@ -227,6 +250,10 @@ impl Inflate {
     /// The body ended: hands on what is left, and fails if the compressed
     /// stream did not end (the body was cut).
     pub fn finish(&mut self, out: &mut impl FnMut(&[u8])) -> Result<(), InflateError> {
+        if self.compressed == 0 {
+            // An empty body (a `204`, a `HEAD`'s) holds no stream to end.
+            return Ok(());
+        }
         let done = match &mut self.decoder {
             Decoder::Gzip(d) => d.try_finish(),
             Decoder::Zlib(d) => d.try_finish(),
@@ -258,7 +285,7 @@ impl Inflate {
 /// bytes, or the budget cannot hold its decoder. Decoding stops as soon as
 /// the output passes `cap`.
 pub fn decode_whole(coding: Coding, body: Vec<u8>, cap: usize) -> Option<Vec<u8>> {
-    let mut inflate = match Inflate::within(coding, &DECODERS) {
+    let mut inflate = match Inflate::budgeted(coding) {
         Ok(Some(inflate)) => inflate,
         Ok(None) => return Some(body),
         Err(Busy) => return None,
@@ -278,12 +305,12 @@ pub fn decode_whole(coding: Coding, body: Vec<u8>, cap: usize) -> Option<Vec<u8>
     (!over.get()).then_some(plain)
 }
 
-/// Writes `step` to a flate decoder and flushes it, whose output [`Inflate::drain`]
-/// then hands on; what it holds.
-fn flate(decoder: &mut dyn Write, step: &[u8]) -> Result<usize, InflateError> {
+/// Writes `step` to a flate decoder and flushes it, whose output
+/// [`Inflate::drain`] then hands on.
+fn flate(decoder: &mut dyn Write, step: &[u8]) -> Result<(), InflateError> {
     decoder.write_all(step)?;
     decoder.flush()?;
-    Ok(FLATE_HELD)
+    Ok(())
 }
 
 /// A body's copy that cannot be decoded.

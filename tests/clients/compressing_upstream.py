@@ -34,6 +34,17 @@ def words(n):
     return [f" word{i}" for i in range(n)]
 
 
+def accepted_codings(header):
+    """The codings an `Accept-Encoding` value accepts (not those at q=0)."""
+    accepted = set()
+    for item in header.split(","):
+        name, *params = [p.strip() for p in item.split(";")]
+        q = next((p[2:] for p in params if p.startswith("q=")), "1")
+        if name and float(q or 0) > 0:
+            accepted.add(name.lower())
+    return accepted
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
@@ -67,7 +78,7 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         request = json.loads(self.body() or b"{}")
         accepted = self.headers.get("accept-encoding") or ""
-        br = CODING in [c.split(";")[0].strip() for c in accepted.split(",")]
+        br = CODING in accepted_codings(accepted)
         if br:
             with LOCK:
                 STATS["compressed"] += 1

@@ -98,13 +98,13 @@ async fn binary_noise_is_forwarded_unchanged() {
 }
 
 /// A compressed body tokenclock cannot decode, because it is not what its
-/// `content-encoding` says (noise said to be gzip or brotli) or a coding
-/// it does not undo (zstd): forwarded byte for byte, timed end to end,
-/// counted once as `unparsed_encoding`. (Real gzip and brotli bodies are
-/// read: `real_streams`.)
+/// `content-encoding` says (noise said to be gzip, brotli or zstd) or a
+/// coding it does not undo (compress): forwarded byte for byte, timed end
+/// to end, counted once as `unparsed_encoding`. (Real gzip, brotli and zstd
+/// bodies are read: `real_streams`.)
 #[tokio::test]
 async fn a_compressed_stream_it_cannot_inflate_is_timed_but_not_read() {
-    for coding in ["gzip", "br", "zstd"] {
+    for coding in ["gzip", "br", "zstd", "compress"] {
         let field = format!("content-encoding: {coding}");
         let compressed_head = head(
             "200 OK",

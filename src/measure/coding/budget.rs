@@ -2,16 +2,23 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
-/// Memory the decoders hold, at most, across the process (bytes): 64 MiB.
-/// A gzip or deflate decoder holds about 80 KiB for as long as it lives
-/// (flate2's window and buffers: about 800 at once); a brotli decoder what
-/// its stream's window makes it hold, up to 16 MiB, counted as it grows; a
-/// zstd decoder its frame's window, up to 8 MiB.
-/// A compressed response that finds the budget spent is timed but not read,
-/// and one whose decoder outgrows it is read no further; both are counted
-/// (`unparsed_encoding`). Whole bodies hold a decoder only while they
-/// arrive; streams for their whole length.
-pub static DECODERS: Budget = Budget::new(64 * 1024 * 1024);
+/// Memory the gzip and deflate decoders hold, at most, across the process
+/// (bytes): 40 MiB, about 500 at once, each holding about 80 KiB (flate2's
+/// window and buffers) for as long as it lives. Whole bodies hold a decoder
+/// only while they arrive; streams for their whole length. A compressed
+/// response that finds its budget spent is timed but not read, and counted
+/// (`unparsed_encoding`).
+pub static FLATE: Budget = Budget::new(40 * 1024 * 1024);
+
+/// Memory the brotli and zstd decoders hold, at most, across the process
+/// (bytes): 64 MiB. Each holds what its stream's window makes it hold: a
+/// brotli decoder its ring buffer, grown with the stream up to its window
+/// (16 MiB at most), charged before it is allocated (one the budget cannot
+/// hold is refused, and the body read no further); a zstd decoder its
+/// frame's window (8 MiB at most), charged once the step that started the
+/// frame is done. A budget of its own, so that a few wide windows cannot
+/// leave gzip responses unread.
+pub static WINDOWED: Budget = Budget::new(64 * 1024 * 1024);
 
 /// A cap on the bytes decoders hold at once.
 #[derive(Debug)]
@@ -48,7 +55,19 @@ impl Budget {
         })
     }
 
-    fn grow(&self, by: usize) -> Result<(), Busy> {
+    /// Takes `by` more bytes, past the cap if need be: for allocations a
+    /// decoder cannot do without (brotli's tables, a few hundred KiB).
+    pub(super) fn force(&self, by: usize) {
+        self.held.fetch_add(by, Relaxed);
+    }
+
+    /// Gives back `by` bytes.
+    pub(super) fn release(&self, by: usize) {
+        self.held.fetch_sub(by, Relaxed);
+    }
+
+    /// Takes `by` more bytes, if the budget has them.
+    pub(super) fn grow(&self, by: usize) -> Result<(), Busy> {
         self.held
             .fetch_update(Relaxed, Relaxed, |n| {
                 n.checked_add(by).filter(|&after| after <= self.most)

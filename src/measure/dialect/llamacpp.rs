@@ -66,6 +66,10 @@ struct Event<'a> {
     tokens: Option<Count>,
     #[serde(default)]
     stop: bool,
+    /// Which prompt of several the event answers (a request with an array
+    /// of prompts streams each one's events, each ending with `stop`).
+    #[serde(default)]
+    index: Option<u64>,
     #[serde(default)]
     tokens_predicted: Option<u64>,
     #[serde(default)]
@@ -92,6 +96,7 @@ scan_struct!(Event<'a> {
     content: "content",
     tokens: "tokens",
     stop: "stop",
+    index: "index",
     tokens_predicted: "tokens_predicted",
     tokens_evaluated: "tokens_evaluated",
     timings: "timings",
@@ -127,7 +132,11 @@ impl<'a> Event<'a> {
             server: self.timings.as_ref().map(Timings::server),
             finish: self.finish(),
             model: self.model,
-            end: self.stop,
+            // The end of the answer, unless it is one prompt's of several
+            // (an array of prompts streams each one's events, each ending
+            // with `stop`): the second prompt's and later do not end it.
+            // Newer servers send `index: 0` on a single prompt's events.
+            end: self.stop && self.index.is_none_or(|i| i == 0),
             error: self.error.is_some(),
             ..Parsed::default()
         }

@@ -6,7 +6,7 @@ use http::{header, HeaderMap, StatusCode};
 use tokio::time::Instant;
 
 use crate::{
-    measure::coding::{Busy, Coding, Inflate, DECODERS},
+    measure::coding::{Busy, Coding, Inflate},
     measure::dialect::{Dialect, Events, ParseError},
     measure::frame::ndjson::NdjsonFramer,
     measure::frame::sse::SseFramer,
@@ -73,7 +73,7 @@ impl Reader {
         let read = Read::for_response(dialect, headers, max_event_bytes);
         let inflate = match read {
             Read::Skip => None,
-            _ => match Inflate::within(coding, &DECODERS) {
+            _ => match Inflate::budgeted(coding) {
                 Ok(inflate) => inflate.map(Box::new),
                 Err(Busy) => return (Self::skip(), Some(ParseError::Encoding)),
             },

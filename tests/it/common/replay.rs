@@ -79,7 +79,7 @@ const FIRST: Duration = Duration::from_millis(20);
 /// `split_every`-th unit goes out in two parts `gap / 2` apart, so its event
 /// is completed by the second frame (definition I).
 ///
-/// With a `coding` (`gzip` or `br`), the body goes out as a streaming
+/// With a `coding` (`gzip`, `br` or `zstd`), the body goes out as a streaming
 /// server compresses it (`content-encoding`, the compressor flushed after
 /// each part, the stream's end with the last chunk): each part's event
 /// still arrives whole with its own write.

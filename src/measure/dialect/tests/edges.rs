@@ -261,3 +261,22 @@ fn from_path_every_family() {
         assert_eq!(Dialect::from_path(path), want, "{path}");
     }
 }
+
+/// A llama.cpp `stop` ends the answer when it is the only prompt's
+/// (no `index`, or `index` 0 as newer servers send it), not when it ends
+/// the second of several prompts: a client gone after it is not done.
+#[test]
+fn a_llamacpp_stop_ends_the_answer_unless_a_later_prompt_s() {
+    let stop = |index: &str| format!(r#"{{"content":"","stop":true{index},"tokens_predicted":3}}"#);
+    for (index, end) in [
+        ("", true),
+        (r#","index":0"#, true),
+        (r#","index":1"#, false),
+    ] {
+        let event = stop(index);
+        assert_eq!(ev(Dialect::LlamaCpp, &event).end, end, "{index}");
+        let scanned = Dialect::LlamaCpp.parse_event(b"", event.as_bytes());
+        assert_eq!(scanned.map(|p| p.end).ok(), Some(end), "{index} scanned");
+    }
+    assert!(!ev(Dialect::LlamaCpp, r#"{"content":"a","stop":false}"#).end);
+}
