@@ -77,6 +77,11 @@ pub enum Coding {
     Zstd,
 }
 
+/// Panics caught in a decoder (a bug in it: the body was read no further,
+/// the connection went on). Counted so that the fuzz targets, which must
+/// see every panic, fail on one the proxy survives.
+pub static PANICS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// A coding the measurement does not undo: `compress`, an unknown one, or
 /// several stacked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]

@@ -18,12 +18,13 @@ use tokio::time::Instant;
 /// One target: its name (its corpus directory) and function.
 type Target = (&'static str, fn(&[u8]));
 
-const TARGETS: [Target; 5] = [
+const TARGETS: [Target; 6] = [
     ("sse", targets::sse),
     ("ndjson", targets::ndjson),
     ("dialect", targets::dialect),
     ("request", targets::request),
     ("h1", targets::h1),
+    ("coding", targets::coding),
 ];
 
 /// Mutations tried per target, at most; the loop also stops after
@@ -75,11 +76,56 @@ fn fixture_seeds(target: &str) -> Vec<Vec<u8>> {
         let opt = match target {
             "sse" | "ndjson" => 3,
             "dialect" => dialect | framing << 3 | 3 << 5,
+            // Each coding, SSE or whole JSON as the fixture is (NDJSON
+            // fixtures as whole bodies).
+            "coding" => {
+                let whole = u8::from(framing != 0) << 5;
+                for (c, coding) in targets::CODINGS.iter().enumerate() {
+                    let opt = c as u8 | dialect << 2 | whole;
+                    seeds.push([&[opt][..], &compress(coding, &bytes)].concat());
+                }
+                continue;
+            }
             _ => continue,
         };
         seeds.push([&[opt][..], &bytes].concat());
     }
     seeds
+}
+
+/// `bytes` compressed with `coding`, the compressor flushed every 100
+/// bytes as a streaming server flushes per event.
+fn compress(coding: &str, bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let flushed = |w: &mut dyn Write| {
+        for piece in bytes.chunks(100) {
+            w.write_all(piece)
+                .and_then(|()| w.flush())
+                .expect("compress");
+        }
+    };
+    match coding {
+        "gzip" => {
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            flushed(&mut e);
+            e.finish().expect("compress")
+        }
+        "deflate" => {
+            let mut e = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
+            flushed(&mut e);
+            e.finish().expect("compress")
+        }
+        "br" => {
+            let mut e = brotli::CompressorWriter::new(Vec::new(), 4096, 4, 18);
+            flushed(&mut e);
+            e.into_inner()
+        }
+        _ => {
+            let mut out = Vec::with_capacity(zstd_safe::compress_bound(bytes.len()));
+            zstd_safe::compress(&mut out, bytes, 3).expect("compress");
+            out
+        }
+    }
 }
 
 /// The index in `Dialect::ALL` of a fixture named after its family.

@@ -164,7 +164,10 @@ impl Brotli {
                     &mut self.state,
                 )
             }))
-            .map_err(|_| corrupt("the brotli decoder failed"))?;
+            .map_err(|_| {
+                super::PANICS.fetch_add(1, Relaxed);
+                corrupt("the brotli decoder failed")
+            })?;
             if output_offset > 0 {
                 out(&self.out[..output_offset])?;
             }

@@ -4,4 +4,4 @@
 
 mod targets;
 
-pub use targets::{dialect, h1, ndjson, request, sse};
+pub use targets::{coding, dialect, h1, ndjson, request, sse};

@@ -22,6 +22,7 @@ use http::{Method, Request, Response};
 use http_body::{Body, Frame};
 use tokenclock::{
     config::File,
+    measure::coding::PANICS,
     measure::dialect::{Dialect, RequestInfo},
     measure::exchange::Exchange,
     measure::frame::ndjson::NdjsonFramer,
@@ -182,6 +183,45 @@ pub fn dialect(data: &[u8]) {
     assert_eq!(run(&cuts.split(body)), whole, "split response");
 }
 
+/// The codings a compressed response may come in, as the `coding` target
+/// picks them (its option byte's two low bits).
+pub const CODINGS: [&str; 4] = ["gzip", "deflate", "br", "zstd"];
+
+/// Compressed responses through the real pipeline: the option byte picks
+/// the coding (bits 0-1, [`CODINGS`]), the dialect (bits 2-4) and whether
+/// the body is an SSE stream or a whole JSON body (bit 5); the rest is the
+/// compressed body. No decoder panics, even one the proxy would survive,
+/// and a body that decodes is read the same however it was cut (one that
+/// does not, or is a bomb, may stop at another point of it).
+pub fn coding(data: &[u8]) {
+    let Some((opt, body)) = options(data) else {
+        return;
+    };
+    let coding = CODINGS[usize::from(opt & 3)];
+    let dialect = Dialect::ALL[usize::from(opt >> 2 & 7)];
+    let content_type = ["text/event-stream", "application/json"][usize::from(opt >> 5 & 1)];
+    let panics = PANICS.load(std::sync::atomic::Ordering::Relaxed);
+    let run = |pieces: &[&[u8]]| {
+        let (sink, exchange, upload) = start(dialect, Method::POST, 1024 * 1024);
+        upload.on_end(End::Complete, Instant::now());
+        respond_coded(exchange, content_type, coding, pieces, End::Complete);
+        let timeline = sink.take();
+        let decoded = !timeline
+            .parse_errors
+            .iter()
+            .any(|e| e.as_str() == "unparsed_encoding");
+        (summary(&timeline), decoded)
+    };
+    let whole = run(&[body]);
+    let mut cuts = Cuts::new(opt, body);
+    let split = run(&cuts.split(body));
+    let after = PANICS.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(after, panics, "a decoder panicked");
+    if whole.1 && split.1 {
+        assert_eq!(split.0, whole.0, "split compressed response");
+    }
+}
+
 /// The request-body reader: what the exchange learns from a request body
 /// sent in pieces is what `RequestInfo::parse` reads from it whole, or
 /// nothing when the body is over `request_capture_bytes`, not a POST, or of
@@ -289,9 +329,21 @@ fn start(dialect: Dialect, method: Method, limit: usize) -> (Arc<Keep>, Exchange
 
 /// A 200 with `content_type`, whose body arrives in `pieces`, all at the
 /// same instant (so timings cannot differ between two runs), then `end`.
-fn respond(mut exchange: Exchange, content_type: &str, pieces: &[&[u8]], end: End) {
+fn respond(exchange: Exchange, content_type: &str, pieces: &[&[u8]], end: End) {
+    respond_coded(exchange, content_type, "identity", pieces, end);
+}
+
+/// [`respond`], its body compressed with `coding` (`content-encoding`).
+fn respond_coded(
+    mut exchange: Exchange,
+    content_type: &str,
+    coding: &str,
+    pieces: &[&[u8]],
+    end: End,
+) {
     let (head, ()) = Response::builder()
         .header("content-type", content_type)
+        .header("content-encoding", coding)
         .body(())
         .expect("a valid response")
         .into_parts();
