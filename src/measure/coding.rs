@@ -3,12 +3,15 @@
 //! Remote APIs compress what their clients accept, and the official SDKs
 //! accept compression: the OpenAI Python SDK's httpx sends
 //! `Accept-Encoding: gzip, deflate` (and `br` too once the `brotli`
-//! package is installed, as aiohttp's `speedups` extra does), and OpenAI
-//! answers a whole (non-streamed) response compressed (a gzip one is among
-//! the recorded fixtures; clients have reported brotli ones, and brotli
-//! streams from OpenAI's own backend). Without this, every such request
-//! would reach the metrics with no token counts. The bytes the client gets
-//! are the upstream's, untouched; only the measurement's copy is decoded.
+//! package is installed, as aiohttp's `speedups` extra does; httpx and
+//! aiohttp add `zstd` once a zstd package is), and OpenAI answers a whole
+//! (non-streamed) response compressed (a gzip one is among the recorded
+//! fixtures; clients have reported brotli ones, and brotli streams from
+//! OpenAI's own backend; LiteLLM's, zstd streams from AWS). Without this,
+//! every such request would reach the metrics with no token counts. The
+//! bytes the client gets are the upstream's, untouched; only the
+//! measurement's copy is decoded. [`decode_whole`] does the same for a
+//! request body's copy (OpenAI's Codex client sends zstd ones).
 //!
 //! The copy is decoded as it comes, in small steps, and each step's output
 //! is handed on at once: an event is read at the arrival of the frame that
