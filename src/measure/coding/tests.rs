@@ -6,6 +6,14 @@ use flate2::{
 };
 use http::{HeaderMap, HeaderValue};
 
+mod brotli;
+mod zstd;
+
+pub(crate) use self::zstd::ZstdEncoder;
+use self::{
+    brotli::br,
+    zstd::{zst, Flush},
+};
 use super::{
     decode_whole, Budget, Busy, Coding, Inflate, InflateError, Unsupported, ALLOWANCE, FLATE_HELD,
     OUT, RATIO, STEP,
@@ -218,43 +226,6 @@ fn a_bomb_is_read_no_further_than_its_bound() {
     );
 }
 
-/// `plain` in brotli at `quality` with a window of 2^`lgwin` bytes, the
-/// compressor flushed after every `every` bytes (never when 0).
-fn br(plain: &[u8], quality: u32, lgwin: u32, every: usize) -> Vec<u8> {
-    let mut e = ::brotli::CompressorWriter::new(Vec::new(), 4096, quality, lgwin);
-    let pieces = plain.chunks(if every == 0 {
-        plain.len().max(1)
-    } else {
-        every
-    });
-    for piece in pieces {
-        e.write_all(piece).expect("compress");
-        if every > 0 {
-            e.flush().expect("flush");
-        }
-    }
-    e.into_inner()
-}
-
-#[test]
-fn a_flushed_brotli_event_comes_out_with_its_own_frame() {
-    let mut e = ::brotli::CompressorWriter::new(Vec::new(), 4096, 5, 22);
-    let mut inflate = Inflate::new(Coding::Brotli).expect("a decoder");
-    let mut sent = 0;
-    for i in 0..50 {
-        let event = format!("data: {{\"i\":{i}}}\n\n");
-        e.write_all(event.as_bytes()).expect("compress");
-        e.flush().expect("flush");
-        let frame = e.get_ref()[sent..].to_vec();
-        sent += frame.len();
-        let mut out = Vec::new();
-        inflate
-            .feed(&frame, &mut |b| out.extend_from_slice(b))
-            .expect("decode");
-        assert_eq!(out, event.as_bytes(), "event {i}");
-    }
-}
-
 /// `body`, a valid `coding` body, cut, corrupted, followed by junk, and
 /// gzip said to be `coding`: each fails without panicking.
 fn broken_variants_fail(coding: Coding, body: &[u8]) {
@@ -282,23 +253,6 @@ fn broken_variants_fail(coding: Coding, body: &[u8]) {
     }
 }
 
-#[test]
-fn corrupt_cut_trailing_or_large_window_brotli_fails_without_panicking() {
-    let plain = text(200);
-    broken_variants_fail(Coding::Brotli, &br(&plain, 5, 22, 0));
-    // A large-window stream (up to 1 GiB of window, never used over HTTP)
-    // is refused, not decoded into a ring buffer that large.
-    let params = ::brotli::enc::BrotliEncoderParams {
-        large_window: true,
-        lgwin: 26,
-        quality: 5,
-        ..Default::default()
-    };
-    let mut large = Vec::new();
-    ::brotli::BrotliCompress(&mut &plain[..], &mut large, &params).expect("compress");
-    assert!(!inflate(Coding::Brotli, &large, 64).1, "a large window");
-}
-
 /// Decodes `body` in 4 KiB pieces: the most its decoder held meanwhile,
 /// after checking that it decoded to `len` bytes.
 fn most_held(coding: Coding, body: &[u8], len: usize) -> usize {
@@ -318,178 +272,6 @@ fn most_held(coding: Coding, body: &[u8], len: usize) -> usize {
 /// A brotli decoder holds what its stream's window makes it hold: a
 /// small window little, a 4 MiB one up to 4 MiB once the stream has
 /// produced that much; and no more as the stream goes on.
-#[test]
-fn a_brotli_decoder_holds_its_window_and_no_more() {
-    // 12 MiB of events that do not repeat within a small window.
-    let plain: Vec<u8> = (0..300_000u64)
-        .flat_map(|i| {
-            let n = i.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40;
-            format!("data: {{\"n\":{n},\"i\":{i}}}\n\n").into_bytes()
-        })
-        .collect();
-    for (lgwin, most) in [(16, 200 * 1024), (22, (4 << 20) + 300 * 1024)] {
-        let body = br(&plain, 4, lgwin, 64 * 1024);
-        let largest = most_held(Coding::Brotli, &body, plain.len());
-        assert!(
-            ((1 << lgwin)..=most).contains(&largest),
-            "window 2^{lgwin}: held {largest} bytes"
-        );
-    }
-}
-
-/// A brotli stream whose decoder outgrows the budget is read no further,
-/// and what it held is given back.
-#[test]
-fn a_brotli_decoder_that_outgrows_the_budget_stops() {
-    let budget: &'static Budget = Box::leak(Box::new(Budget::new(512 * 1024)));
-    let plain = text(100_000);
-    let body = br(&plain, 4, 22, 16 * 1024);
-    let mut inflate = Inflate::within(Coding::Brotli, budget)
-        .expect("room")
-        .expect("a decoder");
-    let mut total = 0;
-    let stopped = body
-        .chunks(1024)
-        .map(|piece| inflate.feed(piece, &mut |b| total += b.len()))
-        .find_map(Result::err);
-    assert!(
-        matches!(stopped, Some(InflateError::Budget(Busy))),
-        "{stopped:?}"
-    );
-    assert!(total > 0 && total < plain.len());
-    // Its ring buffer was refused before it was made: what it holds is
-    // within the budget (but for its tables, made regardless).
-    assert!(
-        inflate.held() <= 512 * 1024 + 64 * 1024,
-        "{}",
-        inflate.held()
-    );
-    drop(inflate);
-    assert_eq!(budget.held(), 0, "all given back");
-}
-
-/// A hostile brotli stream (a 16 MiB window, one metablock as long, a
-/// copy of one byte) against a budget with 1 MiB left: the ring buffer the
-/// decoder would grow past it is refused before it is allocated, and the
-/// body is read no further; every byte charged is given back.
-#[test]
-fn a_wide_brotli_window_is_refused_before_it_is_allocated() {
-    let budget: &'static Budget = Box::leak(Box::new(Budget::new(1 << 20)));
-    let body = br(&vec![b'a'; 32 << 20], 5, 24, 0);
-    for piece in [STEP, body.len()] {
-        let mut inflate = Inflate::within(Coding::Brotli, budget)
-            .expect("room")
-            .expect("a decoder");
-        let mut total = 0;
-        let stopped = body
-            .chunks(piece)
-            .map(|piece| inflate.feed(piece, &mut |b| total += b.len()))
-            .find_map(Result::err);
-        assert!(
-            matches!(
-                stopped,
-                Some(InflateError::Budget(Busy) | InflateError::Bomb)
-            ),
-            "{stopped:?}"
-        );
-        assert!(
-            inflate.held() <= (1 << 20) + 64 * 1024,
-            "{}",
-            inflate.held()
-        );
-        assert!(total <= 2 << 20, "{total}");
-        drop(inflate);
-        assert_eq!(budget.held(), 0, "all given back");
-    }
-}
-
-/// How a zstd test body is cut into frames or flushes.
-#[derive(Clone, Copy, Debug)]
-pub(super) enum Flush {
-    /// One frame, flushed only at its end.
-    Never,
-    /// One frame, flushed every this many bytes (`ZSTD_e_flush`).
-    Every(usize),
-    /// A frame of its own for every this many bytes.
-    Frames(usize),
-}
-
-/// A zstd compressor, as a server streams with it.
-pub(crate) struct ZstdEncoder(zstd_safe::CCtx<'static>);
-
-impl ZstdEncoder {
-    /// At `level`, with a window of 2^`log` bytes.
-    pub(crate) fn new(level: i32, log: u32) -> Self {
-        use zstd_safe::CParameter;
-        let mut cctx = zstd_safe::CCtx::create();
-        cctx.set_parameter(CParameter::CompressionLevel(level))
-            .expect("level");
-        cctx.set_parameter(CParameter::WindowLog(log))
-            .expect("window");
-        Self(cctx)
-    }
-
-    /// Runs `op` until it has nothing left to write: what it wrote.
-    fn each(
-        &mut self,
-        mut op: impl FnMut(&mut Self, &mut zstd_safe::OutBuffer<'_, Vec<u8>>) -> bool,
-    ) -> Vec<u8> {
-        let mut body = Vec::new();
-        loop {
-            let mut buffer = Vec::with_capacity(1 << 17);
-            let mut out = zstd_safe::OutBuffer::around(&mut buffer);
-            let more = op(self, &mut out);
-            body.extend_from_slice(&buffer);
-            if !more {
-                return body;
-            }
-        }
-    }
-
-    /// `piece` compressed; what is ready to go out.
-    pub(crate) fn write(&mut self, piece: &[u8]) -> Vec<u8> {
-        let mut input = zstd_safe::InBuffer::around(piece);
-        self.each(|e, out| {
-            e.0.compress_stream(out, &mut input).expect("compress");
-            input.pos() < piece.len()
-        })
-    }
-
-    /// Flushes the frame (`ZSTD_e_flush`), or ends it (`ZSTD_e_end`).
-    pub(crate) fn flush(&mut self, end: bool) -> Vec<u8> {
-        self.each(|e, out| {
-            let left = match end {
-                true => e.0.end_stream(out),
-                false => e.0.flush_stream(out),
-            };
-            left.expect("flush") > 0
-        })
-    }
-}
-
-/// `plain` in zstd at `level` with a window of 2^`log` bytes, flushed or
-/// framed as `flush` says.
-pub(super) fn zst(plain: &[u8], level: i32, log: u32, flush: Flush) -> Vec<u8> {
-    let mut encoder = ZstdEncoder::new(level, log);
-    let every = match flush {
-        Flush::Never => plain.len().max(1),
-        Flush::Every(n) | Flush::Frames(n) => n,
-    };
-    let mut body = Vec::new();
-    for piece in plain.chunks(every) {
-        body.extend(encoder.write(piece));
-        match flush {
-            Flush::Never => {}
-            Flush::Every(_) => body.extend(encoder.flush(false)),
-            Flush::Frames(_) => body.extend(encoder.flush(true)),
-        }
-    }
-    if !matches!(flush, Flush::Frames(_)) || plain.is_empty() {
-        body.extend(encoder.flush(true));
-    }
-    body
-}
-
 #[test]
 fn brotli_and_zstd_bodies_decode_whole_in_any_pieces() {
     let plain = text(500);
@@ -548,67 +330,6 @@ fn an_empty_compressed_body_is_no_error() {
             "{coding:?}"
         );
         assert!(out.is_empty());
-    }
-}
-
-/// A server that flushes its zstd frame after each event, or sends each
-/// event as a frame of its own: each event comes out with its own frame.
-#[test]
-fn a_flushed_or_framed_zstd_event_comes_out_with_its_own_frame() {
-    let events: Vec<String> = (0..50)
-        .map(|i| format!("data: {{\"i\":{i}}}\n\n"))
-        .collect();
-    for framed in [false, true] {
-        let mut inflate = Inflate::new(Coding::Zstd).expect("a decoder");
-        let mut encoder = ZstdEncoder::new(3, 20);
-        for (i, event) in events.iter().enumerate() {
-            let mut frame = encoder.write(event.as_bytes());
-            frame.extend(encoder.flush(framed));
-            let mut out = Vec::new();
-            inflate
-                .feed(&frame, &mut |b| out.extend_from_slice(b))
-                .expect("decode");
-            assert_eq!(out, event.as_bytes(), "framed {framed}, event {i}");
-        }
-        // A framed stream may end after any frame; a flushed one once its
-        // frame is ended.
-        if !framed {
-            assert!(inflate.finish(&mut |_| {}).is_err(), "its frame is open");
-            let end = encoder.flush(true);
-            inflate.feed(&end, &mut |_| {}).expect("the frame's end");
-        }
-        assert!(
-            inflate.finish(&mut |_| {}).is_ok(),
-            "framed {framed}: ends well"
-        );
-    }
-}
-
-#[test]
-fn corrupt_cut_trailing_or_too_wide_zstd_fails_without_panicking() {
-    broken_variants_fail(Coding::Zstd, &zst(&text(200), 3, 20, Flush::Never));
-    // A frame that declares a 16 MiB window (more than the 8 MiB HTTP
-    // decoders need support) is refused, not decoded into it.
-    let wide = zst(&text(400_000), 3, 24, Flush::Never);
-    assert!(!inflate(Coding::Zstd, &wide, 4096).1, "a 16 MiB window");
-}
-
-/// A zstd decoder holds the window its frame declares (libzstd allocates
-/// it whole at the frame's start): little for a small one, 8 MiB and its
-/// buffers for the widest accepted; and no more as the stream goes on.
-#[test]
-fn a_zstd_decoder_holds_its_window_and_no_more() {
-    let plain = text(100_000);
-    for (log, least, most) in [
-        (16, 1 << 16, 400 * 1024),
-        (23, 8 << 20, (8 << 20) + 600 * 1024),
-    ] {
-        let body = zst(&plain, 3, log, Flush::Every(64 * 1024));
-        let largest = most_held(Coding::Zstd, &body, plain.len());
-        assert!(
-            (least..=most).contains(&largest),
-            "window 2^{log}: held {largest} bytes"
-        );
     }
 }
 
