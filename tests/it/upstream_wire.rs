@@ -177,12 +177,9 @@ async fn an_answer_before_the_request_body_was_sent_reaches_the_client() {
     let addr = listener.local_addr().expect("addr");
     let refusal = b"{\"error\":\"too large\"}";
     tokio::spawn(async move {
-        let Ok((mut stream, _)) = listener.accept().await else {
+        let Some(mut stream) = first_request(&listener).await else {
             return;
         };
-        if read_until(&mut stream, b"\r\n\r\n").await.is_none() {
-            return;
-        }
         let answer = format!(
             "HTTP/1.1 413 Payload Too Large\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
             refusal.len()
@@ -300,12 +297,9 @@ async fn a_request_body_that_fails_mid_answer_ends_the_exchange() {
     let addr = listener.local_addr().expect("addr");
     let (closed_tx, closed_rx) = tokio::sync::oneshot::channel();
     tokio::spawn(async move {
-        let Ok((mut stream, _)) = listener.accept().await else {
+        let Some(mut stream) = first_request(&listener).await else {
             return;
         };
-        if read_until(&mut stream, b"\r\n\r\n").await.is_none() {
-            return;
-        }
         let mut buf = vec![0u8; 4096];
         let answer = [
             &b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"[..],
@@ -388,5 +382,17 @@ impl Body for Trickle {
         self.sleep = None;
         self.left -= 1;
         Poll::Ready(Some(Ok(Frame::data(Bytes::from(vec![b'x'; 64 * 1024])))))
+    }
+}
+
+/// The first connection to `listener` that brings a request head, read up
+/// to its end: the readiness probe's connections, which close without a
+/// byte, are skipped (one accepted first left the request unanswered).
+async fn first_request(listener: &TcpListener) -> Option<tokio::net::TcpStream> {
+    loop {
+        let (mut stream, _) = listener.accept().await.ok()?;
+        if read_until(&mut stream, b"\r\n\r\n").await.is_some() {
+            return Some(stream);
+        }
     }
 }
