@@ -181,8 +181,9 @@ impl Inflate {
     /// the budget cannot hold it.
     pub fn budgeted(coding: Coding) -> Result<Option<Self>, Busy> {
         let budget = match coding {
+            Coding::Identity => return Ok(None),
             Coding::Gzip | Coding::Deflate => &FLATE,
-            Coding::Identity | Coding::Brotli | Coding::Zstd => &WINDOWED,
+            Coding::Brotli | Coding::Zstd => &WINDOWED,
         };
         Self::within(coding, budget)
     }
@@ -324,6 +325,15 @@ fn flate(decoder: &mut dyn Write, step: &[u8]) -> Result<(), InflateError> {
 /// A body's copy that cannot be decoded.
 fn corrupt(what: &'static str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, what)
+}
+
+/// `Ok` if the compressed stream `ended`, else the error of a body cut
+/// short of it.
+fn ended(ended: bool, what: &'static str) -> io::Result<()> {
+    match ended {
+        true => Ok(()),
+        false => Err(io::Error::new(io::ErrorKind::UnexpectedEof, what)),
+    }
 }
 
 /// Hands `plain` on to `out`, unless the body, `inflated` bytes so far from

@@ -21,7 +21,7 @@ use std::{
     },
 };
 
-use super::{budget::Budget, corrupt, Busy, OUT};
+use super::{budget::Budget, corrupt, ended, Busy, OUT};
 use brotli_decompressor::{
     Allocator, BrotliDecompressStream, BrotliResult, BrotliState, SliceWrapper, StandardAlloc,
 };
@@ -195,12 +195,6 @@ impl Brotli {
 
     /// The body ended: an error unless the compressed stream did too.
     pub(super) fn finish(&self) -> Result<(), io::Error> {
-        match self.done {
-            true => Ok(()),
-            false => Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "the body ended before its brotli stream",
-            )),
-        }
+        ended(self.done, "the body ended before its brotli stream")
     }
 }

@@ -18,7 +18,7 @@ use std::io;
 
 use zstd_safe::{DCtx, DParameter, InBuffer, OutBuffer};
 
-use super::{corrupt, OUT};
+use super::{corrupt, ended, OUT};
 
 /// The largest window accepted: 2^23 bytes (8 MiB).
 const WINDOW_LOG_MAX: u32 = 23;
@@ -89,12 +89,6 @@ impl Zstd {
 
     /// The body ended: an error unless its last frame did too.
     pub(super) fn finish(&self) -> Result<(), io::Error> {
-        match self.ended {
-            true => Ok(()),
-            false => Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "the body ended inside a zstd frame",
-            )),
-        }
+        ended(self.ended, "the body ended inside a zstd frame")
     }
 }

@@ -1,6 +1,6 @@
 //! Reading a copy of the response body: SSE or NDJSON events through the
-//! dialect into the timeline, or a whole JSON body at its end; a gzip or
-//! deflate body inflated first (`coding`).
+//! dialect into the timeline, or a whole JSON body at its end; a gzip,
+//! deflate, brotli or zstd body decoded first (`coding`).
 
 use http::{header, HeaderMap, StatusCode};
 use tokio::time::Instant;
