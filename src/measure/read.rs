@@ -35,4 +35,11 @@ impl ReadSettings {
             .copied()
             .unwrap_or_else(|| Dialect::from_path(path))
     }
+
+    /// Whether a request on `path` is on `/generate`, which TGI and SGLang
+    /// both serve, with no dialect forced for it: its response tells
+    /// which of the two it is ([`Dialect::shared_generate`]).
+    pub fn undecided(&self, path: &str) -> bool {
+        Dialect::shared_generate(path) && !self.dialects.contains_key(path)
+    }
 }

@@ -140,11 +140,14 @@ fn dialect_index(name: &str) -> u8 {
         ("tgi", 4),
         ("ollama", 5),
         ("llamacpp", 6),
+        // SGLang's native `/generate` (its OpenAI route is `sglang_chat`).
+        ("sglang", 7),
     ];
     families
         .iter()
         .find(|(prefix, _)| name.starts_with(prefix))
-        .map_or(7, |&(_, i)| i)
+        .map(|&(_, i)| i)
+        .unwrap_or_else(|| panic!("{name}: a fixture of no read dialect"))
 }
 
 /// Request bodies for the `request` target: what clients send, and what

@@ -277,6 +277,11 @@ impl TimelineSink for Metrics {
         self.in_flight(dialect, 1);
     }
 
+    fn moved(&self, from: Dialect, to: Dialect) {
+        self.in_flight(to, 1);
+        self.in_flight(from, -1);
+    }
+
     fn progressed(&self, t: &Timeline, milestones: Milestones) {
         let series = self.bundle(t);
         for milestone in milestones.iter() {

@@ -479,6 +479,17 @@ fn in_flight_and_count_sources_count_per_endpoint_and_source() {
     let text = scrape(&m);
     assert_eq!(gauge(&text, "openai_chat"), 2.0, "{text}");
     assert_eq!(gauge(&text, "anthropic"), 0.0);
+    // A `/generate` request found to be SGLang's moves with its count.
+    m.started(Dialect::Tgi);
+    m.moved(Dialect::Tgi, Dialect::Sglang);
+    let text = scrape(&m);
+    assert_eq!(gauge(&text, "tgi"), 0.0, "{text}");
+    assert_eq!(gauge(&text, "sglang"), 1.0);
+    let mut sglang = request("a", vec![], 10);
+    sglang.dialect = Dialect::Sglang;
+    m.finished(&sglang);
+    let text = scrape(&m);
+    assert_eq!(gauge(&text, "sglang"), 0.0, "{text}");
     let sources = |text: &str, source: &str| {
         value(
             text,
@@ -487,5 +498,5 @@ fn in_flight_and_count_sources_count_per_endpoint_and_source() {
     };
     let counted = request("a", vec![], 10).tokens.generated_source;
     let source = counted.map(|s| s.as_str()).unwrap_or_default();
-    assert_eq!(sources(&text, source), 2.0, "{text}");
+    assert_eq!(sources(&text, source), 3.0, "{text}");
 }

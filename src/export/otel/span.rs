@@ -80,7 +80,9 @@ fn phase_bounds(t: &Timeline) -> [(&'static str, Option<Instant>, Option<Instant
 /// `gen_ai.operation.name` of an API family.
 fn operation(dialect: Dialect) -> &'static str {
     match dialect {
-        Dialect::OpenAiCompletions | Dialect::Tgi | Dialect::LlamaCpp => "text_completion",
+        Dialect::OpenAiCompletions | Dialect::Tgi | Dialect::Sglang | Dialect::LlamaCpp => {
+            "text_completion"
+        }
         Dialect::OpenAiChat | Dialect::OpenAiResponses | Dialect::Anthropic | Dialect::Ollama => {
             "chat"
         }
@@ -99,6 +101,7 @@ fn provider(dialect: Dialect) -> Option<&'static str> {
         }
         Dialect::Anthropic => Some("anthropic"),
         Dialect::Tgi => Some("tgi"),
+        Dialect::Sglang => Some("sglang"),
         Dialect::Ollama => Some("ollama"),
         Dialect::LlamaCpp => Some("llama.cpp"),
         Dialect::Unknown => None,

@@ -19,6 +19,7 @@ mod openai_completions;
 mod openai_responses;
 mod request;
 mod scan;
+mod sglang;
 #[cfg(test)]
 mod tests;
 mod tgi;
@@ -42,6 +43,9 @@ pub enum Dialect {
     Anthropic,
     /// TGI native `/generate_stream` and `/generate`.
     Tgi,
+    /// SGLang native `/generate` (a path TGI answers too: see
+    /// [`Dialect::shared_generate`]).
+    Sglang,
     /// Ollama native `/api/chat` and `/api/generate` (NDJSON).
     Ollama,
     /// llama.cpp native `/completion` (and `/completions`).
@@ -76,6 +80,42 @@ impl Dialect {
         }
     }
 
+    /// Whether `path` is `/generate`, which TGI and SGLang both serve in
+    /// their native APIs: [`Dialect::from_path`] names it TGI's, and the
+    /// response tells which server answered (see
+    /// [`Dialect::generate_answered_by`]).
+    pub fn shared_generate(path: &str) -> bool {
+        path.trim_end_matches('/') == "/generate"
+    }
+
+    /// Which server answered a request on the shared `/generate` path, as
+    /// far as the response head tells: SGLang when it streams (TGI streams
+    /// only on `/generate_stream`), TGI when the head carries the timing
+    /// headers TGI's router adds to every successful answer (`x-compute-type`), and
+    /// `None` when only a whole body can tell
+    /// ([`Dialect::generate_body_of`]).
+    pub(crate) fn generate_answered_by(event_stream: bool, tgi_headers: bool) -> Option<Self> {
+        if event_stream {
+            Some(Self::Sglang)
+        } else if tgi_headers {
+            Some(Self::Tgi)
+        } else {
+            None
+        }
+    }
+
+    /// Which server wrote a whole `/generate` body: SGLang's carries
+    /// `meta_info` (its errors, an `error` object), TGI's `generated_text`
+    /// (its errors, an `error` string); anything else is left to TGI, the
+    /// path's dialect.
+    pub(crate) fn generate_body_of(body: &[u8]) -> Self {
+        if sglang::is_body(body) {
+            Self::Sglang
+        } else {
+            Self::Tgi
+        }
+    }
+
     /// The name used in config and as the `endpoint` label.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -84,6 +124,7 @@ impl Dialect {
             Self::OpenAiResponses => "openai_responses",
             Self::Anthropic => "anthropic",
             Self::Tgi => "tgi",
+            Self::Sglang => "sglang",
             Self::Ollama => "ollama",
             Self::LlamaCpp => "llamacpp",
             Self::Unknown => "unknown",
@@ -91,15 +132,15 @@ impl Dialect {
     }
 
     /// Whether this dialect's events can name the model that answered.
-    /// TGI's native events never do, nor does an unread body: a request
+    /// TGI's and SGLang's native events never do, nor does an unread body: a request
     /// that named no model is then labelled `unknown` without waiting for
     /// the end.
     pub(crate) fn streams_model(self) -> bool {
-        !matches!(self, Self::Tgi | Self::Unknown)
+        !matches!(self, Self::Tgi | Self::Sglang | Self::Unknown)
     }
 
     /// Every dialect, for config validation and metric pre-registration.
-    pub const ALL: [Dialect; 8] = [
+    pub const ALL: [Dialect; 9] = [
         Self::OpenAiChat,
         Self::OpenAiCompletions,
         Self::OpenAiResponses,
@@ -107,6 +148,7 @@ impl Dialect {
         Self::Tgi,
         Self::Ollama,
         Self::LlamaCpp,
+        Self::Sglang,
         Self::Unknown,
     ];
 
@@ -121,7 +163,8 @@ impl Dialect {
             Self::Tgi => 4,
             Self::Ollama => 5,
             Self::LlamaCpp => 6,
-            Self::Unknown => 7,
+            Self::Sglang => 7,
+            Self::Unknown => 8,
         }
     }
 
@@ -162,6 +205,7 @@ impl Dialect {
             Self::OpenAiResponses => openai_responses::event(reader, name, data),
             Self::Anthropic => anthropic::event(reader, name, data),
             Self::Tgi => tgi::event(reader, data),
+            Self::Sglang => sglang::event(reader, data),
             Self::Ollama => ollama::event(reader, data),
             Self::LlamaCpp => llamacpp::event(reader, data),
             Self::Unknown => Ok(Parsed::default()),
@@ -176,6 +220,7 @@ impl Dialect {
             Self::OpenAiResponses => openai_responses::body(body),
             Self::Anthropic => anthropic::body(body),
             Self::Tgi => tgi::body(body),
+            Self::Sglang => sglang::body(body),
             Self::Ollama => ollama::body(body),
             Self::LlamaCpp => llamacpp::body(body),
             Self::Unknown => Ok(Parsed::default()),

@@ -18,17 +18,18 @@ use super::{
 };
 
 /// Where the output cap may be, first match wins.
-const MAX_TOKENS: [&str; 6] = [
+const MAX_TOKENS: [&str; 7] = [
     "/max_tokens",
     "/max_completion_tokens",
     "/max_output_tokens",
     "/options/num_predict",
     "/n_predict",
     "/parameters/max_new_tokens",
+    "/sampling_params/max_new_tokens",
 ];
 
 /// Top-level fields holding prompt text, across the families.
-const PROMPT_FIELDS: [&str; 5] = ["messages", "prompt", "input", "system", "inputs"];
+const PROMPT_FIELDS: [&str; 6] = ["messages", "prompt", "input", "system", "inputs", "text"];
 
 /// What tokenclock learns from a request body (a capped copy read on the
 /// side while it streams upstream). Unknown or unreadable bodies give the
@@ -46,10 +47,10 @@ pub struct RequestInfo {
     /// The output cap the client asked for: `max_tokens`,
     /// `max_completion_tokens`, `max_output_tokens`, Ollama
     /// `options.num_predict`, llama.cpp `n_predict`, TGI
-    /// `parameters.max_new_tokens`.
+    /// `parameters.max_new_tokens`, SGLang `sampling_params.max_new_tokens`.
     pub max_tokens: Option<u64>,
     /// Bytes of prompt text (message contents, `prompt`, `input`, `system`,
-    /// `inputs`): the basis of the input-token estimate when the server
+    /// `inputs`, SGLang's `text`): the basis of the input-token estimate when the server
     /// reports no usage.
     pub prompt_bytes: u64,
 }
@@ -146,6 +147,7 @@ pub(super) fn scan(body: &[u8]) -> Option<RequestInfo> {
             b"options" => [caps[3]] = in_object(s, [&b"num_predict"[..]], as_u64)?,
             b"n_predict" => caps[4] = as_u64(s)?,
             b"parameters" => [caps[5]] = in_object(s, [&b"max_new_tokens"[..]], as_u64)?,
+            b"sampling_params" => [caps[6]] = in_object(s, [&b"max_new_tokens"[..]], as_u64)?,
             _ => info.prompt_bytes += scanned_text_bytes(s)?,
         }
         Some(())
@@ -156,7 +158,7 @@ pub(super) fn scan(body: &[u8]) -> Option<RequestInfo> {
 }
 
 /// The top-level keys read (`PROMPT_FIELDS` last), for `seen`'s bits.
-const KEYS: [&[u8]; 14] = [
+const KEYS: [&[u8]; 16] = [
     b"model",
     b"stream",
     b"stream_options",
@@ -166,11 +168,13 @@ const KEYS: [&[u8]; 14] = [
     b"options",
     b"n_predict",
     b"parameters",
+    b"sampling_params",
     b"messages",
     b"prompt",
     b"input",
     b"system",
     b"inputs",
+    b"text",
 ];
 
 /// Any value, checked as `Value` would take it (see [`number`]).

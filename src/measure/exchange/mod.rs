@@ -23,7 +23,7 @@ use tokio::time::Instant;
 pub(crate) use self::upload::Upload;
 use self::{reader::Reader, stage::StageCell, upload::UploadShared};
 use crate::{
-    measure::dialect::ServerTimings,
+    measure::dialect::{Dialect, ServerTimings},
     measure::observe::{End, Observe},
     measure::read::ReadSettings,
     measure::slo::Limits,
@@ -50,6 +50,10 @@ pub struct Exchange {
     sink: Option<Arc<dyn TimelineSink>>,
     /// The request body's model is known (or known absent).
     request_read: bool,
+    /// A request on `/generate` whose response has not yet told whether
+    /// TGI or SGLang answered (the timeline names TGI's, the path's, until
+    /// then); its label is not settled meanwhile.
+    undecided: bool,
     /// The model label can no longer change: milestones may be delivered.
     settled: bool,
     /// The milestones reached at the last [`Exchange::progress`].
@@ -106,6 +110,7 @@ impl Exchange {
             max_logged_model_bytes: reading.max_logged_model_bytes,
             sink,
             request_read: false,
+            undecided: reading.undecided(path),
             settled: false,
             noticed: Milestones::default(),
             done: false,
@@ -118,6 +123,13 @@ impl Exchange {
         self.timeline.status = Some(head.status);
         self.timeline.response_head = Some(at);
         self.timeline.server = tgi_header_timings(&head.headers);
+        if self.undecided {
+            let stream = Reader::is_event_stream(&head.headers);
+            let tgi = head.headers.contains_key("x-compute-type");
+            if let Some(dialect) = Dialect::generate_answered_by(stream, tgi) {
+                self.decide(dialect);
+            }
+        }
         let (reader, error) = Reader::for_response(
             self.timeline.dialect,
             head.status,
@@ -125,6 +137,15 @@ impl Exchange {
             self.max_event_bytes,
         );
         self.reader = reader;
+        if self.undecided && !head.status.is_success() {
+            // Not read for its counts, but SGLang's and TGI's error bodies
+            // differ: read to tell which server refused.
+            self.reader = Reader::error_body(&head.headers, self.max_event_bytes);
+        }
+        if self.undecided && !self.reader.tell_by_body() {
+            // No whole body will tell: the path's dialect stays.
+            self.decide(self.timeline.dialect);
+        }
         self.timeline.streamed = self.reader.is_stream();
         if let Some(error) = error {
             self.timeline.parse_error(error);
@@ -133,7 +154,7 @@ impl Exchange {
     }
 
     /// The dialect of the request.
-    pub fn dialect(&self) -> crate::measure::dialect::Dialect {
+    pub fn dialect(&self) -> Dialect {
         self.timeline.dialect
     }
 
@@ -247,7 +268,8 @@ impl Exchange {
         }
         if !self.settled {
             let silent = self.timeline.response_head.is_some() && !self.reader.may_name_model();
-            self.settled = self.timeline.model_settled(self.request_read, silent);
+            self.settled =
+                !self.undecided && self.timeline.model_settled(self.request_read, silent);
             if !self.settled {
                 return;
             }
@@ -263,13 +285,31 @@ impl Exchange {
         self.timeline.delivered = reached;
     }
 
+    /// The request's endpoint is `dialect`, as its response told (a
+    /// request on `/generate`, which TGI and SGLang share): the timeline,
+    /// its stage and the sink's in-flight count move to it. Before any
+    /// milestone is handed over (the label is not settled until then).
+    fn decide(&mut self, dialect: Dialect) {
+        self.undecided = false;
+        let from = std::mem::replace(&mut self.timeline.dialect, dialect);
+        if from == dialect {
+            return;
+        }
+        self.upload.stage.relabel(dialect);
+        if let Some(sink) = &self.sink {
+            sink.moved(from, dialect);
+        }
+    }
+
     /// Finishes the timeline, logs it and hands it over; once.
     fn complete(&mut self, end: End, at: Instant) {
         if std::mem::replace(&mut self.done, true) {
             return;
         }
-        self.reader
-            .finish(matches!(end, End::Complete), &mut self.timeline);
+        let shown = (self.reader).finish(matches!(end, End::Complete), &mut self.timeline);
+        if self.undecided {
+            self.decide(shown.unwrap_or(self.timeline.dialect));
+        }
         self.upload.fill(&mut self.timeline);
         let outcome = self.outcome(end);
         self.timeline.finish(outcome, at);

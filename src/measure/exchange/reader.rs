@@ -41,6 +41,12 @@ enum Read {
         body: Option<Vec<u8>>,
         cap: usize,
         dialect: Dialect,
+        /// The body itself tells its dialect (a `/generate` body, TGI's or
+        /// SGLang's: [`Dialect::generate_body_of`]).
+        by_body: bool,
+        /// Its counts are recorded (not for an error status's body, read
+        /// only to tell its dialect).
+        record: bool,
     },
     /// Not read: timed end to end only.
     Skip,
@@ -81,6 +87,45 @@ impl Reader {
         (Self { read, inflate }, None)
     }
 
+    /// The body of an error answer on `/generate`, read only to tell
+    /// whose it is (its counts are not recorded, as no error body's are):
+    /// an uncompressed JSON one, up to `max_event_bytes`; else none.
+    pub(super) fn error_body(headers: &HeaderMap, max_event_bytes: usize) -> Self {
+        let plain = !headers.contains_key(header::CONTENT_ENCODING);
+        if !plain || !content_type(headers).starts_with("application/json") {
+            return Self::skip();
+        }
+        let read = Read::Json {
+            body: Some(Vec::new()),
+            cap: max_event_bytes,
+            dialect: Dialect::Tgi,
+            by_body: true,
+            record: false,
+        };
+        Self {
+            read,
+            inflate: None,
+        }
+    }
+
+    /// Whether a response with these headers is an event stream (SSE).
+    pub(super) fn is_event_stream(headers: &HeaderMap) -> bool {
+        content_type(headers).starts_with("text/event-stream")
+    }
+
+    /// Has a whole body read as the dialect it shows itself to be, which
+    /// [`Reader::finish`] returns; whether the body is read whole (else
+    /// nothing changes).
+    pub(super) fn tell_by_body(&mut self) -> bool {
+        match &mut self.read {
+            Read::Json { by_body, .. } => {
+                *by_body = true;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Whether the body is read as a stream of events.
     pub(super) fn is_stream(&self) -> bool {
         matches!(self.read, Read::Sse { .. } | Read::Ndjson { .. })
@@ -118,16 +163,19 @@ impl Reader {
 
     /// The body ended (`whole`: it reached its end, it was not cut): reads
     /// what is left. A compressed body that was cut is not counted as one
-    /// that could not be inflated; its outcome says what happened.
-    pub(super) fn finish(&mut self, whole: bool, timeline: &mut Timeline) {
+    /// that could not be inflated; its outcome says what happened. Returns
+    /// the dialect a whole body on `/generate` showed itself to be
+    /// ([`Dialect::generate_body_of`]), when one was read.
+    pub(super) fn finish(&mut self, whole: bool, timeline: &mut Timeline) -> Option<Dialect> {
         if let Some(inflate) = &mut self.inflate {
             let (read, at) = (&mut self.read, Instant::now());
             let inflated = inflate.finish(&mut |plain| read.feed(plain, at, timeline));
             if inflated.is_err() && whole {
-                return self.broken(timeline);
+                self.broken(timeline);
+                return None;
             }
         }
-        self.read.finish(timeline);
+        self.read.finish(timeline)
     }
 
     /// Whether the body's copy is still being inflated.
@@ -150,11 +198,7 @@ impl Reader {
 impl Read {
     /// How a response's body, once inflated, is read.
     fn for_response(dialect: Dialect, headers: &HeaderMap, max_event_bytes: usize) -> Self {
-        let content_type = headers
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_ascii_lowercase();
+        let content_type = content_type(headers);
         if content_type.starts_with("text/event-stream") {
             Self::Sse {
                 framer: SseFramer::new(max_event_bytes),
@@ -172,6 +216,8 @@ impl Read {
                 body: Some(Vec::new()),
                 cap: max_event_bytes,
                 dialect,
+                by_body: false,
+                record: true,
             }
         } else {
             Self::Skip
@@ -208,13 +254,17 @@ impl Read {
                 framer.feed(data, &mut |line| read_line(*dialect, line, at, timeline));
                 count_oversized(oversized, framer.stats().oversized, timeline);
             }
-            Self::Json { body, cap, .. } => {
+            Self::Json {
+                body, cap, record, ..
+            } => {
                 if let Some(copy) = body {
                     if copy.len() + data.len() <= *cap {
                         copy.extend_from_slice(data);
                     } else {
                         *body = None;
-                        timeline.parse_error(ParseError::TooLarge);
+                        if *record {
+                            timeline.parse_error(ParseError::TooLarge);
+                        }
                     }
                 }
             }
@@ -222,26 +272,48 @@ impl Read {
         }
     }
 
-    /// The body ended: reads what is left.
-    fn finish(&mut self, timeline: &mut Timeline) {
+    /// The body ended: reads what is left. A whole body that tells its
+    /// dialect is read as that, which is returned.
+    fn finish(&mut self, timeline: &mut Timeline) -> Option<Dialect> {
         match self {
             Self::Ndjson {
                 framer, dialect, ..
             } => {
                 let at = Instant::now();
                 framer.finish(&mut |line| read_line(*dialect, line, at, timeline));
+                None
             }
             Self::Json {
                 body: Some(body),
                 dialect,
+                by_body,
+                record,
                 ..
-            } => match dialect.parse_body(body) {
-                Ok(parsed) => timeline.record_body(&parsed),
-                Err(e) => timeline.parse_error(e),
-            },
-            Self::Sse { .. } | Self::Json { body: None, .. } | Self::Skip => {}
+            } => {
+                let dialect = match by_body {
+                    true => Dialect::generate_body_of(body),
+                    false => *dialect,
+                };
+                if *record {
+                    match dialect.parse_body(body) {
+                        Ok(parsed) => timeline.record_body(&parsed),
+                        Err(e) => timeline.parse_error(e),
+                    }
+                }
+                Some(dialect)
+            }
+            Self::Sse { .. } | Self::Json { body: None, .. } | Self::Skip => None,
         }
     }
+}
+
+/// The media type of a response, lowercased (empty when absent).
+fn content_type(headers: &HeaderMap) -> String {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_ascii_lowercase()
 }
 
 fn read_line(dialect: Dialect, line: &[u8], at: Instant, timeline: &mut Timeline) {

@@ -11,7 +11,7 @@
 //! request in two stages (never in none while it is in flight).
 
 use std::sync::{
-    atomic::{AtomicU8, Ordering},
+    atomic::{AtomicU16, Ordering},
     Arc,
 };
 
@@ -20,13 +20,16 @@ use crate::measure::{
     timeline::{Stage, TimelineSink},
 };
 
-/// The cell's value once the request ended: past every stage.
+/// The stage byte once the request ended: past every stage.
 const ENDED: u8 = u8::MAX;
 
-/// Where a request is; see the module docs.
+/// Where a request is, and under which endpoint it is counted; see the
+/// module docs.
 pub(crate) struct StageCell {
-    at: AtomicU8,
-    dialect: Dialect,
+    /// The stage in the low byte, the dialect's index in
+    /// [`Dialect::ALL`] in the high one: one word, so that a move and a
+    /// change of endpoint ([`StageCell::relabel`]) cannot interleave.
+    at: AtomicU16,
     sink: Option<Arc<dyn TimelineSink>>,
 }
 
@@ -34,9 +37,23 @@ impl std::fmt::Debug for StageCell {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("StageCell")
             .field("stage", &self.stage())
-            .field("dialect", &self.dialect)
+            .field("dialect", &self.dialect())
             .finish_non_exhaustive()
     }
+}
+
+/// The cell's word for `dialect` at stage byte `stage`.
+fn pack(dialect: Dialect, stage: u8) -> u16 {
+    (dialect.index() as u16) << 8 | u16::from(stage)
+}
+
+/// The dialect and stage byte of a cell's word.
+fn unpack(word: u16) -> (Dialect, u8) {
+    let dialect = Dialect::ALL
+        .get(usize::from(word >> 8))
+        .copied()
+        .unwrap_or(Dialect::Unknown);
+    (dialect, word as u8)
 }
 
 impl StageCell {
@@ -46,8 +63,7 @@ impl StageCell {
             sink.entered(dialect, Stage::Upload);
         }
         Self {
-            at: AtomicU8::new(Stage::Upload as u8),
-            dialect,
+            at: AtomicU16::new(pack(dialect, Stage::Upload as u8)),
             sink,
         }
     }
@@ -56,41 +72,88 @@ impl StageCell {
     /// returns whether it moved.
     pub(crate) fn advance(&self, to: Stage) -> bool {
         let target = to as u8;
-        if self.at.load(Ordering::Acquire) >= target {
-            return false;
+        let mut word = self.at.load(Ordering::Acquire);
+        loop {
+            let (dialect, from) = unpack(word);
+            if from >= target {
+                return false;
+            }
+            // Entered first: whoever later moves the cell on from `to`
+            // reports leaving it, and that must not come before this.
+            self.tell(|sink| sink.entered(dialect, to));
+            match self.at.compare_exchange(
+                word,
+                pack(dialect, target),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => {
+                    if let Some(left) = Stage::from_index(from) {
+                        self.tell(|sink| sink.left(dialect, left));
+                    }
+                    return true;
+                }
+                Err(now) => {
+                    // Another task moved it, ended it or relabelled it
+                    // meanwhile: the entry is taken back, and the move
+                    // tried again on what the cell holds now.
+                    self.tell(|sink| sink.left(dialect, to));
+                    word = now;
+                }
+            }
         }
-        // Entered first: whoever later moves the cell on from `to` reports
-        // leaving it, and that must not come before this.
-        self.tell(|sink, dialect| sink.entered(dialect, to));
-        let from = self.at.fetch_max(target, Ordering::AcqRel);
-        let (moved, left) = if from < target {
-            (true, Stage::from_index(from))
-        } else {
-            // Another task moved it as far or ended it meanwhile.
-            (false, Some(to))
-        };
-        if let Some(left) = left {
-            self.tell(|sink, dialect| sink.left(dialect, left));
+    }
+
+    /// The request is counted under `to` from now on: it leaves its stage
+    /// under its old endpoint and enters the same stage under `to`, in
+    /// that order of entry and exit. Nothing once it ended.
+    pub(crate) fn relabel(&self, to: Dialect) {
+        let mut word = self.at.load(Ordering::Acquire);
+        loop {
+            let (dialect, stage_byte) = unpack(word);
+            let Some(stage) = Stage::from_index(stage_byte) else {
+                return;
+            };
+            if dialect == to {
+                return;
+            }
+            self.tell(|sink| sink.entered(to, stage));
+            match self.at.compare_exchange(
+                word,
+                pack(to, stage_byte),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return self.tell(|sink| sink.left(dialect, stage)),
+                Err(now) => {
+                    self.tell(|sink| sink.left(to, stage));
+                    word = now;
+                }
+            }
         }
-        moved
     }
 
     /// The request ended: it leaves whatever stage it was in; once.
     pub(crate) fn end(&self) {
-        let from = self.at.swap(ENDED, Ordering::AcqRel);
+        let (dialect, from) = unpack(self.at.fetch_or(u16::from(ENDED), Ordering::AcqRel));
         if let Some(left) = Stage::from_index(from) {
-            self.tell(|sink, dialect| sink.left(dialect, left));
+            self.tell(|sink| sink.left(dialect, left));
         }
     }
 
     /// Where the request is now; `None` once it ended.
     pub(crate) fn stage(&self) -> Option<Stage> {
-        Stage::from_index(self.at.load(Ordering::Acquire))
+        Stage::from_index(unpack(self.at.load(Ordering::Acquire)).1)
     }
 
-    fn tell(&self, event: impl FnOnce(&dyn TimelineSink, Dialect)) {
+    /// The endpoint the request is counted under.
+    pub(crate) fn dialect(&self) -> Dialect {
+        unpack(self.at.load(Ordering::Acquire)).0
+    }
+
+    fn tell(&self, event: impl FnOnce(&dyn TimelineSink)) {
         if let Some(sink) = &self.sink {
-            event(sink.as_ref(), self.dialect);
+            event(sink.as_ref());
         }
     }
 }
@@ -162,28 +225,102 @@ mod tests {
         );
     }
 
+    /// Counts per endpoint and stage, as the metrics gauge does.
+    #[derive(Default)]
+    struct ByEndpoint(Mutex<[[i64; 5]; Dialect::ALL.len()]>);
+
+    impl TimelineSink for ByEndpoint {
+        fn entered(&self, dialect: Dialect, stage: Stage) {
+            if let Ok(mut g) = self.0.lock() {
+                g[dialect.index()][stage as usize] += 1;
+            }
+        }
+        fn left(&self, dialect: Dialect, stage: Stage) {
+            if let Ok(mut g) = self.0.lock() {
+                let n = &mut g[dialect.index()][stage as usize];
+                *n -= 1;
+                assert!(*n >= 0, "left {dialect:?} {stage:?} more than entered");
+            }
+        }
+        fn finished(&self, _: &Timeline) {}
+    }
+
+    fn by_endpoint() -> (Arc<ByEndpoint>, StageCell) {
+        let gauge = Arc::new(ByEndpoint::default());
+        let sink: Arc<dyn TimelineSink> = gauge.clone();
+        (gauge, StageCell::new(Dialect::Tgi, Some(sink)))
+    }
+
+    fn of(gauge: &ByEndpoint, dialect: Dialect) -> [i64; 5] {
+        gauge
+            .0
+            .lock()
+            .map(|g| g[dialect.index()])
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_relabel_moves_the_request_to_the_same_stage_of_the_new_endpoint() {
+        let (gauge, cell) = by_endpoint();
+        assert!(cell.advance(Stage::WaitingFirstToken));
+        cell.relabel(Dialect::Sglang);
+        assert_eq!(cell.dialect(), Dialect::Sglang);
+        assert_eq!(cell.stage(), Some(Stage::WaitingFirstToken));
+        assert_eq!(of(&gauge, Dialect::Tgi), [0; 5]);
+        assert_eq!(of(&gauge, Dialect::Sglang), [0, 0, 1, 0, 0]);
+        assert!(cell.advance(Stage::Streaming));
+        cell.end();
+        cell.relabel(Dialect::Tgi);
+        assert_eq!(cell.dialect(), Dialect::Sglang, "nothing after the end");
+        assert_eq!(of(&gauge, Dialect::Tgi), [0; 5]);
+        assert_eq!(of(&gauge, Dialect::Sglang), [0; 5]);
+    }
+
+    /// The upload's move to `WaitingHeaders` on one thread and `response`
+    /// on another, at once, on `cell`.
+    fn race(cell: StageCell, response: fn(&StageCell)) -> Arc<StageCell> {
+        let cell = Arc::new(cell);
+        let upload = {
+            let cell = cell.clone();
+            std::thread::spawn(move || {
+                cell.advance(Stage::WaitingHeaders);
+            })
+        };
+        let answer = {
+            let cell = cell.clone();
+            std::thread::spawn(move || response(&cell))
+        };
+        upload.join().expect("upload thread");
+        answer.join().expect("response thread");
+        cell
+    }
+
+    #[test]
+    fn a_relabel_racing_the_upload_leaves_nothing_behind() {
+        for _ in 0..200 {
+            let (gauge, cell) = by_endpoint();
+            let cell = race(cell, |cell| {
+                cell.advance(Stage::WaitingFirstToken);
+                cell.relabel(Dialect::Sglang);
+                cell.advance(Stage::Streaming);
+                cell.end();
+            });
+            assert_eq!(of(&gauge, Dialect::Tgi), [0; 5]);
+            assert_eq!(of(&gauge, Dialect::Sglang), [0; 5]);
+            assert_eq!(cell.dialect(), Dialect::Sglang);
+        }
+    }
+
     #[test]
     fn two_tasks_racing_leave_nothing_behind() {
         for _ in 0..200 {
             let (gauge, cell) = cell();
-            let cell = Arc::new(cell);
-            let upload = {
-                let cell = cell.clone();
-                std::thread::spawn(move || {
-                    cell.advance(Stage::WaitingHeaders);
-                })
-            };
-            let response = {
-                let cell = cell.clone();
-                std::thread::spawn(move || {
-                    for stage in [Stage::WaitingFirstToken, Stage::Reasoning, Stage::Streaming] {
-                        cell.advance(stage);
-                    }
-                    cell.end();
-                })
-            };
-            upload.join().expect("upload thread");
-            response.join().expect("response thread");
+            race(cell, |cell| {
+                for stage in [Stage::WaitingFirstToken, Stage::Reasoning, Stage::Streaming] {
+                    cell.advance(stage);
+                }
+                cell.end();
+            });
             assert_eq!(counts(&gauge), [0; 5]);
         }
     }

@@ -112,7 +112,7 @@ fn the_first_response_id_of_a_stream_is_kept() {
 /// What a sink was told, in order: each milestone with the model it was
 /// labelled with, each stage move, and the milestones left to the end.
 #[derive(Default)]
-struct Told(std::sync::Mutex<Vec<String>>);
+struct Told(Lines);
 
 impl TimelineSink for Told {
     fn progressed(&self, t: &Timeline, milestones: Milestones) {
@@ -143,7 +143,11 @@ impl TimelineSink for Told {
     }
 }
 
-impl Told {
+/// What a test sink was told, one line each.
+#[derive(Default)]
+struct Lines(std::sync::Mutex<Vec<String>>);
+
+impl Lines {
     fn push(&self, line: String) {
         if let Ok(mut lines) = self.0.lock() {
             lines.push(line);
@@ -156,6 +160,13 @@ impl Told {
             .lock()
             .map(|mut l| std::mem::take(&mut *l))
             .unwrap_or_default()
+    }
+}
+
+impl std::ops::Deref for Told {
+    type Target = Lines;
+    fn deref(&self) -> &Lines {
+        &self.0
     }
 }
 
@@ -620,4 +631,205 @@ fn a_compressed_whole_body_past_its_cap_is_no_longer_inflated() {
     assert!(!e.reader.inflating());
     e.complete(End::Complete, Instant::now());
     assert_eq!(e.timeline.parse_errors, vec![ParseError::TooLarge]);
+}
+
+/// Under which endpoint a sink was told each thing (`/generate`, which
+/// TGI and SGLang share).
+#[derive(Default)]
+struct Endpoints(Lines);
+
+impl TimelineSink for Endpoints {
+    fn started(&self, dialect: Dialect) {
+        self.push(format!("in {}", dialect.as_str()));
+    }
+    fn moved(&self, from: Dialect, to: Dialect) {
+        self.push(format!("moved {} {}", from.as_str(), to.as_str()));
+    }
+    fn progressed(&self, t: &Timeline, milestones: Milestones) {
+        for milestone in milestones.iter() {
+            self.push(format!("{milestone:?} {}", t.dialect.as_str()));
+        }
+    }
+    fn entered(&self, dialect: Dialect, stage: Stage) {
+        self.push(format!("+{} {}", stage.as_str(), dialect.as_str()));
+    }
+    fn left(&self, dialect: Dialect, stage: Stage) {
+        self.push(format!("-{} {}", stage.as_str(), dialect.as_str()));
+    }
+    fn finished(&self, t: &Timeline) {
+        if !t.parse_errors.is_empty() {
+            self.push(format!("parse errors {:?}", t.parse_errors));
+        }
+        self.push(format!(
+            "finished {} {} tokens",
+            t.dialect.as_str(),
+            t.tokens.generated
+        ));
+    }
+}
+
+impl std::ops::Deref for Endpoints {
+    type Target = Lines;
+    fn deref(&self) -> &Lines {
+        &self.0
+    }
+}
+
+fn generate(path: &str, forced: Option<Dialect>) -> (Arc<Endpoints>, Exchange) {
+    let request = Request::post(path).body(()).unwrap_or_default();
+    let reading = ReadSettings {
+        max_event_bytes: 1024 * 1024,
+        request_capture_bytes: 1024,
+        dialects: forced.map(|d| (path.to_owned(), d)).into_iter().collect(),
+        label_headers: Vec::new(),
+        request_id_headers: Vec::new(),
+        slo_headers: false,
+        max_logged_model_bytes: 128,
+    };
+    let told = Arc::new(Endpoints::default());
+    let sink: Arc<dyn TimelineSink> = told.clone();
+    let (e, up) = Exchange::start(Instant::now(), &request, &reading, Some(sink));
+    upload(
+        up,
+        r#"{"text":"Hi","sampling_params":{"max_new_tokens":8}}"#,
+    );
+    (told, e)
+}
+
+/// No parse error was told (an error body read to tell whose it is
+/// counts none).
+fn no_parse_error(told: &[String]) -> bool {
+    told.iter().all(|l| !l.starts_with("parse errors"))
+}
+
+fn head_with(e: &mut Exchange, headers: &[(&str, &str)]) {
+    let mut builder = Response::builder().status(200);
+    for (name, value) in headers {
+        builder = builder.header(*name, *value);
+    }
+    let (head, ()) = builder.body(()).unwrap_or_default().into_parts();
+    e.on_response_head(&head, Instant::now());
+}
+
+const SGLANG: &str = "data: {\"text\":\" Paris\",\"meta_info\":{\"id\":\"a\",\"finish_reason\":null,\"prompt_tokens\":5,\"completion_tokens\":1}}\n\ndata: {\"text\":\" Paris.\",\"meta_info\":{\"id\":\"a\",\"finish_reason\":{\"type\":\"stop\",\"matched\":2},\"prompt_tokens\":5,\"completion_tokens\":3}}\n\ndata: [DONE]\n\n";
+
+#[test]
+fn a_stream_on_generate_is_sglangs_from_its_head() {
+    let (told, mut e) = generate("/generate", None);
+    head_with(&mut e, &[("content-type", "text/event-stream")]);
+    assert_eq!(e.dialect(), Dialect::Sglang);
+    data(&mut e, SGLANG);
+    e.on_end(End::Complete, Instant::now());
+    assert_eq!(
+        told.take(),
+        [
+            "in tgi",
+            "+upload tgi",
+            "+waiting_headers tgi",
+            "-upload tgi",
+            // Moved at the head, before any milestone went out.
+            "+waiting_headers sglang",
+            "-waiting_headers tgi",
+            "moved tgi sglang",
+            "+waiting_first_token sglang",
+            "-waiting_headers sglang",
+            "RequestUpload sglang",
+            "ResponseHeaders sglang",
+            "+streaming sglang",
+            "-waiting_first_token sglang",
+            "FirstToken sglang",
+            "FirstOutput sglang",
+            "-streaming sglang",
+            "finished sglang 3 tokens",
+        ]
+    );
+}
+
+#[test]
+fn a_whole_body_on_generate_tells_which_server_wrote_it_at_its_end() {
+    let sglang = "{\"text\":\" Paris.\",\"meta_info\":{\"id\":\"a\",\"finish_reason\":{\"type\":\"length\",\"length\":4},\"prompt_tokens\":5,\"completion_tokens\":4}}";
+    let tgi = "{\"generated_text\":\" Paris.\",\"details\":{\"finish_reason\":\"length\",\"generated_tokens\":2}}";
+    for (body, dialect, tokens) in [(sglang, "sglang", 4), (tgi, "tgi", 2)] {
+        let (told, mut e) = generate("/generate", None);
+        head_with(&mut e, &[("content-type", "application/json")]);
+        data(&mut e, body);
+        let before_end = told.take();
+        assert!(
+            !before_end.iter().any(|l| l.starts_with("Re")),
+            "no milestone before the body tells its server: {before_end:?}"
+        );
+        e.on_end(End::Complete, Instant::now());
+        let told = told.take();
+        let moved = told.iter().any(|l| l == "moved tgi sglang");
+        assert_eq!(moved, dialect == "sglang", "{told:?}");
+        assert_eq!(
+            told.last().map(String::as_str),
+            Some(format!("finished {dialect} {tokens} tokens").as_str())
+        );
+        assert!(told
+            .iter()
+            .all(|l| !l.starts_with('+') || l.ends_with(dialect)));
+    }
+}
+
+#[test]
+fn tgi_headers_an_error_or_a_forced_dialect_keep_generate_tgis() {
+    // TGI's router adds `x-compute-type` to every successful answer.
+    let (told, mut e) = generate("/generate", None);
+    head_with(
+        &mut e,
+        &[
+            ("content-type", "application/json"),
+            ("x-compute-type", "gpu+optimized"),
+        ],
+    );
+    assert_eq!(e.dialect(), Dialect::Tgi);
+    assert!(e.settled || !e.undecided, "decided at the head");
+    data(&mut e, "{\"generated_text\":\"x\",\"meta_info\":{}}");
+    e.on_end(End::Complete, Instant::now());
+    assert!(told.take().iter().all(|l| !l.contains("sglang")));
+    // An error's body is read only to tell whose it is: SGLang's `error`
+    // is an object, TGI's a string; one that is not JSON cannot tell.
+    let sglang =
+        r#"{"error":{"message":"Input length (9000 tokens) exceeds the maximum allowed length."}}"#;
+    let tgi = r#"{"error":"Input validation error: `inputs` must have less than 4096 tokens.","error_type":"validation"}"#;
+    for (status, content_type, body, dialect) in [
+        (400, "application/json", sglang, "sglang"),
+        (
+            503,
+            "application/json",
+            r#"{"object":"error","message":"overloaded","type":"503","param":null,"code":503}"#,
+            "sglang",
+        ),
+        (422, "application/json", tgi, "tgi"),
+        (503, "text/plain", "busy", "tgi"),
+    ] {
+        let (told, mut e) = generate("/generate/", None);
+        let (head, ()) = Response::builder()
+            .status(status)
+            .header("content-type", content_type)
+            .body(())
+            .unwrap_or_default()
+            .into_parts();
+        e.on_response_head(&head, Instant::now());
+        e.on_data(&Bytes::from(body), Instant::now());
+        e.on_end(End::Complete, Instant::now());
+        let told = told.take();
+        assert_eq!(
+            told.last().map(String::as_str),
+            Some(format!("finished {dialect} 0 tokens").as_str()),
+            "{status} {body}: {told:?}"
+        );
+        assert!(no_parse_error(&told), "{told:?}");
+    }
+    // A dialect forced for the path is never changed.
+    let (told, mut e) = generate("/generate", Some(Dialect::Tgi));
+    head_with(&mut e, &[("content-type", "text/event-stream")]);
+    assert_eq!(e.dialect(), Dialect::Tgi);
+    e.on_end(End::Complete, Instant::now());
+    assert!(told.take().iter().all(|l| !l.contains("sglang")));
+    // `/generate_stream` is TGI's alone.
+    let (_, mut e) = generate("/generate_stream", None);
+    head_with(&mut e, &[("content-type", "text/event-stream")]);
+    assert_eq!(e.dialect(), Dialect::Tgi);
 }

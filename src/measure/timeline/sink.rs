@@ -10,6 +10,15 @@ pub trait TimelineSink: Send + Sync + 'static {
         let _ = dialect;
     }
 
+    /// A request counted under `from` since [`TimelineSink::started`] is
+    /// counted under `to` from now on: the response told which server
+    /// answered a path two API families share (`/generate`). Comes before
+    /// any milestone is handed over, and before `finished`, whose
+    /// timeline then names `to`.
+    fn moved(&self, from: Dialect, to: Dialect) {
+        let _ = (from, to);
+    }
+
     /// The request reached `milestones` (never empty; those reached
     /// together, such as connect, upload and response head), and its model
     /// label is settled: each milestone is handed over at most once per
@@ -40,6 +49,10 @@ pub trait TimelineSink: Send + Sync + 'static {
 impl TimelineSink for Vec<std::sync::Arc<dyn TimelineSink>> {
     fn started(&self, dialect: Dialect) {
         self.iter().for_each(|sink| sink.started(dialect));
+    }
+
+    fn moved(&self, from: Dialect, to: Dialect) {
+        self.iter().for_each(|sink| sink.moved(from, to));
     }
 
     fn progressed(&self, timeline: &Timeline, milestones: Milestones) {

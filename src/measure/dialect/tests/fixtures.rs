@@ -182,6 +182,91 @@ fn tgi_generate_stream() {
 }
 
 #[test]
+fn sglang_generate() {
+    // The default: each event's `text` is the whole text so far, and
+    // `completion_tokens` counts every token so far (two in the fourth and
+    // sixth events).
+    let s = summarize(Dialect::Sglang, &sse(fixture!("sglang_generate.sse")));
+    let want = Summary {
+        kinds: "oooooo.".into(),
+        // The events' texts, whole so far each: what a token event needs
+        // is that it has text; the counts come from `completion_tokens`.
+        output: 98,
+        usage: usage(Some(5), Some(0), 8, None),
+        cumulative: (0..=5).collect(),
+        ends: vec![6],
+        response_id: id("8b2a3c4d5e6f47a8b9c0d1e2f3a4b5c6"),
+        ..Summary::default()
+    };
+    assert_eq!(s, want);
+}
+
+#[test]
+fn sglang_generate_incremental() {
+    // `--incremental-streaming-output`: only the new text, the same
+    // cumulative counts; `--enable-metrics` adds `queue_time` (seconds).
+    let s = summarize(
+        Dialect::Sglang,
+        &sse(fixture!("sglang_generate_incremental.sse")),
+    );
+    let want = Summary {
+        kinds: "oooooo.".into(),
+        output: 33,
+        usage: usage(Some(5), Some(0), 8, None),
+        cumulative: (0..=5).collect(),
+        server: Some(ServerTimings {
+            queue: ms(12.3),
+            ..ServerTimings::default()
+        }),
+        ends: vec![6],
+        response_id: id("8b2a3c4d5e6f47a8b9c0d1e2f3a4b5c6"),
+        ..Summary::default()
+    };
+    assert_eq!(s, want);
+}
+
+#[test]
+fn sglang_generate_batch() {
+    // A batch's items interleave, each with its own id and running count:
+    // no item's count is the total, nor its growth the event's, so the
+    // events carry none (their tokens are counted one per event).
+    let s = summarize(Dialect::Sglang, &sse(fixture!("sglang_generate_batch.sse")));
+    let want = Summary {
+        kinds: "oooo.".into(),
+        output: 6 + 5 + 6 + 7,
+        ends: vec![4],
+        response_id: id("a1"),
+        ..Summary::default()
+    };
+    assert_eq!(s, want);
+}
+
+#[test]
+fn sglang_errors_and_aborts_are_in_band_errors() {
+    let error = br#"{"error":{"message":"Input length (9000 tokens) exceeds the maximum allowed length (8192 tokens)."}}"#;
+    let p = Dialect::Sglang
+        .parse_event(b"", error)
+        .expect("an error event");
+    assert!(p.error && !p.has_token() && !p.end);
+    // An abort ends the item unfinished; its text is no new token.
+    let abort = br#"{"text":" Paris","output_ids":[12095],"meta_info":{"id":"x","finish_reason":{"type":"abort","message":"Abort in waiting queue","status_code":503,"err_type":null},"prompt_tokens":5,"completion_tokens":1,"cached_tokens":0}}"#;
+    let p = Dialect::Sglang
+        .parse_event(b"", abort)
+        .expect("an abort event");
+    assert!(p.error && !p.has_token());
+    assert_eq!(p.finish.map(|f| f.raw.into_owned()), Some("abort".into()));
+    let stop = br#"{"text":"!","output_ids":[0],"meta_info":{"finish_reason":{"type":"stop","matched":"!"},"completion_tokens":1}}"#;
+    let p = Dialect::Sglang
+        .parse_event(b"", stop)
+        .expect("a stop event");
+    assert!(!p.error && p.has_token());
+    assert_eq!(
+        p.finish.map(|f| f.reason),
+        Some(crate::measure::dialect::FinishReason::Stop)
+    );
+}
+
+#[test]
 fn ollama_chat() {
     let s = summarize(Dialect::Ollama, &ndjson(fixture!("ollama_chat.ndjson")));
     let want = Summary {
@@ -344,6 +429,43 @@ fn bodies_anthropic_tgi() {
     // TGI's native body has no id.
     let tgi = body(Dialect::Tgi, fixture!("body_tgi.json"));
     assert_eq!(tgi, ended(0, 17, 0, u(None, None, 7, None), None));
+}
+
+#[test]
+fn bodies_sglang() {
+    let one = body(Dialect::Sglang, fixture!("body_sglang.json"));
+    let want = ended(0, 33, 0, u(Some(5), Some(2), 8, None), None);
+    assert_eq!(one, with_id(want, "8b2a3c4d5e6f47a8b9c0d1e2f3a4b5c6"));
+    let finish = Dialect::Sglang.parse_body(fixture!("body_sglang.json"));
+    assert_eq!(
+        finish.ok().and_then(|p| p.finish).map(|f| f.reason),
+        Some(crate::measure::dialect::FinishReason::Stop)
+    );
+    // A batch answers an array, in the order of its prompts: summed.
+    let batch = br#"[{"text":"ab","meta_info":{"id":"a","finish_reason":{"type":"length","length":2},"prompt_tokens":3,"completion_tokens":2,"cached_tokens":0}},{"text":"cde","meta_info":{"id":"b","finish_reason":{"type":"stop","matched":2},"prompt_tokens":4,"completion_tokens":3,"cached_tokens":1}}]"#;
+    let many = body(Dialect::Sglang, batch);
+    assert_eq!(many.usage, Some(u(Some(7), Some(1), 5, None)));
+    assert_eq!(many.output_bytes, 5);
+    assert!(many.end && !many.error);
+    // Which server wrote a `/generate` body: SGLang's has `meta_info`.
+    assert_eq!(
+        Dialect::generate_body_of(fixture!("body_sglang.json")),
+        Dialect::Sglang
+    );
+    assert_eq!(Dialect::generate_body_of(batch), Dialect::Sglang);
+    assert_eq!(
+        Dialect::generate_body_of(fixture!("body_tgi.json")),
+        Dialect::Tgi
+    );
+    assert_eq!(Dialect::generate_body_of(b"not json"), Dialect::Tgi);
+    // Error bodies: SGLang's `error` is an object (or FastAPI's
+    // `object: "error"`), TGI's a string beside `error_type`.
+    let sglang_error = br#"{"error":{"message":"The input is too long."}}"#;
+    assert_eq!(Dialect::generate_body_of(sglang_error), Dialect::Sglang);
+    let fastapi = br#"{"object":"error","message":"x","type":"400","param":null,"code":400}"#;
+    assert_eq!(Dialect::generate_body_of(fastapi), Dialect::Sglang);
+    let tgi_error = br#"{"error":"Input validation error","error_type":"validation"}"#;
+    assert_eq!(Dialect::generate_body_of(tgi_error), Dialect::Tgi);
 }
 
 #[test]

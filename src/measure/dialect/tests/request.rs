@@ -73,6 +73,23 @@ fn tgi_inputs_and_parameters() {
 }
 
 #[test]
+fn sglang_text_and_sampling_params() {
+    let body = r#"{"text":"The capital of France is","sampling_params":{"temperature":0,"max_new_tokens":16},"stream":true}"#;
+    let got = info(Dialect::Sglang, body);
+    assert_eq!(
+        (got.prompt_bytes, got.max_tokens, got.stream, got.model),
+        (24, Some(16), Some(true), None)
+    );
+    // Token ids are no text; a batch's prompts add up; per-item sampling
+    // parameters (a list) give no single cap.
+    let ids = info(
+        Dialect::Sglang,
+        r#"{"input_ids":[1,2,3],"text":["ab","cde"],"sampling_params":[{"max_new_tokens":4}]}"#,
+    );
+    assert_eq!((ids.prompt_bytes, ids.max_tokens), (5, None));
+}
+
+#[test]
 fn ollama_options_and_system() {
     let body = r#"{"model":"qwen3:8b","system":"S","prompt":"Why?","options":{"num_predict":100}}"#;
     let got = info(Dialect::Ollama, body);

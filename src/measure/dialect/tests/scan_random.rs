@@ -50,7 +50,7 @@ const KEYS: &str = "\
     reason summary token special generated_text details generated_tokens input_length done \
     done_reason prompt_eval_count eval_count load_duration prompt_eval_duration eval_duration \
     stop tokens_predicted tokens_evaluated stop_type stopped_eos stopped_word stopped_limit \
-    index object created";
+    index object created meta_info output_ids length matched abort";
 
 /// Event types and values that switch a dialect's reading (and `""`).
 const WORDS: &str = "\
@@ -320,7 +320,9 @@ impl Writer {
 
 /// The recorded-shape events every dialect's fixtures hold, as trees.
 fn templates() -> Vec<(String, J)> {
-    let sse_files: [&[u8]; 7] = [
+    let sse_files: [&[u8]; 9] = [
+        fixture!("sglang_generate_incremental.sse"),
+        fixture!("sglang_generate_batch.sse"),
         fixture!("anthropic_thinking.sse"),
         fixture!("openai_responses.sse"),
         fixture!("openai_chat_tools.sse"),
@@ -464,7 +466,7 @@ proptest! {
 const REQUEST_KEYS: &str = "\
     model stream stream_options include_usage continuous_usage_stats max_tokens \
     max_completion_tokens max_output_tokens options num_predict n_predict parameters \
-    max_new_tokens messages prompt input system inputs content text role type";
+    max_new_tokens sampling_params messages prompt input system inputs content text role type";
 
 fn request_key() -> impl Strategy<Value = String> {
     prop_oneof![6 => words(REQUEST_KEYS).prop_map(str::to_owned), 1 => text()]

@@ -1,0 +1,202 @@
+//! SGLang native `/generate`: `data: {"text","output_ids","meta_info"}`
+//! events, then `data: [DONE]`; or one such object (an array of them for a
+//! batch) as a whole body.
+//!
+//! `text` is the whole text so far (the default) or only the new part
+//! (`--incremental-streaming-output`); either way an event that carries
+//! text carries a token, and `meta_info.completion_tokens` counts every
+//! token generated so far, so that its growth is the event's exact count
+//! whichever the server sends. This is how SGLang's own benchmark client
+//! (`bench_serving`, backend `sglang`) reads it.
+
+use std::{borrow::Cow, time::Duration};
+
+use serde::{de::IgnoredAny, Deserialize};
+
+use super::{
+    common::{cow, done, is_done, json, name, TextLen},
+    lazy::{scan_struct, Reader},
+    Finish, Name, ParseError, Parsed, ServerTimings, Usage,
+};
+
+#[derive(Deserialize)]
+struct Event<'a> {
+    #[serde(default)]
+    text: TextLen,
+    #[serde(default, borrow)]
+    meta_info: Option<MetaInfo<'a>>,
+    /// Which item of a batch (several prompts, or `n` > 1) the event is
+    /// of; absent for a single answer.
+    #[serde(default)]
+    index: Option<IgnoredAny>,
+    /// `{"error":{"message":…}}`: a request the server failed after its
+    /// head was sent.
+    #[serde(default)]
+    error: Option<IgnoredAny>,
+}
+
+scan_struct!(Event<'a> {
+    text: "text",
+    meta_info: "meta_info",
+    index: "index",
+    error: "error",
+});
+
+#[derive(Deserialize)]
+struct MetaInfo<'a> {
+    #[serde(default, borrow, deserialize_with = "name")]
+    id: Option<Name<'a>>,
+    /// `null` until the last event of an item.
+    #[serde(default, borrow)]
+    finish_reason: Option<FinishReason<'a>>,
+    #[serde(default)]
+    prompt_tokens: Option<u64>,
+    /// Generated so far (cumulative in every event, whatever the text).
+    #[serde(default)]
+    completion_tokens: Option<u64>,
+    #[serde(default)]
+    cached_tokens: Option<u64>,
+    /// Seconds waiting in the scheduler's queue (`--enable-metrics`).
+    #[serde(default)]
+    queue_time: Option<f64>,
+}
+
+scan_struct!(MetaInfo<'a> {
+    id: "id",
+    finish_reason: "finish_reason",
+    prompt_tokens: "prompt_tokens",
+    completion_tokens: "completion_tokens",
+    cached_tokens: "cached_tokens",
+    queue_time: "queue_time",
+});
+
+/// `{"type":"stop","matched":…}`, `{"type":"length","length":…}`,
+/// `{"type":"abort","message":…}`.
+#[derive(Deserialize)]
+struct FinishReason<'a> {
+    #[serde(default, borrow, rename = "type", deserialize_with = "cow")]
+    kind: Option<Cow<'a, str>>,
+}
+
+scan_struct!(FinishReason<'a> { kind: "type" });
+
+impl<'a> Event<'a> {
+    /// What the event means; `streamed`: one event of a stream (its counts
+    /// are cumulative), else a whole body.
+    fn parsed(self, streamed: bool) -> Parsed<'a> {
+        let batch = self.index.is_some();
+        let (meta, finish) = match self.meta_info {
+            Some(mut meta) => {
+                let kind = meta.finish_reason.take().and_then(|f| f.kind);
+                (Some(meta), kind)
+            }
+            None => (None, None),
+        };
+        // An abort ends the request unfinished: the server failed it.
+        let aborted = finish.as_deref() == Some("abort");
+        let (usage, server, response_id) = match meta {
+            // A batch's items each count their own tokens, interleaved:
+            // one item's count is no total, and its growth is not the
+            // event's (the event's tokens are then counted by events).
+            Some(meta) if !(streamed && batch) => (
+                Some(Usage {
+                    input: meta.prompt_tokens,
+                    cached_input: meta.cached_tokens,
+                    output: meta.completion_tokens,
+                    reasoning: None,
+                }),
+                meta.queue_time.map(|s| ServerTimings {
+                    queue: Duration::try_from_secs_f64(s).ok(),
+                    ..ServerTimings::default()
+                }),
+                meta.id,
+            ),
+            Some(meta) => (None, None, meta.id),
+            None => (None, None, None),
+        };
+        Parsed {
+            output_bytes: if aborted { 0 } else { self.text.0 },
+            cumulative: streamed && usage.is_some(),
+            usage,
+            server,
+            response_id,
+            finish: Finish::new(finish),
+            end: !streamed,
+            error: self.error.is_some() || aborted,
+            ..Parsed::default()
+        }
+    }
+}
+
+pub(super) fn event(reader: Reader, data: &[u8]) -> Result<Parsed<'_>, ParseError> {
+    if is_done(data) {
+        return Ok(done());
+    }
+    let ev: Event<'_> = reader.read(data)?;
+    Ok(ev.parsed(true))
+}
+
+/// One object, or an array of them (a batch, in the order of its prompts):
+/// the array's counts and text are summed.
+pub(super) fn body(data: &[u8]) -> Result<Parsed<'_>, ParseError> {
+    if data.trim_ascii_start().first() != Some(&b'[') {
+        return json::<Event<'_>>(data).map(|ev| ev.parsed(false));
+    }
+    let items: Vec<Event<'_>> = json(data)?;
+    let mut whole = Parsed {
+        end: true,
+        ..Parsed::default()
+    };
+    let mut usage = Usage::default();
+    for item in items {
+        let one = item.parsed(false);
+        let sum = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+        };
+        if let Some(u) = one.usage {
+            usage.input = sum(usage.input, u.input);
+            usage.cached_input = sum(usage.cached_input, u.cached_input);
+            usage.output = sum(usage.output, u.output);
+        }
+        whole.output_bytes = whole.output_bytes.saturating_add(one.output_bytes);
+        whole.error |= one.error;
+        whole.response_id = whole.response_id.or(one.response_id);
+        whole.finish = whole.finish.or(one.finish);
+    }
+    whole.usage = (usage != Usage::default()).then_some(usage);
+    Ok(whole)
+}
+
+/// Whether a whole `/generate` body is SGLang's: an object (or an array's
+/// first) with `meta_info`, or one of SGLang's error bodies,
+/// `{"error":{"message":…}}` (TGI's `error` is a string beside
+/// `error_type`) or FastAPI's `{"object":"error",…}`. Read only at a
+/// body's end, on that path.
+pub(super) fn is_body(data: &[u8]) -> bool {
+    #[derive(Deserialize)]
+    struct Shape {
+        #[serde(default)]
+        meta_info: Option<IgnoredAny>,
+        #[serde(default)]
+        error: Option<serde_json::Value>,
+        #[serde(default)]
+        object: Option<serde_json::Value>,
+    }
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Body {
+        One(Shape),
+        Many(Vec<Shape>),
+    }
+    let sglang = |s: &Shape| {
+        s.meta_info.is_some()
+            || s.error.as_ref().is_some_and(serde_json::Value::is_object)
+            || s.object.as_ref().and_then(serde_json::Value::as_str) == Some("error")
+    };
+    match serde_json::from_slice::<Body>(data) {
+        Ok(Body::One(shape)) => sglang(&shape),
+        Ok(Body::Many(items)) => items.first().is_some_and(sglang),
+        Err(_) => false,
+    }
+}
