@@ -24,6 +24,7 @@ fn request(path: &str, model: &str, n: u64, stream: bool, extra: &str) -> String
         "/v1/completions" => format!(r#""prompt":"{prompt}","max_tokens":{n}"#),
         "/v1/responses" => format!(r#""input":"{prompt}","max_output_tokens":{n}"#),
         "/api/generate" => format!(r#""prompt":"{prompt}","options":{{"num_predict":{n}}}"#),
+        "/generate" => format!(r#""text":"{prompt}","sampling_params":{{"max_new_tokens":{n}}}"#),
         "/api/chat" => format!(
             r#""messages":[{{"role":"user","content":"{prompt}"}}],"options":{{"num_predict":{n}}}"#
         ),
@@ -54,6 +55,9 @@ async fn every_format_parses_through_the_proxy() {
         ("/v1/messages", "", Dialect::Anthropic, Usage),
         ("/api/chat", "", Dialect::Ollama, Usage),
         ("/api/generate", "", Dialect::Ollama, Usage),
+        // SGLang's native API: each event's text is all so far, its count
+        // `completion_tokens` cumulative.
+        ("/generate", "", Dialect::Sglang, Usage),
     ];
     for (path, extra, dialect, source) in cases {
         let body = request(path, "sim-llama", 6, true, extra);
@@ -223,6 +227,7 @@ async fn non_streamed_bodies_parse() {
         "/v1/messages",
         "/api/chat",
         "/api/generate",
+        "/generate",
     ] {
         let body = request(path, "sim-think", 6, false, "");
         let response = post(proxy.addr, path, &body, &[])
@@ -235,6 +240,10 @@ async fn non_streamed_bodies_parse() {
         );
         let t = next_timeline(&mut timelines).await;
         assert!(!t.streamed, "{path}");
+        if path == "/generate" {
+            // The body told the server (SGLang's `meta_info`).
+            assert_eq!(t.dialect, Dialect::Sglang);
+        }
         assert_eq!(t.outcome, Outcome::Ok, "{path}");
         assert!(t.parse_errors.is_empty(), "{path}: {:?}", t.parse_errors);
         assert_eq!(t.tokens.generated, 6, "{path}");
@@ -350,4 +359,65 @@ async fn schedule_mode_is_exact() {
     );
     let last = t.to_last_token().expect("last");
     assert!(last >= Duration::from_millis(380) && last <= Duration::from_millis(400));
+}
+
+/// SGLang's and TGI's native APIs share `/generate`: each request is
+/// counted under the server that answered it, in every family, and the
+/// gauges a request moved through come back to zero under both endpoints
+/// (a request is counted `tgi`, the path's, until its response tells).
+#[tokio::test]
+async fn generate_is_counted_under_the_server_that_answered() {
+    let sim = start(fast()).await;
+    let (proxy, mut timelines) = proxy_with_timelines(sim.addr, "").await;
+    for stream in [true, false] {
+        let body = request("/generate", "sim-llama", 5, stream, "");
+        let response = post(proxy.addr, "/generate", &body, &[])
+            .await
+            .expect("whole body");
+        assert_eq!(response.status, 200);
+        // Counted (the sinks are told in order: the metrics first).
+        let t = next_timeline(&mut timelines).await;
+        assert_eq!(t.dialect, Dialect::Sglang);
+    }
+    let metrics = common::client::get(proxy.metrics_addr, "/metrics").await;
+    let text = String::from_utf8(metrics.body()).expect("UTF-8 exposition");
+    let value = |prefix: &str, labels: &[&str]| -> f64 {
+        text.lines()
+            .filter(|l| l.starts_with(prefix) && labels.iter().all(|f| l.contains(f)))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    let sglang = "endpoint=\"sglang\"";
+    assert_eq!(
+        value("tokenclock_requests_total{", &[sglang, "outcome=\"ok\""]),
+        2.0,
+        "{text}"
+    );
+    assert_eq!(
+        value("tokenclock_requests_total{", &["endpoint=\"tgi\""]),
+        0.0
+    );
+    assert_eq!(
+        value("tokenclock_output_tokens_total{", &[sglang]),
+        10.0,
+        "{text}"
+    );
+    // The streamed one's first token, under SGLang's endpoint.
+    assert_eq!(
+        value("tokenclock_time_to_first_token_seconds_count{", &[sglang]),
+        1.0
+    );
+    for endpoint in ["sglang", "tgi"] {
+        let label = format!("endpoint=\"{endpoint}\"");
+        assert_eq!(
+            value("tokenclock_requests_in_flight{", &[&label]),
+            0.0,
+            "{endpoint}"
+        );
+        assert_eq!(
+            value("tokenclock_requests_in_phase{", &[&label]),
+            0.0,
+            "{endpoint}"
+        );
+    }
 }

@@ -34,10 +34,12 @@ pub(super) struct Events {
 impl Events {
     /// A reader for a response to a request sent to `path`; a path of no
     /// known API family is read as chat completions, what the load
-    /// generator sends.
+    /// generator sends, and an event stream on `/generate`, which TGI and
+    /// SGLang share, as SGLang's (TGI streams on `/generate_stream`).
     pub(super) fn for_path(path: &str) -> Self {
         let dialect = match Dialect::from_path(path) {
             Dialect::Unknown => Dialect::OpenAiChat,
+            _ if Dialect::shared_generate(path) => Dialect::Sglang,
             known => known,
         };
         Self {
@@ -152,5 +154,12 @@ mod tests {
         assert!(token("/custom", &chat(r#"{"content":"hi"}"#)));
         let anthropic = "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"hi\"}}\n\n";
         assert!(token("/v1/messages", anthropic));
+        // An event stream on `/generate` is SGLang's; TGI's stream path
+        // keeps its own.
+        let sglang = "data: {\"text\":\" Paris\",\"meta_info\":{\"completion_tokens\":1}}\n\n";
+        assert!(token("/generate", sglang));
+        let tgi = "data:{\"token\":{\"id\":1,\"text\":\" Paris\",\"special\":false}}\n\n";
+        assert!(token("/generate_stream", tgi));
+        assert!(!token("/generate_stream", sglang));
     }
 }

@@ -18,6 +18,8 @@ pub(crate) enum Format {
     OllamaChat,
     /// `/api/generate`.
     OllamaGenerate,
+    /// `/generate`, SGLang's native API.
+    SglangGenerate,
 }
 
 impl Format {
@@ -30,6 +32,7 @@ impl Format {
             "/v1/messages" => Self::Anthropic,
             "/api/chat" => Self::OllamaChat,
             "/api/generate" => Self::OllamaGenerate,
+            "/generate" => Self::SglangGenerate,
             _ => return None,
         })
     }
@@ -74,9 +77,9 @@ impl SimRequest {
             .iter()
             .find_map(|k| object.get(*k).and_then(Value::as_u64))
             .or_else(|| {
-                value
-                    .pointer("/options/num_predict")
-                    .and_then(Value::as_u64)
+                ["/options/num_predict", "/sampling_params/max_new_tokens"]
+                    .iter()
+                    .find_map(|p| value.pointer(p).and_then(Value::as_u64))
             });
         let stream = match object.get("stream").and_then(Value::as_bool) {
             Some(stream) => stream,
@@ -111,13 +114,14 @@ impl SimRequest {
 
 /// Bytes of prompt text: every string under the prompt-carrying keys.
 fn text_bytes(value: &Value) -> u64 {
-    const KEYS: [&str; 6] = [
+    const KEYS: [&str; 7] = [
         "messages",
         "prompt",
         "input",
         "system",
         "instructions",
         "content",
+        "text",
     ];
     let Some(object) = value.as_object() else {
         return 0;

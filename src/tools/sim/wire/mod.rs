@@ -5,6 +5,7 @@ mod anthropic;
 mod ollama;
 mod openai;
 mod responses;
+mod sglang;
 
 use std::time::Duration;
 
@@ -125,6 +126,7 @@ pub(crate) fn encoder(request: &SimRequest, id: u64) -> Box<dyn Encoder> {
         Format::Responses => Box::new(responses::Responses::new(request, id)),
         Format::Anthropic => Box::new(anthropic::Anthropic::new(request, id)),
         Format::OllamaChat | Format::OllamaGenerate => Box::new(ollama::Ollama::new(request)),
+        Format::SglangGenerate => Box::new(sglang::Sglang::new(request, id)),
     }
 }
 
