@@ -70,6 +70,7 @@ pub fn event(family: Family, name: &str, v: &Value) -> Facts {
         Family::Tgi => tgi(v, true),
         Family::Ollama => ollama(v),
         Family::LlamaCpp => llamacpp(v, true),
+        Family::Sglang => sglang(v, true),
         Family::Unknown => Facts::default(),
     }
 }
@@ -83,6 +84,7 @@ pub fn body(family: Family, v: &Value) -> Facts {
         Family::Tgi => tgi(v, false),
         Family::Ollama => ollama(v),
         Family::LlamaCpp => llamacpp(v, false),
+        Family::Sglang => sglang(v, false),
         Family::Unknown => Facts::default(),
     }
 }
@@ -381,6 +383,55 @@ fn llamacpp(v: &Value, streamed: bool) -> Facts {
     };
     if streamed && v["stop"] != true {
         f.cumulative = f.usage.output;
+    }
+    f
+}
+
+/// SGLang native `/generate`: `text` (all so far by default, or only the
+/// new part), `meta_info.completion_tokens` counting every token so far; an
+/// abort (`finish_reason.type`) is an in-band error whose text is no token;
+/// a batch (`index` on each event) carries no total. A whole batch body is
+/// an array, summed.
+fn sglang(v: &Value, streamed: bool) -> Facts {
+    if let Some(items) = v.as_array().filter(|_| !streamed) {
+        let mut f = Facts::default();
+        for item in items {
+            let one = sglang(item, false);
+            f.output += one.output;
+            let add = |a: Option<u64>, b: Option<u64>| match (a, b) {
+                (None, None) => None,
+                (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+            };
+            f.usage.input = add(f.usage.input, one.usage.input);
+            f.usage.cached = add(f.usage.cached, one.usage.cached);
+            f.usage.output = add(f.usage.output, one.usage.output);
+            f.response_id = f.response_id.or(one.response_id);
+            f.finish = f.finish.or(one.finish);
+            f.error |= one.error;
+        }
+        return f;
+    }
+    let meta = &v["meta_info"];
+    let finish = string(&meta["finish_reason"]["type"]);
+    let aborted = finish.as_deref() == Some("abort");
+    let batch = streamed && !v["index"].is_null();
+    let mut f = Facts {
+        output: if aborted { 0 } else { text(&v["text"]) },
+        response_id: string(&meta["id"]),
+        finish,
+        error: !v["error"].is_null() || aborted,
+        ..Facts::default()
+    };
+    if meta.is_object() && !batch {
+        f.usage = Usage {
+            input: meta["prompt_tokens"].as_u64(),
+            cached: meta["cached_tokens"].as_u64(),
+            output: meta["completion_tokens"].as_u64(),
+            reasoning: None,
+        };
+        if streamed {
+            f.cumulative = f.usage.output;
+        }
     }
     f
 }

@@ -14,6 +14,9 @@ pub enum Family {
     Tgi,
     Ollama,
     LlamaCpp,
+    /// SGLang's native `/generate`, which the path shares with TGI's: the
+    /// response tells (see [`Family::answered`]).
+    Sglang,
     Unknown,
 }
 
@@ -37,6 +40,37 @@ impl Family {
         }
     }
 
+    /// The family of a response to a request for `path`: on `/generate`,
+    /// which TGI and SGLang both serve, SGLang's when it is an event stream
+    /// (TGI streams on `/generate_stream` only) or a JSON body whose object
+    /// (or first item) has `meta_info`, as SGLang's native API answers.
+    pub fn answered(path: &str, framing: Framing, body: &[u8]) -> Self {
+        let family = Self::of_path(path);
+        let trimmed = path
+            .split('?')
+            .next()
+            .unwrap_or_default()
+            .trim_end_matches('/');
+        if family != Self::Tgi || trimmed != "/generate" {
+            return family;
+        }
+        let sglang = match framing {
+            Framing::Sse => true,
+            Framing::Json => serde_json::from_slice::<serde_json::Value>(body)
+                .map(|v| {
+                    let first = v.as_array().and_then(|a| a.first()).unwrap_or(&v);
+                    first.get("meta_info").is_some()
+                })
+                .unwrap_or(false),
+            _ => false,
+        };
+        if sglang {
+            Self::Sglang
+        } else {
+            family
+        }
+    }
+
     /// The `endpoint` label value.
     pub fn endpoint(self) -> &'static str {
         match self {
@@ -47,6 +81,7 @@ impl Family {
             Self::Tgi => "tgi",
             Self::Ollama => "ollama",
             Self::LlamaCpp => "llamacpp",
+            Self::Sglang => "sglang",
             Self::Unknown => "unknown",
         }
     }

@@ -93,7 +93,8 @@ impl Expected {
         request_model: Option<&str>,
         body: &[u8],
     ) -> Self {
-        let (family, framing) = (Family::of_path(path), Framing::of(content_type));
+        let framing = Framing::of(content_type);
+        let family = Family::answered(path, framing, body);
         let read =
             family != Family::Unknown && (200..300).contains(&status) && framing != Framing::Other;
         let units = framing::units(body, framing);
