@@ -253,7 +253,14 @@ impl Timeline {
         self.stream_done |= parsed.end;
         self.absorb(parsed);
         let exact = self.tokens.exact_for_event(parsed);
-        if !parsed.has_token() {
+        let (bearing, output) = match parsed.tokens_by_growth {
+            true => {
+                let grew = exact.is_some_and(|n| n > 0);
+                (grew, grew)
+            }
+            false => (parsed.has_token(), parsed.has_output()),
+        };
+        if !bearing {
             return;
         }
         if let Some(last) = self.last_token {
@@ -265,7 +272,7 @@ impl Timeline {
         } else if self.second_token.is_none() {
             self.second_token = Some(at);
         }
-        if parsed.has_output() && self.first_output.is_none() {
+        if output && self.first_output.is_none() {
             self.first_output = Some(at);
         }
         self.last_token = Some(at);

@@ -25,7 +25,7 @@ use crate::{
     export::metrics::Metrics,
     export::otel::Traces,
     export::records::RecordLog,
-    measure::read::ReadSettings,
+    measure::read::{GenerateServer, ReadSettings},
     measure::timeline::TimelineSink,
     proxy::server::StartError,
 };
@@ -130,6 +130,9 @@ pub(crate) struct Reloader {
     live: Live,
     /// Every SLO name used since start: their series stay registered.
     slo_names: BTreeSet<String>,
+    /// Which server answers `/generate`, as learnt since start: the
+    /// upstream needs a restart to change, so every generation shares it.
+    generate: GenerateServer,
 }
 
 // === impl Reloader ===
@@ -152,7 +155,8 @@ impl Reloader {
         })?;
         let traces = Traces::start(config.otel.as_ref(), &metrics)?;
         let sinks = extras(extra.as_ref(), traces.as_ref());
-        let settings = generation(&metrics, &records, sinks, config);
+        let generate = config.reading.generate.clone();
+        let settings = generation(&metrics, &records, sinks, config, &generate);
         Ok(Self {
             source,
             metrics,
@@ -161,6 +165,7 @@ impl Reloader {
             extra,
             live: Live::new(settings),
             slo_names: slo_names(config).collect(),
+            generate,
         })
     }
 
@@ -233,7 +238,7 @@ impl Reloader {
                 source: e,
             })?;
         let sinks = extras(self.extra.as_ref(), self.traces.as_ref());
-        let settings = generation(&self.metrics, &self.records, sinks, &config);
+        let settings = generation(&self.metrics, &self.records, sinks, &config, &self.generate);
         self.live.replace(settings);
         self.slo_names.extend(slo_names(&config));
         if let Some(source) = &mut self.source {
@@ -267,12 +272,14 @@ fn extras(
         .collect()
 }
 
-/// The generation `config` describes, sharing families and writers.
+/// The generation `config` describes, sharing families, writers and what
+/// was learnt of the upstream (`generate`).
 fn generation(
     metrics: &Metrics,
     records: &RecordLog,
     extra: Vec<Arc<dyn TimelineSink>>,
     config: &Config,
+    generate: &GenerateServer,
 ) -> Settings {
     let export = &config.export;
     let mut sinks: Vec<Arc<dyn TimelineSink>> = vec![Arc::new(metrics.reconfigured(export))];
@@ -281,8 +288,10 @@ fn generation(
         let labels = export.labels.iter().map(|l| l.name.clone()).collect();
         sinks.push(Arc::new(records.writer(export.slos.clone(), labels)));
     }
+    let mut reading = config.reading.clone();
+    reading.generate = generate.clone();
     Settings {
-        reading: config.reading.clone(),
+        reading,
         sink: Some(Arc::new(sinks)),
     }
 }

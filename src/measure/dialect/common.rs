@@ -356,3 +356,34 @@ impl Tally for ToolCall {
         }
     }
 }
+
+/// A whole body that is an array of answers (a batch, or TGI's `POST /`
+/// wrapping its one answer in an array): their text and usage summed, the
+/// first id and finish reason, an error if any is one; it ends the body.
+pub(super) fn summed_bodies<'a>(items: impl IntoIterator<Item = Parsed<'a>>) -> Parsed<'a> {
+    let add = |a: Option<u64>, b: Option<u64>| match (a, b) {
+        (None, None) => None,
+        (a, b) => Some(a.unwrap_or(0).saturating_add(b.unwrap_or(0))),
+    };
+    let mut whole = done();
+    let mut usage: Option<super::Usage> = None;
+    for one in items {
+        if let Some(u) = one.usage {
+            let sum = usage.get_or_insert_with(super::Usage::default);
+            sum.input = add(sum.input, u.input);
+            sum.cached_input = add(sum.cached_input, u.cached_input);
+            sum.output = add(sum.output, u.output);
+            sum.reasoning = add(sum.reasoning, u.reasoning);
+        }
+        whole.reasoning_bytes = whole.reasoning_bytes.saturating_add(one.reasoning_bytes);
+        whole.output_bytes = whole.output_bytes.saturating_add(one.output_bytes);
+        whole.tool_bytes = whole.tool_bytes.saturating_add(one.tool_bytes);
+        whole.error |= one.error;
+        whole.server = whole.server.or(one.server);
+        whole.model = whole.model.or(one.model);
+        whole.response_id = whole.response_id.or(one.response_id);
+        whole.finish = whole.finish.or(one.finish);
+    }
+    whole.usage = usage;
+    whole
+}

@@ -41,10 +41,10 @@ pub enum Dialect {
     OpenAiResponses,
     /// Anthropic Messages, `/v1/messages`.
     Anthropic,
-    /// TGI native `/generate_stream` and `/generate`.
+    /// TGI native `/generate_stream`, `/generate` and `POST /` (see
+    /// [`Shared`]).
     Tgi,
-    /// SGLang native `/generate` (a path TGI answers too: see
-    /// [`Dialect::shared_generate`]).
+    /// SGLang native `/generate` (a path TGI answers too: see [`Shared`]).
     Sglang,
     /// Ollama native `/api/chat` and `/api/generate` (NDJSON).
     Ollama,
@@ -52,6 +52,47 @@ pub enum Dialect {
     LlamaCpp,
     /// Anything else: forwarded and timed end to end only.
     Unknown,
+}
+
+/// A path more than one API family answers, so that the response tells
+/// which did: the request is counted under the path's dialect
+/// ([`Dialect::from_path`]) until then.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shared {
+    /// `/generate`: TGI's and SGLang's native APIs (the path's: TGI).
+    Generate,
+    /// `POST /`: TGI's route for the Inference API's clients (what
+    /// huggingface_hub's `InferenceClient` calls given a TGI URL), or
+    /// whatever else a server answers there (the path's: unknown).
+    Root,
+}
+
+// === impl Shared ===
+
+impl Shared {
+    /// The shared path a `post` (or other) request for `path` is on.
+    pub fn of(post: bool, path: &str) -> Option<Self> {
+        match path.trim_end_matches('/') {
+            "/generate" => Some(Self::Generate),
+            "" if post => Some(Self::Root),
+            _ => None,
+        }
+    }
+
+    /// Which server answered, as far as the response head tells: on
+    /// `/generate` SGLang when it streams (TGI streams only on
+    /// `/generate_stream`); TGI when the head carries `x-compute-type`,
+    /// which TGI's router adds to every successful answer; else, on
+    /// `/generate`, `None`: only a whole body can tell
+    /// ([`Dialect::generate_body_of`]); on `/`, nothing we read.
+    pub(crate) fn answered_by(self, event_stream: bool, tgi_headers: bool) -> Option<Dialect> {
+        match self {
+            Self::Generate if event_stream => Some(Dialect::Sglang),
+            _ if tgi_headers => Some(Dialect::Tgi),
+            Self::Generate => None,
+            Self::Root => Some(Dialect::Unknown),
+        }
+    }
 }
 
 // === impl Dialect ===
@@ -80,39 +121,48 @@ impl Dialect {
         }
     }
 
-    /// Whether `path` is `/generate`, which TGI and SGLang both serve in
-    /// their native APIs: [`Dialect::from_path`] names it TGI's, and the
-    /// response tells which server answered (see
-    /// [`Dialect::generate_answered_by`]).
-    pub fn shared_generate(path: &str) -> bool {
-        path.trim_end_matches('/') == "/generate"
-    }
-
-    /// Which server answered a request on the shared `/generate` path, as
-    /// far as the response head tells: SGLang when it streams (TGI streams
-    /// only on `/generate_stream`), TGI when the head carries the timing
-    /// headers TGI's router adds to every successful answer (`x-compute-type`), and
-    /// `None` when only a whole body can tell
-    /// ([`Dialect::generate_body_of`]).
-    pub(crate) fn generate_answered_by(event_stream: bool, tgi_headers: bool) -> Option<Self> {
-        if event_stream {
+    /// Which server wrote a whole `/generate` body (its object, or a
+    /// batch's first): SGLang's answer carries `meta_info`, its errors an
+    /// `error` object (`{"error":{"message":…}}`) or FastAPI's
+    /// `{"object":"error",…}`; TGI's answer `generated_text`, its errors
+    /// `error_type` beside the `error` string. `None` for anything else,
+    /// which names no server (SGLang's `--api-key` refusal is
+    /// `{"error":"Unauthorized"}`).
+    pub(crate) fn generate_body_of(body: &[u8]) -> Option<Self> {
+        #[derive(serde::Deserialize)]
+        struct Shape {
+            #[serde(default)]
+            meta_info: Option<serde::de::IgnoredAny>,
+            #[serde(default)]
+            generated_text: Option<serde::de::IgnoredAny>,
+            #[serde(default)]
+            error_type: Option<serde::de::IgnoredAny>,
+            #[serde(default)]
+            error: Option<serde_json::Value>,
+            #[serde(default)]
+            object: Option<serde_json::Value>,
+        }
+        // A derived struct takes an array too (its fields in order): the
+        // array is told apart first.
+        let shape = match body.trim_ascii_start().first() {
+            Some(b'[') => serde_json::from_slice::<Vec<Shape>>(body)
+                .ok()?
+                .into_iter()
+                .next()?,
+            Some(b'{') => serde_json::from_slice::<Shape>(body).ok()?,
+            _ => return None,
+        };
+        let error_object = shape
+            .error
+            .as_ref()
+            .is_some_and(serde_json::Value::is_object);
+        let fastapi = shape.object.as_ref().and_then(serde_json::Value::as_str) == Some("error");
+        if shape.meta_info.is_some() || error_object || fastapi {
             Some(Self::Sglang)
-        } else if tgi_headers {
+        } else if shape.generated_text.is_some() || shape.error_type.is_some() {
             Some(Self::Tgi)
         } else {
             None
-        }
-    }
-
-    /// Which server wrote a whole `/generate` body: SGLang's carries
-    /// `meta_info` (its errors, an `error` object), TGI's `generated_text`
-    /// (its errors, an `error` string); anything else is left to TGI, the
-    /// path's dialect.
-    pub(crate) fn generate_body_of(body: &[u8]) -> Self {
-        if sglang::is_body(body) {
-            Self::Sglang
-        } else {
-            Self::Tgi
         }
     }
 
@@ -391,6 +441,12 @@ pub struct Parsed<'a> {
     /// `continuous_usage_stats`, Anthropic `message_delta`), so that its
     /// growth since the last event is this event's exact token count.
     pub cumulative: bool,
+    /// The event carries a token exactly when that growth is above zero,
+    /// whatever its text, and every token is answer (SGLang's `/generate`:
+    /// its `text` may be all the text so far, which an event whose count
+    /// did not grow repeats, or empty while a character's bytes are held
+    /// back, and it has no field for reasoning). Set only with `cumulative`.
+    pub tokens_by_growth: bool,
     /// Timings the server reported in this event.
     pub server: Option<ServerTimings>,
     /// The model the server says answered.

@@ -3,18 +3,21 @@
 //! batch) as a whole body.
 //!
 //! `text` is the whole text so far (the default) or only the new part
-//! (`--incremental-streaming-output`); either way an event that carries
-//! text carries a token, and `meta_info.completion_tokens` counts every
-//! token generated so far, so that its growth is the event's exact count
-//! whichever the server sends. This is how SGLang's own benchmark client
-//! (`bench_serving`, backend `sglang`) reads it.
+//! (`--incremental-streaming-output`), and `meta_info.completion_tokens`
+//! counts every token generated so far: its growth is the event's exact
+//! count whichever the server sends, and whether the event carries a token
+//! at all (`Parsed::tokens_by_growth`): a repeated text is none, an empty
+//! one (a character's bytes held back, or `--skip-tokenizer-init`, which
+//! sends no text) may be one. SGLang's own benchmark client
+//! (`bench_serving`, backend `sglang`) counts by the same growth, but skips
+//! events without text.
 
 use std::{borrow::Cow, time::Duration};
 
 use serde::{de::IgnoredAny, Deserialize};
 
 use super::{
-    common::{cow, done, is_done, json, name, TextLen},
+    common::{cow, done, is_done, json, name, summed_bodies, TextLen},
     lazy::{scan_struct, Reader},
     Finish, Name, ParseError, Parsed, ServerTimings, Usage,
 };
@@ -114,9 +117,11 @@ impl<'a> Event<'a> {
             Some(meta) => (None, None, meta.id),
             None => (None, None, None),
         };
+        let cumulative = streamed && usage.is_some();
         Parsed {
             output_bytes: if aborted { 0 } else { self.text.0 },
-            cumulative: streamed && usage.is_some(),
+            cumulative,
+            tokens_by_growth: cumulative,
             usage,
             server,
             response_id,
@@ -143,60 +148,5 @@ pub(super) fn body(data: &[u8]) -> Result<Parsed<'_>, ParseError> {
         return json::<Event<'_>>(data).map(|ev| ev.parsed(false));
     }
     let items: Vec<Event<'_>> = json(data)?;
-    let mut whole = Parsed {
-        end: true,
-        ..Parsed::default()
-    };
-    let mut usage = Usage::default();
-    for item in items {
-        let one = item.parsed(false);
-        let sum = |a: Option<u64>, b: Option<u64>| match (a, b) {
-            (None, None) => None,
-            (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
-        };
-        if let Some(u) = one.usage {
-            usage.input = sum(usage.input, u.input);
-            usage.cached_input = sum(usage.cached_input, u.cached_input);
-            usage.output = sum(usage.output, u.output);
-        }
-        whole.output_bytes = whole.output_bytes.saturating_add(one.output_bytes);
-        whole.error |= one.error;
-        whole.response_id = whole.response_id.or(one.response_id);
-        whole.finish = whole.finish.or(one.finish);
-    }
-    whole.usage = (usage != Usage::default()).then_some(usage);
-    Ok(whole)
-}
-
-/// Whether a whole `/generate` body is SGLang's: an object (or an array's
-/// first) with `meta_info`, or one of SGLang's error bodies,
-/// `{"error":{"message":…}}` (TGI's `error` is a string beside
-/// `error_type`) or FastAPI's `{"object":"error",…}`. Read only at a
-/// body's end, on that path.
-pub(super) fn is_body(data: &[u8]) -> bool {
-    #[derive(Deserialize)]
-    struct Shape {
-        #[serde(default)]
-        meta_info: Option<IgnoredAny>,
-        #[serde(default)]
-        error: Option<serde_json::Value>,
-        #[serde(default)]
-        object: Option<serde_json::Value>,
-    }
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Body {
-        One(Shape),
-        Many(Vec<Shape>),
-    }
-    let sglang = |s: &Shape| {
-        s.meta_info.is_some()
-            || s.error.as_ref().is_some_and(serde_json::Value::is_object)
-            || s.object.as_ref().and_then(serde_json::Value::as_str) == Some("error")
-    };
-    match serde_json::from_slice::<Body>(data) {
-        Ok(Body::One(shape)) => sglang(&shape),
-        Ok(Body::Many(items)) => items.first().is_some_and(sglang),
-        Err(_) => false,
-    }
+    Ok(summed_bodies(items.into_iter().map(|ev| ev.parsed(false))))
 }

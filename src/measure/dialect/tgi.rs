@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use serde::{de::IgnoredAny, Deserialize};
 
 use super::{
-    common::{cow, json, TextLen},
+    common::{cow, json, summed_bodies, TextLen},
     lazy::{scan_struct, Reader},
     Finish, ParseError, Parsed, Usage,
 };
@@ -93,11 +93,19 @@ pub(super) fn event(reader: Reader, data: &[u8]) -> Result<Parsed<'_>, ParseErro
     })
 }
 
+/// `/generate`'s answer, or `POST /`'s, which TGI wraps in an array (as
+/// the Inference API answers).
 pub(super) fn body(data: &[u8]) -> Result<Parsed<'_>, ParseError> {
-    let ev: Event<'_> = json(data)?;
-    Ok(Parsed {
-        output_bytes: ev.generated_text.0,
-        end: true,
-        ..ev.parsed()
-    })
+    fn whole(ev: Event<'_>) -> Parsed<'_> {
+        Parsed {
+            output_bytes: ev.generated_text.0,
+            end: true,
+            ..ev.parsed()
+        }
+    }
+    if data.trim_ascii_start().first() != Some(&b'[') {
+        return json::<Event<'_>>(data).map(whole);
+    }
+    let items: Vec<Event<'_>> = json(data)?;
+    Ok(summed_bodies(items.into_iter().map(whole)))
 }

@@ -23,9 +23,9 @@ use tokio::time::Instant;
 pub(crate) use self::upload::Upload;
 use self::{reader::Reader, stage::StageCell, upload::UploadShared};
 use crate::{
-    measure::dialect::{Dialect, ServerTimings},
+    measure::dialect::{Dialect, ServerTimings, Shared},
     measure::observe::{End, Observe},
-    measure::read::ReadSettings,
+    measure::read::{GenerateServer, ReadSettings},
     measure::slo::Limits,
     measure::timeline::{Hex, Milestones, Outcome, RequestIds, Stage, Timeline, TimelineSink},
 };
@@ -50,10 +50,13 @@ pub struct Exchange {
     sink: Option<Arc<dyn TimelineSink>>,
     /// The request body's model is known (or known absent).
     request_read: bool,
-    /// A request on `/generate` whose response has not yet told whether
-    /// TGI or SGLang answered (the timeline names TGI's, the path's, until
+    /// A request on a path several API families answer whose response has
+    /// not yet told which did (the timeline names the path's dialect until
     /// then); its label is not settled meanwhile.
-    undecided: bool,
+    undecided: Option<Shared>,
+    /// On `/generate`: the server seen answering there, which a successful
+    /// answer that tells updates.
+    generate: Option<GenerateServer>,
     /// The model label can no longer change: milestones may be delivered.
     settled: bool,
     /// The milestones reached at the last [`Exchange::progress`].
@@ -74,7 +77,8 @@ impl Exchange {
         sink: Option<Arc<dyn TimelineSink>>,
     ) -> (Self, Upload) {
         let path = request.uri().path();
-        let dialect = reading.dialect(path);
+        let shared = reading.shared(request.method() == Method::POST, path);
+        let dialect = reading.starting(shared, path);
         if let Some(sink) = &sink {
             sink.started(dialect);
         }
@@ -110,7 +114,8 @@ impl Exchange {
             max_logged_model_bytes: reading.max_logged_model_bytes,
             sink,
             request_read: false,
-            undecided: reading.undecided(path),
+            undecided: shared,
+            generate: (shared == Some(Shared::Generate)).then(|| reading.generate.clone()),
             settled: false,
             noticed: Milestones::default(),
             done: false,
@@ -123,11 +128,11 @@ impl Exchange {
         self.timeline.status = Some(head.status);
         self.timeline.response_head = Some(at);
         self.timeline.server = tgi_header_timings(&head.headers);
-        if self.undecided {
+        if let Some(shared) = self.undecided {
             let stream = Reader::is_event_stream(&head.headers);
             let tgi = head.headers.contains_key("x-compute-type");
-            if let Some(dialect) = Dialect::generate_answered_by(stream, tgi) {
-                self.decide(dialect);
+            if let Some(dialect) = shared.answered_by(stream, tgi) {
+                self.decide(dialect, head.status.is_success());
             }
         }
         let (reader, error) = Reader::for_response(
@@ -137,14 +142,14 @@ impl Exchange {
             self.max_event_bytes,
         );
         self.reader = reader;
-        if self.undecided && !head.status.is_success() {
+        if self.undecided.is_some() && !head.status.is_success() {
             // Not read for its counts, but SGLang's and TGI's error bodies
             // differ: read to tell which server refused.
             self.reader = Reader::error_body(&head.headers, self.max_event_bytes);
         }
-        if self.undecided && !self.reader.tell_by_body() {
-            // No whole body will tell: the path's dialect stays.
-            self.decide(self.timeline.dialect);
+        if self.undecided.is_some() && !self.reader.tell_by_body() {
+            // No whole body will tell: the dialect it started under stays.
+            self.decide(self.timeline.dialect, false);
         }
         self.timeline.streamed = self.reader.is_stream();
         if let Some(error) = error {
@@ -269,7 +274,7 @@ impl Exchange {
         if !self.settled {
             let silent = self.timeline.response_head.is_some() && !self.reader.may_name_model();
             self.settled =
-                !self.undecided && self.timeline.model_settled(self.request_read, silent);
+                self.undecided.is_none() && self.timeline.model_settled(self.request_read, silent);
             if !self.settled {
                 return;
             }
@@ -286,11 +291,16 @@ impl Exchange {
     }
 
     /// The request's endpoint is `dialect`, as its response told (a
-    /// request on `/generate`, which TGI and SGLang share): the timeline,
-    /// its stage and the sink's in-flight count move to it. Before any
-    /// milestone is handed over (the label is not settled until then).
-    fn decide(&mut self, dialect: Dialect) {
-        self.undecided = false;
+    /// request on a path several API families answer): the timeline, its
+    /// stage and the sink's in-flight count move to it. Before any
+    /// milestone is handed over (the label is not settled until then). A
+    /// successful answer on `/generate` (`learn`) also tells which server
+    /// answers there, for the requests that start after it.
+    fn decide(&mut self, dialect: Dialect, learn: bool) {
+        self.undecided = None;
+        if let (Some(server), true) = (&self.generate, learn) {
+            server.learn(dialect);
+        }
         let from = std::mem::replace(&mut self.timeline.dialect, dialect);
         if from == dialect {
             return;
@@ -307,8 +317,12 @@ impl Exchange {
             return;
         }
         let shown = (self.reader).finish(matches!(end, End::Complete), &mut self.timeline);
-        if self.undecided {
-            self.decide(shown.unwrap_or(self.timeline.dialect));
+        if self.undecided.is_some() {
+            let success = self.timeline.status.is_some_and(|s| s.is_success());
+            match shown {
+                Some(dialect) => self.decide(dialect, success),
+                None => self.decide(self.timeline.dialect, false),
+            }
         }
         self.upload.fill(&mut self.timeline);
         let outcome = self.outcome(end);

@@ -165,7 +165,7 @@ impl Reader {
     /// what is left. A compressed body that was cut is not counted as one
     /// that could not be inflated; its outcome says what happened. Returns
     /// the dialect a whole body on `/generate` showed itself to be
-    /// ([`Dialect::generate_body_of`]), when one was read.
+    /// ([`Dialect::generate_body_of`]), when one was read and told.
     pub(super) fn finish(&mut self, whole: bool, timeline: &mut Timeline) -> Option<Dialect> {
         if let Some(inflate) = &mut self.inflate {
             let (read, at) = (&mut self.read, Instant::now());
@@ -273,7 +273,8 @@ impl Read {
     }
 
     /// The body ended: reads what is left. A whole body that tells its
-    /// dialect is read as that, which is returned.
+    /// dialect is read as that, which is returned; one that does not is
+    /// read as the reader's.
     fn finish(&mut self, timeline: &mut Timeline) -> Option<Dialect> {
         match self {
             Self::Ndjson {
@@ -290,17 +291,14 @@ impl Read {
                 record,
                 ..
             } => {
-                let dialect = match by_body {
-                    true => Dialect::generate_body_of(body),
-                    false => *dialect,
-                };
+                let shown = by_body.then(|| Dialect::generate_body_of(body)).flatten();
                 if *record {
-                    match dialect.parse_body(body) {
+                    match shown.unwrap_or(*dialect).parse_body(body) {
                         Ok(parsed) => timeline.record_body(&parsed),
                         Err(e) => timeline.parse_error(e),
                     }
                 }
-                Some(dialect)
+                shown
             }
             Self::Sse { .. } | Self::Json { body: None, .. } | Self::Skip => None,
         }

@@ -276,6 +276,86 @@ mod tests {
         assert_eq!(of(&gauge, Dialect::Sglang), [0; 5]);
     }
 
+    /// A sink that, the first time a request enters `stage` under
+    /// `dialect`, runs `meddle` on the cell: inside a move's first attempt,
+    /// between its entry and its exchange, as another task can.
+    struct Meddler {
+        gauge: ByEndpoint,
+        cell: std::sync::OnceLock<std::sync::Weak<StageCell>>,
+        when: (Dialect, Stage),
+        meddle: fn(&StageCell),
+        done: std::sync::atomic::AtomicBool,
+    }
+
+    impl TimelineSink for Meddler {
+        fn entered(&self, dialect: Dialect, stage: Stage) {
+            self.gauge.entered(dialect, stage);
+            let now = (dialect, stage) == self.when && !self.done.swap(true, Ordering::SeqCst);
+            if let Some(cell) = self
+                .cell
+                .get()
+                .and_then(std::sync::Weak::upgrade)
+                .filter(|_| now)
+            {
+                (self.meddle)(&cell);
+            }
+        }
+        fn left(&self, dialect: Dialect, stage: Stage) {
+            self.gauge.left(dialect, stage);
+        }
+        fn finished(&self, _: &Timeline) {}
+    }
+
+    fn meddled(when: (Dialect, Stage), meddle: fn(&StageCell)) -> (Arc<Meddler>, Arc<StageCell>) {
+        let sink = Arc::new(Meddler {
+            gauge: ByEndpoint::default(),
+            cell: std::sync::OnceLock::new(),
+            when,
+            meddle,
+            done: std::sync::atomic::AtomicBool::new(false),
+        });
+        let as_sink: Arc<dyn TimelineSink> = sink.clone();
+        let cell = Arc::new(StageCell::new(Dialect::Tgi, Some(as_sink)));
+        let _ = sink.cell.set(Arc::downgrade(&cell));
+        (sink, cell)
+    }
+
+    #[test]
+    fn a_move_whose_cell_changed_under_it_takes_its_entry_back_and_moves_again() {
+        // Relabelled while `advance` enters `WaitingHeaders` under TGI:
+        // its exchange fails, it leaves that entry and moves under SGLang.
+        let (sink, cell) = meddled((Dialect::Tgi, Stage::WaitingHeaders), |cell| {
+            cell.relabel(Dialect::Sglang)
+        });
+        assert!(cell.advance(Stage::WaitingHeaders));
+        assert_eq!(
+            (cell.dialect(), cell.stage()),
+            (Dialect::Sglang, Some(Stage::WaitingHeaders))
+        );
+        assert_eq!(of(&sink.gauge, Dialect::Tgi), [0; 5]);
+        assert_eq!(of(&sink.gauge, Dialect::Sglang), [0, 1, 0, 0, 0]);
+        cell.end();
+        assert_eq!(of(&sink.gauge, Dialect::Sglang), [0; 5]);
+    }
+
+    #[test]
+    fn a_relabel_whose_cell_moved_under_it_takes_its_entry_back_and_relabels_again() {
+        // Moved on while `relabel` enters `Upload` under SGLang: its
+        // exchange fails, it leaves that entry and relabels the new stage.
+        let (sink, cell) = meddled((Dialect::Sglang, Stage::Upload), |cell| {
+            cell.advance(Stage::WaitingHeaders);
+        });
+        cell.relabel(Dialect::Sglang);
+        assert_eq!(
+            (cell.dialect(), cell.stage()),
+            (Dialect::Sglang, Some(Stage::WaitingHeaders))
+        );
+        assert_eq!(of(&sink.gauge, Dialect::Tgi), [0; 5]);
+        assert_eq!(of(&sink.gauge, Dialect::Sglang), [0, 1, 0, 0, 0]);
+        cell.end();
+        assert_eq!(of(&sink.gauge, Dialect::Sglang), [0; 5]);
+    }
+
     /// The upload's move to `WaitingHeaders` on one thread and `response`
     /// on another, at once, on `cell`.
     fn race(cell: StageCell, response: fn(&StageCell)) -> Arc<StageCell> {

@@ -17,6 +17,7 @@ fn exchange(status: u16) -> Exchange {
         request_id_headers: Vec::new(),
         slo_headers: false,
         max_logged_model_bytes: 128,
+        generate: Default::default(),
     };
     let (mut e, _upload) = Exchange::start(Instant::now(), &request, &reading, None);
     let (head, ()) = Response::builder()
@@ -180,6 +181,7 @@ fn told_exchange(path: &str) -> (Arc<Told>, Exchange, Upload) {
         request_id_headers: Vec::new(),
         slo_headers: false,
         max_logged_model_bytes: 128,
+        generate: Default::default(),
     };
     let told = Arc::new(Told::default());
     let sink: Arc<dyn TimelineSink> = told.clone();
@@ -193,13 +195,7 @@ fn upload(mut upload: Upload, body: &'static str) {
 }
 
 fn head(e: &mut Exchange, content_type: &str) {
-    let (head, ()) = Response::builder()
-        .status(200)
-        .header("content-type", content_type)
-        .body(())
-        .unwrap_or_default()
-        .into_parts();
-    e.on_response_head(&head, Instant::now());
+    head_of(e, 200, &[("content-type", content_type)]);
 }
 
 fn data(e: &mut Exchange, text: &'static str) {
@@ -676,7 +672,6 @@ impl std::ops::Deref for Endpoints {
 }
 
 fn generate(path: &str, forced: Option<Dialect>) -> (Arc<Endpoints>, Exchange) {
-    let request = Request::post(path).body(()).unwrap_or_default();
     let reading = ReadSettings {
         max_event_bytes: 1024 * 1024,
         request_capture_bytes: 1024,
@@ -685,10 +680,17 @@ fn generate(path: &str, forced: Option<Dialect>) -> (Arc<Endpoints>, Exchange) {
         request_id_headers: Vec::new(),
         slo_headers: false,
         max_logged_model_bytes: 128,
+        generate: Default::default(),
     };
+    generate_with(&reading, path)
+}
+
+/// A request on `path` under `reading` (whose learnt server it shares).
+fn generate_with(reading: &ReadSettings, path: &str) -> (Arc<Endpoints>, Exchange) {
+    let request = Request::post(path).body(()).unwrap_or_default();
     let told = Arc::new(Endpoints::default());
     let sink: Arc<dyn TimelineSink> = told.clone();
-    let (e, up) = Exchange::start(Instant::now(), &request, &reading, Some(sink));
+    let (e, up) = Exchange::start(Instant::now(), &request, reading, Some(sink));
     upload(
         up,
         r#"{"text":"Hi","sampling_params":{"max_new_tokens":8}}"#,
@@ -703,12 +705,29 @@ fn no_parse_error(told: &[String]) -> bool {
 }
 
 fn head_with(e: &mut Exchange, headers: &[(&str, &str)]) {
-    let mut builder = Response::builder().status(200);
+    head_of(e, 200, headers);
+}
+
+/// A head with `status` and `headers`.
+fn head_of(e: &mut Exchange, status: u16, headers: &[(&str, &str)]) {
+    let mut builder = Response::builder().status(status);
     for (name, value) in headers {
         builder = builder.header(*name, *value);
     }
     let (head, ()) = builder.body(()).unwrap_or_default().into_parts();
     e.on_response_head(&head, Instant::now());
+}
+
+/// A head of TGI's: `content_type`, and the `x-compute-type` its router
+/// adds to every successful answer.
+fn tgi_head(e: &mut Exchange, content_type: &str) {
+    head_with(
+        e,
+        &[
+            ("content-type", content_type),
+            ("x-compute-type", "gpu+optimized"),
+        ],
+    );
 }
 
 const SGLANG: &str = "data: {\"text\":\" Paris\",\"meta_info\":{\"id\":\"a\",\"finish_reason\":null,\"prompt_tokens\":5,\"completion_tokens\":1}}\n\ndata: {\"text\":\" Paris.\",\"meta_info\":{\"id\":\"a\",\"finish_reason\":{\"type\":\"stop\",\"matched\":2},\"prompt_tokens\":5,\"completion_tokens\":3}}\n\ndata: [DONE]\n\n";
@@ -776,15 +795,9 @@ fn a_whole_body_on_generate_tells_which_server_wrote_it_at_its_end() {
 fn tgi_headers_an_error_or_a_forced_dialect_keep_generate_tgis() {
     // TGI's router adds `x-compute-type` to every successful answer.
     let (told, mut e) = generate("/generate", None);
-    head_with(
-        &mut e,
-        &[
-            ("content-type", "application/json"),
-            ("x-compute-type", "gpu+optimized"),
-        ],
-    );
+    tgi_head(&mut e, "application/json");
     assert_eq!(e.dialect(), Dialect::Tgi);
-    assert!(e.settled || !e.undecided, "decided at the head");
+    assert!(e.undecided.is_none(), "decided at the head");
     data(&mut e, "{\"generated_text\":\"x\",\"meta_info\":{}}");
     e.on_end(End::Complete, Instant::now());
     assert!(told.take().iter().all(|l| !l.contains("sglang")));
@@ -805,13 +818,7 @@ fn tgi_headers_an_error_or_a_forced_dialect_keep_generate_tgis() {
         (503, "text/plain", "busy", "tgi"),
     ] {
         let (told, mut e) = generate("/generate/", None);
-        let (head, ()) = Response::builder()
-            .status(status)
-            .header("content-type", content_type)
-            .body(())
-            .unwrap_or_default()
-            .into_parts();
-        e.on_response_head(&head, Instant::now());
+        head_of(&mut e, status, &[("content-type", content_type)]);
         e.on_data(&Bytes::from(body), Instant::now());
         e.on_end(End::Complete, Instant::now());
         let told = told.take();
@@ -832,4 +839,127 @@ fn tgi_headers_an_error_or_a_forced_dialect_keep_generate_tgis() {
     let (_, mut e) = generate("/generate_stream", None);
     head_with(&mut e, &[("content-type", "text/event-stream")]);
     assert_eq!(e.dialect(), Dialect::Tgi);
+}
+
+/// A TGI stream as TGI's `generate_stream` writes it (its events; the head
+/// carries `x-compute-type`).
+const TGI_STREAM: &str = "data:{\"index\":1,\"token\":{\"id\":415,\"text\":\" The\",\"logprob\":-0.4,\"special\":false},\"generated_text\":null,\"details\":null}\n\ndata:{\"index\":2,\"token\":{\"id\":4372,\"text\":\" end\",\"logprob\":-0.1,\"special\":false},\"generated_text\":\" The end\",\"details\":{\"finish_reason\":\"length\",\"generated_tokens\":2,\"seed\":null}}\n\n";
+
+#[test]
+fn tgis_root_route_is_read_when_its_head_is_tgis() {
+    // `POST /`, as huggingface_hub's InferenceClient sends it to a TGI URL.
+    let (told, mut e) = generate("/", None);
+    tgi_head(&mut e, "text/event-stream");
+    assert_eq!(e.dialect(), Dialect::Tgi);
+    data(&mut e, TGI_STREAM);
+    e.on_end(End::Complete, Instant::now());
+    let told = told.take();
+    assert_eq!(told.first().map(String::as_str), Some("in unknown"));
+    assert!(told.contains(&"moved unknown tgi".to_owned()), "{told:?}");
+    assert!(told.contains(&"FirstToken tgi".to_owned()), "{told:?}");
+    assert_eq!(
+        told.last().map(String::as_str),
+        Some("finished tgi 2 tokens")
+    );
+    // Its whole answer is wrapped in an array.
+    let (told, mut e) = generate("/", None);
+    tgi_head(&mut e, "application/json");
+    data(&mut e, "[{\"generated_text\":\" The end\",\"details\":{\"finish_reason\":\"length\",\"generated_tokens\":2}}]");
+    e.on_end(End::Complete, Instant::now());
+    assert_eq!(
+        told.take().last().map(String::as_str),
+        Some("finished tgi 2 tokens")
+    );
+}
+
+#[test]
+fn the_root_path_of_another_server_stays_unknown() {
+    // No TGI head: whatever else answers `POST /` is not read.
+    let (told, mut e) = generate("/", None);
+    head_with(&mut e, &[("content-type", "text/event-stream")]);
+    assert_eq!(e.dialect(), Dialect::Unknown);
+    assert!(e.undecided.is_none(), "decided at the head");
+    data(&mut e, TGI_STREAM);
+    e.on_end(End::Complete, Instant::now());
+    let told = told.take();
+    assert!(told.iter().all(|l| !l.contains("tgi")), "{told:?}");
+    assert_eq!(
+        told.last().map(String::as_str),
+        Some("finished unknown 0 tokens")
+    );
+    // Only a POST is TGI's route: a GET of `/` (a load balancer's check)
+    // is not even asked.
+    let request = Request::get("/").body(()).unwrap_or_default();
+    let reading = ReadSettings {
+        max_event_bytes: 1024,
+        request_capture_bytes: 1024,
+        dialects: Default::default(),
+        label_headers: Vec::new(),
+        request_id_headers: Vec::new(),
+        slo_headers: false,
+        max_logged_model_bytes: 128,
+        generate: Default::default(),
+    };
+    let (e, _upload) = Exchange::start(Instant::now(), &request, &reading, None);
+    assert!(e.undecided.is_none());
+}
+
+#[test]
+fn generate_starts_under_the_server_last_seen_answering_it() {
+    let reading = ReadSettings {
+        max_event_bytes: 1024 * 1024,
+        request_capture_bytes: 1024,
+        dialects: Default::default(),
+        label_headers: Vec::new(),
+        request_id_headers: Vec::new(),
+        slo_headers: false,
+        max_logged_model_bytes: 128,
+        generate: Default::default(),
+    };
+    let first = |told: &Arc<Endpoints>| told.take().first().cloned();
+    // Before any answer told, TGI's, the path's.
+    let (told, mut e) = generate_with(&reading, "/generate");
+    assert_eq!(first(&told).as_deref(), Some("in tgi"));
+    head_with(&mut e, &[("content-type", "text/event-stream")]);
+    data(&mut e, SGLANG);
+    e.on_end(End::Complete, Instant::now());
+    // An SGLang stream told: the next request starts under `sglang`, and
+    // one whose answer never tells (its client left before the head; a
+    // refusal that names no server) stays there, as do its gauges.
+    let (told, e) = generate_with(&reading, "/generate");
+    assert_eq!(first(&told).as_deref(), Some("in sglang"));
+    drop(e);
+    let lines = told.take();
+    assert_eq!(
+        lines.last().map(String::as_str),
+        Some("finished sglang 0 tokens")
+    );
+    assert!(lines.iter().all(|l| !l.contains("tgi")), "{lines:?}");
+    let (told, mut e) = generate_with(&reading, "/generate");
+    head_of(&mut e, 401, &[("content-type", "application/json")]);
+    data(&mut e, r#"{"error":"Unauthorized"}"#);
+    e.on_end(End::Complete, Instant::now());
+    let lines = told.take();
+    assert_eq!(
+        lines.last().map(String::as_str),
+        Some("finished sglang 0 tokens")
+    );
+    assert!(lines.iter().all(|l| !l.contains("tgi")), "{lines:?}");
+    // An error body that names TGI decides its own request, but teaches
+    // nothing (a gateway in front may write it); a successful TGI answer
+    // does.
+    let tgi_error = r#"{"error":"Model is overloaded","error_type":"overloaded"}"#;
+    let (told, mut e) = generate_with(&reading, "/generate");
+    head_of(&mut e, 429, &[("content-type", "application/json")]);
+    data(&mut e, tgi_error);
+    e.on_end(End::Complete, Instant::now());
+    assert_eq!(
+        told.take().last().map(String::as_str),
+        Some("finished tgi 0 tokens")
+    );
+    assert_eq!(reading.generate.get(), Dialect::Sglang);
+    let (_, mut e) = generate_with(&reading, "/generate");
+    tgi_head(&mut e, "application/json");
+    e.on_end(End::Complete, Instant::now());
+    assert_eq!(reading.generate.get(), Dialect::Tgi);
 }

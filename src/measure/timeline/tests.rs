@@ -120,6 +120,40 @@ fn cumulative_usage_gives_exact_counts() {
     assert_eq!(t.tokens.generated_source, Some(CountSource::Usage));
 }
 
+/// SGLang's `/generate`: whether an event carries a token is whether its
+/// count grew, whatever its text (all the text so far, repeated by an event
+/// that added nothing, or empty while a character's bytes are held back).
+#[test]
+fn tokens_by_growth_follow_the_count_not_the_text() {
+    let t0 = Instant::now();
+    let mut t = Timeline::new(t0, Dialect::Sglang);
+    let event = |text, so_far| Parsed {
+        output_bytes: text,
+        usage: Some(Usage {
+            output: Some(so_far),
+            ..Usage::default()
+        }),
+        cumulative: true,
+        tokens_by_growth: true,
+        ..Parsed::default()
+    };
+    // The first token's character is held back: no text, one token.
+    t.record(&event(0, 1), t0 + ms(100));
+    t.record(&event(3, 2), t0 + ms(130));
+    // The same text again, nothing new: no token.
+    t.record(&event(3, 2), t0 + ms(150));
+    t.record(&event(9, 5), t0 + ms(190));
+    t.finish(Outcome::Ok, t0 + ms(200));
+    assert_eq!(t.ttft(), Some(ms(100)));
+    assert_eq!(t.ttfo(), Some(ms(100)), "every SGLang token is answer");
+    assert_eq!(t.tokens.token_events, 3);
+    assert_eq!(t.tokens.generated, 5);
+    let itl: Vec<_> = t.inter_token_latencies().collect();
+    assert_eq!(itl, vec![(ms(30), 1), (ms(20), 3)]);
+    let gaps: Vec<_> = t.gaps.inter_event().collect();
+    assert_eq!(gaps, vec![ms(30), ms(60)]);
+}
+
 #[test]
 fn reasoning_then_output_splits_ttft_and_ttfo() {
     let t0 = Instant::now();

@@ -331,12 +331,14 @@ fn start(dialect: Dialect, method: Method, limit: usize) -> (Arc<Keep>, Exchange
         .expect("a valid request");
     let keep = Arc::new(Keep::default());
     let sink: Arc<dyn TimelineSink> = keep.clone();
-    let (exchange, upload) = Exchange::start(Instant::now(), &request, reading(limit), Some(sink));
-    // `/generate` is TGI's until its response tells otherwise.
+    let reading = reading(limit);
+    // `/generate` starts under the server last seen answering it (the
+    // readings are shared by every input), until its response tells.
     let routed = match dialect {
-        Dialect::Sglang => Dialect::Tgi,
+        Dialect::Sglang => reading.generate.get(),
         dialect => dialect,
     };
+    let (exchange, upload) = Exchange::start(Instant::now(), &request, reading, Some(sink));
     assert_eq!(exchange.dialect(), routed, "the path's dialect");
     (keep, exchange, upload)
 }

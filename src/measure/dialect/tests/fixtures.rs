@@ -447,25 +447,43 @@ fn bodies_sglang() {
     assert_eq!(many.usage, Some(u(Some(7), Some(1), 5, None)));
     assert_eq!(many.output_bytes, 5);
     assert!(many.end && !many.error);
-    // Which server wrote a `/generate` body: SGLang's has `meta_info`.
-    assert_eq!(
-        Dialect::generate_body_of(fixture!("body_sglang.json")),
-        Dialect::Sglang
-    );
-    assert_eq!(Dialect::generate_body_of(batch), Dialect::Sglang);
-    assert_eq!(
-        Dialect::generate_body_of(fixture!("body_tgi.json")),
-        Dialect::Tgi
-    );
-    assert_eq!(Dialect::generate_body_of(b"not json"), Dialect::Tgi);
+    // Which server wrote a `/generate` body: SGLang's has `meta_info`,
+    // TGI's `generated_text` (`POST /` wraps it in an array).
+    let of = Dialect::generate_body_of;
+    assert_eq!(of(fixture!("body_sglang.json")), Some(Dialect::Sglang));
+    assert_eq!(of(batch), Some(Dialect::Sglang));
+    assert_eq!(of(fixture!("body_tgi.json")), Some(Dialect::Tgi));
+    // A derived struct takes a short array as its fields in order: an
+    // array is read as one, whatever its length.
+    for tgi in [
+        &br#"[{"generated_text":"x"}]"#[..],
+        br#"[{"generated_text":"x"},{"meta_info":{}},{}]"#,
+    ] {
+        assert_eq!(
+            of(tgi),
+            Some(Dialect::Tgi),
+            "{}",
+            String::from_utf8_lossy(tgi)
+        );
+    }
     // Error bodies: SGLang's `error` is an object (or FastAPI's
-    // `object: "error"`), TGI's a string beside `error_type`.
+    // `object: "error"`), TGI's a string beside `error_type`; a bare
+    // string (SGLang's `--api-key` refusal) names no server.
     let sglang_error = br#"{"error":{"message":"The input is too long."}}"#;
-    assert_eq!(Dialect::generate_body_of(sglang_error), Dialect::Sglang);
+    assert_eq!(of(sglang_error), Some(Dialect::Sglang));
     let fastapi = br#"{"object":"error","message":"x","type":"400","param":null,"code":400}"#;
-    assert_eq!(Dialect::generate_body_of(fastapi), Dialect::Sglang);
+    assert_eq!(of(fastapi), Some(Dialect::Sglang));
     let tgi_error = br#"{"error":"Input validation error","error_type":"validation"}"#;
-    assert_eq!(Dialect::generate_body_of(tgi_error), Dialect::Tgi);
+    assert_eq!(of(tgi_error), Some(Dialect::Tgi));
+    for neither in [
+        &br#"{"error":"Unauthorized"}"#[..],
+        b"not json",
+        b"[]",
+        b"{}",
+        b"42",
+    ] {
+        assert_eq!(of(neither), None, "{}", String::from_utf8_lossy(neither));
+    }
 }
 
 #[test]

@@ -23,6 +23,9 @@ pub struct Facts {
     pub exact: Option<u64>,
     /// Output tokens generated so far, when the payload carries a running total.
     pub cumulative: Option<u64>,
+    /// The payload carries a token exactly when that running total grew,
+    /// whatever its text, and every token is answer (SGLang's `/generate`).
+    pub by_growth: bool,
     /// Usage totals reported here.
     pub usage: Usage,
     /// The model the payload names.
@@ -400,7 +403,7 @@ fn sglang(v: &Value, streamed: bool) -> Facts {
             f.output += one.output;
             let add = |a: Option<u64>, b: Option<u64>| match (a, b) {
                 (None, None) => None,
-                (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+                (a, b) => Some(a.unwrap_or(0).saturating_add(b.unwrap_or(0))),
             };
             f.usage.input = add(f.usage.input, one.usage.input);
             f.usage.cached = add(f.usage.cached, one.usage.cached);
@@ -431,6 +434,7 @@ fn sglang(v: &Value, streamed: bool) -> Facts {
         };
         if streamed {
             f.cumulative = f.usage.output;
+            f.by_growth = true;
         }
     }
     f

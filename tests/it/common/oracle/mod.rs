@@ -205,13 +205,19 @@ impl Acc {
         let growth = f
             .cumulative
             .map(|now| now.saturating_sub(self.last_cumulative.replace(now).unwrap_or(0)));
-        let bearing =
-            f.reasoning + f.output + f.tool > 0 || f.tool_start || f.exact.is_some_and(|n| n > 0);
+        let bearing = match f.by_growth {
+            true => growth.is_some_and(|n| n > 0),
+            false => {
+                f.reasoning + f.output + f.tool > 0
+                    || f.tool_start
+                    || f.exact.is_some_and(|n| n > 0)
+            }
+        };
         if !framing.streamed() || !bearing {
             return;
         }
         let kind = match () {
-            _ if f.output > 0 => Kind::Output,
+            _ if f.by_growth || f.output > 0 => Kind::Output,
             _ if f.tool > 0 || f.tool_start => Kind::ToolCall,
             _ if f.reasoning > 0 => Kind::Reasoning,
             // A token with no text (TGI's empty token, a logprob): an output token.
