@@ -24,6 +24,7 @@ import anthropic
 import httpx
 import openai
 import requests
+from huggingface_hub import InferenceClient
 
 PROMPT = [{"role": "user", "content": "Say something about clocks."}]
 CHAT = {"model": "m", "messages": PROMPT, "stream": True, "max_tokens": 12}
@@ -189,6 +190,45 @@ def httpx_chunked_upload_and_keep_alive(base):
     return {"answers": out, "connections": len(ports)}
 
 
+def hf_text_generation_stream(base):
+    """huggingface_hub's InferenceClient given a TGI URL (as LangChain's
+    HuggingFaceEndpoint uses it): a streamed text generation, POST to the
+    server's root, every token with its details."""
+    client = InferenceClient(model=base)
+    sent()
+    tokens = list(client.text_generation("Say something about clocks.", max_new_tokens=9, stream=True, details=True))
+    last = tokens[-1].details
+    return {
+        "events": len(tokens),
+        "text": "".join(t.token.text for t in tokens if not t.token.special),
+        "details": [last.finish_reason, last.generated_tokens],
+    }
+
+
+def hf_text_generation_whole(base):
+    """huggingface_hub's InferenceClient, a whole text generation with its
+    details (TGI answers POST / with an array of one)."""
+    client = InferenceClient(model=base)
+    sent()
+    out = client.text_generation("Say something about clocks.", max_new_tokens=8, details=True)
+    return {"text": out.generated_text, "details": [out.details.finish_reason, out.details.generated_tokens]}
+
+
+def requests_sglang_generate(base):
+    """requests on SGLang's native /generate, streamed, read as SGLang's
+    docs read it: each event's `text` is the whole text so far."""
+    sent()
+    body = {"text": "Say something about clocks.", "sampling_params": {"max_new_tokens": 7}, "stream": True}
+    response = requests.post(base + "/generate", json=body, stream=True)
+    text, events = "", 0
+    for line in response.iter_lines():
+        if not line.startswith(b"data:") or line == b"data: [DONE]":
+            continue
+        data = json.loads(line[5:])
+        text, events = data["text"], events + 1
+    return {"status": response.status_code, "events": events, "text": text, "tokens": data["meta_info"]["completion_tokens"]}
+
+
 def openai_chat_stream_closed_early(base):
     """The OpenAI SDK closes a slow stream after three chunks (a user who
     pressed stop): the stream ends there for the client, without an error."""
@@ -224,6 +264,9 @@ SCENARIOS = [
     aiohttp_keep_alive,
     requests_ollama_ndjson,
     httpx_chunked_upload_and_keep_alive,
+    hf_text_generation_stream,
+    hf_text_generation_whole,
+    requests_sglang_generate,
 ]
 
 

@@ -159,7 +159,7 @@ async fn python_clients_read_through_tokenclock_what_they_read_directly() {
     let requests = proxied["requests"].clone();
     assert_eq!(requests, direct["requests"]);
     let scenarios = same(&direct, &proxied, "clients.py");
-    assert_eq!(scenarios.len(), 11, "every scenario ran: {proxied}");
+    assert_eq!(scenarios.len(), 14, "every scenario ran: {proxied}");
 
     // Connections kept alive: each session's requests took one connection.
     for name in ["aiohttp_keep_alive", "httpx_chunked_upload_and_keep_alive"] {
@@ -213,9 +213,23 @@ async fn python_clients_read_through_tokenclock_what_they_read_directly() {
             words(&scenarios["requests_ollama_ndjson"]["text"]),
         ),
     ];
-    for (endpoint, tokens) in expected {
+    // huggingface_hub's InferenceClient on TGI's `POST /`, and SGLang's
+    // `/generate` read with requests: their requests name no model.
+    let unnamed = [
+        (
+            "tgi",
+            words(&scenarios["hf_text_generation_stream"]["text"])
+                + words(&scenarios["hf_text_generation_whole"]["text"]),
+        ),
+        (
+            "sglang",
+            words(&scenarios["requests_sglang_generate"]["text"]),
+        ),
+    ];
+    let named = expected.into_iter().map(|(e, t)| (e, t, "m"));
+    for (endpoint, tokens, model) in named.chain(unnamed.map(|(e, t)| (e, t, "unknown"))) {
         let series = format!(
-            "tokenclock_output_tokens_total{{endpoint=\"{endpoint}\",kind=\"output\",model=\"m\"}}"
+            "tokenclock_output_tokens_total{{endpoint=\"{endpoint}\",kind=\"output\",model=\"{model}\"}}"
         );
         assert!(tokens > 0, "{endpoint}: the clients read no text");
         assert_eq!(

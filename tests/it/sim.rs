@@ -25,6 +25,11 @@ fn request(path: &str, model: &str, n: u64, stream: bool, extra: &str) -> String
         "/v1/responses" => format!(r#""input":"{prompt}","max_output_tokens":{n}"#),
         "/api/generate" => format!(r#""prompt":"{prompt}","options":{{"num_predict":{n}}}"#),
         "/generate" => format!(r#""text":"{prompt}","sampling_params":{{"max_new_tokens":{n}}}"#),
+        // TGI's, as huggingface_hub's InferenceClient sends it with
+        // `details=True`.
+        "/generate_stream" | "/" => {
+            format!(r#""inputs":"{prompt}","parameters":{{"max_new_tokens":{n},"details":true}}"#)
+        }
         "/api/chat" => format!(
             r#""messages":[{{"role":"user","content":"{prompt}"}}],"options":{{"num_predict":{n}}}"#
         ),
@@ -58,6 +63,10 @@ async fn every_format_parses_through_the_proxy() {
         // SGLang's native API: each event's text is all so far, its count
         // `completion_tokens` cumulative.
         ("/generate", "", Dialect::Sglang, Usage),
+        // TGI's native stream, and its route for the Inference API's
+        // clients: one token per event, the total in `details`.
+        ("/generate_stream", "", Dialect::Tgi, Usage),
+        ("/", "", Dialect::Tgi, Usage),
     ];
     for (path, extra, dialect, source) in cases {
         let body = request(path, "sim-llama", 6, true, extra);
@@ -228,6 +237,7 @@ async fn non_streamed_bodies_parse() {
         "/api/chat",
         "/api/generate",
         "/generate",
+        "/",
     ] {
         let body = request(path, "sim-think", 6, false, "");
         let response = post(proxy.addr, path, &body, &[])
@@ -243,6 +253,11 @@ async fn non_streamed_bodies_parse() {
         if path == "/generate" {
             // The body told the server (SGLang's `meta_info`).
             assert_eq!(t.dialect, Dialect::Sglang);
+        }
+        if path == "/" {
+            // The head told the server (TGI's `x-compute-type`); its answer
+            // is an array of one.
+            assert_eq!(t.dialect, Dialect::Tgi);
         }
         assert_eq!(t.outcome, Outcome::Ok, "{path}");
         assert!(t.parse_errors.is_empty(), "{path}: {:?}", t.parse_errors);

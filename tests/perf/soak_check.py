@@ -26,6 +26,7 @@ ENDPOINTS = {
     # TGI's and SGLang's; the simulator answers it as SGLang does, its
     # error statuses too (an `error` object), so every request is SGLang's.
     "/generate": "sglang",
+    "/generate_stream": "tgi",
 }
 SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)$')
 LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')

@@ -6,7 +6,10 @@
 use memchr::memmem;
 use serde::Deserialize;
 
-use crate::measure::{dialect::Dialect, frame::sse::SseFramer};
+use crate::measure::{
+    dialect::{Dialect, Shared},
+    frame::sse::SseFramer,
+};
 
 /// Largest event read, in bytes; a larger one is skipped (counted as no
 /// event) so a broken stream cannot grow memory without bound.
@@ -39,7 +42,7 @@ impl Events {
     pub(super) fn for_path(path: &str) -> Self {
         let dialect = match Dialect::from_path(path) {
             Dialect::Unknown => Dialect::OpenAiChat,
-            _ if Dialect::shared_generate(path) => Dialect::Sglang,
+            _ if Shared::of(true, path) == Some(Shared::Generate) => Dialect::Sglang,
             known => known,
         };
         Self {

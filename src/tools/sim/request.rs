@@ -20,6 +20,11 @@ pub(crate) enum Format {
     OllamaGenerate,
     /// `/generate`, SGLang's native API.
     SglangGenerate,
+    /// `/generate_stream`, TGI's native stream.
+    TgiStream,
+    /// `POST /`, TGI's route for the Inference API's clients (streamed when
+    /// the body says `"stream": true`).
+    TgiRoot,
 }
 
 impl Format {
@@ -33,6 +38,8 @@ impl Format {
             "/api/chat" => Self::OllamaChat,
             "/api/generate" => Self::OllamaGenerate,
             "/generate" => Self::SglangGenerate,
+            "/generate_stream" => Self::TgiStream,
+            "" => Self::TgiRoot,
             _ => return None,
         })
     }
@@ -63,6 +70,8 @@ pub(crate) struct SimRequest {
     pub continuous_usage: bool,
     /// `logprobs: true`.
     pub logprobs: bool,
+    /// TGI's `parameters.details: true`: a whole answer carries its counts.
+    pub details: bool,
 }
 
 impl SimRequest {
@@ -77,11 +86,16 @@ impl SimRequest {
             .iter()
             .find_map(|k| object.get(*k).and_then(Value::as_u64))
             .or_else(|| {
-                ["/options/num_predict", "/sampling_params/max_new_tokens"]
-                    .iter()
-                    .find_map(|p| value.pointer(p).and_then(Value::as_u64))
+                [
+                    "/options/num_predict",
+                    "/sampling_params/max_new_tokens",
+                    "/parameters/max_new_tokens",
+                ]
+                .iter()
+                .find_map(|p| value.pointer(p).and_then(Value::as_u64))
             });
         let stream = match object.get("stream").and_then(Value::as_bool) {
+            _ if format == Format::TgiStream => true,
             Some(stream) => stream,
             None => format.is_ollama(),
         };
@@ -102,6 +116,7 @@ impl SimRequest {
             include_usage: option("include_usage"),
             continuous_usage: option("continuous_usage_stats"),
             logprobs: flag(object.get("logprobs")),
+            details: flag(value.pointer("/parameters/details")),
         })
     }
 
@@ -114,7 +129,7 @@ impl SimRequest {
 
 /// Bytes of prompt text: every string under the prompt-carrying keys.
 fn text_bytes(value: &Value) -> u64 {
-    const KEYS: [&str; 7] = [
+    const KEYS: [&str; 8] = [
         "messages",
         "prompt",
         "input",
@@ -122,6 +137,7 @@ fn text_bytes(value: &Value) -> u64 {
         "instructions",
         "content",
         "text",
+        "inputs",
     ];
     let Some(object) = value.as_object() else {
         return 0;

@@ -146,24 +146,35 @@ impl Inner {
     /// when the client accepts it (`gzip`), as OpenAI's API answers.
     async fn respond(&self, job: Job, gzip: bool) -> Response<SimBody> {
         let engine = self.engine.clone();
-        if !job.request.stream {
+        let format = job.request.format;
+        let mut response = if job.request.stream {
+            let framing = wire::framing(format);
+            let (body, emitter) = SimBody::channel(framing, job.fault.abort_after);
+            tokio::spawn(generate::run(job, engine, Some(emitter)));
+            let mut response = respond(StatusCode::OK, framing.content_type(), body);
+            response.headers_mut().insert(
+                header::CACHE_CONTROL,
+                header::HeaderValue::from_static("no-cache"),
+            );
+            response
+        } else {
             let fault = job.fault.clone();
-            return match generate::run(job, engine, None).await {
+            match generate::run(job, engine, None).await {
                 Some(body) => whole(&body, &fault, gzip),
-                None => error(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "the simulator is shutting down",
-                ),
-            };
+                None => {
+                    return error(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "the simulator is shutting down",
+                    )
+                }
+            }
+        };
+        for (name, value) in wire::headers(format) {
+            response.headers_mut().insert(
+                header::HeaderName::from_static(name),
+                header::HeaderValue::from_static(value),
+            );
         }
-        let framing = wire::framing(job.request.format);
-        let (body, emitter) = SimBody::channel(framing, job.fault.abort_after);
-        tokio::spawn(generate::run(job, engine, Some(emitter)));
-        let mut response = respond(StatusCode::OK, framing.content_type(), body);
-        response.headers_mut().insert(
-            header::CACHE_CONTROL,
-            header::HeaderValue::from_static("no-cache"),
-        );
         response
     }
 

@@ -6,6 +6,7 @@ mod ollama;
 mod openai;
 mod responses;
 mod sglang;
+mod tgi;
 
 use std::time::Duration;
 
@@ -127,6 +128,7 @@ pub(crate) fn encoder(request: &SimRequest, id: u64) -> Box<dyn Encoder> {
         Format::Anthropic => Box::new(anthropic::Anthropic::new(request, id)),
         Format::OllamaChat | Format::OllamaGenerate => Box::new(ollama::Ollama::new(request)),
         Format::SglangGenerate => Box::new(sglang::Sglang::new(request, id)),
+        Format::TgiStream | Format::TgiRoot => Box::new(tgi::Tgi::new(request)),
     }
 }
 
@@ -135,6 +137,15 @@ pub(crate) fn framing(format: Format) -> Framing {
     match format {
         Format::OllamaChat | Format::OllamaGenerate => Framing::Ndjson,
         _ => Framing::Sse,
+    }
+}
+
+/// Response headers `format`'s servers add to every answer: TGI's router
+/// its `x-compute-type` (a proxy tells TGI's answers by it).
+pub(crate) fn headers(format: Format) -> &'static [(&'static str, &'static str)] {
+    match format {
+        Format::TgiStream | Format::TgiRoot => &[("x-compute-type", "gpu+optimized")],
+        _ => &[],
     }
 }
 
