@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use crate::{
     recorded::{check, read, Stream, RECORDINGS},
-    streams::{vllm_chat, Chunking},
+    streams::{sglang_generate, vllm_chat, Chunking},
 };
 
 pub(crate) fn bench(c: &mut Criterion) {
@@ -32,6 +32,18 @@ pub(crate) fn bench(c: &mut Criterion) {
         chat,
         &Chunking::ALL,
     ));
+
+    // SGLang's `/generate` has no recording to lengthen (its counts run
+    // on): synthetic, in both of its text modes.
+    for (incremental, name) in [
+        (false, "sglang_generate_synthetic"),
+        (true, "sglang_generate_incremental_synthetic"),
+    ] {
+        let stream = sglang_generate(incremental);
+        stream.describe(name);
+        let chunkings: &[Chunking] = &[Chunking::PerEvent, Chunking::Read];
+        cases.push((Dialect::Sglang, name.to_owned(), stream, chunkings));
+    }
 
     let mut group = c.benchmark_group("framing_and_dialect");
     for (dialect, name, stream, chunkings) in &cases {

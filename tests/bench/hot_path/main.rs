@@ -20,7 +20,11 @@
 //!   `ollama`, `llamacpp`) on its real recording lengthened to a few
 //!   hundred token events ([`recorded`]), one event per chunk and in 4 KiB
 //!   chunks; plus the synthetic vLLM chat stream
-//!   (`openai_chat_vllm_synthetic`) in the three chunkings. Each stream is
+//!   (`openai_chat_vllm_synthetic`) in the three chunkings, and SGLang's
+//!   `/generate` (`sglang_generate_synthetic`, whose events each repeat
+//!   all the text and token ids so far, as SGLang sends them by default,
+//!   and `sglang_generate_incremental_synthetic`), 1,000 tokens each, one
+//!   event per chunk and in 4 KiB chunks. Each stream is
 //!   checked outside the timed loop: every event read, every token-bearing
 //!   event counted, no parse error.
 //! - `observed_body` ([`observed`]): polling an in-memory body of one

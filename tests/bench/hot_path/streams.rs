@@ -69,3 +69,43 @@ pub(crate) fn vllm_chat() -> Stream {
     assert_eq!(stream.token_events, SYNTHETIC_TOKENS, "one token per chunk");
     stream
 }
+
+/// SGLang's native `/generate` stream of [`SYNTHETIC_TOKENS`] events, one
+/// token each: by default (`incremental` false) every event's `text` and
+/// `output_ids` hold everything generated so far, so the stream grows with
+/// the square of its length (1,000 tokens: several MB), and reading it
+/// costs so; with `--incremental-streaming-output` only the new part. The
+/// last event finishes; then `[DONE]`.
+pub(crate) fn sglang_generate(incremental: bool) -> Stream {
+    let words = [
+        " the", " model", " answers", ",", " token", " by", " token", ".",
+    ];
+    let (mut text, mut ids) = (String::new(), String::new());
+    let mut events = Vec::new();
+    for (i, word) in words
+        .iter()
+        .cycle()
+        .take(SYNTHETIC_TOKENS as usize)
+        .enumerate()
+    {
+        let n = i as u64 + 1;
+        let id = 1000 + i;
+        text.push_str(word);
+        ids.push_str(&format!("{}{id}", if i == 0 { "" } else { "," }));
+        let finish = match n == SYNTHETIC_TOKENS {
+            true => r#"{"type":"length","length":1000}"#,
+            false => "null",
+        };
+        let (text, ids) = match incremental {
+            true => (word.to_string(), id.to_string()),
+            false => (text.clone(), ids.clone()),
+        };
+        events.push(format!(
+            "data: {{\"text\":\"{text}\",\"output_ids\":[{ids}],\"meta_info\":{{\"id\":\"8b2a3c4d5e6f47a8b9c0d1e2f3a4b5c6\",\"finish_reason\":{finish},\"prompt_tokens\":27,\"weight_version\":\"default\",\"num_retractions\":0,\"reasoning_tokens\":0,\"completion_tokens\":{n},\"cached_tokens\":0}}}}\n\n"
+        ));
+    }
+    events.push("data: [DONE]\n\n".to_owned());
+    let stream = Stream::from_blocks(Dialect::Sglang, events);
+    assert_eq!(stream.token_events, SYNTHETIC_TOKENS, "one token per event");
+    stream
+}
