@@ -117,7 +117,9 @@ impl<'a> Event<'a> {
             Some(meta) => (None, None, meta.id),
             None => (None, None, None),
         };
-        let cumulative = streamed && usage.is_some();
+        // Without a running count (a server that sends none), its text
+        // says whether it carries a token.
+        let cumulative = streamed && usage.is_some_and(|u| u.output.is_some());
         Parsed {
             output_bytes: if aborted { 0 } else { self.text.0 },
             cumulative,

@@ -44,9 +44,12 @@ pub struct Exchange {
     /// Set when the proxy answered itself: the failure's outcome.
     local_failure: Option<Outcome>,
     upload: Arc<UploadShared>,
-    max_event_bytes: usize,
-    /// The access log cuts `model` to this many bytes.
-    max_logged_model_bytes: usize,
+    /// `max_event_bytes`, at most `u32::MAX` (4 GiB, more than any event
+    /// could be held in): 32 bits with the next, so that the learnt server
+    /// of `/generate` costs a request no bytes.
+    max_event_bytes: u32,
+    /// The access log cuts `model` to this many bytes (at most `u32::MAX`).
+    max_logged_model_bytes: u32,
     sink: Option<Arc<dyn TimelineSink>>,
     /// The request body's model is known (or known absent).
     request_read: bool,
@@ -84,8 +87,13 @@ impl Exchange {
         }
         // After `started`: a request is in flight before it is in a stage.
         let stage = StageCell::new(dialect, sink.clone());
+        // `POST /`'s body is read as TGI's in case TGI answers; what it said
+        // is dropped if not (`request_of`).
         let upload = Upload::new(
-            dialect,
+            match shared {
+                Some(Shared::Root) => Dialect::Tgi,
+                _ => dialect,
+            },
             request.method(),
             request.headers(),
             reading.request_capture_bytes,
@@ -110,8 +118,9 @@ impl Exchange {
             reader: Reader::skip(),
             local_failure: None,
             upload: upload.shared(),
-            max_event_bytes: reading.max_event_bytes,
-            max_logged_model_bytes: reading.max_logged_model_bytes,
+            max_event_bytes: u32::try_from(reading.max_event_bytes).unwrap_or(u32::MAX),
+            max_logged_model_bytes: u32::try_from(reading.max_logged_model_bytes)
+                .unwrap_or(u32::MAX),
             sink,
             request_read: false,
             undecided: shared,
@@ -139,13 +148,13 @@ impl Exchange {
             self.timeline.dialect,
             head.status,
             &head.headers,
-            self.max_event_bytes,
+            self.max_event_bytes as usize,
         );
         self.reader = reader;
         if self.undecided.is_some() && !head.status.is_success() {
             // Not read for its counts, but SGLang's and TGI's error bodies
             // differ: read to tell which server refused.
-            self.reader = Reader::error_body(&head.headers, self.max_event_bytes);
+            self.reader = Reader::error_body(&head.headers, self.max_event_bytes as usize);
         }
         if self.undecided.is_some() && !self.reader.tell_by_body() {
             // No whole body will tell: the dialect it started under stays.
@@ -207,7 +216,7 @@ impl Exchange {
         let model = t
             .model
             .as_deref()
-            .map(|m| cut(m, self.max_logged_model_bytes));
+            .map(|m| cut(m, self.max_logged_model_bytes as usize));
         let ids = &t.ids;
         let trace = ids.trace.as_ref();
         tracing::info!(
@@ -263,6 +272,7 @@ impl Exchange {
     fn progress(&mut self) {
         if !self.request_read {
             self.request_read = self.upload.take(&mut self.timeline);
+            self.request_of_known_endpoint();
         }
         let reached = self.timeline.reached();
         if reached != self.noticed {
@@ -311,6 +321,14 @@ impl Exchange {
         }
     }
 
+    /// A request counted `unknown` learns nothing from its body (a
+    /// `POST /` read in case TGI answered, that something else answered).
+    fn request_of_known_endpoint(&mut self) {
+        if self.timeline.dialect == Dialect::Unknown {
+            self.timeline.request = Default::default();
+        }
+    }
+
     /// Finishes the timeline, logs it and hands it over; once.
     fn complete(&mut self, end: End, at: Instant) {
         if std::mem::replace(&mut self.done, true) {
@@ -325,6 +343,7 @@ impl Exchange {
             }
         }
         self.upload.fill(&mut self.timeline);
+        self.request_of_known_endpoint();
         let outcome = self.outcome(end);
         self.timeline.finish(outcome, at);
         self.upload.stage.end();

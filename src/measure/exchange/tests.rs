@@ -873,6 +873,24 @@ fn tgis_root_route_is_read_when_its_head_is_tgis() {
 }
 
 #[test]
+fn the_root_routes_body_is_read_only_when_tgi_answered() {
+    // The helper's body asks for 8 tokens.
+    let (_, mut e) = generate("/", None);
+    tgi_head(&mut e, "text/event-stream");
+    data(&mut e, TGI_STREAM);
+    e.complete(End::Complete, Instant::now());
+    assert_eq!(e.timeline.request.max_tokens, Some(8));
+    let (_, mut e) = generate("/", None);
+    head_with(&mut e, &[("content-type", "text/event-stream")]);
+    e.complete(End::Complete, Instant::now());
+    assert_eq!(
+        e.timeline.request,
+        Default::default(),
+        "unknown: nothing read"
+    );
+}
+
+#[test]
 fn the_root_path_of_another_server_stays_unknown() {
     // No TGI head: whatever else answers `POST /` is not read.
     let (told, mut e) = generate("/", None);

@@ -331,14 +331,17 @@ fn start(dialect: Dialect, method: Method, limit: usize) -> (Arc<Keep>, Exchange
         .expect("a valid request");
     let keep = Arc::new(Keep::default());
     let sink: Arc<dyn TimelineSink> = keep.clone();
-    let reading = reading(limit);
-    // `/generate` starts under the server last seen answering it (the
-    // readings are shared by every input), until its response tells.
+    // What a proxy learns of `/generate`'s server is its own: each input
+    // starts with none, so that no input depends on those run before it
+    // (nor on another thread's).
+    let mut reading = reading(limit).clone();
+    reading.generate = Default::default();
+    // `/generate` is TGI's until its response tells otherwise.
     let routed = match dialect {
-        Dialect::Sglang => reading.generate.get(),
+        Dialect::Sglang => Dialect::Tgi,
         dialect => dialect,
     };
-    let (exchange, upload) = Exchange::start(Instant::now(), &request, reading, Some(sink));
+    let (exchange, upload) = Exchange::start(Instant::now(), &request, &reading, Some(sink));
     assert_eq!(exchange.dialect(), routed, "the path's dialect");
     (keep, exchange, upload)
 }

@@ -255,6 +255,13 @@ fn sglang_errors_and_aborts_are_in_band_errors() {
         .expect("an abort event");
     assert!(p.error && !p.has_token());
     assert_eq!(p.finish.map(|f| f.raw.into_owned()), Some("abort".into()));
+    // No running count: the text says whether it carries a token.
+    let uncounted =
+        br#"{"text":" Paris","meta_info":{"id":"x","finish_reason":null,"prompt_tokens":5}}"#;
+    let p = Dialect::Sglang
+        .parse_event(b"", uncounted)
+        .expect("an event");
+    assert!(!p.cumulative && !p.tokens_by_growth && p.has_token());
     let stop = br#"{"text":"!","output_ids":[0],"meta_info":{"finish_reason":{"type":"stop","matched":"!"},"completion_tokens":1}}"#;
     let p = Dialect::Sglang
         .parse_event(b"", stop)

@@ -1,12 +1,14 @@
 //! TGI's native API, as its router answers it: `/generate_stream` (and
 //! `POST /` with `"stream": true`) one event per token,
 //! `{"index","token":{"id","text","logprob","special"},"generated_text","details"}`,
-//! the last with the whole text and `details` (finish reason, generated
-//! and input tokens); no `[DONE]`. `POST /` answers a whole request with
-//! `[{"generated_text", "details"}]` (`details` only when the request's
-//! `parameters.details` asks), as the Inference API does. Every answer's
-//! head carries `x-compute-type` ([`super::headers`]). No reasoning field:
-//! the plan has none.
+//! the last with the whole text, and `details` (finish reason, generated
+//! and input tokens) when the request's `parameters.details` asks; no
+//! `[DONE]`. `POST /` answers a whole request with
+//! `[{"generated_text", "details"}]` (`details` again only when asked), as
+//! the Inference API does. Every answer's head carries `x-compute-type`
+//! ([`super::headers`]). No reasoning field: the plan has none. Not
+//! modelled: TGI's `data:` without a space, its error bodies, and
+//! `return_full_text` (on `POST /`, the prompt before the answer).
 
 use serde_json::{json, Value};
 
@@ -43,7 +45,6 @@ impl Tgi {
             "finish_reason": if self.length_limited { "length" } else { "eos_token" },
             "generated_tokens": totals.generated(),
             "seed": null,
-            "input_length": totals.input,
         })
     }
 }
@@ -71,7 +72,14 @@ impl Encoder for Tgi {
                     "index": self.sent,
                     "token": {"id": 1000 + self.sent, "text": word, "logprob": -0.1, "special": false},
                     "generated_text": if end { json!(self.text) } else { Value::Null },
-                    "details": if end { self.details(totals) } else { Value::Null },
+                    "details": match end && self.details {
+                        true => {
+                            let mut details = self.details(totals);
+                            details["input_length"] = json!(totals.input);
+                            details
+                        }
+                        false => Value::Null,
+                    },
                     "top_tokens": null,
                 });
                 Event::Json(None, event)

@@ -391,10 +391,11 @@ fn llamacpp(v: &Value, streamed: bool) -> Facts {
 }
 
 /// SGLang native `/generate`: `text` (all so far by default, or only the
-/// new part), `meta_info.completion_tokens` counting every token so far; an
-/// abort (`finish_reason.type`) is an in-band error whose text is no token;
-/// a batch (`index` on each event) carries no total. A whole batch body is
-/// an array, summed.
+/// new part), `meta_info.completion_tokens` counting every token so far,
+/// whose growth alone says whether an event carries tokens (an abort's
+/// text is no token, its growth is); an abort (`finish_reason.type`) is an
+/// in-band error; a batch (`index` on each event) carries no total. A
+/// whole batch body is an array, summed.
 fn sglang(v: &Value, streamed: bool) -> Facts {
     if let Some(items) = v.as_array().filter(|_| !streamed) {
         let mut f = Facts::default();
@@ -432,7 +433,7 @@ fn sglang(v: &Value, streamed: bool) -> Facts {
             output: meta["completion_tokens"].as_u64(),
             reasoning: None,
         };
-        if streamed {
+        if streamed && f.usage.output.is_some() {
             f.cumulative = f.usage.output;
             f.by_growth = true;
         }
