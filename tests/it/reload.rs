@@ -304,3 +304,50 @@ async fn sighup_without_a_config_file_is_logged_and_ignored() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     stop(served).await;
 }
+
+/// What a proxy learnt of the server behind `/generate` (an SGLang
+/// stream's answer) outlives a reload: a request whose own answer never
+/// tells (its client leaves before the head) is counted under SGLang, not
+/// under TGI, the path's. The simulator answers `/generate` as SGLang does.
+#[tokio::test]
+async fn the_server_learnt_behind_generate_outlives_a_reload() {
+    let sim = crate::common::sim::start(crate::common::sim::fast()).await;
+    let file = ConfigFile::new("generate", &config(sim.addr, ""));
+    let served = process::serve_config(file.path());
+    let body = r#"{"text":"hi","sampling_params":{"max_new_tokens":4},"stream":true}"#;
+    let answer = crate::common::sim::post(served.addr, "/generate", body, &[])
+        .await
+        .expect("an SGLang stream");
+    assert_eq!(answer.status, 200);
+    file.write(&config(sim.addr, "models = [\"alpha\"]\n"));
+    sighup(&served, RELOADED).await;
+    // A whole answer comes with its head, 2 s away: the client leaves
+    // before it, so nothing in its answer tells.
+    let whole = r#"{"text":"hi","sampling_params":{"max_new_tokens":4}}"#;
+    let mut stream = TcpStream::connect(served.addr).await.expect("connect");
+    let request = format!(
+        "POST /generate HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+         x-sim-schedule: ttft_ms=2000,gap_ms=10,tokens=4\r\ncontent-length: {}\r\n\r\n{whole}",
+        whole.len()
+    );
+    stream.write_all(request.as_bytes()).await.expect("send");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    drop(stream);
+    let cancelled = ["endpoint=\"sglang\"", "outcome=\"client_cancelled\""];
+    let requests = "tokenclock_requests_total";
+    let mut counted = 0.0;
+    for _ in 0..100 {
+        counted = sample(&served, requests, &cancelled).await;
+        if counted > 0.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(counted, 1.0, "the cancelled request under sglang");
+    assert_eq!(sample(&served, requests, &["endpoint=\"tgi\""]).await, 0.0);
+    assert_eq!(
+        sample(&served, "tokenclock_requests_in_flight", &[]).await,
+        0.0
+    );
+    stop(served).await;
+}
