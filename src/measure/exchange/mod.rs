@@ -88,7 +88,7 @@ impl Exchange {
         // After `started`: a request is in flight before it is in a stage.
         let stage = StageCell::new(dialect, sink.clone());
         // `POST /`'s body is read as TGI's in case TGI answers; what it said
-        // is dropped if not (`request_of`).
+        // is dropped if not (`request_of_known_endpoint`).
         let upload = Upload::new(
             match shared {
                 Some(Shared::Root) => Dialect::Tgi,

@@ -92,7 +92,7 @@ impl Reader {
     /// an uncompressed JSON one, up to `max_event_bytes`; else none.
     pub(super) fn error_body(headers: &HeaderMap, max_event_bytes: usize) -> Self {
         let plain = !headers.contains_key(header::CONTENT_ENCODING);
-        if !plain || !content_type(headers).starts_with("application/json") {
+        if !plain || Media::of(headers) != Media::Json {
             return Self::skip();
         }
         let read = Read::Json {
@@ -110,7 +110,7 @@ impl Reader {
 
     /// Whether a response with these headers is an event stream (SSE).
     pub(super) fn is_event_stream(headers: &HeaderMap) -> bool {
-        content_type(headers).starts_with("text/event-stream")
+        Media::of(headers) == Media::EventStream
     }
 
     /// Has a whole body read as the dialect it shows itself to be, which
@@ -198,29 +198,25 @@ impl Reader {
 impl Read {
     /// How a response's body, once inflated, is read.
     fn for_response(dialect: Dialect, headers: &HeaderMap, max_event_bytes: usize) -> Self {
-        let content_type = content_type(headers);
-        if content_type.starts_with("text/event-stream") {
-            Self::Sse {
+        match Media::of(headers) {
+            Media::EventStream => Self::Sse {
                 framer: SseFramer::new(max_event_bytes),
                 events: Events::new(dialect),
                 oversized: 0,
-            }
-        } else if content_type.starts_with("application/x-ndjson") {
-            Self::Ndjson {
+            },
+            Media::Ndjson => Self::Ndjson {
                 framer: NdjsonFramer::new(max_event_bytes),
                 dialect,
                 oversized: 0,
-            }
-        } else if content_type.starts_with("application/json") {
-            Self::Json {
+            },
+            Media::Json => Self::Json {
                 body: Some(Vec::new()),
                 cap: max_event_bytes,
                 dialect,
                 by_body: false,
                 record: true,
-            }
-        } else {
-            Self::Skip
+            },
+            Media::Other => Self::Skip,
         }
     }
 
@@ -305,13 +301,40 @@ impl Read {
     }
 }
 
-/// The media type of a response, lowercased (empty when absent).
-fn content_type(headers: &HeaderMap) -> String {
-    headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_ascii_lowercase()
+/// What a response's `content-type` says of how to read it, matched on
+/// its start in any case, without copying it (one lookup per head, twice
+/// for a request on a shared path).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Media {
+    EventStream,
+    Ndjson,
+    Json,
+    /// Anything else, or no text (absent, or not visible ASCII).
+    Other,
+}
+
+impl Media {
+    fn of(headers: &HeaderMap) -> Self {
+        let value = headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .as_bytes();
+        let starts = |prefix: &str| {
+            value
+                .get(..prefix.len())
+                .is_some_and(|start| start.eq_ignore_ascii_case(prefix.as_bytes()))
+        };
+        if starts("text/event-stream") {
+            Self::EventStream
+        } else if starts("application/x-ndjson") {
+            Self::Ndjson
+        } else if starts("application/json") {
+            Self::Json
+        } else {
+            Self::Other
+        }
+    }
 }
 
 fn read_line(dialect: Dialect, line: &[u8], at: Instant, timeline: &mut Timeline) {
@@ -325,5 +348,34 @@ fn count_oversized(seen: &mut u64, now: u64, timeline: &mut Timeline) {
     while *seen < now {
         *seen += 1;
         timeline.parse_error(ParseError::TooLarge);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use http::{header::CONTENT_TYPE, HeaderMap, HeaderValue};
+
+    use super::Media;
+
+    fn of(value: &'static [u8]) -> Media {
+        let mut headers = HeaderMap::new();
+        if let Ok(value) = HeaderValue::from_bytes(value) {
+            headers.insert(CONTENT_TYPE, value);
+        }
+        Media::of(&headers)
+    }
+
+    /// Matched on the type's start, in any case (as the lowercased copy it
+    /// replaces matched); a value that is not visible ASCII is no type.
+    #[test]
+    fn media_types_match_by_their_start_in_any_case() {
+        assert_eq!(of(b"Text/Event-Stream; charset=utf-8"), Media::EventStream);
+        assert_eq!(of(b"application/x-ndjson"), Media::Ndjson);
+        assert_eq!(of(b"APPLICATION/JSON"), Media::Json);
+        assert_eq!(of(b"application/jsonl"), Media::Json);
+        assert_eq!(of(b"text/plain"), Media::Other);
+        assert_eq!(of(b"text/event"), Media::Other);
+        assert_eq!(of(b"text/event-stream\xff"), Media::Other);
+        assert_eq!(Media::of(&HeaderMap::new()), Media::Other);
     }
 }
