@@ -271,7 +271,7 @@ impl File {
             slo_headers: export.slo_headers,
             request_id_headers: self.request_id_headers()?,
             max_logged_model_bytes: export.max_value_bytes,
-            generate: Default::default(),
+            learnt: Default::default(),
         };
         Ok(Config {
             listen: self.listen,

@@ -31,33 +31,66 @@ pub struct ReadSettings {
     /// Longest `model` written to the access log, in bytes
     /// (`max_label_value_bytes`); a longer one is cut there.
     pub max_logged_model_bytes: usize,
-    /// Which server answers `/generate` here, as the last answer that
-    /// told showed it; shared by every request and kept across reloads.
-    pub generate: GenerateServer,
+    /// Which server answers each path several serve, as the last answer
+    /// that told showed it; shared by every request and kept across
+    /// reloads.
+    pub learnt: Learnt,
 }
 
-/// Which of the two servers that serve `/generate` (TGI, SGLang) answers
-/// it behind this proxy, as the last successful answer that told showed
-/// it (an event stream, TGI's head, a whole body's shape): a request
-/// there is counted under it until its own answer tells, and stays so
-/// when it never does (it failed before, or with an error that names no
-/// server). TGI, the path's dialect, until an answer tells. A sidecar's
-/// upstream is one server, so after its first answer every request starts
-/// under the right endpoint.
+/// What the proxy learnt of the server behind each path two servers
+/// answer in different shapes ([`Shared`]): `/generate` (TGI, SGLang) and
+/// `/api/chat` (Ollama, llama.cpp). Until an answer tells, each is the
+/// path's dialect.
 #[derive(Clone, Debug)]
-pub struct GenerateServer(Arc<AtomicU8>);
+pub struct Learnt {
+    /// Behind `/generate`.
+    pub generate: LearntServer,
+    /// Behind `/api/chat`.
+    pub api_chat: LearntServer,
+}
 
-impl Default for GenerateServer {
+impl Default for Learnt {
     fn default() -> Self {
-        Self(Arc::new(AtomicU8::new(Dialect::Tgi.index() as u8)))
+        Self {
+            generate: LearntServer::new(Dialect::Tgi),
+            api_chat: LearntServer::new(Dialect::Ollama),
+        }
     }
 }
 
-impl GenerateServer {
+impl Learnt {
+    /// The server learnt behind `shared`; `None` for `POST /`, which is
+    /// counted `unknown` until TGI's head shows (any server may answer
+    /// there, and one that is not TGI says nothing).
+    pub fn of(&self, shared: Shared) -> Option<&LearntServer> {
+        match shared {
+            Shared::Generate => Some(&self.generate),
+            Shared::ApiChat => Some(&self.api_chat),
+            Shared::Root => None,
+        }
+    }
+}
+
+/// Which of the servers that serve one shared path answers it behind this
+/// proxy, as the last successful answer that told showed it (an event
+/// stream, a head, a whole body's shape): a request there is counted under
+/// it until its own answer tells, and stays so when it never does (it
+/// failed before, or with an error that names no server). A sidecar's
+/// upstream is one server, so after its first answer every request starts
+/// under the right endpoint.
+#[derive(Clone, Debug)]
+pub struct LearntServer(Arc<AtomicU8>);
+
+impl LearntServer {
+    /// Nothing learnt yet: `path_dialect`, the path's.
+    fn new(path_dialect: Dialect) -> Self {
+        Self(Arc::new(AtomicU8::new(path_dialect.index() as u8)))
+    }
+
     /// The server last seen answering.
     pub fn get(&self) -> Dialect {
         let index = usize::from(self.0.load(Ordering::Relaxed));
-        Dialect::ALL.get(index).copied().unwrap_or(Dialect::Tgi)
+        Dialect::ALL.get(index).copied().unwrap_or(Dialect::Unknown)
     }
 
     /// An answer showed `dialect` answering.
@@ -82,12 +115,11 @@ impl ReadSettings {
     }
 
     /// The dialect a request on `shared` is counted under until its answer
-    /// tells: on `/generate` the server last seen answering it, else the
-    /// path's.
+    /// tells: the server last seen answering the path, else the path's.
     pub fn starting(&self, shared: Option<Shared>, path: &str) -> Dialect {
-        match shared {
-            Some(Shared::Generate) => self.generate.get(),
-            _ => self.dialect(path),
+        match shared.and_then(|shared| self.learnt.of(shared)) {
+            Some(server) => server.get(),
+            None => self.dialect(path),
         }
     }
 }

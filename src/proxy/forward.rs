@@ -192,7 +192,10 @@ impl Inner {
         cap: usize,
         exchange: &mut Exchange,
     ) -> Result<RequestBody, ProxyError> {
-        if !self.injects(parts, exchange.dialect()) {
+        // Not on a path two servers share: the dialect there is a guess
+        // (the server last seen answering) until the answer tells, and a
+        // request is rewritten only for a server known to take it.
+        if exchange.undecided() || !self.injects(parts, exchange.dialect()) {
             return Ok(RequestBody::Streaming(body));
         }
         let (body, rewritten) = inject::read_and_inject(body, cap).await?;

@@ -25,7 +25,7 @@ use crate::{
     export::metrics::Metrics,
     export::otel::Traces,
     export::records::RecordLog,
-    measure::read::{GenerateServer, ReadSettings},
+    measure::read::{Learnt, ReadSettings},
     measure::timeline::TimelineSink,
     proxy::server::StartError,
 };
@@ -130,9 +130,10 @@ pub(crate) struct Reloader {
     live: Live,
     /// Every SLO name used since start: their series stay registered.
     slo_names: BTreeSet<String>,
-    /// Which server answers `/generate`, as learnt since start: the
-    /// upstream needs a restart to change, so every generation shares it.
-    generate: GenerateServer,
+    /// Which server answers `/generate` and `/api/chat`, as learnt since
+    /// start: the upstream needs a restart to change, so every generation
+    /// shares it.
+    learnt: Learnt,
 }
 
 // === impl Reloader ===
@@ -155,8 +156,8 @@ impl Reloader {
         })?;
         let traces = Traces::start(config.otel.as_ref(), &metrics)?;
         let sinks = extras(extra.as_ref(), traces.as_ref());
-        let generate = config.reading.generate.clone();
-        let settings = generation(&metrics, &records, sinks, config, &generate);
+        let learnt = config.reading.learnt.clone();
+        let settings = generation(&metrics, &records, sinks, config, &learnt);
         Ok(Self {
             source,
             metrics,
@@ -165,7 +166,7 @@ impl Reloader {
             extra,
             live: Live::new(settings),
             slo_names: slo_names(config).collect(),
-            generate,
+            learnt,
         })
     }
 
@@ -238,7 +239,7 @@ impl Reloader {
                 source: e,
             })?;
         let sinks = extras(self.extra.as_ref(), self.traces.as_ref());
-        let settings = generation(&self.metrics, &self.records, sinks, &config, &self.generate);
+        let settings = generation(&self.metrics, &self.records, sinks, &config, &self.learnt);
         self.live.replace(settings);
         self.slo_names.extend(slo_names(&config));
         if let Some(source) = &mut self.source {
@@ -273,13 +274,13 @@ fn extras(
 }
 
 /// The generation `config` describes, sharing families, writers and what
-/// was learnt of the upstream (`generate`).
+/// was learnt of the upstream (`learnt`).
 fn generation(
     metrics: &Metrics,
     records: &RecordLog,
     extra: Vec<Arc<dyn TimelineSink>>,
     config: &Config,
-    generate: &GenerateServer,
+    learnt: &Learnt,
 ) -> Settings {
     let export = &config.export;
     let mut sinks: Vec<Arc<dyn TimelineSink>> = vec![Arc::new(metrics.reconfigured(export))];
@@ -289,7 +290,7 @@ fn generation(
         sinks.push(Arc::new(records.writer(export.slos.clone(), labels)));
     }
     let mut reading = config.reading.clone();
-    reading.generate = generate.clone();
+    reading.learnt = learnt.clone();
     Settings {
         reading,
         sink: Some(Arc::new(sinks)),

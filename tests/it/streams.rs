@@ -244,19 +244,25 @@ fn usage_stream() -> (Vec<Step>, &'static str, &'static str) {
 const STREAMED_REQUEST: &[u8] =
     b"{\"model\":\"m\",\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
 
+/// [`STREAMED_REQUEST`] to `path` through the proxy at `addr`: the body
+/// the client gets.
+async fn streamed(addr: std::net::SocketAddr, path: &str) -> Vec<u8> {
+    let request = Request::post(path)
+        .header("content-type", "application/json")
+        .header("content-length", STREAMED_REQUEST.len())
+        .body(Full::new(Bytes::from_static(STREAMED_REQUEST)))
+        .expect("request");
+    let response = send(addr, request).await.expect("response");
+    collect(response).await.expect("stream").body()
+}
+
 #[tokio::test]
 async fn usage_inject_asks_for_usage_and_hides_it_from_the_client() {
     let (script, _, without) = usage_stream();
     let mut upstream = Scripted::start(script).await;
     let (proxy, mut timelines) =
         common::proxy_with_timelines(upstream.addr, "usage_mode = \"inject\"").await;
-    let request = Request::post("/v1/chat/completions")
-        .header("content-type", "application/json")
-        .header("content-length", STREAMED_REQUEST.len())
-        .body(Full::new(Bytes::from_static(STREAMED_REQUEST)))
-        .expect("request");
-    let response = send(proxy.addr, request).await.expect("response");
-    let got = collect(response).await.expect("stream").body();
+    let got = streamed(proxy.addr, "/v1/chat/completions").await;
     assert_eq!(
         String::from_utf8_lossy(&got),
         without,
@@ -297,4 +303,30 @@ async fn passive_mode_changes_nothing() {
     assert_eq!(String::from_utf8_lossy(&got), with);
     assert_eq!(upstream.next_request().await.body, STREAMED_REQUEST);
     assert!(!next_timeline(&mut timelines).await.usage_injected);
+}
+
+/// llama.cpp's server answers `/api/chat` with OpenAI chat chunks, and
+/// tokenclock reads them so once the answer tells. With `inject`, a
+/// request there is still never rewritten, even once llama.cpp has been
+/// seen answering it: its dialect is a guess until its own answer tells,
+/// and a body is rewritten only for a server known to take it.
+#[tokio::test]
+async fn usage_inject_leaves_a_shared_path_alone() {
+    let (_, _, without) = usage_stream();
+    let mut upstream = Scripted::start(script(without.as_bytes(), SSE)).await;
+    let (proxy, mut timelines) =
+        common::proxy_with_timelines(upstream.addr, "usage_mode = \"inject\"").await;
+    for round in ["first", "learnt"] {
+        let got = streamed(proxy.addr, "/api/chat").await;
+        assert_eq!(String::from_utf8_lossy(&got), without, "{round}");
+        assert_eq!(
+            upstream.next_request().await.body,
+            STREAMED_REQUEST,
+            "{round}"
+        );
+        let t = next_timeline(&mut timelines).await;
+        assert!(!t.usage_injected, "{round}");
+        assert_eq!(t.dialect, Dialect::OpenAiChat, "{round}");
+        assert_eq!(t.tokens.token_events, 1, "{round}");
+    }
 }

@@ -357,6 +357,20 @@ impl Tally for ToolCall {
     }
 }
 
+/// A whole body of one answer, or of an array of them (a batch, several
+/// prompts, `n` > 1, TGI's `POST /`), each read by `whole` and summed
+/// ([`summed_bodies`]).
+pub(super) fn one_or_summed<'a, T: Deserialize<'a>>(
+    data: &'a [u8],
+    whole: impl Fn(T) -> Parsed<'a>,
+) -> Result<Parsed<'a>, ParseError> {
+    if data.trim_ascii_start().first() != Some(&b'[') {
+        return json::<T>(data).map(whole);
+    }
+    let items: Vec<T> = json(data)?;
+    Ok(summed_bodies(items.into_iter().map(whole)))
+}
+
 /// A whole body that is an array of answers (a batch, or TGI's `POST /`
 /// wrapping its one answer in an array): their text and usage summed, the
 /// first id and finish reason, an error if any is one; it ends the body.

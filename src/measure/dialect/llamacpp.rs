@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use serde::{de::IgnoredAny, Deserialize};
 
 use super::{
-    common::{cow, json, ms, name, Count, TextLen},
+    common::{cow, ms, name, one_or_summed, Count, TextLen},
     lazy::{scan_struct, Reader},
     Finish, Name, ParseError, Parsed, ServerTimings, Usage,
 };
@@ -90,6 +90,21 @@ struct Event<'a> {
     stopped_word: bool,
     #[serde(default)]
     stopped_limit: bool,
+    /// The fields of `timings` as a request's `response_fields` names them
+    /// (`"timings/predicted_n"`): llama.cpp then answers with only those
+    /// fields, each under its path as a flat key, and no `timings`,
+    /// `tokens_predicted` or `stop` (llama.vim and llama.vscode ask so on
+    /// `/infill`).
+    #[serde(default, rename = "timings/prompt_ms")]
+    flat_prompt_ms: Option<f64>,
+    #[serde(default, rename = "timings/predicted_ms")]
+    flat_predicted_ms: Option<f64>,
+    #[serde(default, rename = "timings/prompt_n")]
+    flat_prompt_n: Option<u64>,
+    #[serde(default, rename = "timings/predicted_n")]
+    flat_predicted_n: Option<u64>,
+    #[serde(default, rename = "timings/cache_n")]
+    flat_cache_n: Option<u64>,
 }
 
 scan_struct!(Event<'a> {
@@ -106,21 +121,30 @@ scan_struct!(Event<'a> {
     stopped_eos: "stopped_eos",
     stopped_word: "stopped_word",
     stopped_limit: "stopped_limit",
+    flat_prompt_ms: "timings/prompt_ms",
+    flat_predicted_ms: "timings/predicted_ms",
+    flat_prompt_n: "timings/prompt_n",
+    flat_predicted_n: "timings/predicted_n",
+    flat_cache_n: "timings/cache_n",
 });
 
 impl<'a> Event<'a> {
     /// `tokens_cached` is not read: it is the slot's whole context (prompt
     /// and generated), not the cached prompt; `timings.cache_n` is.
-    fn parsed(self) -> Parsed<'a> {
+    fn parsed(mut self) -> Parsed<'a> {
+        if self.timings.is_none() {
+            self.timings = self.flat_timings();
+        }
         let (input, cached_input) = match &self.timings {
             Some(t) => t.prompt(self.tokens_evaluated),
             None => (self.tokens_evaluated, None),
         };
-        let counted = self.tokens_predicted.is_some() || input.is_some();
+        let output = self.tokens_predicted.or(self.flat_predicted_n);
+        let counted = output.is_some() || input.is_some();
         let usage = counted.then_some(Usage {
             input,
             cached_input,
-            output: self.tokens_predicted,
+            output,
             reasoning: None,
         });
         Parsed {
@@ -144,6 +168,23 @@ impl<'a> Event<'a> {
 }
 
 impl<'a> Event<'a> {
+    /// `timings` from its flat `response_fields` keys, when any is there.
+    /// `prompt_n` is only the part of the prompt processed now: without
+    /// `cache_n` beside it the whole prompt is unknown, so it is not taken
+    /// for it.
+    fn flat_timings(&self) -> Option<Timings> {
+        let any = self.flat_prompt_ms.is_some()
+            || self.flat_predicted_ms.is_some()
+            || self.flat_prompt_n.is_some()
+            || self.flat_cache_n.is_some();
+        any.then(|| Timings {
+            prompt_ms: self.flat_prompt_ms,
+            predicted_ms: self.flat_predicted_ms,
+            prompt_n: self.flat_prompt_n.filter(|_| self.flat_cache_n.is_some()),
+            cache_n: self.flat_cache_n,
+        })
+    }
+
     /// `stop_type`, else the first `stopped_*` flag set; `none` is no reason.
     fn finish(&self) -> Option<Finish<'a>> {
         let flags = [
@@ -161,11 +202,15 @@ pub(super) fn event(reader: Reader, data: &[u8]) -> Result<Parsed<'_>, ParseErro
     reader.read::<Event<'_>>(data).map(Event::parsed)
 }
 
+/// A whole answer: one object, or an array when there were several (an
+/// array of prompts, or `n` > 1), each counted.
 pub(super) fn body(data: &[u8]) -> Result<Parsed<'_>, ParseError> {
-    let parsed = json::<Event<'_>>(data)?.parsed();
-    Ok(Parsed {
-        cumulative: false,
-        end: true,
-        ..parsed
-    })
+    fn whole(ev: Event<'_>) -> Parsed<'_> {
+        Parsed {
+            cumulative: false,
+            end: true,
+            ..ev.parsed()
+        }
+    }
+    one_or_summed(data, whole)
 }

@@ -48,7 +48,9 @@ pub enum Dialect {
     Sglang,
     /// Ollama native `/api/chat` and `/api/generate` (NDJSON).
     Ollama,
-    /// llama.cpp native `/completion` (and `/completions`).
+    /// llama.cpp native `/completion` (and `/completions`), and `/infill`,
+    /// its fill-in-the-middle route for code completion, which answers in
+    /// the same shape.
     LlamaCpp,
     /// Anything else: forwarded and timed end to end only.
     Unknown,
@@ -65,6 +67,22 @@ pub enum Shared {
     /// huggingface_hub's `InferenceClient` calls given a TGI URL), or
     /// whatever else a server answers there (the path's: unknown).
     Root,
+    /// `/api/chat`: Ollama's native chat (NDJSON), and llama.cpp's server,
+    /// which answers there as on `/v1/chat/completions` (OpenAI chat, SSE)
+    /// for the clients that speak Ollama's API to it (the path's: Ollama).
+    ApiChat,
+}
+
+/// How a response head says its body comes, as far as telling the
+/// servers of a [`Shared`] path apart needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Framed {
+    /// `text/event-stream`.
+    Sse,
+    /// `application/x-ndjson`.
+    Ndjson,
+    /// Anything else: a whole body, if anything.
+    Whole,
 }
 
 // === impl Shared ===
@@ -74,6 +92,7 @@ impl Shared {
     pub fn of(post: bool, path: &str) -> Option<Self> {
         match path.trim_end_matches('/') {
             "/generate" => Some(Self::Generate),
+            "/api/chat" => Some(Self::ApiChat),
             "" if post => Some(Self::Root),
             _ => None,
         }
@@ -82,15 +101,28 @@ impl Shared {
     /// Which server answered, as far as the response head tells: on
     /// `/generate` SGLang when it streams (TGI streams only on
     /// `/generate_stream`); TGI when the head carries `x-compute-type`,
-    /// which TGI's router adds to every successful answer; else, on
-    /// `/generate`, `None`: only a whole body can tell
-    /// ([`Dialect::generate_body_of`]); on `/`, nothing we read.
-    pub(crate) fn answered_by(self, event_stream: bool, tgi_headers: bool) -> Option<Dialect> {
-        match self {
-            Self::Generate if event_stream => Some(Dialect::Sglang),
+    /// which TGI's router adds to every successful answer; on `/api/chat`
+    /// Ollama when it streams NDJSON, llama.cpp's OpenAI chat when it
+    /// streams SSE; else, on `/generate` and `/api/chat`, `None`: only a
+    /// whole body can tell ([`Shared::body_of`]); on `/`, nothing we read.
+    pub(crate) fn answered_by(self, framed: Framed, tgi_headers: bool) -> Option<Dialect> {
+        match (self, framed) {
+            (Self::ApiChat, Framed::Sse) => Some(Dialect::OpenAiChat),
+            (Self::ApiChat, Framed::Ndjson) => Some(Dialect::Ollama),
+            (Self::ApiChat, Framed::Whole) => None,
+            (Self::Generate, Framed::Sse) => Some(Dialect::Sglang),
             _ if tgi_headers => Some(Dialect::Tgi),
-            Self::Generate => None,
-            Self::Root => Some(Dialect::Unknown),
+            (Self::Generate, _) => None,
+            (Self::Root, _) => Some(Dialect::Unknown),
+        }
+    }
+
+    /// Which server wrote a whole body on this path, if the body tells.
+    pub(crate) fn body_of(self, body: &[u8]) -> Option<Dialect> {
+        match self {
+            Self::Generate => Dialect::generate_body_of(body),
+            Self::ApiChat => Dialect::api_chat_body_of(body),
+            Self::Root => None,
         }
     }
 }
@@ -104,9 +136,12 @@ impl Dialect {
         let ends = |suffix: &str| path.ends_with(suffix);
         if ends("/chat/completions") {
             Self::OpenAiChat
-        } else if ends("/v1/completions") {
+        } else if ends("/v1/completions")
+            || (path.starts_with("/openai/deployments/") && ends("/completions"))
+        {
+            // Azure OpenAI names the deployment in place of `/v1`.
             Self::OpenAiCompletions
-        } else if ends("/v1/responses") || ends("/openai/responses") {
+        } else if ends("/v1/responses") || ends("/openai/responses") || path == "/responses" {
             Self::OpenAiResponses
         } else if ends("/v1/messages") {
             Self::Anthropic
@@ -114,7 +149,7 @@ impl Dialect {
             Self::Tgi
         } else if path == "/api/chat" || path == "/api/generate" {
             Self::Ollama
-        } else if path == "/completion" || path == "/completions" {
+        } else if path == "/completion" || path == "/completions" || path == "/infill" {
             Self::LlamaCpp
         } else {
             Self::Unknown
@@ -161,6 +196,41 @@ impl Dialect {
             Some(Self::Sglang)
         } else if shape.generated_text.is_some() || shape.error_type.is_some() {
             Some(Self::Tgi)
+        } else {
+            None
+        }
+    }
+
+    /// Which server wrote a whole `/api/chat` body: OpenAI's chat
+    /// completion (`choices`) is llama.cpp's, as is an `error` object
+    /// (`{"error":{"code","message","type"}}`); Ollama's answer has
+    /// `message` and `done`, its errors an `error` string. `None` for
+    /// anything else.
+    pub(crate) fn api_chat_body_of(body: &[u8]) -> Option<Self> {
+        #[derive(serde::Deserialize)]
+        struct Shape {
+            #[serde(default)]
+            choices: Option<serde::de::IgnoredAny>,
+            #[serde(default)]
+            message: Option<serde::de::IgnoredAny>,
+            #[serde(default)]
+            done: Option<serde::de::IgnoredAny>,
+            #[serde(default)]
+            error: Option<serde_json::Value>,
+        }
+        // A derived struct takes an array too (its fields in order).
+        if body.trim_ascii_start().first() != Some(&b'{') {
+            return None;
+        }
+        let shape = serde_json::from_slice::<Shape>(body).ok()?;
+        let error = shape.error.as_ref();
+        if shape.choices.is_some() || error.is_some_and(serde_json::Value::is_object) {
+            Some(Self::OpenAiChat)
+        } else if shape.message.is_some()
+            || shape.done.is_some()
+            || error.is_some_and(serde_json::Value::is_string)
+        {
+            Some(Self::Ollama)
         } else {
             None
         }

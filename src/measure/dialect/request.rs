@@ -28,8 +28,20 @@ const MAX_TOKENS: [&str; 7] = [
     "/sampling_params/max_new_tokens",
 ];
 
-/// Top-level fields holding prompt text, across the families.
-const PROMPT_FIELDS: [&str; 6] = ["messages", "prompt", "input", "system", "inputs", "text"];
+/// Top-level fields holding prompt text, across the families (the last
+/// three: llama.cpp's `/infill`, the code before and after the cursor and
+/// other files' chunks).
+const PROMPT_FIELDS: [&str; 9] = [
+    "messages",
+    "prompt",
+    "input",
+    "system",
+    "inputs",
+    "text",
+    "input_prefix",
+    "input_suffix",
+    "input_extra",
+];
 
 /// What tokenclock learns from a request body (a capped copy read on the
 /// side while it streams upstream). Unknown or unreadable bodies give the
@@ -158,7 +170,7 @@ pub(super) fn scan(body: &[u8]) -> Option<RequestInfo> {
 }
 
 /// The top-level keys read (`PROMPT_FIELDS` last), for `seen`'s bits.
-const KEYS: [&[u8]; 16] = [
+const KEYS: [&[u8]; 19] = [
     b"model",
     b"stream",
     b"stream_options",
@@ -175,6 +187,9 @@ const KEYS: [&[u8]; 16] = [
     b"system",
     b"inputs",
     b"text",
+    b"input_prefix",
+    b"input_suffix",
+    b"input_extra",
 ];
 
 /// Any value, checked as `Value` would take it (see [`number`]).

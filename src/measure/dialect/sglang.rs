@@ -17,7 +17,7 @@ use std::{borrow::Cow, time::Duration};
 use serde::{de::IgnoredAny, Deserialize};
 
 use super::{
-    common::{cow, done, is_done, json, name, summed_bodies, TextLen},
+    common::{cow, done, is_done, name, one_or_summed, TextLen},
     lazy::{scan_struct, Reader},
     Finish, Name, ParseError, Parsed, ServerTimings, Usage,
 };
@@ -146,9 +146,5 @@ pub(super) fn event(reader: Reader, data: &[u8]) -> Result<Parsed<'_>, ParseErro
 /// One object, or an array of them (a batch, in the order of its prompts):
 /// the array's counts and text are summed.
 pub(super) fn body(data: &[u8]) -> Result<Parsed<'_>, ParseError> {
-    if data.trim_ascii_start().first() != Some(&b'[') {
-        return json::<Event<'_>>(data).map(|ev| ev.parsed(false));
-    }
-    let items: Vec<Event<'_>> = json(data)?;
-    Ok(summed_bodies(items.into_iter().map(|ev| ev.parsed(false))))
+    one_or_summed(data, |ev: Event<'_>| ev.parsed(false))
 }

@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use serde::{de::IgnoredAny, Deserialize};
 
 use super::{
-    common::{cow, json, summed_bodies, TextLen},
+    common::{cow, one_or_summed, TextLen},
     lazy::{scan_struct, Reader},
     Finish, ParseError, Parsed, Usage,
 };
@@ -103,9 +103,5 @@ pub(super) fn body(data: &[u8]) -> Result<Parsed<'_>, ParseError> {
             ..ev.parsed()
         }
     }
-    if data.trim_ascii_start().first() != Some(&b'[') {
-        return json::<Event<'_>>(data).map(whole);
-    }
-    let items: Vec<Event<'_>> = json(data)?;
-    Ok(summed_bodies(items.into_iter().map(whole)))
+    one_or_summed(data, whole)
 }

@@ -25,7 +25,7 @@ use self::{reader::Reader, stage::StageCell, upload::UploadShared};
 use crate::{
     measure::dialect::{Dialect, ServerTimings, Shared},
     measure::observe::{End, Observe},
-    measure::read::{GenerateServer, ReadSettings},
+    measure::read::{LearntServer, ReadSettings},
     measure::slo::Limits,
     measure::timeline::{Hex, Milestones, Outcome, RequestIds, Stage, Timeline, TimelineSink},
 };
@@ -57,9 +57,10 @@ pub struct Exchange {
     /// not yet told which did (the timeline names the path's dialect until
     /// then); its label is not settled meanwhile.
     undecided: Option<Shared>,
-    /// On `/generate`: the server seen answering there, which a successful
+    /// On a shared path the proxy learns the server of (`/generate`,
+    /// `/api/chat`): the server seen answering there, which a successful
     /// answer that tells updates.
-    generate: Option<GenerateServer>,
+    learnt: Option<LearntServer>,
     /// The model label can no longer change: milestones may be delivered.
     settled: bool,
     /// The milestones reached at the last [`Exchange::progress`].
@@ -124,7 +125,7 @@ impl Exchange {
             sink,
             request_read: false,
             undecided: shared,
-            generate: (shared == Some(Shared::Generate)).then(|| reading.generate.clone()),
+            learnt: shared.and_then(|s| reading.learnt.of(s)).cloned(),
             settled: false,
             noticed: Milestones::default(),
             done: false,
@@ -138,9 +139,9 @@ impl Exchange {
         self.timeline.response_head = Some(at);
         self.timeline.server = tgi_header_timings(&head.headers);
         if let Some(shared) = self.undecided {
-            let stream = Reader::is_event_stream(&head.headers);
+            let framed = Reader::framed(&head.headers);
             let tgi = head.headers.contains_key("x-compute-type");
-            if let Some(dialect) = shared.answered_by(stream, tgi) {
+            if let Some(dialect) = shared.answered_by(framed, tgi) {
                 self.decide(dialect, head.status.is_success());
             }
         }
@@ -151,14 +152,17 @@ impl Exchange {
             self.max_event_bytes as usize,
         );
         self.reader = reader;
-        if self.undecided.is_some() && !head.status.is_success() {
-            // Not read for its counts, but SGLang's and TGI's error bodies
-            // differ: read to tell which server refused.
-            self.reader = Reader::error_body(&head.headers, self.max_event_bytes as usize);
-        }
-        if self.undecided.is_some() && !self.reader.tell_by_body() {
-            // No whole body will tell: the dialect it started under stays.
-            self.decide(self.timeline.dialect, false);
+        if let Some(shared) = self.undecided {
+            if !head.status.is_success() {
+                // Not read for its counts, but the servers' error bodies
+                // differ: read to tell which server refused.
+                let max = self.max_event_bytes as usize;
+                self.reader = Reader::error_body(&head.headers, max);
+            }
+            if !self.reader.tell_by_body(shared) {
+                // No whole body will tell: the dialect it started under stays.
+                self.decide(self.timeline.dialect, false);
+            }
         }
         self.timeline.streamed = self.reader.is_stream();
         if let Some(error) = error {
@@ -170,6 +174,13 @@ impl Exchange {
     /// The dialect of the request.
     pub fn dialect(&self) -> Dialect {
         self.timeline.dialect
+    }
+
+    /// The request is on a path several API families answer and its
+    /// response has not yet told which did: its dialect is the path's, or
+    /// the server last seen answering there.
+    pub(crate) fn undecided(&self) -> bool {
+        self.undecided.is_some()
     }
 
     /// The proxy added `stream_options.include_usage` to the request.
@@ -304,11 +315,12 @@ impl Exchange {
     /// request on a path several API families answer): the timeline, its
     /// stage and the sink's in-flight count move to it. Before any
     /// milestone is handed over (the label is not settled until then). A
-    /// successful answer on `/generate` (`learn`) also tells which server
-    /// answers there, for the requests that start after it.
+    /// successful answer on `/generate` or `/api/chat` (`learn`) also
+    /// tells which server answers there, for the requests that start
+    /// after it.
     fn decide(&mut self, dialect: Dialect, learn: bool) {
         self.undecided = None;
-        if let (Some(server), true) = (&self.generate, learn) {
+        if let (Some(server), true) = (&self.learnt, learn) {
             server.learn(dialect);
         }
         let from = std::mem::replace(&mut self.timeline.dialect, dialect);

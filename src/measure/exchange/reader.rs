@@ -7,7 +7,7 @@ use tokio::time::Instant;
 
 use crate::{
     measure::coding::{Busy, Coding, Inflate},
-    measure::dialect::{Dialect, Events, ParseError},
+    measure::dialect::{Dialect, Events, Framed, ParseError, Shared},
     measure::frame::ndjson::NdjsonFramer,
     measure::frame::sse::SseFramer,
     measure::timeline::Timeline,
@@ -41,9 +41,9 @@ enum Read {
         body: Option<Vec<u8>>,
         cap: usize,
         dialect: Dialect,
-        /// The body itself tells its dialect (a `/generate` body, TGI's or
-        /// SGLang's: [`Dialect::generate_body_of`]).
-        by_body: bool,
+        /// The body itself tells its dialect, as a body on this shared
+        /// path does ([`Shared::body_of`]).
+        by_body: Option<Shared>,
         /// Its counts are recorded (not for an error status's body, read
         /// only to tell its dialect).
         record: bool,
@@ -87,7 +87,7 @@ impl Reader {
         (Self { read, inflate }, None)
     }
 
-    /// The body of an error answer on `/generate`, read only to tell
+    /// The body of an error answer on a shared path, read only to tell
     /// whose it is (its counts are not recorded, as no error body's are):
     /// an uncompressed JSON one, up to `max_event_bytes`; else none.
     pub(super) fn error_body(headers: &HeaderMap, max_event_bytes: usize) -> Self {
@@ -98,8 +98,8 @@ impl Reader {
         let read = Read::Json {
             body: Some(Vec::new()),
             cap: max_event_bytes,
-            dialect: Dialect::Tgi,
-            by_body: true,
+            dialect: Dialect::Unknown,
+            by_body: None,
             record: false,
         };
         Self {
@@ -108,18 +108,22 @@ impl Reader {
         }
     }
 
-    /// Whether a response with these headers is an event stream (SSE).
-    pub(super) fn is_event_stream(headers: &HeaderMap) -> bool {
-        Media::of(headers) == Media::EventStream
+    /// How a response with these headers says its body comes.
+    pub(super) fn framed(headers: &HeaderMap) -> Framed {
+        match Media::of(headers) {
+            Media::EventStream => Framed::Sse,
+            Media::Ndjson => Framed::Ndjson,
+            Media::Json | Media::Other => Framed::Whole,
+        }
     }
 
-    /// Has a whole body read as the dialect it shows itself to be, which
-    /// [`Reader::finish`] returns; whether the body is read whole (else
-    /// nothing changes).
-    pub(super) fn tell_by_body(&mut self) -> bool {
+    /// Has a whole body read as the dialect it shows itself to be on
+    /// `shared`, which [`Reader::finish`] returns; whether the body is read
+    /// whole (else nothing changes).
+    pub(super) fn tell_by_body(&mut self, shared: Shared) -> bool {
         match &mut self.read {
             Read::Json { by_body, .. } => {
-                *by_body = true;
+                *by_body = Some(shared);
                 true
             }
             _ => false,
@@ -164,8 +168,8 @@ impl Reader {
     /// The body ended (`whole`: it reached its end, it was not cut): reads
     /// what is left. A compressed body that was cut is not counted as one
     /// that could not be inflated; its outcome says what happened. Returns
-    /// the dialect a whole body on `/generate` showed itself to be
-    /// ([`Dialect::generate_body_of`]), when one was read and told.
+    /// the dialect a whole body on a shared path showed itself to be
+    /// ([`Shared::body_of`]), when one was read and told.
     pub(super) fn finish(&mut self, whole: bool, timeline: &mut Timeline) -> Option<Dialect> {
         if let Some(inflate) = &mut self.inflate {
             let (read, at) = (&mut self.read, Instant::now());
@@ -213,7 +217,7 @@ impl Read {
                 body: Some(Vec::new()),
                 cap: max_event_bytes,
                 dialect,
-                by_body: false,
+                by_body: None,
                 record: true,
             },
             Media::Other => Self::Skip,
@@ -287,7 +291,7 @@ impl Read {
                 record,
                 ..
             } => {
-                let shown = by_body.then(|| Dialect::generate_body_of(body)).flatten();
+                let shown = by_body.and_then(|shared| shared.body_of(body));
                 if *record {
                     match shown.unwrap_or(*dialect).parse_body(body) {
                         Ok(parsed) => timeline.record_body(&parsed),

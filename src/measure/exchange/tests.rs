@@ -17,7 +17,7 @@ fn exchange(status: u16) -> Exchange {
         request_id_headers: Vec::new(),
         slo_headers: false,
         max_logged_model_bytes: 128,
-        generate: Default::default(),
+        learnt: Default::default(),
     };
     let (mut e, _upload) = Exchange::start(Instant::now(), &request, &reading, None);
     let (head, ()) = Response::builder()
@@ -173,16 +173,7 @@ impl std::ops::Deref for Told {
 
 fn told_exchange(path: &str) -> (Arc<Told>, Exchange, Upload) {
     let request = Request::post(path).body(()).unwrap_or_default();
-    let reading = ReadSettings {
-        max_event_bytes: 1024 * 1024,
-        request_capture_bytes: 1024,
-        dialects: Default::default(),
-        label_headers: Vec::new(),
-        request_id_headers: Vec::new(),
-        slo_headers: false,
-        max_logged_model_bytes: 128,
-        generate: Default::default(),
-    };
+    let reading = shared_settings();
     let told = Arc::new(Told::default());
     let sink: Arc<dyn TimelineSink> = told.clone();
     let (e, upload) = Exchange::start(Instant::now(), &request, &reading, Some(sink));
@@ -673,16 +664,25 @@ impl std::ops::Deref for Endpoints {
 
 fn generate(path: &str, forced: Option<Dialect>) -> (Arc<Endpoints>, Exchange) {
     let reading = ReadSettings {
+        dialects: forced.map(|d| (path.to_owned(), d)).into_iter().collect(),
+        ..shared_settings()
+    };
+    generate_with(&reading, path)
+}
+
+/// Settings for requests on the shared paths: nothing forced, nothing
+/// learnt yet (what the requests made with them learn, they share).
+fn shared_settings() -> ReadSettings {
+    ReadSettings {
         max_event_bytes: 1024 * 1024,
         request_capture_bytes: 1024,
-        dialects: forced.map(|d| (path.to_owned(), d)).into_iter().collect(),
+        dialects: Default::default(),
         label_headers: Vec::new(),
         request_id_headers: Vec::new(),
         slo_headers: false,
         max_logged_model_bytes: 128,
-        generate: Default::default(),
-    };
-    generate_with(&reading, path)
+        learnt: Default::default(),
+    }
 }
 
 /// A request on `path` under `reading` (whose learnt server it shares).
@@ -916,7 +916,7 @@ fn the_root_path_of_another_server_stays_unknown() {
         request_id_headers: Vec::new(),
         slo_headers: false,
         max_logged_model_bytes: 128,
-        generate: Default::default(),
+        learnt: Default::default(),
     };
     let (e, _upload) = Exchange::start(Instant::now(), &request, &reading, None);
     assert!(e.undecided.is_none());
@@ -924,16 +924,7 @@ fn the_root_path_of_another_server_stays_unknown() {
 
 #[test]
 fn generate_starts_under_the_server_last_seen_answering_it() {
-    let reading = ReadSettings {
-        max_event_bytes: 1024 * 1024,
-        request_capture_bytes: 1024,
-        dialects: Default::default(),
-        label_headers: Vec::new(),
-        request_id_headers: Vec::new(),
-        slo_headers: false,
-        max_logged_model_bytes: 128,
-        generate: Default::default(),
-    };
+    let reading = shared_settings();
     let first = |told: &Arc<Endpoints>| told.take().first().cloned();
     // Before any answer told, TGI's, the path's.
     let (told, mut e) = generate_with(&reading, "/generate");
@@ -975,9 +966,109 @@ fn generate_starts_under_the_server_last_seen_answering_it() {
         told.take().last().map(String::as_str),
         Some("finished tgi 0 tokens")
     );
-    assert_eq!(reading.generate.get(), Dialect::Sglang);
+    assert_eq!(reading.learnt.generate.get(), Dialect::Sglang);
     let (_, mut e) = generate_with(&reading, "/generate");
     tgi_head(&mut e, "application/json");
     e.on_end(End::Complete, Instant::now());
-    assert_eq!(reading.generate.get(), Dialect::Tgi);
+    assert_eq!(reading.learnt.generate.get(), Dialect::Tgi);
+}
+
+/// llama.cpp's server answers `/api/chat` (for the clients that speak
+/// Ollama's API to it) as it answers `/v1/chat/completions`.
+const LLAMACPP_CHAT: &str = "data: {\"choices\":[{\"finish_reason\":null,\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":null}}],\"created\":1,\"id\":\"chatcmpl-a\",\"model\":\"qwen\",\"object\":\"chat.completion.chunk\"}\n\ndata: {\"choices\":[{\"finish_reason\":null,\"index\":0,\"delta\":{\"content\":\" Paris\"}}],\"created\":1,\"id\":\"chatcmpl-a\",\"model\":\"qwen\",\"object\":\"chat.completion.chunk\"}\n\ndata: {\"choices\":[{\"finish_reason\":null,\"index\":0,\"delta\":{\"content\":\".\"}}],\"created\":1,\"id\":\"chatcmpl-a\",\"model\":\"qwen\",\"object\":\"chat.completion.chunk\"}\n\ndata: {\"choices\":[{\"finish_reason\":\"stop\",\"index\":0,\"delta\":{}}],\"created\":1,\"id\":\"chatcmpl-a\",\"model\":\"qwen\",\"object\":\"chat.completion.chunk\",\"usage\":{\"completion_tokens\":2,\"prompt_tokens\":9,\"total_tokens\":11}}\n\ndata: [DONE]\n\n";
+
+const OLLAMA_CHAT: &str = "{\"model\":\"qwen\",\"created_at\":\"2026-12-05T21:00:00Z\",\"message\":{\"role\":\"assistant\",\"content\":\" Paris\"},\"done\":false}\n{\"model\":\"qwen\",\"created_at\":\"2026-12-05T21:00:00Z\",\"message\":{\"role\":\"assistant\",\"content\":\"\"},\"done_reason\":\"stop\",\"done\":true,\"prompt_eval_count\":9,\"eval_count\":3}\n";
+
+#[test]
+fn an_event_stream_on_api_chat_is_llamacpps_openai_chat_from_its_head() {
+    let reading = shared_settings();
+    let first = |told: &Arc<Endpoints>| told.take().first().cloned();
+    // Ollama's NDJSON: the path's dialect, nothing moves.
+    let (told, mut e) = generate_with(&reading, "/api/chat");
+    head_with(&mut e, &[("content-type", "application/x-ndjson")]);
+    assert_eq!(e.dialect(), Dialect::Ollama);
+    data(&mut e, OLLAMA_CHAT);
+    e.on_end(End::Complete, Instant::now());
+    let lines = told.take();
+    assert_eq!(lines.first().map(String::as_str), Some("in ollama"));
+    assert_eq!(
+        lines.last().map(String::as_str),
+        Some("finished ollama 3 tokens")
+    );
+    assert!(lines.iter().all(|l| !l.contains("openai")), "{lines:?}");
+    // llama.cpp's SSE: moved at the head, before any milestone, and read
+    // as OpenAI chat (its usage counted).
+    let (told, mut e) = generate_with(&reading, "/api/chat");
+    head_with(&mut e, &[("content-type", "text/event-stream")]);
+    assert_eq!(e.dialect(), Dialect::OpenAiChat);
+    data(&mut e, LLAMACPP_CHAT);
+    e.on_end(End::Complete, Instant::now());
+    let lines = told.take();
+    let moved = lines.iter().position(|l| l == "moved ollama openai_chat");
+    let milestone = lines.iter().position(|l| l.starts_with("Re"));
+    assert!(moved.is_some() && moved < milestone, "{lines:?}");
+    assert_eq!(
+        lines.last().map(String::as_str),
+        Some("finished openai_chat 2 tokens")
+    );
+    // Learnt: the next request starts there, and one whose client left
+    // before the head stays there.
+    assert_eq!(reading.learnt.api_chat.get(), Dialect::OpenAiChat);
+    let (told, e) = generate_with(&reading, "/api/chat");
+    assert_eq!(first(&told).as_deref(), Some("in openai_chat"));
+    drop(e);
+    assert!(told.take().iter().all(|l| !l.contains("ollama")));
+    // `/generate`'s learnt server is another's.
+    assert_eq!(reading.learnt.generate.get(), Dialect::Tgi);
+}
+
+#[test]
+fn a_whole_body_on_api_chat_tells_which_server_wrote_it_at_its_end() {
+    let llamacpp = r#"{"choices":[{"finish_reason":"stop","index":0,"message":{"role":"assistant","content":" Paris."}}],"created":1,"model":"qwen","object":"chat.completion","usage":{"completion_tokens":4,"prompt_tokens":9,"total_tokens":13},"id":"chatcmpl-b"}"#;
+    let ollama = r#"{"model":"qwen","created_at":"2026-12-05T21:00:00Z","message":{"role":"assistant","content":" Paris."},"done_reason":"stop","done":true,"prompt_eval_count":9,"eval_count":3}"#;
+    for (body, dialect, tokens) in [(llamacpp, "openai_chat", 4), (ollama, "ollama", 3)] {
+        let (told, mut e) = generate("/api/chat", None);
+        head_with(
+            &mut e,
+            &[("content-type", "application/json; charset=utf-8")],
+        );
+        data(&mut e, body);
+        e.on_end(End::Complete, Instant::now());
+        let told = told.take();
+        let moved = told.iter().any(|l| l == "moved ollama openai_chat");
+        assert_eq!(moved, dialect == "openai_chat", "{told:?}");
+        assert_eq!(
+            told.last().map(String::as_str),
+            Some(format!("finished {dialect} {tokens} tokens").as_str())
+        );
+    }
+    // Error bodies: llama.cpp's `error` is an object, Ollama's a string;
+    // each decides its own request, counting nothing.
+    for (body, dialect) in [
+        (
+            r#"{"error":{"code":400,"message":"bad","type":"invalid_request_error"}}"#,
+            "openai_chat",
+        ),
+        (
+            r#"{"error":"model \"x\" not found, try pulling it first"}"#,
+            "ollama",
+        ),
+    ] {
+        let (told, mut e) = generate("/api/chat", None);
+        head_of(&mut e, 400, &[("content-type", "application/json")]);
+        data(&mut e, body);
+        e.on_end(End::Complete, Instant::now());
+        let told = told.take();
+        assert!(no_parse_error(&told), "{told:?}");
+        assert_eq!(
+            told.last().map(String::as_str),
+            Some(format!("finished {dialect} 0 tokens").as_str())
+        );
+    }
+    // Forced, it is not asked.
+    let (told, mut e) = generate("/api/chat", Some(Dialect::Ollama));
+    head_with(&mut e, &[("content-type", "text/event-stream")]);
+    assert_eq!(e.dialect(), Dialect::Ollama);
+    e.on_end(End::Complete, Instant::now());
+    assert!(told.take().iter().all(|l| !l.contains("openai")));
 }

@@ -153,19 +153,25 @@ fn ndjson_lines(max: usize, pieces: &[&[u8]]) -> (Vec<Vec<u8>>, String) {
 
 /// Every dialect, through the real pipeline: the first byte picks the
 /// dialect (a request path of that family), how the response is framed
-/// (SSE, NDJSON or a whole JSON body), the event size limit and how the
+/// (SSE, NDJSON or a whole JSON body, or SSE with TGI's `x-compute-type`
+/// head, TGI's then asked on `POST /`), the event size limit and how the
 /// body ends; the rest is the response body. What the timeline says must
-/// not depend on where the body was cut.
+/// not depend on where the body was cut. The paths two servers share
+/// (`/generate`, `/api/chat`, `POST /`) are read through the decision the
+/// exchange takes from the head and the body.
 pub fn dialect(data: &[u8]) {
     let Some((opt, body)) = options(data) else {
         return;
     };
     let dialect = Dialect::ALL[usize::from(opt & 7)];
+    let framing = usize::from(opt >> 3 & 3);
     let content_type = [
         "text/event-stream",
         "application/x-ndjson",
         "application/json",
-    ][usize::from((opt >> 3) % 3)];
+        "text/event-stream",
+    ][framing];
+    let tgi_head = framing == 3;
     let max = LIMITS[usize::from(opt >> 5 & 3)];
     let end = if opt & 0x80 == 0 {
         End::Complete
@@ -173,9 +179,16 @@ pub fn dialect(data: &[u8]) {
         End::Failed { timeout: false }
     };
     let run = |pieces: &[&[u8]]| {
-        let (sink, exchange, upload) = start(dialect, Method::POST, max);
+        // TGI's route for the Inference API's clients, counted `unknown`
+        // until TGI's head shows.
+        let (path, routed) = match (dialect, tgi_head) {
+            (Dialect::Tgi, true) => ("/", Dialect::Unknown),
+            _ => (path(dialect), routed(dialect)),
+        };
+        let (sink, exchange, upload) = start_request(Method::POST, path, routed, max);
         upload.on_end(End::Complete, Instant::now());
-        respond(exchange, content_type, pieces, end);
+        let tgi = tgi_head.then_some(("x-compute-type", "gpu+optimized"));
+        respond_with(exchange, content_type, "identity", tgi, pieces, end);
         summary(&sink.take())
     };
     let whole = run(&[body]);
@@ -313,6 +326,8 @@ fn path(dialect: Dialect) -> &'static str {
         Dialect::OpenAiResponses => "/v1/responses",
         Dialect::Anthropic => "/v1/messages",
         Dialect::Tgi => "/generate_stream",
+        // Shared with llama.cpp's server: an event stream or a body with
+        // `choices` there is its OpenAI chat.
         Dialect::Ollama => "/api/chat",
         Dialect::LlamaCpp => "/completion",
         // Shared with TGI: an event stream or a body with `meta_info`
@@ -323,10 +338,29 @@ fn path(dialect: Dialect) -> &'static str {
     }
 }
 
+/// The dialect a request on `dialect`'s path is counted under until its
+/// response tells: `/generate` is TGI's until then.
+fn routed(dialect: Dialect) -> Dialect {
+    match dialect {
+        Dialect::Sglang => Dialect::Tgi,
+        dialect => dialect,
+    }
+}
+
 fn start(dialect: Dialect, method: Method, limit: usize) -> (Arc<Keep>, Exchange, impl Observe) {
+    start_request(method, path(dialect), routed(dialect), limit)
+}
+
+/// A request to `path`, counted under `routed` until its response tells.
+fn start_request(
+    method: Method,
+    path: &str,
+    routed: Dialect,
+    limit: usize,
+) -> (Arc<Keep>, Exchange, impl Observe) {
     let request = Request::builder()
         .method(method)
-        .uri(path(dialect))
+        .uri(path)
         .body(())
         .expect("a valid request");
     let keep = Arc::new(Keep::default());
@@ -335,12 +369,7 @@ fn start(dialect: Dialect, method: Method, limit: usize) -> (Arc<Keep>, Exchange
     // starts with none, so that no input depends on those run before it
     // (nor on another thread's).
     let mut reading = reading(limit).clone();
-    reading.generate = Default::default();
-    // `/generate` is TGI's until its response tells otherwise.
-    let routed = match dialect {
-        Dialect::Sglang => Dialect::Tgi,
-        dialect => dialect,
-    };
+    reading.learnt = Default::default();
     let (exchange, upload) = Exchange::start(Instant::now(), &request, &reading, Some(sink));
     assert_eq!(exchange.dialect(), routed, "the path's dialect");
     (keep, exchange, upload)
@@ -353,19 +382,26 @@ fn respond(exchange: Exchange, content_type: &str, pieces: &[&[u8]], end: End) {
 }
 
 /// [`respond`], its body compressed with `coding` (`content-encoding`).
-fn respond_coded(
+fn respond_coded(exchange: Exchange, content_type: &str, coding: &str, pieces: &[&[u8]], end: End) {
+    respond_with(exchange, content_type, coding, None, pieces, end);
+}
+
+/// [`respond_coded`], with one more header in the head.
+fn respond_with(
     mut exchange: Exchange,
     content_type: &str,
     coding: &str,
+    header: Option<(&str, &str)>,
     pieces: &[&[u8]],
     end: End,
 ) {
-    let (head, ()) = Response::builder()
+    let mut builder = Response::builder()
         .header("content-type", content_type)
-        .header("content-encoding", coding)
-        .body(())
-        .expect("a valid response")
-        .into_parts();
+        .header("content-encoding", coding);
+    if let Some((name, value)) = header {
+        builder = builder.header(name, value);
+    }
+    let (head, ()) = builder.body(()).expect("a valid response").into_parts();
     let at = Instant::now();
     exchange.on_response_head(&head, at);
     for piece in pieces {

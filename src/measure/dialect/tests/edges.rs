@@ -246,7 +246,16 @@ fn from_path_every_family() {
         ("/openai/v1/chat/completions/", Dialect::OpenAiChat),
         ("/api/v1/chat/completions", Dialect::OpenAiChat),
         ("/v1/completions", Dialect::OpenAiCompletions),
+        (
+            "/openai/deployments/gpt-35-instruct/completions",
+            Dialect::OpenAiCompletions,
+        ),
+        (
+            "/openai/deployments/gpt-4o/chat/completions",
+            Dialect::OpenAiChat,
+        ),
         ("/v1/responses", Dialect::OpenAiResponses),
+        ("/responses", Dialect::OpenAiResponses),
         ("/v1/messages", Dialect::Anthropic),
         ("/generate_stream", Dialect::Tgi),
         ("/generate", Dialect::Tgi),
@@ -254,6 +263,7 @@ fn from_path_every_family() {
         ("/api/generate", Dialect::Ollama),
         ("/completion", Dialect::LlamaCpp),
         ("/completions", Dialect::LlamaCpp),
+        ("/infill", Dialect::LlamaCpp),
         ("/v1/models", Dialect::Unknown),
         ("/", Dialect::Unknown),
     ];
@@ -279,4 +289,64 @@ fn a_llamacpp_stop_ends_the_answer_unless_a_later_prompt_s() {
         assert_eq!(scanned.map(|p| p.end).ok(), Some(end), "{index} scanned");
     }
     assert!(!ev(Dialect::LlamaCpp, r#"{"content":"a","stop":false}"#).end);
+}
+
+/// llama.vim and llama.vscode ask `/infill` for a few fields by their
+/// paths (`response_fields`), and llama.cpp then answers with those fields
+/// alone, each under its path as a flat key: no `timings` object, no
+/// `tokens_predicted`, no `stop`. The counts and the server's times are
+/// read from the flat keys; `prompt_n` (only the part of the prompt
+/// processed now) is taken for the prompt only with `cache_n` beside it.
+#[test]
+fn a_llamacpp_body_of_response_fields_is_read_by_its_paths() {
+    let body = r#"{"content":"    return a + b;\n","timings/prompt_n":12,"timings/prompt_ms":35.5,"timings/prompt_per_token_ms":2.9,"timings/predicted_n":9,"timings/predicted_ms":120.25,"timings/predicted_per_second":74.8,"truncated":false,"tokens_cached":830}"#;
+    let p = Dialect::LlamaCpp
+        .parse_body(body.as_bytes())
+        .expect("parses");
+    let usage = p.usage.expect("counted");
+    assert_eq!(
+        (usage.output, usage.input, usage.cached_input),
+        (Some(9), None, None)
+    );
+    let server = p.server.expect("timed");
+    assert_eq!(
+        server.prefill,
+        Some(std::time::Duration::from_micros(35_500))
+    );
+    assert_eq!(
+        server.decode,
+        Some(std::time::Duration::from_micros(120_250))
+    );
+    assert_eq!((p.output_bytes, p.end, p.cumulative), (18, true, false));
+
+    let cached =
+        r#"{"content":"x","timings/prompt_n":12,"timings/cache_n":800,"timings/predicted_n":1}"#;
+    let usage = Dialect::LlamaCpp
+        .parse_body(cached.as_bytes())
+        .expect("parses")
+        .usage
+        .expect("counted");
+    assert_eq!(
+        (usage.input, usage.cached_input, usage.output),
+        (Some(812), Some(800), Some(1))
+    );
+    // The same keys on an event are read as on a body.
+    let event = ev(Dialect::LlamaCpp, cached);
+    assert_eq!(event.usage.and_then(|u| u.output), Some(1));
+}
+
+/// A whole llama.cpp answer to several prompts (or `n` > 1) is an array
+/// of answers: each one's counts and text are summed.
+#[test]
+fn a_llamacpp_body_of_several_answers_sums_them() {
+    let body = r#"[{"index":0,"content":"ab","stop":true,"tokens_predicted":2,"tokens_evaluated":5,"stop_type":"eos"},
+        {"index":1,"content":"cde","stop":true,"tokens_predicted":3,"tokens_evaluated":6,"stop_type":"limit"}]"#;
+    let p = Dialect::LlamaCpp
+        .parse_body(body.as_bytes())
+        .expect("parses");
+    let usage = p.usage.expect("counted");
+    assert_eq!((usage.output, usage.input), (Some(5), Some(11)));
+    assert_eq!((p.output_bytes, p.end), (5, true));
+    assert_eq!(p.finish.map(|f| f.raw.into_owned()).as_deref(), Some("eos"));
+    assert!(Dialect::LlamaCpp.parse_body(b"[1]").is_err());
 }

@@ -50,7 +50,8 @@ const KEYS: &str = "\
     reason summary token special generated_text details generated_tokens input_length done \
     done_reason prompt_eval_count eval_count load_duration prompt_eval_duration eval_duration \
     stop tokens_predicted tokens_evaluated stop_type stopped_eos stopped_word stopped_limit \
-    index object created meta_info output_ids length matched abort";
+    index object created meta_info output_ids length matched abort timings/prompt_n \
+    timings/prompt_ms timings/predicted_n timings/predicted_ms timings/cache_n";
 
 /// Event types and values that switch a dialect's reading (and `""`).
 const WORDS: &str = "\
@@ -466,7 +467,8 @@ proptest! {
 const REQUEST_KEYS: &str = "\
     model stream stream_options include_usage continuous_usage_stats max_tokens \
     max_completion_tokens max_output_tokens options num_predict n_predict parameters \
-    max_new_tokens sampling_params messages prompt input system inputs content text role type";
+    max_new_tokens sampling_params messages prompt input system inputs content text role type \
+    input_prefix input_suffix input_extra filename";
 
 fn request_key() -> impl Strategy<Value = String> {
     prop_oneof![6 => words(REQUEST_KEYS).prop_map(str::to_owned), 1 => text()]

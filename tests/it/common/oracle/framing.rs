@@ -31,11 +31,15 @@ impl Family {
         match path {
             _ if ends("/chat/completions") => Self::Chat,
             _ if ends("/v1/completions") => Self::Completions,
+            _ if path.starts_with("/openai/deployments/") && ends("/completions") => {
+                Self::Completions
+            }
             _ if ends("/v1/responses") || ends("/openai/responses") => Self::Responses,
+            "/responses" => Self::Responses,
             _ if ends("/v1/messages") => Self::Anthropic,
             "/generate_stream" | "/generate" => Self::Tgi,
             "/api/chat" | "/api/generate" => Self::Ollama,
-            "/completion" | "/completions" => Self::LlamaCpp,
+            "/completion" | "/completions" | "/infill" => Self::LlamaCpp,
             _ => Self::Unknown,
         }
     }
@@ -43,7 +47,10 @@ impl Family {
     /// The family of a response to a request for `path`: on `/generate`,
     /// which TGI and SGLang both serve, SGLang's when it is an event stream
     /// (TGI streams on `/generate_stream` only) or a JSON body whose object
-    /// (or first item) has `meta_info`, as SGLang's native API answers.
+    /// (or first item) has `meta_info`, as SGLang's native API answers; on
+    /// `/api/chat`, which Ollama and llama.cpp's server both serve, OpenAI
+    /// chat (llama.cpp's) when it is an event stream or a JSON body with
+    /// `choices`.
     pub fn answered(path: &str, framing: Framing, body: &[u8]) -> Self {
         let family = Self::of_path(path);
         let trimmed = path
@@ -51,6 +58,16 @@ impl Family {
             .next()
             .unwrap_or_default()
             .trim_end_matches('/');
+        if trimmed == "/api/chat" {
+            let openai = match framing {
+                Framing::Sse => true,
+                Framing::Json => serde_json::from_slice::<serde_json::Value>(body)
+                    .map(|v| v.get("choices").is_some())
+                    .unwrap_or(false),
+                _ => false,
+            };
+            return if openai { Self::Chat } else { family };
+        }
         if family != Self::Tgi || trimmed != "/generate" {
             return family;
         }
