@@ -17,7 +17,7 @@
 #    scrapes of /metrics and the health endpoints; text and JSON access logs;
 #    HTTP/1.1 and HTTP/2 to the upstream, and from the client (the HTTP/2
 #    run's load speaks h2c to the proxy). The code this traffic does not run
-#    (TLS, TGI's and llama.cpp's formats, OTLP export) is optimized as
+#    (TLS, OTLP export) is optimized as
 #    before, but laid out as cold. Every unfaulted request
 #    must end ok and every family must reach the records, or the build
 #    fails: a profile of errors would optimize the wrong code.
@@ -65,7 +65,8 @@ train() {
     sim_pid=$!
     wait_for "$tmp/sim.log" "Simulator listening."
     local paths=(--path /v1/chat/completions --path /v1/completions --path /v1/responses
-        --path /v1/messages --path /api/chat --path /api/generate)
+        --path /v1/messages --path /api/chat --path /api/generate --path /generate
+        --path /generate_stream --path /completion)
     # load EXPECT_OK ARGS...: the load generator against the proxy; with
     # EXPECT_OK=all every request must end ok.
     load() {
@@ -124,7 +125,7 @@ TOML
     kill -TERM "$sim_pid"
     wait "$sim_pid" 2>/dev/null || true
     local endpoint
-    for endpoint in openai_chat openai_completions openai_responses anthropic ollama; do
+    for endpoint in openai_chat openai_completions openai_responses anthropic ollama sglang tgi llamacpp; do
         grep -qF "\"endpoint\":\"$endpoint\"" "$tmp/records.jsonl" || die "no $endpoint request in the records"
     done
     local reasoning

@@ -33,6 +33,12 @@ fn request(path: &str, model: &str, n: u64, stream: bool, extra: &str) -> String
         "/api/chat" => format!(
             r#""messages":[{{"role":"user","content":"{prompt}"}}],"options":{{"num_predict":{n}}}"#
         ),
+        "/completion" | "/completions" => format!(r#""prompt":"{prompt}","n_predict":{n}"#),
+        // llama.cpp's fill-in-the-middle, as llama.vim and llama.vscode
+        // send it.
+        "/infill" => format!(
+            r#""input_prefix":"def add(a, b):\n    ","input_suffix":"\n","prompt":"","n_predict":{n}"#
+        ),
         _ => format!(r#""messages":[{{"role":"user","content":"{prompt}"}}],"max_tokens":{n}"#),
     };
     format!(r#"{{"model":"{model}","stream":{stream},{body}{extra}}}"#)
@@ -67,6 +73,11 @@ async fn every_format_parses_through_the_proxy() {
         // clients: one token per event, the total in `details`.
         ("/generate_stream", "", Dialect::Tgi, Usage),
         ("/", "", Dialect::Tgi, Usage),
+        // llama.cpp's native API: one token per event with the running
+        // count, the total on the last.
+        ("/completion", "", Dialect::LlamaCpp, Usage),
+        ("/completions", "", Dialect::LlamaCpp, Usage),
+        ("/infill", "", Dialect::LlamaCpp, Usage),
     ];
     for (path, extra, dialect, source) in cases {
         let body = request(path, "sim-llama", 6, true, extra);
@@ -238,6 +249,8 @@ async fn non_streamed_bodies_parse() {
         "/api/generate",
         "/generate",
         "/",
+        "/completion",
+        "/infill",
     ] {
         let body = request(path, "sim-think", 6, false, "");
         let response = post(proxy.addr, path, &body, &[])

@@ -27,6 +27,7 @@ ENDPOINTS = {
     # error statuses too (an `error` object), so every request is SGLang's.
     "/generate": "sglang",
     "/generate_stream": "tgi",
+    "/completion": "llamacpp",
 }
 SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)$')
 LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')

@@ -37,13 +37,16 @@ pub(super) struct Events {
 impl Events {
     /// A reader for a response to a request sent to `path`; a path of no
     /// known API family is read as chat completions, what the load
-    /// generator sends, and an event stream on `/generate`, which TGI and
-    /// SGLang share, as SGLang's (TGI streams on `/generate_stream`).
+    /// generator sends. An event stream on a path two servers share is the
+    /// one that streams SSE there: on `/generate` SGLang's (TGI streams on
+    /// `/generate_stream`), on `/api/chat` llama.cpp's OpenAI chat (Ollama
+    /// streams NDJSON).
     pub(super) fn for_path(path: &str) -> Self {
-        let dialect = match Dialect::from_path(path) {
-            Dialect::Unknown => Dialect::OpenAiChat,
-            _ if Shared::of(true, path) == Some(Shared::Generate) => Dialect::Sglang,
-            known => known,
+        let dialect = match (Dialect::from_path(path), Shared::of(true, path)) {
+            (Dialect::Unknown, _) => Dialect::OpenAiChat,
+            (_, Some(Shared::Generate)) => Dialect::Sglang,
+            (_, Some(Shared::ApiChat)) => Dialect::OpenAiChat,
+            (known, _) => known,
         };
         Self {
             framer: SseFramer::new(MAX_EVENT_BYTES),
@@ -164,5 +167,11 @@ mod tests {
         let tgi = "data:{\"token\":{\"id\":1,\"text\":\" Paris\",\"special\":false}}\n\n";
         assert!(token("/generate_stream", tgi));
         assert!(!token("/generate_stream", sglang));
+        // An event stream on `/api/chat` is llama.cpp's OpenAI chat.
+        assert!(token("/api/chat", &chat(r#"{"content":"hi"}"#)));
+        // llama.cpp's native stream.
+        let native =
+            "data: {\"index\":0,\"content\":\"hi\",\"stop\":false,\"tokens_predicted\":1}\n\n";
+        assert!(token("/infill", native));
     }
 }

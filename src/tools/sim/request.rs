@@ -25,6 +25,8 @@ pub(crate) enum Format {
     /// `POST /`, TGI's route for the Inference API's clients (streamed when
     /// the body says `"stream": true`).
     TgiRoot,
+    /// `/completion`, `/completions` and `/infill`, llama.cpp's native API.
+    LlamaCpp,
 }
 
 impl Format {
@@ -40,6 +42,7 @@ impl Format {
             "/generate" => Self::SglangGenerate,
             "/generate_stream" => Self::TgiStream,
             "" => Self::TgiRoot,
+            "/completion" | "/completions" | "/infill" => Self::LlamaCpp,
             _ => return None,
         })
     }
@@ -82,18 +85,23 @@ impl SimRequest {
         let flag = |v: Option<&Value>| v.and_then(Value::as_bool).unwrap_or(false);
         let stream_options = object.get("stream_options");
         let option = |key| flag(stream_options.and_then(|o| o.get(key)));
-        let max_tokens = ["max_tokens", "max_completion_tokens", "max_output_tokens"]
+        let max_tokens = [
+            "max_tokens",
+            "max_completion_tokens",
+            "max_output_tokens",
+            "n_predict",
+        ]
+        .iter()
+        .find_map(|k| object.get(*k).and_then(Value::as_u64))
+        .or_else(|| {
+            [
+                "/options/num_predict",
+                "/sampling_params/max_new_tokens",
+                "/parameters/max_new_tokens",
+            ]
             .iter()
-            .find_map(|k| object.get(*k).and_then(Value::as_u64))
-            .or_else(|| {
-                [
-                    "/options/num_predict",
-                    "/sampling_params/max_new_tokens",
-                    "/parameters/max_new_tokens",
-                ]
-                .iter()
-                .find_map(|p| value.pointer(p).and_then(Value::as_u64))
-            });
+            .find_map(|p| value.pointer(p).and_then(Value::as_u64))
+        });
         let stream = match object.get("stream").and_then(Value::as_bool) {
             _ if format == Format::TgiStream => true,
             Some(stream) => stream,
@@ -129,7 +137,7 @@ impl SimRequest {
 
 /// Bytes of prompt text: every string under the prompt-carrying keys.
 fn text_bytes(value: &Value) -> u64 {
-    const KEYS: [&str; 8] = [
+    const KEYS: [&str; 10] = [
         "messages",
         "prompt",
         "input",
@@ -138,6 +146,8 @@ fn text_bytes(value: &Value) -> u64 {
         "content",
         "text",
         "inputs",
+        "input_prefix",
+        "input_suffix",
     ];
     let Some(object) = value.as_object() else {
         return 0;

@@ -110,21 +110,23 @@ impl Inner {
         let gzip = accepts_gzip(&parts.headers);
         let (fault, schedule) = match self.headers(&parts.headers) {
             Ok(read) => read,
-            Err(message) => return error(StatusCode::BAD_REQUEST, &message),
+            Err(message) => return error_in(Some(format), StatusCode::BAD_REQUEST, &message),
         };
         let Ok(body) = Limited::new(body, MAX_REQUEST_BYTES).collect().await else {
-            return error(StatusCode::BAD_REQUEST, "cannot read the request body");
+            let message = "cannot read the request body";
+            return error_in(Some(format), StatusCode::BAD_REQUEST, message);
         };
         let body = body.to_bytes();
         let config = &self.engine.config;
         let Some(sim_request) = SimRequest::parse(format, &body, &config.model) else {
-            return error(StatusCode::BAD_REQUEST, "the body is not a JSON object");
+            let message = "the body is not a JSON object";
+            return error_in(Some(format), StatusCode::BAD_REQUEST, message);
         };
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let draw = Rng::keyed(config.seed, &id.to_le_bytes()).unit();
         if let (Some(status), true) = (fault.status, fault.applies(draw)) {
             let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            return error(status, "simulated fault (x-sim-fault)");
+            return error_in(Some(format), status, "simulated fault (x-sim-fault)");
         }
         let job = Job {
             rng: Rng::keyed(config.seed, &body),
@@ -267,12 +269,35 @@ fn respond(status: StatusCode, content_type: &'static str, body: SimBody) -> Res
 
 /// A JSON error body in OpenAI's shape; 429 also says when to retry.
 fn error(status: StatusCode, message: &str) -> Response<SimBody> {
-    let kind = match status.as_u16() {
-        429 => "rate_limit_error",
-        400..=499 => "invalid_request_error",
-        _ => "server_error",
+    error_in(None, status, message)
+}
+
+/// A JSON error body in the shape `format`'s servers write it: Ollama's
+/// a string under `error`, TGI's a string beside `error_type`; the others'
+/// (OpenAI, Anthropic, SGLang, llama.cpp), and any before the format is
+/// known, OpenAI's object. A proxy tells the servers of a shared path
+/// (`/api/chat`, `/generate`) apart by it. 429 also says when to retry.
+fn error_in(format: Option<Format>, status: StatusCode, message: &str) -> Response<SimBody> {
+    let code = status.as_u16();
+    let body = match format {
+        Some(Format::OllamaChat | Format::OllamaGenerate) => json!({"error": message}),
+        Some(Format::TgiStream | Format::TgiRoot) => {
+            let kind = match code {
+                429 => "overloaded",
+                400..=499 => "validation",
+                _ => "generation",
+            };
+            json!({"error": message, "error_type": kind})
+        }
+        _ => {
+            let kind = match code {
+                429 => "rate_limit_error",
+                400..=499 => "invalid_request_error",
+                _ => "server_error",
+            };
+            json!({"error": {"message": message, "type": kind, "code": code}})
+        }
     };
-    let body = json!({"error": {"message": message, "type": kind, "code": status.as_u16()}});
     let mut response = respond(status, "application/json", SimBody::full(body.to_string()));
     if status == StatusCode::TOO_MANY_REQUESTS {
         response

@@ -2,6 +2,7 @@
 //! the events (or the whole body) that family's servers send.
 
 mod anthropic;
+mod llamacpp;
 mod ollama;
 mod openai;
 mod responses;
@@ -129,6 +130,7 @@ pub(crate) fn encoder(request: &SimRequest, id: u64) -> Box<dyn Encoder> {
         Format::OllamaChat | Format::OllamaGenerate => Box::new(ollama::Ollama::new(request)),
         Format::SglangGenerate => Box::new(sglang::Sglang::new(request, id)),
         Format::TgiStream | Format::TgiRoot => Box::new(tgi::Tgi::new(request)),
+        Format::LlamaCpp => Box::new(llamacpp::LlamaCpp::new(request)),
     }
 }
 

@@ -6,9 +6,10 @@
 //! `[DONE]`. `POST /` answers a whole request with
 //! `[{"generated_text", "details"}]` (`details` again only when asked), as
 //! the Inference API does. Every answer's head carries `x-compute-type`
-//! ([`super::headers`]). No reasoning field: the plan has none. Not
-//! modelled: TGI's `data:` without a space, its error bodies, and
-//! `return_full_text` (on `POST /`, the prompt before the answer).
+//! ([`super::headers`]). Errors are TGI's, a string beside `error_type`.
+//! No reasoning field: the plan has none. Not modelled: TGI's `data:`
+//! without a space, and `return_full_text` (on `POST /`, the prompt before
+//! the answer).
 
 use serde_json::{json, Value};
 
