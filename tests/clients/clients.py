@@ -229,6 +229,30 @@ def requests_sglang_generate(base):
     return {"status": response.status_code, "events": events, "text": text, "tokens": data["meta_info"]["completion_tokens"]}
 
 
+def requests_llamacpp_infill(base):
+    """requests on llama.cpp's /infill (fill-in-the-middle), streamed as
+    llama.vscode's completion is read, then a whole one: each event's
+    `content` is the next piece, the last event has the count."""
+    sent()
+    body = {"model": "m", "input_prefix": "def add(a, b):\n    ", "input_suffix": "\n", "n_predict": 7, "stream": True}
+    response = requests.post(base + "/infill", json=body, stream=True)
+    text, events, last = "", 0, {}
+    for line in response.iter_lines():
+        if not line.startswith(b"data:"):
+            continue
+        last = json.loads(line[5:])
+        text, events = text + last["content"], events + 1
+    sent()
+    whole = requests.post(base + "/infill", json=dict(body, stream=False, n_predict=5)).json()
+    return {
+        "status": response.status_code,
+        "events": events,
+        "text": text,
+        "tokens": [last["tokens_predicted"], last["stop"]],
+        "whole": [whole["content"], whole["tokens_predicted"]],
+    }
+
+
 def openai_chat_stream_closed_early(base):
     """The OpenAI SDK closes a slow stream after three chunks (a user who
     pressed stop): the stream ends there for the client, without an error."""
@@ -267,6 +291,7 @@ SCENARIOS = [
     hf_text_generation_stream,
     hf_text_generation_whole,
     requests_sglang_generate,
+    requests_llamacpp_infill,
 ]
 
 

@@ -159,7 +159,7 @@ async fn python_clients_read_through_tokenclock_what_they_read_directly() {
     let requests = proxied["requests"].clone();
     assert_eq!(requests, direct["requests"]);
     let scenarios = same(&direct, &proxied, "clients.py");
-    assert_eq!(scenarios.len(), 14, "every scenario ran: {proxied}");
+    assert_eq!(scenarios.len(), 15, "every scenario ran: {proxied}");
 
     // Connections kept alive: each session's requests took one connection.
     for name in ["aiohttp_keep_alive", "httpx_chunked_upload_and_keep_alive"] {
@@ -176,6 +176,12 @@ async fn python_clients_read_through_tokenclock_what_they_read_directly() {
     // A whole answer came in gzip, as OpenAI's does: its tokens are
     // counted below only if the proxy read its copy inflated.
     assert_eq!(scenarios["openai_chat_whole"]["encoding"], "gzip");
+    // llama.cpp's `/infill`: seven token events and the stop event.
+    let infill = &scenarios["requests_llamacpp_infill"];
+    assert_eq!(
+        (&infill["events"], &infill["tokens"]),
+        (&Value::from(8), &serde_json::json!([7, true]))
+    );
 
     // Every request measured, none as a failure.
     all_measured_ok(proxy.metrics_addr, &requests).await;
@@ -211,6 +217,11 @@ async fn python_clients_read_through_tokenclock_what_they_read_directly() {
         (
             "ollama",
             words(&scenarios["requests_ollama_ndjson"]["text"]),
+        ),
+        (
+            "llamacpp",
+            words(&scenarios["requests_llamacpp_infill"]["text"])
+                + words(&scenarios["requests_llamacpp_infill"]["whole"][0]),
         ),
     ];
     // huggingface_hub's InferenceClient on TGI's `POST /`, and SGLang's
