@@ -81,21 +81,31 @@ impl Learnt {
 #[derive(Clone, Debug)]
 pub struct LearntServer(Arc<AtomicU8>);
 
+/// The bit of [`LearntServer`]'s byte set once an answer showed the server
+/// (the rest is the dialect's index).
+const KNOWN: u8 = 0x80;
+
 impl LearntServer {
     /// Nothing learnt yet: `path_dialect`, the path's.
     fn new(path_dialect: Dialect) -> Self {
         Self(Arc::new(AtomicU8::new(path_dialect.index() as u8)))
     }
 
-    /// The server last seen answering.
+    /// The server last seen answering (the path's before any was).
     pub fn get(&self) -> Dialect {
-        let index = usize::from(self.0.load(Ordering::Relaxed));
+        let index = usize::from(self.0.load(Ordering::Relaxed) & !KNOWN);
         Dialect::ALL.get(index).copied().unwrap_or(Dialect::Unknown)
     }
 
-    /// An answer showed `dialect` answering.
+    /// Whether a successful answer has shown the server.
+    pub fn known(&self) -> bool {
+        self.0.load(Ordering::Relaxed) & KNOWN != 0
+    }
+
+    /// A successful answer showed `dialect` answering.
     pub(crate) fn learn(&self, dialect: Dialect) {
-        self.0.store(dialect.index() as u8, Ordering::Relaxed);
+        self.0
+            .store(dialect.index() as u8 | KNOWN, Ordering::Relaxed);
     }
 }
 

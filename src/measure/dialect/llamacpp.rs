@@ -170,8 +170,8 @@ impl<'a> Event<'a> {
 impl<'a> Event<'a> {
     /// `timings` from its flat `response_fields` keys, when any is there.
     /// `prompt_n` is only the part of the prompt processed now: without
-    /// `cache_n` beside it the whole prompt is unknown, so it is not taken
-    /// for it.
+    /// `cache_n` or `tokens_evaluated` beside it the whole prompt is
+    /// unknown, so it is not taken for it.
     fn flat_timings(&self) -> Option<Timings> {
         let any = self.flat_prompt_ms.is_some()
             || self.flat_predicted_ms.is_some()
@@ -180,7 +180,9 @@ impl<'a> Event<'a> {
         any.then(|| Timings {
             prompt_ms: self.flat_prompt_ms,
             predicted_ms: self.flat_predicted_ms,
-            prompt_n: self.flat_prompt_n.filter(|_| self.flat_cache_n.is_some()),
+            prompt_n: self
+                .flat_prompt_n
+                .filter(|_| self.flat_cache_n.is_some() || self.tokens_evaluated.is_some()),
             cache_n: self.flat_cache_n,
         })
     }

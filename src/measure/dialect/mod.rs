@@ -57,8 +57,9 @@ pub enum Dialect {
 }
 
 /// A path more than one API family answers, so that the response tells
-/// which did: the request is counted under the path's dialect
-/// ([`Dialect::from_path`]) until then.
+/// which did: the request is counted under the server last seen answering
+/// there, or the path's dialect ([`Dialect::from_path`]) before any was,
+/// until then.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Shared {
     /// `/generate`: TGI's and SGLang's native APIs (the path's: TGI).
@@ -92,7 +93,7 @@ impl Shared {
     pub fn of(post: bool, path: &str) -> Option<Self> {
         match path.trim_end_matches('/') {
             "/generate" => Some(Self::Generate),
-            "/api/chat" => Some(Self::ApiChat),
+            "/api/chat" if post => Some(Self::ApiChat),
             "" if post => Some(Self::Root),
             _ => None,
         }

@@ -62,7 +62,8 @@ pub struct RequestInfo {
     /// `parameters.max_new_tokens`, SGLang `sampling_params.max_new_tokens`.
     pub max_tokens: Option<u64>,
     /// Bytes of prompt text (message contents, `prompt`, `input`, `system`,
-    /// `inputs`, SGLang's `text`): the basis of the input-token estimate when the server
+    /// `inputs`, SGLang's `text`, llama.cpp `/infill`'s `input_prefix`,
+    /// `input_suffix` and `input_extra`): the basis of the input-token estimate when the server
     /// reports no usage.
     pub prompt_bytes: u64,
 }

@@ -46,7 +46,7 @@ pub struct Exchange {
     upload: Arc<UploadShared>,
     /// `max_event_bytes`, at most `u32::MAX` (4 GiB, more than any event
     /// could be held in): 32 bits with the next, so that the learnt server
-    /// of `/generate` costs a request no bytes.
+    /// of a shared path costs a request no bytes.
     max_event_bytes: u32,
     /// The access log cuts `model` to this many bytes (at most `u32::MAX`).
     max_logged_model_bytes: u32,
@@ -54,8 +54,9 @@ pub struct Exchange {
     /// The request body's model is known (or known absent).
     request_read: bool,
     /// A request on a path several API families answer whose response has
-    /// not yet told which did (the timeline names the path's dialect until
-    /// then); its label is not settled meanwhile.
+    /// not yet told which did (the timeline names the server last seen
+    /// answering there, or the path's dialect, until then); its label is
+    /// not settled meanwhile.
     undecided: Option<Shared>,
     /// On a shared path the proxy learns the server of (`/generate`,
     /// `/api/chat`): the server seen answering there, which a successful
@@ -349,6 +350,12 @@ impl Exchange {
         let shown = (self.reader).finish(matches!(end, End::Complete), &mut self.timeline);
         if self.undecided.is_some() {
             let success = self.timeline.status.is_some_and(|s| s.is_success());
+            // An error body names a server only while no successful answer
+            // has shown which answers here: once one has, an error of the
+            // other's shape is more likely a gateway's in front (a rate
+            // limiter, an auth proxy) than the server's.
+            let known = self.learnt.as_ref().is_some_and(LearntServer::known);
+            let shown = shown.filter(|_| success || !known);
             match shown {
                 Some(dialect) => self.decide(dialect, success),
                 None => self.decide(self.timeline.dialect, false),

@@ -954,9 +954,10 @@ fn generate_starts_under_the_server_last_seen_answering_it() {
         Some("finished sglang 0 tokens")
     );
     assert!(lines.iter().all(|l| !l.contains("tgi")), "{lines:?}");
-    // An error body that names TGI decides its own request, but teaches
-    // nothing (a gateway in front may write it); a successful TGI answer
-    // does.
+    // Once a successful answer has shown the server, an error body of the
+    // other's shape neither moves its request nor teaches anything: a
+    // gateway in front (a rate limiter, an auth proxy) may have written it.
+    // Before any, it decides its own request (and teaches nothing).
     let tgi_error = r#"{"error":"Model is overloaded","error_type":"overloaded"}"#;
     let (told, mut e) = generate_with(&reading, "/generate");
     head_of(&mut e, 429, &[("content-type", "application/json")]);
@@ -964,9 +965,19 @@ fn generate_starts_under_the_server_last_seen_answering_it() {
     e.on_end(End::Complete, Instant::now());
     assert_eq!(
         told.take().last().map(String::as_str),
-        Some("finished tgi 0 tokens")
+        Some("finished sglang 0 tokens")
     );
     assert_eq!(reading.learnt.generate.get(), Dialect::Sglang);
+    let fresh = shared_settings();
+    let (told, mut e) = generate_with(&fresh, "/generate");
+    head_of(&mut e, 429, &[("content-type", "application/json")]);
+    data(&mut e, r#"{"error":{"message":"overloaded"}}"#);
+    e.on_end(End::Complete, Instant::now());
+    assert_eq!(
+        told.take().last().map(String::as_str),
+        Some("finished sglang 0 tokens")
+    );
+    assert!(!fresh.learnt.generate.known());
     let (_, mut e) = generate_with(&reading, "/generate");
     tgi_head(&mut e, "application/json");
     e.on_end(End::Complete, Instant::now());
@@ -1018,8 +1029,23 @@ fn an_event_stream_on_api_chat_is_llamacpps_openai_chat_from_its_head() {
     assert_eq!(first(&told).as_deref(), Some("in openai_chat"));
     drop(e);
     assert!(told.take().iter().all(|l| !l.contains("ollama")));
+    // An Ollama-shaped error (a gateway's) then stays with it.
+    let (told, mut e) = generate_with(&reading, "/api/chat");
+    head_of(&mut e, 401, &[("content-type", "application/json")]);
+    data(&mut e, r#"{"error":"unauthorized"}"#);
+    e.on_end(End::Complete, Instant::now());
+    assert_eq!(
+        told.take().last().map(String::as_str),
+        Some("finished openai_chat 0 tokens")
+    );
     // `/generate`'s learnt server is another's.
     assert_eq!(reading.learnt.generate.get(), Dialect::Tgi);
+    assert!(!reading.learnt.generate.known());
+    // Only a POST is asked: a CORS preflight or a GET is the path's.
+    let request = Request::get("/api/chat").body(()).unwrap_or_default();
+    let (e, _upload) = Exchange::start(Instant::now(), &request, &reading, None);
+    assert!(e.undecided.is_none());
+    assert_eq!(e.dialect(), Dialect::Ollama);
 }
 
 #[test]

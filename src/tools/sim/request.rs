@@ -137,7 +137,7 @@ impl SimRequest {
 
 /// Bytes of prompt text: every string under the prompt-carrying keys.
 fn text_bytes(value: &Value) -> u64 {
-    const KEYS: [&str; 10] = [
+    const KEYS: [&str; 11] = [
         "messages",
         "prompt",
         "input",
@@ -148,6 +148,7 @@ fn text_bytes(value: &Value) -> u64 {
         "inputs",
         "input_prefix",
         "input_suffix",
+        "input_extra",
     ];
     let Some(object) = value.as_object() else {
         return 0;

@@ -273,9 +273,9 @@ fn error(status: StatusCode, message: &str) -> Response<SimBody> {
 }
 
 /// A JSON error body in the shape `format`'s servers write it: Ollama's
-/// a string under `error`, TGI's a string beside `error_type`; the others'
-/// (OpenAI, Anthropic, SGLang, llama.cpp), and any before the format is
-/// known, OpenAI's object. A proxy tells the servers of a shared path
+/// a string under `error`, TGI's a string beside `error_type`, Anthropic's
+/// object under `"type": "error"`; the others' (OpenAI, SGLang,
+/// llama.cpp), and any before the format is known, OpenAI's object. A proxy tells the servers of a shared path
 /// (`/api/chat`, `/generate`) apart by it. 429 also says when to retry.
 fn error_in(format: Option<Format>, status: StatusCode, message: &str) -> Response<SimBody> {
     let code = status.as_u16();
@@ -288,6 +288,15 @@ fn error_in(format: Option<Format>, status: StatusCode, message: &str) -> Respon
                 _ => "generation",
             };
             json!({"error": message, "error_type": kind})
+        }
+        Some(Format::Anthropic) => {
+            let kind = match code {
+                429 => "rate_limit_error",
+                529 => "overloaded_error",
+                400..=499 => "invalid_request_error",
+                _ => "api_error",
+            };
+            json!({"type": "error", "error": {"type": kind, "message": message}})
         }
         _ => {
             let kind = match code {

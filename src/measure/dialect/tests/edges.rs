@@ -333,6 +333,16 @@ fn a_llamacpp_body_of_response_fields_is_read_by_its_paths() {
     // The same keys on an event are read as on a body.
     let event = ev(Dialect::LlamaCpp, cached);
     assert_eq!(event.usage.and_then(|u| u.output), Some(1));
+    // With `tokens_evaluated` asked for too, the cached part is what the
+    // whole prompt has beyond what was processed now.
+    let evaluated =
+        r#"{"content":"x","timings/prompt_n":12,"tokens_evaluated":812,"timings/predicted_n":1}"#;
+    let usage = Dialect::LlamaCpp
+        .parse_body(evaluated.as_bytes())
+        .expect("parses")
+        .usage
+        .expect("counted");
+    assert_eq!((usage.input, usage.cached_input), (Some(812), Some(800)));
 }
 
 /// A whole llama.cpp answer to several prompts (or `n` > 1) is an array

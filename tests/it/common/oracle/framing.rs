@@ -62,7 +62,7 @@ impl Family {
             let openai = match framing {
                 Framing::Sse => true,
                 Framing::Json => serde_json::from_slice::<serde_json::Value>(body)
-                    .map(|v| v.get("choices").is_some())
+                    .map(|v| v.get("choices").is_some_and(|c| !c.is_null()))
                     .unwrap_or(false),
                 _ => false,
             };
