@@ -387,3 +387,46 @@ async fn cli(addr: std::net::SocketAddr, args: &[&str], more: &[&str]) -> serde_
     assert!(output.status.success(), "{output:?}");
     serde_json::from_slice(&output.stdout).expect("JSON summary")
 }
+
+/// Every API family the simulator streams, read by the load generator as
+/// the proxy reads it: each request has its events and a first token,
+/// Ollama's NDJSON lines included (until 2026-12-05 the load generator
+/// framed every body as SSE, so an Ollama stream had no event and no TTFT,
+/// though the README's own example sends to `/api/chat`).
+#[tokio::test]
+async fn every_family_the_simulator_streams_has_its_events_and_a_first_token() {
+    let sim = common::sim::start(common::sim::fast()).await;
+    let paths = [
+        "/v1/chat/completions",
+        "/v1/completions",
+        "/v1/responses",
+        "/v1/messages",
+        "/api/chat",
+        "/api/generate",
+        "/generate",
+        "/generate_stream",
+        "/completion",
+        "/infill",
+    ];
+    let args = [
+        "--requests",
+        "2",
+        "--concurrency",
+        "1",
+        "--format",
+        "json",
+        "--schedule",
+        "ttft_ms=0,gap_ms=1,tokens=5",
+    ];
+    for path in paths {
+        let summary = cli(sim.addr, &args, &["--path", path]).await;
+        let total = &summary["total"];
+        assert_eq!(
+            (&total["requests"], &total["ok"]),
+            (&2.into(), &2.into()),
+            "{path}: {summary}"
+        );
+        assert_eq!(total["ttft_ms"]["count"], 2, "{path}: {summary}");
+        assert!(total["events"].as_u64() >= Some(2 * 5), "{path}: {summary}");
+    }
+}

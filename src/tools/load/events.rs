@@ -1,14 +1,15 @@
 //! The events of a streamed response, read on the client side the way the
-//! proxy reads them: the shared SSE framer, the dialect of the path sent
-//! to for whether an event carries a token, and the simulator's
-//! `sim_sent_unix_ns`.
+//! proxy reads them: the shared SSE framer (or NDJSON framer, for Ollama's
+//! streams), the dialect of the path sent to for whether an event carries
+//! a token, and the simulator's `sim_sent_unix_ns`.
 
+use http::{header, HeaderMap};
 use memchr::memmem;
 use serde::Deserialize;
 
 use crate::measure::{
     dialect::{Dialect, Shared},
-    frame::sse::SseFramer,
+    frame::{ndjson::NdjsonFramer, sse::SseFramer},
 };
 
 /// Largest event read, in bytes; a larger one is skipped (counted as no
@@ -28,7 +29,7 @@ pub(super) struct Event {
 
 /// Reads one response's events as its body arrives.
 pub(super) struct Events {
-    framer: SseFramer,
+    framer: Framer,
     dialect: Dialect,
     /// A token-bearing event has been seen: the dialect is not asked again.
     token_seen: bool,
@@ -49,9 +50,25 @@ impl Events {
             (known, _) => known,
         };
         Self {
-            framer: SseFramer::new(MAX_EVENT_BYTES),
+            framer: Framer::Sse(SseFramer::new(MAX_EVENT_BYTES)),
             dialect,
             token_seen: false,
+        }
+    }
+
+    /// Reads the body as its response head says it comes: an NDJSON
+    /// stream line by line, as Ollama's (the one family that streams
+    /// NDJSON), else as [`Events::for_path`] chose. Called before any
+    /// byte of the body is fed.
+    pub(super) fn framed_by(&mut self, headers: &HeaderMap) {
+        let ndjson = headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.get(.."application/x-ndjson".len()))
+            .is_some_and(|v| v.eq_ignore_ascii_case("application/x-ndjson"));
+        if ndjson {
+            self.framer = Framer::Ndjson(NdjsonFramer::new(MAX_EVENT_BYTES));
+            self.dialect = Dialect::Ollama;
         }
     }
 
@@ -63,20 +80,55 @@ impl Events {
             dialect,
             token_seen,
         } = self;
-        framer.feed(bytes, &mut |event| {
-            if event.data != b"[DONE]" {
-                let first_token = !*token_seen
-                    && dialect
-                        .parse_event(event.event, event.data)
-                        .is_ok_and(|parsed| parsed.has_token());
-                *token_seen |= first_token;
-                on_event(Event {
-                    sent_unix_ns: sent_unix_ns(event.data),
-                    first_token,
-                });
-            }
-        });
+        let mut take = |name: &[u8], data: &[u8]| take(*dialect, token_seen, name, data, on_event);
+        match framer {
+            Framer::Sse(framer) => framer.feed(bytes, &mut |event| take(event.event, event.data)),
+            Framer::Ndjson(framer) => framer.feed(bytes, &mut |line| take(b"", line)),
+        }
     }
+
+    /// The body ended: an NDJSON stream's last line, if no newline ended
+    /// it (an SSE event without its blank line is no event).
+    pub(super) fn finish(&mut self, on_event: &mut impl FnMut(Event)) {
+        let Self {
+            framer,
+            dialect,
+            token_seen,
+        } = self;
+        if let Framer::Ndjson(framer) = framer {
+            framer.finish(&mut |line| take(*dialect, token_seen, b"", line, on_event));
+        }
+    }
+}
+
+/// How a response body is framed.
+enum Framer {
+    Sse(SseFramer),
+    /// Newline-delimited JSON (Ollama's streams).
+    Ndjson(NdjsonFramer),
+}
+
+/// One event (an SSE event's name and data, or an NDJSON line), unless it
+/// is the OpenAI end marker `[DONE]`.
+fn take(
+    dialect: Dialect,
+    token_seen: &mut bool,
+    name: &[u8],
+    data: &[u8],
+    on_event: &mut impl FnMut(Event),
+) {
+    if data == b"[DONE]" {
+        return;
+    }
+    let first_token = !*token_seen
+        && dialect
+            .parse_event(name, data)
+            .is_ok_and(|parsed| parsed.has_token());
+    *token_seen |= first_token;
+    on_event(Event {
+        sent_unix_ns: sent_unix_ns(data),
+        first_token,
+    });
 }
 
 /// The simulator's send stamp, parsed only from events that name it.
@@ -173,5 +225,27 @@ mod tests {
         let native =
             "data: {\"index\":0,\"content\":\"hi\",\"stop\":false,\"tokens_predicted\":1}\n\n";
         assert!(token("/infill", native));
+    }
+
+    /// An NDJSON body (Ollama's) is read line by line, its last line even
+    /// without a newline, once the head says so.
+    #[test]
+    fn an_ndjson_stream_is_read_line_by_line() {
+        let mut events = Events::for_path("/api/chat");
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/x-ndjson"),
+        );
+        events.framed_by(&headers);
+        let mut out = Vec::new();
+        let first = b"{\"message\":{\"role\":\"assistant\",\"content\":\"\"},\"done\":false}\n{\"message\":{\"role\":\"assistant\",\"content\":\"hi\"},\"sim_sent_unix_ns\":7,\"done\":false}\n";
+        events.feed(first, &mut |e| out.push(e));
+        events.feed(b"{\"done\":true,\"eval_count\":1}", &mut |e| out.push(e));
+        assert_eq!(out.len(), 2, "the last line waits for the end");
+        events.finish(&mut |e| out.push(e));
+        let firsts: Vec<bool> = out.iter().map(|e| e.first_token).collect();
+        assert_eq!(firsts, [false, true, false]);
+        assert_eq!(out[1].sent_unix_ns, Some(7));
     }
 }

@@ -15,7 +15,7 @@ use hyper_util::{
 use tokio::{sync::watch, time::Instant};
 
 use super::{
-    events::Events,
+    events::{Event, Events},
     results::{ClientOutcome, Measured},
 };
 
@@ -119,6 +119,7 @@ async fn exchange(
     };
     let status = response.status();
     m.status = Some(status.as_u16());
+    events.framed_by(response.headers());
     let mut body = response.into_body();
     while let Some(frame) = body.frame().await {
         let Ok(frame) = frame else {
@@ -126,10 +127,14 @@ async fn exchange(
         };
         if let Ok(data) = frame.into_data() {
             let before = m.events;
-            read(&data, start, m, &mut events);
+            m.bytes += data.len() as u64;
+            events.feed(&data, &mut account(start, m));
             live.events.fetch_add(m.events - before, Relaxed);
         }
     }
+    let before = m.events;
+    events.finish(&mut account(start, m));
+    live.events.fetch_add(m.events - before, Relaxed);
     if status.is_success() {
         ClientOutcome::Ok
     } else {
@@ -137,12 +142,12 @@ async fn exchange(
     }
 }
 
-/// Accounts for one data frame, all of it received now.
-fn read(data: &[u8], start: Instant, m: &mut Measured, events: &mut Events) {
+/// Accounts for the events of one data frame (or of the body's end), all
+/// of it received now.
+fn account(start: Instant, m: &mut Measured) -> impl FnMut(Event) + '_ {
     let at = Instant::now();
     let wall_ns = unix_ns();
-    m.bytes += data.len() as u64;
-    events.feed(data, &mut |event| {
+    move |event| {
         m.events += 1;
         if event.first_token {
             m.ttft = Some(at - start);
@@ -151,7 +156,7 @@ fn read(data: &[u8], start: Instant, m: &mut Measured, events: &mut Events) {
             let us = wall_ns.saturating_sub(u128::from(sent)) / 1_000;
             m.delays_us.push(u32::try_from(us).unwrap_or(u32::MAX));
         }
-    });
+    }
 }
 
 /// Wall-clock ns since the Unix epoch (0 if the clock is before it).

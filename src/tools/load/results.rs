@@ -75,7 +75,7 @@ pub struct WorkloadSummary {
     pub errors: u64,
     /// Requests cut by the deadline.
     pub cancelled: u64,
-    /// SSE events received.
+    /// Events received (SSE events, or NDJSON lines).
     pub events: u64,
     /// Time to first token, ms.
     pub ttft_ms: Distribution,
