@@ -23,7 +23,7 @@ use tokio::time::Instant;
 pub(crate) use self::upload::Upload;
 use self::{reader::Reader, stage::StageCell, upload::UploadShared};
 use crate::{
-    measure::dialect::{Dialect, ServerTimings, Shared},
+    measure::dialect::{Dialect, Framed, ServerTimings, Shared},
     measure::observe::{End, Observe},
     measure::read::{LearntServer, ReadSettings},
     measure::slo::Limits,
@@ -140,7 +140,7 @@ impl Exchange {
         self.timeline.response_head = Some(at);
         self.timeline.server = tgi_header_timings(&head.headers);
         if let Some(shared) = self.undecided {
-            let framed = Reader::framed(&head.headers);
+            let framed = Framed::of(&head.headers);
             let tgi = head.headers.contains_key("x-compute-type");
             if let Some(dialect) = shared.answered_by(framed, tgi) {
                 self.decide(dialect, head.status.is_success());

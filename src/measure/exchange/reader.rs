@@ -108,15 +108,6 @@ impl Reader {
         }
     }
 
-    /// How a response with these headers says its body comes.
-    pub(super) fn framed(headers: &HeaderMap) -> Framed {
-        match Media::of(headers) {
-            Media::EventStream => Framed::Sse,
-            Media::Ndjson => Framed::Ndjson,
-            Media::Json | Media::Other => Framed::Whole,
-        }
-    }
-
     /// Has a whole body read as the dialect it shows itself to be on
     /// `shared`, which [`Reader::finish`] returns; whether the body is read
     /// whole (else nothing changes).
@@ -337,6 +328,18 @@ impl Media {
             Self::Json
         } else {
             Self::Other
+        }
+    }
+}
+
+impl Framed {
+    /// How a response with these headers says its body comes, its
+    /// `content-type` matched as the reader matches it ([`Media`]).
+    pub(crate) fn of(headers: &HeaderMap) -> Self {
+        match Media::of(headers) {
+            Media::EventStream => Self::Sse,
+            Media::Ndjson => Self::Ndjson,
+            Media::Json | Media::Other => Self::Whole,
         }
     }
 }

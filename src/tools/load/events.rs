@@ -3,12 +3,12 @@
 //! streams), the dialect of the path sent to for whether an event carries
 //! a token, and the simulator's `sim_sent_unix_ns`.
 
-use http::{header, HeaderMap};
+use http::HeaderMap;
 use memchr::memmem;
 use serde::Deserialize;
 
 use crate::measure::{
-    dialect::{Dialect, Shared},
+    dialect::{Dialect, Framed, Shared},
     frame::{ndjson::NdjsonFramer, sse::SseFramer},
 };
 
@@ -61,12 +61,7 @@ impl Events {
     /// NDJSON), else as [`Events::for_path`] chose. Called before any
     /// byte of the body is fed.
     pub(super) fn framed_by(&mut self, headers: &HeaderMap) {
-        let ndjson = headers
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.get(.."application/x-ndjson".len()))
-            .is_some_and(|v| v.eq_ignore_ascii_case("application/x-ndjson"));
-        if ndjson {
+        if Framed::of(headers) == Framed::Ndjson {
             self.framer = Framer::Ndjson(NdjsonFramer::new(MAX_EVENT_BYTES));
             self.dialect = Dialect::Ollama;
         }
@@ -234,7 +229,7 @@ mod tests {
         let mut events = Events::for_path("/api/chat");
         let mut headers = HeaderMap::new();
         headers.insert(
-            header::CONTENT_TYPE,
+            http::header::CONTENT_TYPE,
             http::HeaderValue::from_static("application/x-ndjson"),
         );
         events.framed_by(&headers);

@@ -275,8 +275,9 @@ fn error(status: StatusCode, message: &str) -> Response<SimBody> {
 /// A JSON error body in the shape `format`'s servers write it: Ollama's
 /// a string under `error`, TGI's a string beside `error_type`, Anthropic's
 /// object under `"type": "error"`; the others' (OpenAI, SGLang,
-/// llama.cpp), and any before the format is known, OpenAI's object. A proxy tells the servers of a shared path
-/// (`/api/chat`, `/generate`) apart by it. 429 also says when to retry.
+/// llama.cpp), and any before the format is known, OpenAI's object. A
+/// proxy tells the servers of a shared path (`/api/chat`, `/generate`)
+/// apart by it. 429 also says when to retry.
 fn error_in(format: Option<Format>, status: StatusCode, message: &str) -> Response<SimBody> {
     let code = status.as_u16();
     let body = match format {
