@@ -253,7 +253,7 @@ impl Timeline {
         self.stream_done |= parsed.end;
         self.absorb(parsed);
         let exact = self.tokens.exact_for_event(parsed);
-        let (bearing, output) = match parsed.tokens_by_growth {
+        let (bearing, output) = match parsed.answer_by_count {
             true => {
                 let grew = exact.is_some_and(|n| n > 0);
                 (grew, grew)

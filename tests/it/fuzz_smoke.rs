@@ -135,6 +135,8 @@ fn dialect_index(name: &str) -> u8 {
         ("vllm_chat", 0),
         ("sglang_chat", 0),
         ("openai_completions", 1),
+        // vLLM's token-in/token-out `/inference/v1/generate`.
+        ("vllm_tokens", 1),
         ("openai_responses", 2),
         ("anthropic", 3),
         ("tgi", 4),

@@ -99,6 +99,15 @@ fn cases() -> Vec<Case> {
             false,
         ),
         case(
+            "vllm_tokens_generate.sse",
+            "/inference/v1/generate",
+            SSE,
+            OpenAiCompletions,
+            7,
+            Usage,
+            false,
+        ),
+        case(
             "openai_responses.sse",
             "/v1/responses",
             SSE,

@@ -198,6 +198,9 @@ pub(super) struct Counts {
     pub(super) output: u32,
     pub(super) tool: u32,
     pub(super) tokens: Option<u32>,
+    /// The tokens are known by their count, not their text, and are all
+    /// answer (see `Parsed::answer_by_count`).
+    pub(super) by_count: bool,
     /// Elements summed (choices in a chunk).
     pub(super) items: u32,
 }
@@ -211,6 +214,7 @@ impl Counts {
             (None, None) => None,
             (a, b) => Some(a.unwrap_or(0).saturating_add(b.unwrap_or(0))),
         };
+        self.by_count |= o.by_count;
         self.items = self.items.saturating_add(1);
     }
 
@@ -221,6 +225,7 @@ impl Counts {
             output_bytes: self.output,
             tool_bytes: self.tool,
             tokens: self.tokens,
+            answer_by_count: self.by_count,
             ..Parsed::default()
         }
     }

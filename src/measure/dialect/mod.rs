@@ -139,8 +139,11 @@ impl Dialect {
             Self::OpenAiChat
         } else if ends("/v1/completions")
             || (path.starts_with("/openai/deployments/") && ends("/completions"))
+            || path == "/inference/v1/generate"
         {
-            // Azure OpenAI names the deployment in place of `/v1`.
+            // Azure OpenAI names the deployment in place of `/v1`; vLLM's
+            // token-in/token-out route sends completion chunks whose
+            // choices hold `token_ids` instead of text.
             Self::OpenAiCompletions
         } else if ends("/v1/responses") || ends("/openai/responses") || path == "/responses" {
             Self::OpenAiResponses
@@ -512,12 +515,16 @@ pub struct Parsed<'a> {
     /// `continuous_usage_stats`, Anthropic `message_delta`), so that its
     /// growth since the last event is this event's exact token count.
     pub cumulative: bool,
-    /// The event carries a token exactly when that growth is above zero,
-    /// whatever its text, and every token is answer (SGLang's `/generate`:
-    /// its `text` may be all the text so far, which an event whose count
-    /// did not grow repeats, or empty while a character's bytes are held
-    /// back, and it has no field for reasoning). Set only with `cumulative`.
-    pub tokens_by_growth: bool,
+    /// The event's tokens are known by their count, not by their text: it
+    /// carries a token exactly when its exact count (`tokens`, or the
+    /// growth of a `cumulative` usage) is above zero, whatever its text, and
+    /// every token is answer. SGLang's `/generate`: its `text` may be all
+    /// the text so far, which an event whose count did not grow repeats, or
+    /// empty while a character's bytes are held back, and it has no field
+    /// for reasoning. vLLM's token-in/token-out `/inference/v1/generate`
+    /// and its completions' `return_token_ids`: a choice's `token_ids` are
+    /// its tokens, sent without text or with text held back.
+    pub answer_by_count: bool,
     /// Timings the server reported in this event.
     pub server: Option<ServerTimings>,
     /// The model the server says answered.

@@ -16,6 +16,10 @@ pub(super) struct Choice<'a> {
     delta: Delta,
     #[serde(default)]
     logprobs: Option<Logprobs>,
+    /// vLLM's `return_token_ids`: the tokens generated, one id each
+    /// (reasoning and answer alike, so the text still tells them apart).
+    #[serde(default)]
+    token_ids: Option<Count>,
     /// Null until the choice ends.
     #[serde(default, borrow, deserialize_with = "cow")]
     finish_reason: Option<Cow<'a, str>>,
@@ -47,6 +51,7 @@ struct Logprobs {
 scan_struct!(Choice<'a> {
     delta: "delta" | "message",
     logprobs: "logprobs",
+    token_ids: "token_ids",
     finish_reason: "finish_reason",
 });
 scan_struct!(Delta {
@@ -66,7 +71,11 @@ impl Tally for Choice<'_> {
             reasoning: d.reasoning.0.max(d.reasoning_content.0),
             output: d.content.0.saturating_add(d.refusal.0),
             tool: d.tool_calls.0.tool,
-            tokens: self.logprobs.and_then(|l| l.content).map(|c| c.0),
+            tokens: self
+                .token_ids
+                .or(self.logprobs.and_then(|l| l.content))
+                .map(|c| c.0),
+            by_count: false,
             items: 0,
         }
     }

@@ -1,4 +1,6 @@
-//! OpenAI legacy Completions: `choices[].text`, legacy `logprobs.tokens`.
+//! OpenAI legacy Completions: `choices[].text`, legacy `logprobs.tokens`;
+//! and vLLM's token-in/token-out `/inference/v1/generate`, whose chunks
+//! have the same envelope but choices of `token_ids` and no text.
 
 use std::borrow::Cow;
 
@@ -16,6 +18,10 @@ struct Choice<'a> {
     text: TextLen,
     #[serde(default)]
     logprobs: Option<Logprobs>,
+    /// vLLM: the tokens generated, one id each (`/inference/v1/generate`
+    /// always; `/v1/completions` with `return_token_ids`).
+    #[serde(default)]
+    token_ids: Option<Count>,
     /// Null until the choice ends.
     #[serde(default, borrow, deserialize_with = "cow")]
     finish_reason: Option<Cow<'a, str>>,
@@ -31,15 +37,21 @@ struct Logprobs {
 scan_struct!(Choice<'a> {
     text: "text",
     logprobs: "logprobs",
+    token_ids: "token_ids",
     finish_reason: "finish_reason",
 });
 scan_struct!(Logprobs { tokens: "tokens" });
 
 impl Tally for Choice<'_> {
     fn tally(self) -> Counts {
+        // Token ids are the tokens, whatever the text says: none at all
+        // (`/inference/v1/generate`), or bytes held back until a character
+        // is whole. A completion has no reasoning, so every one is answer.
+        let ids = self.token_ids.map(|c| c.0);
         Counts {
             output: self.text.0,
-            tokens: self.logprobs.and_then(|l| l.tokens).map(|c| c.0),
+            tokens: ids.or(self.logprobs.and_then(|l| l.tokens).map(|c| c.0)),
+            by_count: ids.is_some(),
             ..Counts::default()
         }
     }

@@ -18,7 +18,7 @@ use super::{
 };
 
 /// Where the output cap may be, first match wins.
-const MAX_TOKENS: [&str; 7] = [
+const MAX_TOKENS: [&str; 8] = [
     "/max_tokens",
     "/max_completion_tokens",
     "/max_output_tokens",
@@ -26,6 +26,7 @@ const MAX_TOKENS: [&str; 7] = [
     "/n_predict",
     "/parameters/max_new_tokens",
     "/sampling_params/max_new_tokens",
+    "/sampling_params/max_tokens",
 ];
 
 /// Top-level fields holding prompt text, across the families (the last
@@ -59,7 +60,8 @@ pub struct RequestInfo {
     /// The output cap the client asked for: `max_tokens`,
     /// `max_completion_tokens`, `max_output_tokens`, Ollama
     /// `options.num_predict`, llama.cpp `n_predict`, TGI
-    /// `parameters.max_new_tokens`, SGLang `sampling_params.max_new_tokens`.
+    /// `parameters.max_new_tokens`, SGLang `sampling_params.max_new_tokens`,
+    /// vLLM `/inference/v1/generate`'s `sampling_params.max_tokens`.
     pub max_tokens: Option<u64>,
     /// Bytes of prompt text (message contents, `prompt`, `input`, `system`,
     /// `inputs`, SGLang's `text`, llama.cpp `/infill`'s `input_prefix`,
@@ -160,7 +162,9 @@ pub(super) fn scan(body: &[u8]) -> Option<RequestInfo> {
             b"options" => [caps[3]] = in_object(s, [&b"num_predict"[..]], as_u64)?,
             b"n_predict" => caps[4] = as_u64(s)?,
             b"parameters" => [caps[5]] = in_object(s, [&b"max_new_tokens"[..]], as_u64)?,
-            b"sampling_params" => [caps[6]] = in_object(s, [&b"max_new_tokens"[..]], as_u64)?,
+            b"sampling_params" => {
+                [caps[6], caps[7]] = in_object(s, [&b"max_new_tokens"[..], b"max_tokens"], as_u64)?;
+            }
             _ => info.prompt_bytes += scanned_text_bytes(s)?,
         }
         Some(())

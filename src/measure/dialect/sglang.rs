@@ -6,7 +6,7 @@
 //! (`--incremental-streaming-output`), and `meta_info.completion_tokens`
 //! counts every token generated so far: its growth is the event's exact
 //! count whichever the server sends, and whether the event carries a token
-//! at all (`Parsed::tokens_by_growth`): a repeated text is none, an empty
+//! at all (`Parsed::answer_by_count`): a repeated text is none, an empty
 //! one (a character's bytes held back, or `--skip-tokenizer-init`, which
 //! sends no text) may be one. SGLang's own benchmark client
 //! (`bench_serving`, backend `sglang`) counts by the same growth, but skips
@@ -123,7 +123,7 @@ impl<'a> Event<'a> {
         Parsed {
             output_bytes: if aborted { 0 } else { self.text.0 },
             cumulative,
-            tokens_by_growth: cumulative,
+            answer_by_count: cumulative,
             usage,
             server,
             response_id,

@@ -10,8 +10,9 @@ use crate::measure::dialect::{Parsed, RequestInfo, Usage};
 pub enum CountSource {
     /// The server's `usage` totals.
     Usage,
-    /// Exact per-event counts carried by the stream (logprobs entries, TGI's
-    /// one token per event, cumulative usage on every event).
+    /// Exact counts carried by the payloads themselves: per event in a
+    /// stream (logprobs entries, token ids, TGI's one token per event,
+    /// cumulative usage on every event), or a whole body's token array.
     PerEvent,
     /// One token per token-bearing event: exact only when the server sends
     /// one token per event.
@@ -70,6 +71,8 @@ pub struct TokenCounts {
     first_event_tokens: u64,
     all_exact: bool,
     last_cumulative: Option<u64>,
+    /// Tokens a whole body listed one by one (logprobs entries, token ids).
+    body_tokens: Option<u64>,
     text_bytes: u64,
     reasoning_bytes: u64,
 }
@@ -114,6 +117,9 @@ impl TokenCounts {
     /// Counts the text of a whole non-streamed body.
     pub(crate) fn count_body(&mut self, parsed: &Parsed<'_>) {
         self.read = true;
+        if let Some(n) = parsed.tokens {
+            self.body_tokens = Some(self.body_tokens.unwrap_or(0) + u64::from(n));
+        }
         self.count_text(parsed);
     }
 
@@ -151,6 +157,9 @@ impl TokenCounts {
                 (self.event_tokens, Some(CountSource::PerEvent))
             }
             None if self.token_events > 0 => (self.event_tokens, Some(CountSource::Events)),
+            None if self.body_tokens.is_some() => {
+                (self.body_tokens.unwrap_or(0), Some(CountSource::PerEvent))
+            }
             None if self.text_bytes > 0 => (
                 self.text_bytes.div_ceil(BYTES_PER_TOKEN),
                 Some(CountSource::Estimated),
@@ -163,7 +172,8 @@ impl TokenCounts {
 
     /// Reasoning tokens: the server's, else the reasoning-only events'
     /// share of the total (exact only when the total came from the events
-    /// themselves), else the reasoning text's estimate.
+    /// themselves), else, for a whole body, the reasoning text's share of
+    /// the total, else the reasoning text's estimate.
     fn reasoning_total(&self, usage: &Usage) -> (u64, Option<CountSource>) {
         if let Some(n) = usage.reasoning {
             return (n, Some(CountSource::Usage));
@@ -176,12 +186,20 @@ impl TokenCounts {
                 self.reasoning_bytes.div_ceil(BYTES_PER_TOKEN),
                 Some(CountSource::Estimated),
             ),
-            Some(source @ (CountSource::PerEvent | CountSource::Events)) => {
+            Some(source @ (CountSource::PerEvent | CountSource::Events))
+                if self.token_events > 0 =>
+            {
                 (self.reasoning_event_tokens, Some(source))
             }
-            Some(CountSource::Usage) if self.event_tokens == 0 => (0, None),
-            Some(CountSource::Usage) => {
+            Some(CountSource::Usage) if self.event_tokens > 0 => {
                 let share = self.reasoning_event_tokens as f64 / self.event_tokens as f64;
+                let n = (share * self.generated as f64).round() as u64;
+                (n, Some(CountSource::Estimated))
+            }
+            // A whole body, no events: the reasoning text's share of the
+            // text, of the exact total.
+            Some(_) => {
+                let share = self.reasoning_bytes as f64 / self.text_bytes.max(1) as f64;
                 let n = (share * self.generated as f64).round() as u64;
                 (n, Some(CountSource::Estimated))
             }

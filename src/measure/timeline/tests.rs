@@ -134,7 +134,7 @@ fn tokens_by_growth_follow_the_count_not_the_text() {
             ..Usage::default()
         }),
         cumulative: true,
-        tokens_by_growth: true,
+        answer_by_count: true,
         ..Parsed::default()
     };
     // The first token's character is held back: no text, one token.
@@ -152,6 +152,76 @@ fn tokens_by_growth_follow_the_count_not_the_text() {
     assert_eq!(itl, vec![(ms(30), 1), (ms(20), 3)]);
     let gaps: Vec<_> = t.gaps.inter_event().collect();
     assert_eq!(gaps, vec![ms(30), ms(60)]);
+}
+
+/// vLLM's `/inference/v1/generate`: events of token ids and no text.
+/// Each id is a token and each token is answer, so the first event is the
+/// first output too, and the gaps are weighted by the ids they carried.
+#[test]
+fn token_ids_are_answer_by_their_count() {
+    let t0 = Instant::now();
+    let mut t = Timeline::new(t0, Dialect::OpenAiCompletions);
+    let ids = |n| Parsed {
+        tokens: Some(n),
+        answer_by_count: true,
+        ..Parsed::default()
+    };
+    t.record(&ids(1), t0 + ms(100));
+    t.record(&ids(2), t0 + ms(140));
+    // The finishing chunk may carry no new id: no token.
+    t.record(&ids(0), t0 + ms(150));
+    t.record(&ids(3), t0 + ms(200));
+    t.finish(Outcome::Ok, t0 + ms(210));
+    assert_eq!(t.ttft(), Some(ms(100)));
+    assert_eq!(t.ttfo(), Some(ms(100)), "a token id is an answer token");
+    assert_eq!(t.tokens.token_events, 3);
+    assert_eq!(t.tokens.generated, 6);
+    assert_eq!(t.tokens.generated_source, Some(CountSource::PerEvent));
+    let itl: Vec<_> = t.inter_token_latencies().collect();
+    assert_eq!(itl, vec![(ms(20), 2), (ms(20), 3)]);
+}
+
+/// A whole body's token array (vLLM's `token_ids`, logprobs entries) is
+/// its exact count when the server reports no usage; its reasoning is the
+/// reasoning text's share of it, an estimate, as it is of a reported total.
+#[test]
+fn a_body_s_token_array_is_its_exact_count() {
+    let t0 = Instant::now();
+    let mut t = Timeline::new(t0, Dialect::OpenAiCompletions);
+    t.record_body(&Parsed {
+        tokens: Some(5),
+        answer_by_count: true,
+        end: true,
+        ..Parsed::default()
+    });
+    t.finish(Outcome::Ok, t0 + ms(50));
+    assert_eq!(t.tokens.generated, 5);
+    assert_eq!(t.tokens.generated_source, Some(CountSource::PerEvent));
+    assert_eq!(t.tokens.reasoning_source, None);
+
+    for (tokens, usage, source) in [
+        (Some(40), None, CountSource::PerEvent),
+        (None, Some(40), CountSource::Usage),
+    ] {
+        let mut t = Timeline::new(t0, Dialect::OpenAiChat);
+        t.record_body(&Parsed {
+            reasoning_bytes: 300,
+            output_bytes: 100,
+            tokens,
+            usage: usage.map(|n| Usage {
+                output: Some(n),
+                ..Usage::default()
+            }),
+            end: true,
+            ..Parsed::default()
+        });
+        t.finish(Outcome::Ok, t0 + ms(50));
+        assert_eq!(t.tokens.generated, 40);
+        assert_eq!(t.tokens.generated_source, Some(source));
+        // Three quarters of the text is reasoning.
+        assert_eq!(t.tokens.reasoning, 30, "{source:?}");
+        assert_eq!(t.tokens.reasoning_source, Some(CountSource::Estimated));
+    }
 }
 
 #[test]

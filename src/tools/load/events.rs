@@ -220,6 +220,10 @@ mod tests {
         let native =
             "data: {\"index\":0,\"content\":\"hi\",\"stop\":false,\"tokens_predicted\":1}\n\n";
         assert!(token("/infill", native));
+        // vLLM's token-in/token-out route: token ids, no text.
+        let ids =
+            "data: {\"request_id\":\"r\",\"choices\":[{\"index\":0,\"token_ids\":[791]}]}\n\n";
+        assert!(token("/inference/v1/generate", ids));
     }
 
     /// An NDJSON body (Ollama's) is read line by line, its last line even

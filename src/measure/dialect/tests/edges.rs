@@ -254,6 +254,7 @@ fn from_path_every_family() {
             "/openai/deployments/gpt-4o/chat/completions",
             Dialect::OpenAiChat,
         ),
+        ("/inference/v1/generate", Dialect::OpenAiCompletions),
         ("/v1/responses", Dialect::OpenAiResponses),
         ("/responses", Dialect::OpenAiResponses),
         ("/v1/messages", Dialect::Anthropic),

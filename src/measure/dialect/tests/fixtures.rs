@@ -128,6 +128,29 @@ fn openai_completions() {
     assert_eq!(s, want);
 }
 
+/// vLLM's token-in/token-out `/inference/v1/generate`: completion chunks
+/// whose choices carry `token_ids` and no text. Every id is a token, and
+/// every token is answer; the last chunk carries the usage.
+#[test]
+fn vllm_tokens_generate() {
+    let frames = sse(fixture!("vllm_tokens_generate.sse"));
+    let s = summarize(Dialect::OpenAiCompletions, &frames);
+    let want = Summary {
+        kinds: "kkkk..".into(),
+        tokens: Some(7),
+        usage: usage(Some(6), None, 7, None),
+        ends: vec![5],
+        ..Summary::default()
+    };
+    assert_eq!(s, want);
+    for f in &frames[..4] {
+        let p = Dialect::OpenAiCompletions
+            .parse_event(b"", f.data.as_bytes())
+            .expect("a chunk");
+        assert!(p.answer_by_count && !p.has_output(), "{}", f.data);
+    }
+}
+
 #[test]
 fn openai_responses() {
     let s = summarize(
@@ -261,7 +284,7 @@ fn sglang_errors_and_aborts_are_in_band_errors() {
     let p = Dialect::Sglang
         .parse_event(b"", uncounted)
         .expect("an event");
-    assert!(!p.cumulative && !p.tokens_by_growth && p.has_token());
+    assert!(!p.cumulative && !p.answer_by_count && p.has_token());
     let stop = br#"{"text":"!","output_ids":[0],"meta_info":{"finish_reason":{"type":"stop","matched":"!"},"completion_tokens":1}}"#;
     let p = Dialect::Sglang
         .parse_event(b"", stop)
@@ -413,6 +436,17 @@ fn bodies_openai() {
     let usage = u(Some(5), None, 6, None);
     let want = ended(0, 21, 0, usage, Some("meta-llama/Llama-3.1-8B"));
     assert_eq!(compl, with_id(want, "cmpl-1b2"));
+    // vLLM's `/inference/v1/generate`: five token ids, no text.
+    let tokens = body(
+        Dialect::OpenAiCompletions,
+        fixture!("body_vllm_tokens.json"),
+    );
+    let want = Parsed {
+        tokens: Some(5),
+        answer_by_count: true,
+        ..ended(0, 0, 0, u(Some(6), None, 5, None), Some("Qwen/Qwen3-8B"))
+    };
+    assert_eq!(tokens, want);
     let resp = body(
         Dialect::OpenAiResponses,
         fixture!("body_openai_responses.json"),

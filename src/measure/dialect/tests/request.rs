@@ -89,6 +89,20 @@ fn sglang_text_and_sampling_params() {
     assert_eq!((ids.prompt_bytes, ids.max_tokens), (5, None));
 }
 
+/// vLLM's `/inference/v1/generate`: the prompt is token ids (no text),
+/// the cap `sampling_params.max_tokens`; SGLang's name wins when both are.
+#[test]
+fn vllm_token_ids_and_sampling_params() {
+    let body = r#"{"token_ids":[9906,11,1917],"sampling_params":{"temperature":0.7,"max_tokens":64},"stream":true,"stream_options":{"include_usage":true}}"#;
+    let got = info(Dialect::OpenAiCompletions, body);
+    assert_eq!(
+        (got.prompt_bytes, got.max_tokens, got.include_usage),
+        (0, Some(64), Some(true))
+    );
+    let both = r#"{"sampling_params":{"max_tokens":64,"max_new_tokens":8}}"#;
+    assert_eq!(info(Dialect::Sglang, both).max_tokens, Some(8));
+}
+
 #[test]
 fn ollama_options_and_system() {
     let body = r#"{"model":"qwen3:8b","system":"S","prompt":"Why?","options":{"num_predict":100}}"#;

@@ -51,7 +51,8 @@ const KEYS: &str = "\
     done_reason prompt_eval_count eval_count load_duration prompt_eval_duration eval_duration \
     stop tokens_predicted tokens_evaluated stop_type stopped_eos stopped_word stopped_limit \
     index object created meta_info output_ids length matched abort timings/prompt_n \
-    timings/prompt_ms timings/predicted_n timings/predicted_ms timings/cache_n";
+    timings/prompt_ms timings/predicted_n timings/predicted_ms timings/cache_n token_ids \
+    request_id routed_experts";
 
 /// Event types and values that switch a dialect's reading (and `""`).
 const WORDS: &str = "\
@@ -321,8 +322,9 @@ impl Writer {
 
 /// The recorded-shape events every dialect's fixtures hold, as trees.
 fn templates() -> Vec<(String, J)> {
-    let sse_files: [&[u8]; 9] = [
+    let sse_files: [&[u8]; 10] = [
         fixture!("sglang_generate_incremental.sse"),
+        fixture!("vllm_tokens_generate.sse"),
         fixture!("sglang_generate_batch.sse"),
         fixture!("anthropic_thinking.sse"),
         fixture!("openai_responses.sse"),
@@ -397,9 +399,10 @@ proptest! {
 
 /// OpenAI-style chunks: the events whose start a stream repeats.
 fn chunk_templates() -> Vec<J> {
-    let sse_files: [&[u8]; 4] = [
+    let sse_files: [&[u8]; 5] = [
         fixture!("openai_chat_tools.sse"),
         fixture!("openai_completions.sse"),
+        fixture!("vllm_tokens_generate.sse"),
         fixture!("vllm_chat_reasoning.sse"),
         fixture!("vllm_chat_continuous_usage.sse"),
     ];

@@ -146,8 +146,12 @@ fn choice(c: &Value, f: &mut Facts) {
         f.tool += name + args(&function["arguments"]);
         f.tool_start |= name > 0;
     }
+    // vLLM's token ids (`/inference/v1/generate`, `return_token_ids`).
     let logprobs = &c["logprobs"];
-    if let Some(n) = count(&logprobs["content"]).or_else(|| count(&logprobs["tokens"])) {
+    let ids = count(&c["token_ids"]);
+    if let Some(n) =
+        ids.or_else(|| count(&logprobs["content"]).or_else(|| count(&logprobs["tokens"])))
+    {
         f.exact = Some(f.exact.unwrap_or(0) + n);
     }
     if let Some(reason) = string(&c["finish_reason"]) {

@@ -31,6 +31,7 @@ impl Family {
         match path {
             _ if ends("/chat/completions") => Self::Chat,
             _ if ends("/v1/completions") => Self::Completions,
+            "/inference/v1/generate" => Self::Completions,
             _ if path.starts_with("/openai/deployments/") && ends("/completions") => {
                 Self::Completions
             }

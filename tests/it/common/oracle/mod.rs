@@ -150,6 +150,8 @@ struct Acc {
     last_cumulative: Option<u64>,
     text_bytes: u64,
     reasoning_bytes: u64,
+    /// A whole body's token array (logprobs entries, token ids).
+    body_exact: Option<u64>,
     raw_reasoning: bool,
     response_model: Option<String>,
     response_id: Option<String>,
@@ -213,7 +215,13 @@ impl Acc {
                     || f.exact.is_some_and(|n| n > 0)
             }
         };
-        if !framing.streamed() || !bearing {
+        if !framing.streamed() {
+            if let Some(n) = f.exact {
+                self.body_exact = Some(self.body_exact.unwrap_or(0) + n);
+            }
+            return;
+        }
+        if !bearing {
             return;
         }
         let kind = match () {
@@ -260,6 +268,8 @@ impl Acc {
                 Some(n) => (n, Some("per_event")),
                 None => (events, Some("events")),
             },
+            // A whole body that lists its tokens: that many, exactly.
+            None if self.body_exact.is_some() => (self.body_exact.unwrap_or(0), Some("per_event")),
             None if self.text_bytes > 0 => (self.text_bytes.div_ceil(4), Some("estimated")),
             // G: a read response that generated nothing counts 0 events.
             None => (0, read.then_some("events")),
@@ -283,6 +293,11 @@ impl Acc {
             return (r, Some("usage"));
         }
         match source {
+            // A whole body: its reasoning text's share of its text, of the total.
+            Some("usage" | "per_event") if self.tokens.is_empty() && self.reasoning_bytes > 0 => {
+                let share = self.reasoning_bytes as f64 / self.text_bytes as f64;
+                ((share * generated as f64).round() as u64, Some("estimated"))
+            }
             _ if reasoning.is_empty() && source != Some("estimated") => (0, None),
             Some("per_event") | Some("events") => (reasoning.iter().map(weight).sum(), source),
             Some("usage") => {
