@@ -274,6 +274,32 @@ def openai_chat_stream_closed_early(base):
     return {"chunks": len(texts), "text": "".join(texts)}
 
 
+def httpx_vllm_token_ids(base):
+    """httpx on vLLM's token-in/token-out /inference/v1/generate, as RL
+    rollout workers call it: the prompt as token ids, each event's choice
+    the step's `token_ids` and no text, a usage chunk at the end."""
+    sent()
+    body = {
+        "model": "m",
+        "token_ids": [9906, 11, 1917, 0],
+        "sampling_params": {"max_tokens": 6},
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    ids, usage = [], {}
+    with httpx.Client(timeout=30) as client:
+        with client.stream("POST", base + "/inference/v1/generate", json=body) as response:
+            for line in response.iter_lines():
+                if not line.startswith("data:") or line[5:].strip() == "[DONE]":
+                    continue
+                chunk = json.loads(line[5:])
+                for choice in chunk["choices"]:
+                    ids.extend(choice["token_ids"])
+                usage = chunk.get("usage") or usage
+            status = response.status_code
+    return {"status": status, "ids": ids, "usage": [usage.get("prompt_tokens"), usage.get("completion_tokens")]}
+
+
 # Not run unless asked for (`--only`): it ends its request early.
 CANCELLING = [openai_chat_stream_closed_early]
 
@@ -292,6 +318,7 @@ SCENARIOS = [
     hf_text_generation_whole,
     requests_sglang_generate,
     requests_llamacpp_infill,
+    httpx_vllm_token_ids,
 ]
 
 

@@ -159,7 +159,7 @@ async fn python_clients_read_through_tokenclock_what_they_read_directly() {
     let requests = proxied["requests"].clone();
     assert_eq!(requests, direct["requests"]);
     let scenarios = same(&direct, &proxied, "clients.py");
-    assert_eq!(scenarios.len(), 15, "every scenario ran: {proxied}");
+    assert_eq!(scenarios.len(), 16, "every scenario ran: {proxied}");
 
     // Connections kept alive: each session's requests took one connection.
     for name in ["aiohttp_keep_alive", "httpx_chunked_upload_and_keep_alive"] {
@@ -182,6 +182,11 @@ async fn python_clients_read_through_tokenclock_what_they_read_directly() {
         (&infill["events"], &infill["tokens"]),
         (&Value::from(8), &serde_json::json!([7, true]))
     );
+    // vLLM's `/inference/v1/generate`: six ids for a prompt of four.
+    let ids = &scenarios["httpx_vllm_token_ids"];
+    assert_eq!(ids["usage"], serde_json::json!([4, 6]), "{ids}");
+    let id_count = ids["ids"].as_array().map_or(0, Vec::len) as u64;
+    assert_eq!(id_count, 6, "{ids}");
 
     // Every request measured, none as a failure.
     all_measured_ok(proxy.metrics_addr, &requests).await;
@@ -203,7 +208,8 @@ async fn python_clients_read_through_tokenclock_what_they_read_directly() {
         ("openai_chat", chat),
         (
             "openai_completions",
-            words(&scenarios["openai_completions_stream"]["text"]),
+            // Each id read is a token, as tokenclock counts it.
+            words(&scenarios["openai_completions_stream"]["text"]) + id_count,
         ),
         (
             "openai_responses",

@@ -407,6 +407,7 @@ async fn every_family_the_simulator_streams_has_its_events_and_a_first_token() {
         "/generate_stream",
         "/completion",
         "/infill",
+        "/inference/v1/generate",
     ];
     let args = [
         "--requests",

@@ -16,6 +16,7 @@ use tokenclock::{
 };
 
 const CHAT: &str = "/v1/chat/completions";
+const TOKENS: &str = "/inference/v1/generate";
 
 /// A request body for `path` asking for `n` tokens of `model`.
 fn request(path: &str, model: &str, n: u64, stream: bool, extra: &str) -> String {
@@ -39,6 +40,10 @@ fn request(path: &str, model: &str, n: u64, stream: bool, extra: &str) -> String
         "/infill" => format!(
             r#""input_prefix":"def add(a, b):\n    ","input_suffix":"\n","prompt":"","n_predict":{n}"#
         ),
+        // vLLM's token-in/token-out route: the prompt as five token ids.
+        TOKENS => {
+            format!(r#""token_ids":[9906,11,1917,0,13],"sampling_params":{{"max_tokens":{n}}}"#)
+        }
         _ => format!(r#""messages":[{{"role":"user","content":"{prompt}"}}],"max_tokens":{n}"#),
     };
     format!(r#"{{"model":"{model}","stream":{stream},{body}{extra}}}"#)
@@ -78,6 +83,10 @@ async fn every_format_parses_through_the_proxy() {
         ("/completion", "", Dialect::LlamaCpp, Usage),
         ("/completions", "", Dialect::LlamaCpp, Usage),
         ("/infill", "", Dialect::LlamaCpp, Usage),
+        // vLLM's token-in/token-out route: token ids and no text, each id
+        // an answer token; usage only when asked for.
+        (TOKENS, usage, Dialect::OpenAiCompletions, Usage),
+        (TOKENS, "", Dialect::OpenAiCompletions, PerEvent),
     ];
     for (path, extra, dialect, source) in cases {
         let body = request(path, "sim-llama", 6, true, extra);
@@ -95,6 +104,10 @@ async fn every_format_parses_through_the_proxy() {
         assert_eq!(t.tokens.generated_source, Some(source), "{case}");
         assert_eq!(t.tokens.token_events, 6, "{case}");
         assert_eq!(t.ttft(), t.ttfo(), "{case}: no reasoning");
+        assert!(t.ttft().is_some(), "{case}");
+        if path == TOKENS && source == Usage {
+            assert_eq!(t.tokens.input, Some(5), "{case}: the prompt's ids");
+        }
     }
 }
 
@@ -251,6 +264,7 @@ async fn non_streamed_bodies_parse() {
         "/",
         "/completion",
         "/infill",
+        TOKENS,
     ] {
         let body = request(path, "sim-think", 6, false, "");
         let response = post(proxy.addr, path, &body, &[])

@@ -27,6 +27,8 @@ pub(crate) enum Format {
     TgiRoot,
     /// `/completion`, `/completions` and `/infill`, llama.cpp's native API.
     LlamaCpp,
+    /// `/inference/v1/generate`, vLLM's token-in/token-out API.
+    VllmTokens,
 }
 
 impl Format {
@@ -43,6 +45,7 @@ impl Format {
             "/generate_stream" => Self::TgiStream,
             "" => Self::TgiRoot,
             "/completion" | "/completions" | "/infill" => Self::LlamaCpp,
+            "/inference/v1/generate" => Self::VllmTokens,
             _ => return None,
         })
     }
@@ -61,7 +64,8 @@ pub(crate) struct SimRequest {
     pub model: String,
     /// Stream the response (Ollama streams unless told not to).
     pub stream: bool,
-    /// Prompt tokens: prompt text bytes / 4, at least 1.
+    /// Prompt tokens: prompt text bytes / 4 (or the prompt's token ids),
+    /// at least 1.
     pub input_tokens: u64,
     /// Tokens to generate, from the request's length limit.
     pub max_tokens: Option<u64>,
@@ -97,6 +101,7 @@ impl SimRequest {
             [
                 "/options/num_predict",
                 "/sampling_params/max_new_tokens",
+                "/sampling_params/max_tokens",
                 "/parameters/max_new_tokens",
             ]
             .iter()
@@ -115,7 +120,12 @@ impl SimRequest {
                 .unwrap_or(default_model)
                 .to_owned(),
             stream,
-            input_tokens: (text_bytes(&value) / 4).max(1),
+            input_tokens: match object.get("token_ids").and_then(Value::as_array) {
+                // vLLM's token-in API: the prompt is its token ids.
+                Some(ids) => ids.len() as u64,
+                None => text_bytes(&value) / 4,
+            }
+            .max(1),
             max_tokens,
             tools: object
                 .get("tools")

@@ -8,6 +8,7 @@ mod openai;
 mod responses;
 mod sglang;
 mod tgi;
+mod vllm_tokens;
 
 use std::time::Duration;
 
@@ -131,6 +132,7 @@ pub(crate) fn encoder(request: &SimRequest, id: u64) -> Box<dyn Encoder> {
         Format::SglangGenerate => Box::new(sglang::Sglang::new(request, id)),
         Format::TgiStream | Format::TgiRoot => Box::new(tgi::Tgi::new(request)),
         Format::LlamaCpp => Box::new(llamacpp::LlamaCpp::new(request)),
+        Format::VllmTokens => Box::new(vllm_tokens::VllmTokens::new(request, id)),
     }
 }
 
