@@ -66,13 +66,16 @@ pub struct TokenCounts {
     read: bool,
     /// Some event carried raw reasoning text (not a summary of it).
     raw_reasoning: bool,
+    /// Tokens the token-bearing events carried (one each unless exact);
+    /// with no such event, those a whole body listed one by one (logprobs
+    /// entries, token ids).
     event_tokens: u64,
     reasoning_event_tokens: u64,
     first_event_tokens: u64,
+    /// Every token-bearing event had an exact count; with no such event,
+    /// a whole body listed its tokens.
     all_exact: bool,
     last_cumulative: Option<u64>,
-    /// Tokens a whole body listed one by one (logprobs entries, token ids).
-    body_tokens: Option<u64>,
     text_bytes: u64,
     reasoning_bytes: u64,
 }
@@ -118,7 +121,8 @@ impl TokenCounts {
     pub(crate) fn count_body(&mut self, parsed: &Parsed<'_>) {
         self.read = true;
         if let Some(n) = parsed.tokens {
-            self.body_tokens = Some(self.body_tokens.unwrap_or(0) + u64::from(n));
+            self.event_tokens += u64::from(n);
+            self.all_exact = true;
         }
         self.count_text(parsed);
     }
@@ -153,13 +157,9 @@ impl TokenCounts {
     fn generated_total(&self, usage: &Usage) -> (u64, Option<CountSource>) {
         match usage.output {
             Some(n) => (n, Some(CountSource::Usage)),
-            None if self.token_events > 0 && self.all_exact => {
-                (self.event_tokens, Some(CountSource::PerEvent))
-            }
+            // Exact per event, or a whole body's listed tokens.
+            None if self.all_exact => (self.event_tokens, Some(CountSource::PerEvent)),
             None if self.token_events > 0 => (self.event_tokens, Some(CountSource::Events)),
-            None if self.body_tokens.is_some() => {
-                (self.body_tokens.unwrap_or(0), Some(CountSource::PerEvent))
-            }
             None if self.text_bytes > 0 => (
                 self.text_bytes.div_ceil(BYTES_PER_TOKEN),
                 Some(CountSource::Estimated),
@@ -191,7 +191,7 @@ impl TokenCounts {
             {
                 (self.reasoning_event_tokens, Some(source))
             }
-            Some(CountSource::Usage) if self.event_tokens > 0 => {
+            Some(CountSource::Usage) if self.token_events > 0 && self.event_tokens > 0 => {
                 let share = self.reasoning_event_tokens as f64 / self.event_tokens as f64;
                 let n = (share * self.generated as f64).round() as u64;
                 (n, Some(CountSource::Estimated))
