@@ -7,7 +7,7 @@ use serde::de::{
     Deserialize, Deserializer, Error, IgnoredAny, MapAccess, SeqAccess, Visitor,
 };
 
-use super::{lazy::scan_struct, Name, ParseError, Parsed};
+use super::{lazy::scan_struct, Name, ParseError, Parsed, Think};
 
 /// Reads one JSON payload; any failure is [`ParseError::Json`].
 pub(super) fn json<'a, T: Deserialize<'a>>(data: &'a [u8]) -> Result<T, ParseError> {
@@ -166,6 +166,54 @@ fn json_len(v: &serde_json::Value) -> u32 {
     }
 }
 
+/// The answer's text: its unescaped length, as [`TextLen`], and where it
+/// marks reasoning inline ([`Think`]). Only answer fields are read so.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Answer {
+    pub(super) len: u32,
+    pub(super) think: Think,
+}
+
+impl<'de> Deserialize<'de> for Answer {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Answer;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E: Error>(self, v: &str) -> Result<Answer, E> {
+                Ok(Answer {
+                    len: len32(v.len()),
+                    think: Think::find(v.as_bytes()),
+                })
+            }
+            fn visit_unit<E: Error>(self) -> Result<Answer, E> {
+                Ok(Answer::default())
+            }
+            fn visit_bool<E: Error>(self, _: bool) -> Result<Answer, E> {
+                Ok(Answer::default())
+            }
+            fn visit_i64<E: Error>(self, _: i64) -> Result<Answer, E> {
+                Ok(Answer::default())
+            }
+            fn visit_u64<E: Error>(self, _: u64) -> Result<Answer, E> {
+                Ok(Answer::default())
+            }
+            fn visit_f64<E: Error>(self, _: f64) -> Result<Answer, E> {
+                Ok(Answer::default())
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Answer, A::Error> {
+                IgnoredAny::deserialize(SeqAccessDeserializer::new(seq)).map(|_| Answer::default())
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Answer, A::Error> {
+                IgnoredAny::deserialize(MapAccessDeserializer::new(map)).map(|_| Answer::default())
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
 /// Number of elements of a JSON array (logprobs hold one per token).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(super) struct Count(pub(super) u32);
@@ -197,6 +245,8 @@ pub(super) struct Counts {
     pub(super) reasoning: u32,
     pub(super) output: u32,
     pub(super) tool: u32,
+    /// A reasoning tag in the answer's text (`output`).
+    pub(super) think: Think,
     pub(super) tokens: Option<u32>,
     /// The tokens are known by their count, not their text, and are all
     /// answer (see `Parsed::answer_by_count`).
@@ -210,6 +260,10 @@ impl Counts {
         self.reasoning = self.reasoning.saturating_add(o.reasoning);
         self.output = self.output.saturating_add(o.output);
         self.tool = self.tool.saturating_add(o.tool);
+        // Its offsets are in the text of the element that has it.
+        if o.think != Think::None {
+            self.think = o.think;
+        }
         self.tokens = match (self.tokens, o.tokens) {
             (None, None) => None,
             (a, b) => Some(a.unwrap_or(0).saturating_add(b.unwrap_or(0))),
@@ -224,6 +278,7 @@ impl Counts {
             reasoning_bytes: self.reasoning,
             output_bytes: self.output,
             tool_bytes: self.tool,
+            think: self.think,
             tokens: self.tokens,
             answer_by_count: self.by_count,
             ..Parsed::default()

@@ -13,10 +13,10 @@ use std::borrow::Cow;
 
 use serde::{de::IgnoredAny, Deserialize};
 
-pub(super) use super::scan::{Scanner, Text};
+pub(super) use super::scan::{Scanner, Str, Text};
 use super::{
-    common::{json, len32, ArgLen, Count, Finishing, Summed, SummedFinish, Tally, TextLen},
-    Name, ParseError,
+    common::{json, len32, Answer, ArgLen, Count, Finishing, Summed, SummedFinish, Tally, TextLen},
+    Name, ParseError, Think,
 };
 
 /// A value the scanner can read as serde would.
@@ -184,7 +184,7 @@ fn text_len(s: &mut Scanner<'_>) -> Option<u32> {
     match s.peek()? {
         b'"' => {
             let text = s.string()?;
-            s.counted(&text);
+            s.counted(&text, false);
             Some(len32(text.len))
         }
         b'-' | b'0'..=b'9' => s.number().filter(|n| n.in_range()).map(|_| 0),
@@ -196,6 +196,44 @@ impl Scan<'_> for TextLen {
     fn scan(s: &mut Scanner<'_>) -> Option<Self> {
         text_len(s).map(TextLen)
     }
+}
+
+/// A string's length and reasoning tags ([`Think`]), as serde's `Answer`
+/// reads them; any other value as [`TextLen`].
+impl Scan<'_> for Answer {
+    fn scan(s: &mut Scanner<'_>) -> Option<Self> {
+        if s.peek()? != b'"' {
+            return text_len(s).map(|len| Answer {
+                len,
+                think: Think::None,
+            });
+        }
+        let text = s.string()?;
+        let think = think_in(&text)?;
+        s.counted(&text, true);
+        Some(Answer {
+            len: len32(text.len),
+            think,
+        })
+    }
+}
+
+/// The reasoning tags in a string read by the scanner: searched in place
+/// when it holds no escape, and in its unescaped copy when an escaped one
+/// may hold a `<` (as itself, or as `\u003c`, as Go's encoder writes it):
+/// a tag may be written with escapes, and offsets are in unescaped bytes.
+/// `None` only when that copy cannot be made (serde decides).
+pub(super) fn think_in(text: &Str<'_>) -> Option<Think> {
+    let raw = text.raw();
+    if !text.escaped {
+        return Some(Think::find(raw));
+    }
+    let escaped_lt = raw.windows(6).any(|w| w.eq_ignore_ascii_case(b"\\u003c"));
+    if !raw.contains(&b'<') && !escaped_lt {
+        return Some(Think::None);
+    }
+    let unescaped: String = serde_json::from_slice(text.json).ok()?;
+    Some(Think::find(unescaped.as_bytes()))
 }
 
 /// An object or array counts its compact JSON length, as serde's `ArgLen`

@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use serde::{de::IgnoredAny, Deserialize};
 
 use super::{
-    common::{cow, ms, name, one_or_summed, Count, TextLen},
+    common::{cow, ms, name, one_or_summed, Answer, Count},
     lazy::{scan_struct, Reader},
     Finish, Name, ParseError, Parsed, ServerTimings, Usage,
 };
@@ -60,7 +60,7 @@ impl Timings {
 #[derive(Deserialize)]
 struct Event<'a> {
     #[serde(default)]
-    content: TextLen,
+    content: Answer,
     /// Token ids, with `return_tokens` (else empty).
     #[serde(default)]
     tokens: Option<Count>,
@@ -148,7 +148,8 @@ impl<'a> Event<'a> {
             reasoning: None,
         });
         Parsed {
-            output_bytes: self.content.0,
+            output_bytes: self.content.len,
+            think: self.content.think,
             tokens: self.tokens.map(|c| c.0).filter(|&n| n > 0),
             // Partial events count everything generated so far.
             cumulative: usage.is_some() && !self.stop,

@@ -493,6 +493,55 @@ impl ServerTimings {
     }
 }
 
+/// Where an answer's raw text marks reasoning inline: `<think>` … `</think>`,
+/// as Qwen3, DeepSeek-R1 and QwQ write it when no reasoning parser splits
+/// it out (a raw-text API, or a chat server run without one). Offsets are
+/// in the unescaped text, in bytes; only the answer's text is searched
+/// (`content`, `text`, `response`, a token's `text`), never a field that
+/// is reasoning already. What the timeline makes of it: README, "Inline
+/// reasoning".
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Think {
+    /// No tag.
+    #[default]
+    None,
+    /// The text's last tag is a `<think>`, starting at this offset.
+    Opens(u32),
+    /// The text's last tag is a `</think>`.
+    Closes {
+        /// Where the first `<think>` before it starts, if the text has one.
+        from: Option<u32>,
+        /// Where it ends.
+        end: u32,
+    },
+}
+
+impl Think {
+    const OPEN: &'static [u8] = b"<think>";
+    const CLOSE: &'static [u8] = b"</think>";
+
+    /// The tags in `text` (unescaped bytes).
+    pub(crate) fn find(text: &[u8]) -> Self {
+        if !text.contains(&b'<') {
+            return Self::None;
+        }
+        let last = |tag: &[u8]| text.windows(tag.len()).rposition(|w| w == tag);
+        match (last(Self::CLOSE), last(Self::OPEN)) {
+            (close, Some(open)) if close.is_none_or(|close| close < open) => {
+                Self::Opens(common::len32(open))
+            }
+            (Some(close), _) => Self::Closes {
+                from: text[..close]
+                    .windows(Self::OPEN.len())
+                    .position(|w| w == Self::OPEN)
+                    .map(common::len32),
+                end: common::len32(close + Self::CLOSE.len()),
+            },
+            _ => Self::None,
+        }
+    }
+}
+
 /// What one event means. `Default` is an event that carries nothing.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Parsed<'a> {
@@ -506,6 +555,8 @@ pub struct Parsed<'a> {
     pub output_bytes: u32,
     /// Bytes of tool-call names and arguments generated in this event.
     pub tool_bytes: u32,
+    /// A reasoning tag in the answer's text (`output_bytes`).
+    pub think: Think,
     /// The exact number of tokens generated in this event, when the stream
     /// says (one `logprobs` entry per token, TGI's one token per event).
     pub tokens: Option<u32>,
@@ -551,7 +602,9 @@ impl Parsed<'_> {
             || self.tokens.is_some_and(|n| n > 0)
     }
 
-    /// Whether the event carries a non-reasoning token (answer or tool call).
+    /// Whether the event carries a non-reasoning token (answer or tool
+    /// call), inline reasoning aside (the timeline splits it off).
+    #[cfg(test)]
     pub(crate) fn has_output(&self) -> bool {
         self.output_bytes + self.tool_bytes > 0
     }

@@ -5,9 +5,9 @@ use std::borrow::Cow;
 use serde::{de::IgnoredAny, Deserialize};
 
 use super::{
-    common::{cow, json, name, ns, Summed, TextLen, ToolCall},
+    common::{cow, json, name, ns, Answer, Summed, TextLen, ToolCall},
     lazy::{scan_struct, Reader},
-    Finish, Name, ParseError, Parsed, ServerTimings, Usage,
+    Finish, Name, ParseError, Parsed, ServerTimings, Think, Usage,
 };
 
 #[derive(Deserialize)]
@@ -19,7 +19,7 @@ struct Line<'a> {
     message: Option<Message>,
     /// `/api/generate`.
     #[serde(default)]
-    response: TextLen,
+    response: Answer,
     /// `/api/generate`.
     #[serde(default)]
     thinking: TextLen,
@@ -61,7 +61,7 @@ scan_struct!(Line<'a> {
 #[derive(Deserialize)]
 struct Message {
     #[serde(default)]
-    content: TextLen,
+    content: Answer,
     #[serde(default)]
     thinking: TextLen,
     #[serde(default)]
@@ -76,8 +76,8 @@ scan_struct!(Message {
 
 impl<'a> Line<'a> {
     fn parsed(self) -> Parsed<'a> {
-        let (content, thinking, tool) = self.message.map_or((0, 0, 0), |m| {
-            (m.content.0, m.thinking.0, m.tool_calls.0.tool)
+        let (content, thinking, tool) = self.message.map_or((Answer::default(), 0, 0), |m| {
+            (m.content, m.thinking.0, m.tool_calls.0.tool)
         });
         let usage =
             (self.prompt_eval_count.is_some() || self.eval_count.is_some()).then_some(Usage {
@@ -93,7 +93,12 @@ impl<'a> Line<'a> {
         };
         Parsed {
             reasoning_bytes: thinking.saturating_add(self.thinking.0),
-            output_bytes: content.saturating_add(self.response.0),
+            output_bytes: content.len.saturating_add(self.response.len),
+            // A line has one of the two.
+            think: match content.think {
+                Think::None => self.response.think,
+                think => think,
+            },
             tool_bytes: tool,
             usage,
             server: (server != ServerTimings::default()).then_some(server),

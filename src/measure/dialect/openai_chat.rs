@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use serde::Deserialize;
 
 use super::{
-    common::{cow, Count, Counts, Finishing, Summed, Tally, TextLen, ToolCall},
+    common::{cow, Answer, Count, Counts, Finishing, Summed, Tally, TextLen, ToolCall},
     lazy::{scan_struct, Reader},
     openai, ParseError, Parsed,
 };
@@ -30,7 +30,7 @@ pub(super) struct Choice<'a> {
 #[derive(Deserialize, Default)]
 struct Delta {
     #[serde(default)]
-    content: TextLen,
+    content: Answer,
     #[serde(default)]
     refusal: TextLen,
     #[serde(default)]
@@ -69,7 +69,8 @@ impl Tally for Choice<'_> {
         Counts {
             // vLLM 0.11 sends the same text under both names: count it once.
             reasoning: d.reasoning.0.max(d.reasoning_content.0),
-            output: d.content.0.saturating_add(d.refusal.0),
+            output: d.content.len.saturating_add(d.refusal.0),
+            think: d.content.think,
             tool: d.tool_calls.0.tool,
             tokens: self
                 .token_ids

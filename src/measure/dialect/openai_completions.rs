@@ -7,7 +7,7 @@ use std::borrow::Cow;
 use serde::Deserialize;
 
 use super::{
-    common::{cow, Count, Counts, Finishing, Tally, TextLen},
+    common::{cow, Answer, Count, Counts, Finishing, Tally},
     lazy::{scan_struct, Reader},
     openai, ParseError, Parsed,
 };
@@ -15,7 +15,7 @@ use super::{
 #[derive(Deserialize)]
 struct Choice<'a> {
     #[serde(default)]
-    text: TextLen,
+    text: Answer,
     #[serde(default)]
     logprobs: Option<Logprobs>,
     /// vLLM: the tokens generated, one id each (`/inference/v1/generate`
@@ -49,7 +49,8 @@ impl Tally for Choice<'_> {
         // is whole. A completion has no reasoning, so every one is answer.
         let ids = self.token_ids.map(|c| c.0);
         Counts {
-            output: self.text.0,
+            output: self.text.len,
+            think: self.text.think,
             tokens: ids.or(self.logprobs.and_then(|l| l.tokens).map(|c| c.0)),
             by_count: ids.is_some(),
             ..Counts::default()

@@ -72,8 +72,13 @@ pub(super) enum Text {
     #[default]
     None,
     /// One: the string with its quotes at `json` (from the start of the
-    /// bytes), `len` bytes once unescaped.
-    One { json: Range<usize>, len: u32 },
+    /// bytes), `len` bytes once unescaped; `answer` when it was an answer's
+    /// text, searched for reasoning tags (`Think`).
+    One {
+        json: Range<usize>,
+        len: u32,
+        answer: bool,
+    },
     /// More than one, or a count the scanner did not read itself.
     Many,
 }
@@ -82,9 +87,10 @@ impl Text {
     /// The same text in bytes that `by` more bytes precede.
     pub(super) fn shifted(self, by: usize) -> Self {
         match self {
-            Self::One { json, len } => Self::One {
+            Self::One { json, len, answer } => Self::One {
                 json: json.start + by..json.end + by,
                 len,
+                answer,
             },
             other => other,
         }
@@ -134,9 +140,10 @@ impl<'a> Scanner<'a> {
         self.at
     }
 
-    /// Notes that the string just read (`str`) was counted as text.
+    /// Notes that the string just read (`str`) was counted as text;
+    /// `answer` when as an answer's text.
     #[inline]
-    pub(super) fn counted(&mut self, str: &Str<'a>) {
+    pub(super) fn counted(&mut self, str: &Str<'a>, answer: bool) {
         if str.len == 0 {
             return;
         }
@@ -144,6 +151,7 @@ impl<'a> Scanner<'a> {
             Text::None => Text::One {
                 json: self.at - str.json.len()..self.at,
                 len: len32(str.len),
+                answer,
             },
             _ => Text::Many,
         };

@@ -17,15 +17,15 @@ use std::{borrow::Cow, time::Duration};
 use serde::{de::IgnoredAny, Deserialize};
 
 use super::{
-    common::{cow, done, is_done, name, one_or_summed, TextLen},
+    common::{cow, done, is_done, name, one_or_summed, Answer},
     lazy::{scan_struct, Reader},
-    Finish, Name, ParseError, Parsed, ServerTimings, Usage,
+    Finish, Name, ParseError, Parsed, ServerTimings, Think, Usage,
 };
 
 #[derive(Deserialize)]
 struct Event<'a> {
     #[serde(default)]
-    text: TextLen,
+    text: Answer,
     #[serde(default, borrow)]
     meta_info: Option<MetaInfo<'a>>,
     /// Which item of a batch (several prompts, or `n` > 1) the event is
@@ -121,7 +121,12 @@ impl<'a> Event<'a> {
         // says whether it carries a token.
         let cumulative = streamed && usage.is_some_and(|u| u.output.is_some());
         Parsed {
-            output_bytes: if aborted { 0 } else { self.text.0 },
+            output_bytes: if aborted { 0 } else { self.text.len },
+            think: if aborted {
+                Think::None
+            } else {
+                self.text.think
+            },
             cumulative,
             answer_by_count: cumulative,
             usage,

@@ -5,9 +5,9 @@ use std::borrow::Cow;
 use serde::{de::IgnoredAny, Deserialize};
 
 use super::{
-    common::{cow, one_or_summed, TextLen},
+    common::{cow, one_or_summed, Answer},
     lazy::{scan_struct, Reader},
-    Finish, ParseError, Parsed, Usage,
+    Finish, ParseError, Parsed, Think, Usage,
 };
 
 #[derive(Deserialize)]
@@ -17,7 +17,7 @@ struct Event<'a> {
     /// The whole text: on the last streamed event (already counted per
     /// token there), and in a `/generate` body.
     #[serde(default)]
-    generated_text: TextLen,
+    generated_text: Answer,
     #[serde(default, borrow)]
     details: Option<Details<'a>>,
     #[serde(default)]
@@ -34,7 +34,7 @@ scan_struct!(Event<'a> {
 #[derive(Deserialize)]
 struct Token {
     #[serde(default)]
-    text: TextLen,
+    text: Answer,
     #[serde(default)]
     special: bool,
 }
@@ -87,7 +87,8 @@ pub(super) fn event(reader: Reader, data: &[u8]) -> Result<Parsed<'_>, ParseErro
     let mut ev: Event<'_> = reader.read(data)?;
     let token = ev.token.take().filter(|t| !t.special);
     Ok(Parsed {
-        output_bytes: token.as_ref().map_or(0, |t| t.text.0),
+        output_bytes: token.as_ref().map_or(0, |t| t.text.len),
+        think: token.as_ref().map_or(Think::None, |t| t.text.think),
         tokens: token.map(|_| 1),
         ..ev.parsed()
     })
@@ -98,7 +99,8 @@ pub(super) fn event(reader: Reader, data: &[u8]) -> Result<Parsed<'_>, ParseErro
 pub(super) fn body(data: &[u8]) -> Result<Parsed<'_>, ParseError> {
     fn whole(ev: Event<'_>) -> Parsed<'_> {
         Parsed {
-            output_bytes: ev.generated_text.0,
+            output_bytes: ev.generated_text.len,
+            think: ev.generated_text.think,
             end: true,
             ..ev.parsed()
         }

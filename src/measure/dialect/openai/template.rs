@@ -36,7 +36,8 @@ use std::ops::Range;
 use super::{Envelope, Finishing, Name, Scan, Scanner, Span, Text};
 use crate::measure::dialect::{
     common::{len32, Counts},
-    Parsed,
+    lazy::think_in,
+    Parsed, Think,
 };
 
 /// The most bytes kept around the text: a stream's memory stays bounded
@@ -91,7 +92,10 @@ impl Notes {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
     Reasoning,
+    /// Output that is not the answer's text (a refusal).
     Output,
+    /// The answer's text, whose reasoning tags are read from each string.
+    Answer,
     Tool,
 }
 
@@ -159,6 +163,10 @@ impl Template {
         match self.kind {
             Kind::Reasoning => counts.reasoning = len,
             Kind::Output => counts.output = len,
+            Kind::Answer => {
+                counts.output = len;
+                counts.think = think_in(&text)?;
+            }
             Kind::Tool => counts.tool = len,
         }
         // A name is where it was in `bytes`, moved by the string (if after
@@ -223,7 +231,12 @@ impl Template {
         value: &Envelope<'a, C>,
         notes: &Notes,
     ) -> Option<Self> {
-        let Text::One { ref json, len } = notes.text else {
+        let Text::One {
+            ref json,
+            len,
+            answer,
+        } = notes.text
+        else {
             return None;
         };
         let kept = data.len().checked_sub(json.len())?;
@@ -233,8 +246,14 @@ impl Template {
             return None;
         }
         let counts = value.choices.0;
+        // A chunk with a reasoning tag is read whole (each string's own
+        // tag is read from it; the kept counts have none).
+        if counts.think != Think::None {
+            return None;
+        }
         let kind = match (counts.reasoning, counts.output, counts.tool) {
             (r, 0, 0) if r == len => Kind::Reasoning,
+            (0, o, 0) if o == len && answer => Kind::Answer,
             (0, o, 0) if o == len => Kind::Output,
             (0, 0, t) if t == len => Kind::Tool,
             _ => return None,
@@ -330,7 +349,7 @@ mod tests {
         let events = read(Dialect::OpenAiChat, &chunks);
         let kept = template(&events);
         assert_eq!(kept.learnt, 1, "kept once, then read by it");
-        assert_eq!(kept.kind, Kind::Output);
+        assert_eq!(kept.kind, Kind::Answer);
         let head = chunks[0].find(r#""a""#).expect("text");
         assert_eq!(usize::from(kept.head), head);
         assert_eq!(kept.bytes.len(), chunks[0].len() - 3);
@@ -415,7 +434,7 @@ mod tests {
             )
         };
         let events = read(Dialect::OpenAiCompletions, &[chunk("a"), chunk("bcd")]);
-        assert_eq!(template(&events).kind, Kind::Output);
+        assert_eq!(template(&events).kind, Kind::Answer);
     }
 
     /// A per-chunk nonce or send time after `choices` (OpenAI's

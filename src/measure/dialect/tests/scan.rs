@@ -191,3 +191,74 @@ fn kept_strings_are_unescaped_or_borrowed() {
     assert!(id.is_borrowed() && id.to_text() == Some("chatcmpl-1"));
     assert_eq!(scan, reference);
 }
+
+/// A reasoning tag in the answer's text is found in every dialect that
+/// has one, however the server escaped it (Go's encoder writes `<` as
+/// `\u003c`; `/` may be `\/`; any letter may be a `\u` escape), at its
+/// offset in the unescaped text; the fast path reads it as serde does,
+/// and a reasoning field's tags are not looked for.
+#[test]
+fn think_tags_are_found_in_the_answer_however_escaped() {
+    use crate::measure::dialect::Think;
+    let answers = [
+        (
+            Dialect::OpenAiChat,
+            r#"{"choices":[{"index":0,"delta":{"content":"T"}}]}"#,
+        ),
+        (
+            Dialect::OpenAiCompletions,
+            r#"{"choices":[{"index":0,"text":"T"}]}"#,
+        ),
+        (
+            Dialect::Ollama,
+            r#"{"model":"m","response":"T","done":false}"#,
+        ),
+        (
+            Dialect::Ollama,
+            r#"{"message":{"role":"assistant","content":"T"},"done":false}"#,
+        ),
+        (Dialect::LlamaCpp, r#"{"content":"T","stop":false}"#),
+        (
+            Dialect::Tgi,
+            r#"{"token":{"id":1,"text":"T","special":false}}"#,
+        ),
+        (
+            Dialect::Sglang,
+            r#"{"text":"T","meta_info":{"completion_tokens":3}}"#,
+        ),
+    ];
+    let close = Think::Closes {
+        from: None,
+        end: 10,
+    };
+    let texts = [
+        (r"ab</think>c", close),
+        (r"ab\u003c/think\u003ec", close),
+        (r"ab<\/think>c", close),
+        (r"ab</thin\u006B>c", close),
+        (r#"\n\"</think>c"#, close),
+        (r"\t<think>", Think::Opens(1)),
+        (
+            r"\u003cthink\u003e\n\u003c/think\u003e",
+            Think::Closes {
+                from: Some(0),
+                end: 16,
+            },
+        ),
+        (r"a\nb<c", Think::None),
+        (r"<thinking>", Think::None),
+    ];
+    for (dialect, shape) in answers {
+        for (text, want) in texts {
+            let data = shape.replace('T', text);
+            let (scan, alone, reference) = outcomes(dialect, b"", data.as_bytes());
+            assert_eq!(scan, reference, "{dialect:?} {data}");
+            assert_eq!(alone, reference, "fast path: {dialect:?} {data}");
+            let think = reference.map(|p| p.think).expect("an event");
+            assert_eq!(think, want, "{dialect:?} {data}");
+        }
+    }
+    let field = r#"{"choices":[{"index":0,"delta":{"reasoning_content":"</think>"}}]}"#;
+    let p = Dialect::OpenAiChat.parse_event(b"", field.as_bytes());
+    assert_eq!(p.map(|p| p.think).ok(), Some(Think::None));
+}

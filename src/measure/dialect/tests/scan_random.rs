@@ -62,7 +62,7 @@ const WORDS: &str = "\
     response.reasoning_summary_text.delta response.function_call_arguments.delta \
     response.custom_tool_call_input.delta response.completed response.incomplete \
     response.failed function_call custom_tool_call message reasoning stop length none \
-    completed";
+    completed <think> </think> <think>\n a</think>b <think>x</think>y <</think>";
 
 /// Numbers in every form, some that serde refuses or reads only as floats.
 const NUMBERS: &str = "\
