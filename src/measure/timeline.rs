@@ -26,6 +26,7 @@
 
 mod counts;
 mod ids;
+mod inline;
 mod live;
 mod model;
 mod phases;
@@ -48,6 +49,7 @@ pub use self::{
 };
 pub(crate) use self::{
     counts::{Gaps, TokenCounts},
+    inline::{Inline, Split},
     phases::Phases,
 };
 use crate::{
@@ -186,6 +188,8 @@ pub struct Timeline {
     pub server: ServerTimings,
     /// The server reported an error inside a successful response.
     pub in_band_error: bool,
+    /// Where the answer's text is in its inline reasoning (`<think>`).
+    pub(crate) inline: Inline,
     /// The stream's closing event arrived (`[DONE]`, `message_stop`,
     /// `response.completed`, `done: true`, …): the answer was whole, even
     /// if the body's own end never came.
@@ -238,6 +242,7 @@ impl Timeline {
             usage: Usage::default(),
             server: ServerTimings::default(),
             in_band_error: false,
+            inline: Inline::Start,
             stream_done: false,
             finish_reason: None,
             finish_class: None,
@@ -253,12 +258,16 @@ impl Timeline {
         self.stream_done |= parsed.end;
         self.absorb(parsed);
         let exact = self.tokens.exact_for_event(parsed);
+        let split = self.inline.split(parsed, false);
         let (bearing, output) = match parsed.answer_by_count {
             true => {
                 let grew = exact.is_some_and(|n| n > 0);
-                (grew, grew)
+                (grew, grew && !split.reasoning_only)
             }
-            false => (parsed.has_token(), parsed.has_output()),
+            false => (
+                split.any() || parsed.tokens.is_some_and(|n| n > 0),
+                split.has_output(),
+            ),
         };
         if !bearing {
             return;
@@ -266,7 +275,9 @@ impl Timeline {
         if let Some(last) = self.last_token {
             self.gaps.push(at.saturating_duration_since(last), exact);
         }
-        self.tokens.count_event(parsed, exact);
+        let reasoning = !output && (split.reasoning > 0 || split.reasoning_only);
+        self.tokens
+            .count_event(&split, parsed.summary, exact, reasoning);
         if self.first_token.is_none() {
             self.first_token = Some(at);
         } else if self.second_token.is_none() {
@@ -281,7 +292,9 @@ impl Timeline {
     /// Records a whole non-streamed body: its usage and text, no token times.
     pub(crate) fn record_body(&mut self, parsed: &Parsed<'_>) {
         self.absorb(parsed);
-        self.tokens.count_body(parsed);
+        let split = self.inline.split(parsed, true);
+        self.tokens
+            .count_body(&split, parsed.summary, parsed.tokens);
     }
 
     /// Records a payload that could not be read.

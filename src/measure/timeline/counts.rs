@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use super::Split;
 use crate::measure::dialect::{Parsed, RequestInfo, Usage};
 
 /// Where a token count came from, best first.
@@ -99,8 +100,16 @@ impl TokenCounts {
         parsed.tokens.or(from_usage)
     }
 
-    /// Counts a token-bearing event carrying `exact` tokens, if known.
-    pub(crate) fn count_event(&mut self, parsed: &Parsed<'_>, exact: Option<u32>) {
+    /// Counts a token-bearing event carrying `exact` tokens, if known, and
+    /// `split`'s text (`summary`: its reasoning is a summary);
+    /// `reasoning`: its tokens are reasoning.
+    pub(crate) fn count_event(
+        &mut self,
+        split: &Split,
+        summary: bool,
+        exact: Option<u32>,
+        reasoning: bool,
+    ) {
         if self.token_events == 0 {
             self.all_exact = true;
         }
@@ -111,27 +120,26 @@ impl TokenCounts {
         }
         self.token_events += 1;
         self.event_tokens += n;
-        if parsed.reasoning_bytes > 0 && !parsed.has_output() {
+        if reasoning {
             self.reasoning_event_tokens += n;
         }
-        self.count_text(parsed);
+        self.count_text(split, summary);
     }
 
     /// Counts the text of a whole non-streamed body.
-    pub(crate) fn count_body(&mut self, parsed: &Parsed<'_>) {
+    pub(crate) fn count_body(&mut self, split: &Split, summary: bool, tokens: Option<u32>) {
         self.read = true;
-        if let Some(n) = parsed.tokens {
+        if let Some(n) = tokens {
             self.event_tokens += u64::from(n);
             self.all_exact = true;
         }
-        self.count_text(parsed);
+        self.count_text(split, summary);
     }
 
-    fn count_text(&mut self, parsed: &Parsed<'_>) {
-        self.text_bytes +=
-            u64::from(parsed.reasoning_bytes + parsed.output_bytes + parsed.tool_bytes);
-        self.reasoning_bytes += u64::from(parsed.reasoning_bytes);
-        self.raw_reasoning |= parsed.reasoning_bytes > 0 && !parsed.summary;
+    fn count_text(&mut self, split: &Split, summary: bool) {
+        self.text_bytes += u64::from(split.reasoning + split.output + split.tool);
+        self.reasoning_bytes += u64::from(split.reasoning);
+        self.raw_reasoning |= split.reasoning > 0 && !summary;
     }
 
     /// Fixes the totals from the best source available.

@@ -224,6 +224,80 @@ fn a_body_s_token_array_is_its_exact_count() {
     }
 }
 
+/// Qwen3 served without a reasoning parser: `<think>` is its first token,
+/// the reasoning is the answer's text until `</think>`. TTFT is the open
+/// tag's event, TTFO the first answer text after the close.
+#[test]
+fn inline_think_tags_split_ttft_and_ttfo() {
+    let t0 = Instant::now();
+    let mut t = Timeline::new(t0, Dialect::OpenAiChat);
+    let chunk =
+        |text: &str| format!(r#"{{"choices":[{{"index":0,"delta":{{"content":"{text}"}}}}]}}"#);
+    let texts = [
+        "", "<think>", "\\nHmm", ", 4", "</think>", "\\n\\n", "4", ".",
+    ];
+    for (i, text) in texts.iter().enumerate() {
+        let data = chunk(text);
+        let parsed = Dialect::OpenAiChat
+            .parse_event(b"", data.as_bytes())
+            .expect("a chunk");
+        t.record(&parsed, t0 + ms(100 + 10 * i as u64));
+    }
+    t.finish(Outcome::Ok, t0 + ms(200));
+    assert_eq!(t.ttft(), Some(ms(110)), "the open tag is the first token");
+    assert_eq!(t.ttfo(), Some(ms(150)), "the first answer after the close");
+    assert_eq!(t.tokens.token_events, 7);
+    assert_eq!(t.tokens.generated_source, Some(CountSource::Events));
+    assert_eq!((t.tokens.generated, t.tokens.reasoning), (7, 4));
+    assert_eq!(t.tokens.reasoning_source, Some(CountSource::Events));
+    assert_eq!(t.phases().get(Phase::Reasoning), Some(ms(40)));
+}
+
+/// SGLang's `/generate` sends all the text so far: the open tag is in
+/// every event's text until the close; its tokens are counted by growth.
+#[test]
+fn inline_think_tags_in_a_running_text() {
+    let t0 = Instant::now();
+    let mut t = Timeline::new(t0, Dialect::Sglang);
+    let texts = [
+        "<think>",
+        "<think>",
+        "<think>Hm",
+        "<think>Hm</think>",
+        "<think>Hm</think>4",
+    ];
+    for (i, text) in texts.iter().enumerate() {
+        let data = format!(
+            r#"{{"text":"{text}","meta_info":{{"completion_tokens":{}}}}}"#,
+            i + 1
+        );
+        let parsed = Dialect::Sglang
+            .parse_event(b"", data.as_bytes())
+            .expect("an event");
+        t.record(&parsed, t0 + ms(100 + 10 * i as u64));
+    }
+    t.finish(Outcome::Ok, t0 + ms(200));
+    assert_eq!(t.ttft(), Some(ms(100)));
+    assert_eq!(t.ttfo(), Some(ms(140)));
+    assert_eq!((t.tokens.generated, t.tokens.token_events), (5, 5));
+}
+
+/// A whole body read at once: DeepSeek-R1's template opened `<think>` in
+/// the prompt, so the answer has only the close; the text before it is
+/// reasoning, its share of the total an estimate.
+#[test]
+fn a_whole_body_s_close_tag_ends_its_reasoning() {
+    let t0 = Instant::now();
+    let mut t = Timeline::new(t0, Dialect::OpenAiChat);
+    let body = br#"{"choices":[{"index":0,"message":{"content":"Hmm, hi.</think>Hello!"}}],"usage":{"prompt_tokens":3,"completion_tokens":10}}"#;
+    let parsed = Dialect::OpenAiChat.parse_body(body).expect("a body");
+    t.record_body(&parsed);
+    t.finish(Outcome::Ok, t0 + ms(50));
+    // 16 of 22 bytes are reasoning: 10 × 16 / 22 ≈ 7.
+    assert_eq!(t.tokens.reasoning, 7);
+    assert_eq!(t.tokens.reasoning_source, Some(CountSource::Estimated));
+}
+
 #[test]
 fn reasoning_then_output_splits_ttft_and_ttfo() {
     let t0 = Instant::now();

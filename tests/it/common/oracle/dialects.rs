@@ -15,6 +15,9 @@ pub struct Facts {
     pub raw_reasoning: bool,
     /// Bytes of answer text and refusals.
     pub output: u64,
+    /// The answer's text, where reasoning may be written inline between
+    /// `<think>` and `</think>` (content, text, response, a token's text).
+    pub answer: String,
     /// Bytes of tool-call names and arguments.
     pub tool: u64,
     /// The payload carries a tool call's name (token-bearing even with no arguments, C).
@@ -136,6 +139,9 @@ fn choice(c: &Value, f: &mut Facts) {
         &c["message"]
     };
     f.output += text(&d["content"]) + text(&d["refusal"]) + text(&c["text"]);
+    for answer in [&d["content"], &c["text"]] {
+        f.answer.push_str(answer.as_str().unwrap_or_default());
+    }
     // vLLM sends the same text under both names.
     let reasoning = text(&d["reasoning"]).max(text(&d["reasoning_content"]));
     f.reasoning += reasoning;
@@ -325,10 +331,12 @@ fn tgi(v: &Value, streamed: bool) -> Facts {
     let token = &v["token"];
     if streamed && token.is_object() && token["special"] != true {
         f.output = text(&token["text"]);
+        f.answer = token["text"].as_str().unwrap_or_default().to_owned();
         f.exact = Some(1);
     }
     if !streamed {
         f.output = text(&v["generated_text"]);
+        f.answer = v["generated_text"].as_str().unwrap_or_default().to_owned();
     }
     f
 }
@@ -339,6 +347,9 @@ fn ollama(v: &Value) -> Facts {
     let mut f = Facts {
         model: string(&v["model"]),
         output: text(&m["content"]) + text(&v["response"]),
+        answer: [&m["content"], &v["response"]]
+            .map(|t| t.as_str().unwrap_or_default())
+            .concat(),
         reasoning: thinking,
         raw_reasoning: thinking > 0,
         usage: Usage {
@@ -377,6 +388,7 @@ fn llamacpp(v: &Value, streamed: bool) -> Facts {
     let mut f = Facts {
         model: string(&v["model"]),
         output: text(&v["content"]),
+        answer: v["content"].as_str().unwrap_or_default().to_owned(),
         exact: count(&v["tokens"]).filter(|&n| n > 0),
         usage: Usage {
             input,
@@ -425,6 +437,10 @@ fn sglang(v: &Value, streamed: bool) -> Facts {
     let batch = streamed && !v["index"].is_null();
     let mut f = Facts {
         output: if aborted { 0 } else { text(&v["text"]) },
+        answer: match aborted {
+            true => String::new(),
+            false => v["text"].as_str().unwrap_or_default().to_owned(),
+        },
         response_id: string(&meta["id"]),
         finish,
         error: !v["error"].is_null() || aborted,

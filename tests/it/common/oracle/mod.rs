@@ -1,7 +1,8 @@
 //! The oracle of the replay test: what a recorded response implies, read
 //! from the recording with `serde_json::Value` and the README's definitions
 //! (model A, finish reason B, tool calls C, reasoning source D, hidden
-//! reasoning E, TPOT F, llama.cpp input H, split events I). It never calls
+//! reasoning E, TPOT F, llama.cpp input H, split events I, inline
+//! reasoning J). It never calls
 //! tokenclock's `dialect` module or `Timeline` logic, so a bug there cannot
 //! hide in the expected values.
 
@@ -140,6 +141,15 @@ impl Expected {
     }
 }
 
+/// Where a response is in the reasoning its answer's text holds inline.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Think {
+    #[default]
+    Before,
+    Inside,
+    After,
+}
+
 /// The running reading of a response.
 #[derive(Default)]
 struct Acc {
@@ -152,6 +162,8 @@ struct Acc {
     reasoning_bytes: u64,
     /// A whole body's token array (logprobs entries, token ids).
     body_exact: Option<u64>,
+    /// Where the answer's text is in its inline reasoning (J).
+    think: Think,
     raw_reasoning: bool,
     response_model: Option<String>,
     response_id: Option<String>,
@@ -199,10 +211,11 @@ impl Acc {
             self.parse_errors += 1;
             return;
         };
-        let f = match framing.streamed() {
+        let mut f = match framing.streamed() {
             true => dialects::event(family, name, &v),
             false => dialects::body(family, &v),
         };
+        let thinking = self.inline(&mut f, framing.streamed());
         self.absorb(&f);
         let growth = f
             .cumulative
@@ -225,6 +238,7 @@ impl Acc {
             return;
         }
         let kind = match () {
+            _ if thinking => Kind::Reasoning,
             _ if f.by_growth || f.output > 0 => Kind::Output,
             _ if f.tool > 0 || f.tool_start => Kind::ToolCall,
             _ if f.reasoning > 0 => Kind::Reasoning,
@@ -238,6 +252,60 @@ impl Acc {
             kind,
             exact: f.exact.or(growth),
         });
+    }
+
+    /// Inline reasoning (J): a `<think>` in the answer's text before any
+    /// answer, reasoning field or tool call opens reasoning there, which
+    /// the last `</think>` closes; in a whole body a `</think>` alone
+    /// closes what came before it too. Moves those bytes from `output` to
+    /// `reasoning`; whether the payload is inside reasoning and answers
+    /// nothing.
+    fn inline(&mut self, f: &mut Facts, streamed: bool) -> bool {
+        const OPEN: &str = "<think>";
+        const CLOSE: &str = "</think>";
+        let text = f.answer.as_str();
+        let was = self.think;
+        let last_open = text.rfind(OPEN);
+        let close = text.rfind(CLOSE);
+        let moved = match was {
+            Think::After => 0,
+            Think::Before if f.reasoning > 0 || f.tool > 0 || f.tool_start => {
+                self.think = Think::After;
+                0
+            }
+            Think::Before => match (last_open, close) {
+                (Some(open), close) if close.is_none_or(|c| c < open) => {
+                    self.think = Think::Inside;
+                    text.len() - open
+                }
+                (_, Some(c)) => {
+                    self.think = Think::After;
+                    match text[..c].find(OPEN) {
+                        Some(open) => c + CLOSE.len() - open,
+                        None if !streamed => c + CLOSE.len(),
+                        None => 0,
+                    }
+                }
+                _ => {
+                    if f.output > 0 {
+                        self.think = Think::After;
+                    }
+                    0
+                }
+            },
+            Think::Inside => match close {
+                Some(c) => {
+                    self.think = Think::After;
+                    c + CLOSE.len()
+                }
+                None => text.len(),
+            },
+        };
+        let moved = (moved as u64).min(f.output);
+        f.output -= moved;
+        f.reasoning += moved;
+        f.raw_reasoning |= moved > 0;
+        f.output == 0 && (moved > 0 || was == Think::Inside)
     }
 
     fn absorb(&mut self, f: &Facts) {
