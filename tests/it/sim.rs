@@ -112,7 +112,8 @@ async fn every_format_parses_through_the_proxy() {
 }
 
 /// Reasoning models think first: TTFO after TTFT, in every format that
-/// has a place for reasoning.
+/// has a place for reasoning, and in the raw-text formats, which carry it
+/// inline in the answer's text between `<think>` and `</think>`.
 #[tokio::test]
 async fn reasoning_comes_before_the_answer() {
     let sim = start(fast()).await;
@@ -123,6 +124,12 @@ async fn reasoning_comes_before_the_answer() {
         "/v1/messages",
         "/api/chat",
         "/api/generate",
+        "/v1/completions",
+        "/generate",
+        "/generate_stream",
+        "/",
+        "/completion",
+        "/infill",
     ] {
         let body = request(path, "sim-think", 8, true, "");
         post(proxy.addr, path, &body, &[])

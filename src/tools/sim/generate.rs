@@ -93,7 +93,8 @@ fn scheduled(s: &Schedule, reasoning_ok: bool) -> Vec<(Kind, u64)> {
 /// also when the client went away.
 pub(crate) async fn run(job: Job, engine: Arc<Engine>, out: Option<Emitter>) -> Option<Value> {
     let encoder = wire::encoder(&job.request, job.id);
-    let steps = plan(&job, &engine.config, encoder.supports_reasoning());
+    let reasoning_ok = encoder.supports_reasoning() || encoder.inline_reasoning();
+    let steps = plan(&job, &engine.config, reasoning_ok);
     let pacer = match job.schedule {
         Some(schedule) => Pacer::Schedule {
             schedule,
@@ -159,9 +160,19 @@ impl Generation {
     async fn steps(&mut self, steps: &[(Kind, u64)]) -> Option<Instant> {
         let mut first = None;
         let malformed_at = self.job.fault.malformed.then_some(steps.len() / 2);
+        let inline = self.encoder.inline_reasoning();
+        let last_reasoning = steps.iter().rposition(|s| s.0 == Kind::Reasoning);
         for (i, &(kind, n)) in steps.iter().enumerate() {
             Self::unless_gone(&self.out, self.pacer.wait(i as u64)).await?;
-            let words: Vec<&'static str> = (0..n).map(|_| text::word(&mut self.job.rng)).collect();
+            let mut words: Vec<&'static str> =
+                (0..n).map(|_| text::word(&mut self.job.rng)).collect();
+            let kind = match kind {
+                Kind::Reasoning if inline => {
+                    tag(&mut words, i == 0, Some(i) == last_reasoning);
+                    Kind::Output
+                }
+                kind => kind,
+            };
             let step = Step {
                 kind,
                 words: &words,
@@ -216,6 +227,25 @@ impl Generation {
                 None
             }
             None => Some(encoder.body(&text, &totals)),
+        }
+    }
+}
+
+/// Writes a reasoning step's tags into its words, as a raw-text API sends
+/// a reasoning model's: `<think>` its first token (`first`: the first
+/// reasoning step), `</think>` the last one's last (`last`). Each tag takes
+/// a token's place, as each is one token of Qwen3's vocabulary.
+fn tag(words: &mut [&'static str], first: bool, last: bool) {
+    let n = words.len();
+    match (first, last) {
+        (true, true) if n == 1 => words[0] = "<think></think>",
+        (first, last) => {
+            if first && n > 0 {
+                words[0] = "<think>";
+            }
+            if last && n > 0 {
+                words[n - 1] = "</think>";
+            }
         }
     }
 }

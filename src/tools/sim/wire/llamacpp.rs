@@ -5,7 +5,8 @@
 //! with the running count, then a last event with `stop: true`, no text,
 //! the counts, `stop_type` and `timings` (ms); no `[DONE]`. A whole answer
 //! is that last object with all the text. The native API has no field for
-//! reasoning, so the plan has none. Not modelled: `response_fields` (the
+//! reasoning: a reasoning model's is inline in `content`, between
+//! `<think>` and `</think>`. Not modelled: `response_fields` (the
 //! answer cut to the fields a request names) and several prompts.
 
 use std::time::Duration;
@@ -79,6 +80,10 @@ impl LlamaCpp {
 impl Encoder for LlamaCpp {
     fn supports_reasoning(&self) -> bool {
         false
+    }
+
+    fn inline_reasoning(&self) -> bool {
+        true
     }
 
     fn prologue(&mut self, _: &Totals) -> Vec<Event> {

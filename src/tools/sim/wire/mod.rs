@@ -112,6 +112,12 @@ pub(crate) trait Encoder: Send {
     fn supports_reasoning(&self) -> bool {
         true
     }
+    /// Whether, having none, it carries the reasoning in the answer's text
+    /// between `<think>` and `</think>`, as a raw-text API does a reasoning
+    /// model's (its steps then come as answer steps with the tags).
+    fn inline_reasoning(&self) -> bool {
+        false
+    }
     /// Events before the first token (role chunk, `message_start`, …).
     fn prologue(&mut self, totals: &Totals) -> Vec<Event>;
     /// The events of one step; `totals` already include it.

@@ -91,6 +91,10 @@ impl Encoder for OpenAi {
         self.chat
     }
 
+    fn inline_reasoning(&self) -> bool {
+        !self.chat
+    }
+
     fn prologue(&mut self, totals: &Totals) -> Vec<Event> {
         if !self.chat {
             return Vec::new();

@@ -4,7 +4,8 @@
 //! `meta_info.completion_tokens` counts it, the last step's `meta_info`
 //! carrying `finish_reason` and `e2e_latency`; then `data: [DONE]`. A
 //! whole answer is the last step's object. Reasoning is raw text here (no
-//! field of its own), so the plan has none.
+//! field of its own): a reasoning model's is inline, between `<think>` and
+//! `</think>`.
 
 use serde_json::{json, Value};
 
@@ -61,6 +62,10 @@ impl Sglang {
 impl Encoder for Sglang {
     fn supports_reasoning(&self) -> bool {
         false
+    }
+
+    fn inline_reasoning(&self) -> bool {
+        true
     }
 
     fn prologue(&mut self, _: &Totals) -> Vec<Event> {

@@ -55,6 +55,10 @@ impl Encoder for Tgi {
         false
     }
 
+    fn inline_reasoning(&self) -> bool {
+        true
+    }
+
     fn prologue(&mut self, _: &Totals) -> Vec<Event> {
         Vec::new()
     }
