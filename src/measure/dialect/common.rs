@@ -185,7 +185,7 @@ impl<'de> Deserialize<'de> for Answer {
             fn visit_str<E: Error>(self, v: &str) -> Result<Answer, E> {
                 Ok(Answer {
                     len: len32(v.len()),
-                    think: Think::find(v.as_bytes()),
+                    think: Think::find(v.as_bytes(), false),
                 })
             }
             fn visit_unit<E: Error>(self) -> Result<Answer, E> {
@@ -258,12 +258,10 @@ pub(super) struct Counts {
 impl Counts {
     fn add(&mut self, o: Counts) {
         self.reasoning = self.reasoning.saturating_add(o.reasoning);
+        // The elements' texts read one after the other.
+        self.think = self.think.then(self.output, o.think);
         self.output = self.output.saturating_add(o.output);
         self.tool = self.tool.saturating_add(o.tool);
-        // Its offsets are in the text of the element that has it.
-        if o.think != Think::None {
-            self.think = o.think;
-        }
         self.tokens = match (self.tokens, o.tokens) {
             (None, None) => None,
             (a, b) => Some(a.unwrap_or(0).saturating_add(b.unwrap_or(0))),
@@ -450,7 +448,12 @@ pub(super) fn summed_bodies<'a>(items: impl IntoIterator<Item = Parsed<'a>>) -> 
             sum.reasoning = add(sum.reasoning, u.reasoning);
         }
         whole.reasoning_bytes = whole.reasoning_bytes.saturating_add(one.reasoning_bytes);
+        whole.think = whole.think.then(whole.output_bytes, one.think);
         whole.output_bytes = whole.output_bytes.saturating_add(one.output_bytes);
+        whole.tokens = match (whole.tokens, one.tokens) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(0).saturating_add(b.unwrap_or(0))),
+        };
         whole.tool_bytes = whole.tool_bytes.saturating_add(one.tool_bytes);
         whole.error |= one.error;
         whole.server = whole.server.or(one.server);

@@ -205,7 +205,7 @@ impl Scan<'_> for Answer {
         if s.peek()? != b'"' {
             return text_len(s).map(|len| Answer {
                 len,
-                think: Think::None,
+                think: Think::NONE,
             });
         }
         let text = s.string()?;
@@ -218,22 +218,50 @@ impl Scan<'_> for Answer {
     }
 }
 
-/// The reasoning tags in a string read by the scanner: searched in place
-/// when it holds no escape, and in its unescaped copy when an escaped one
-/// may hold a `<` (as itself, or as `\u003c`, as Go's encoder writes it):
-/// a tag may be written with escapes, and offsets are in unescaped bytes.
-/// `None` only when that copy cannot be made (serde decides).
+/// The reasoning tags in a string read by the scanner, in place: as is
+/// when it holds no escape, or through its escapes when none is a `\u` or
+/// `\/` one (a tag is then written as itself). Otherwise a tag may hide in
+/// escapes (Go's encoder writes `<` as `\u003c`), and when one may, the
+/// string is unescaped to be searched: only such strings with a `<` (or a
+/// `\u` escape, of a `<` or not) pay for a copy. `None` only when that
+/// copy cannot be made (serde decides).
 pub(super) fn think_in(text: &Str<'_>) -> Option<Think> {
     let raw = text.raw();
     if !text.escaped {
-        return Some(Think::find(raw));
+        return Some(Think::find(raw, false));
     }
-    let escaped_lt = raw.windows(6).any(|w| w.eq_ignore_ascii_case(b"\\u003c"));
-    if !raw.contains(&b'<') && !escaped_lt {
-        return Some(Think::None);
+    let lt = raw.contains(&b'<');
+    let (unicode, slash) = escapes(raw);
+    if !unicode && !slash {
+        return Some(match lt {
+            true => Think::find(raw, true),
+            false => Think::NONE,
+        });
+    }
+    // A `<` is there as itself or as `\u003c`.
+    let escaped_lt = || unicode && raw.windows(6).any(|w| w.eq_ignore_ascii_case(b"\\u003c"));
+    if !lt && !escaped_lt() {
+        return Some(Think::NONE);
     }
     let unescaped: String = serde_json::from_slice(text.json).ok()?;
-    Some(Think::find(unescaped.as_bytes()))
+    Some(Think::find(unescaped.as_bytes(), false))
+}
+
+/// Whether a string's raw bytes hold a `\u` escape, and a `\/` one.
+fn escapes(raw: &[u8]) -> (bool, bool) {
+    let (mut unicode, mut slash, mut i) = (false, false, 0);
+    while let Some(at) = raw
+        .get(i..)
+        .and_then(|r| r.iter().position(|&b| b == b'\\'))
+    {
+        match raw.get(i + at + 1) {
+            Some(b'u') => unicode = true,
+            Some(b'/') => slash = true,
+            _ => {}
+        }
+        i += at + 2;
+    }
+    (unicode, slash)
 }
 
 /// An object or array counts its compact JSON length, as serde's `ArgLen`

@@ -501,45 +501,97 @@ impl ServerTimings {
 /// is reasoning already. What the timeline makes of it: README, "Inline
 /// reasoning".
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Think {
-    /// No tag.
-    #[default]
-    None,
-    /// The text's last tag is a `<think>`, starting at this offset.
-    Opens(u32),
-    /// The text's last tag is a `</think>`.
-    Closes {
-        /// Where the first `<think>` before it starts, if the text has one.
-        from: Option<u32>,
-        /// Where it ends.
-        end: u32,
-    },
+pub struct Think {
+    /// Where the first `<think>` starts, when nothing but whitespace comes
+    /// before it (a tag after other text is text).
+    pub open: Option<u32>,
+    /// Where the first `</think>` ends.
+    pub close: Option<u32>,
 }
 
 impl Think {
     const OPEN: &'static [u8] = b"<think>";
     const CLOSE: &'static [u8] = b"</think>";
 
-    /// The tags in `text` (unescaped bytes).
-    pub(crate) fn find(text: &[u8]) -> Self {
+    /// No tag.
+    pub(crate) const NONE: Self = Self {
+        open: None,
+        close: None,
+    };
+
+    /// The tags in `text`: unescaped bytes, or (`escaped`) the raw bytes
+    /// of a JSON string that holds escapes but no `\u` or `\/` one, where
+    /// a tag can only be written as itself and each escape is two bytes
+    /// for one (offsets are then mapped to the unescaped text). A text
+    /// without a `<` costs a `memchr`.
+    pub(crate) fn find(text: &[u8], escaped: bool) -> Self {
         if !text.contains(&b'<') {
-            return Self::None;
+            return Self::NONE;
         }
-        let last = |tag: &[u8]| text.windows(tag.len()).rposition(|w| w == tag);
-        match (last(Self::CLOSE), last(Self::OPEN)) {
-            (close, Some(open)) if close.is_none_or(|close| close < open) => {
-                Self::Opens(common::len32(open))
+        let first = |tag: &[u8]| {
+            let mut at = 0;
+            while let Some(i) = text[at..].iter().position(|&b| b == b'<') {
+                if text[at + i..].starts_with(tag) {
+                    return Some(at + i);
+                }
+                at += i + 1;
             }
-            (Some(close), _) => Self::Closes {
-                from: text[..close]
-                    .windows(Self::OPEN.len())
-                    .position(|w| w == Self::OPEN)
-                    .map(common::len32),
-                end: common::len32(close + Self::CLOSE.len()),
-            },
-            _ => Self::None,
+            None
+        };
+        let unescaped = |raw: usize| match escaped {
+            false => raw,
+            true => unescaped_len(&text[..raw]),
+        };
+        let open = first(Self::OPEN).filter(|&o| is_space(&text[..o], escaped));
+        let close = first(Self::CLOSE).map(|c| c + Self::CLOSE.len());
+        Self {
+            open: open.map(|o| common::len32(unescaped(o))),
+            close: close.map(|c| common::len32(unescaped(c))),
         }
     }
+
+    /// The tags of a text made of one of `before` bytes (whose tags are
+    /// `self`) and then one whose tags are `next`: a summed event's or
+    /// body's (several choices, a batch, Ollama's two fields).
+    pub(crate) fn then(self, before: u32, next: Self) -> Self {
+        Self {
+            // An open after other text is text (whitespace or not: the
+            // text is not kept to tell).
+            open: self.open.or(next.open.filter(|_| before == 0)),
+            close: self.close.or(next.close.map(|c| c.saturating_add(before))),
+        }
+    }
+}
+
+/// Whether `raw` is only whitespace once unescaped (`escaped`: JSON escapes
+/// as in [`Think::find`]).
+fn is_space(raw: &[u8], escaped: bool) -> bool {
+    let mut bytes = raw.iter();
+    while let Some(&b) = bytes.next() {
+        let space = match b {
+            b'\\' if escaped => matches!(bytes.next(), Some(b'n' | b't' | b'r' | b'f')),
+            b => b.is_ascii_whitespace(),
+        };
+        if !space {
+            return false;
+        }
+    }
+    true
+}
+
+/// The unescaped length of `raw`, JSON escapes as in [`Think::find`]:
+/// each is a backslash and one more byte, for one byte (a tag never starts
+/// inside one, so a tag's offset is never mid-escape).
+fn unescaped_len(raw: &[u8]) -> usize {
+    let (mut escapes, mut i) = (0, 0);
+    while let Some(at) = raw
+        .get(i..)
+        .and_then(|r| r.iter().position(|&b| b == b'\\'))
+    {
+        escapes += 1;
+        i += at + 2;
+    }
+    raw.len() - escapes
 }
 
 /// What one event means. `Default` is an event that carries nothing.
@@ -569,7 +621,8 @@ pub struct Parsed<'a> {
     /// The event's tokens are known by their count, not by their text: it
     /// carries a token exactly when its exact count (`tokens`, or the
     /// growth of a `cumulative` usage) is above zero, whatever its text, and
-    /// every token is answer. SGLang's `/generate`: its `text` may be all
+    /// every token is answer (unless the answer's text is inside inline
+    /// reasoning, [`Think`]: the timeline decides). SGLang's `/generate`: its `text` may be all
     /// the text so far, which an event whose count did not grow repeats, or
     /// empty while a character's bytes are held back, and it has no field
     /// for reasoning. vLLM's token-in/token-out `/inference/v1/generate`

@@ -7,7 +7,7 @@ use serde::{de::IgnoredAny, Deserialize};
 use super::{
     common::{cow, json, name, ns, Answer, Summed, TextLen, ToolCall},
     lazy::{scan_struct, Reader},
-    Finish, Name, ParseError, Parsed, ServerTimings, Think, Usage,
+    Finish, Name, ParseError, Parsed, ServerTimings, Usage,
 };
 
 #[derive(Deserialize)]
@@ -95,10 +95,7 @@ impl<'a> Line<'a> {
             reasoning_bytes: thinking.saturating_add(self.thinking.0),
             output_bytes: content.len.saturating_add(self.response.len),
             // A line has one of the two.
-            think: match content.think {
-                Think::None => self.response.think,
-                think => think,
-            },
+            think: content.think.then(content.len, self.response.think),
             tool_bytes: tool,
             usage,
             server: (server != ServerTimings::default()).then_some(server),

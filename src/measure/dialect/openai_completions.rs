@@ -46,7 +46,8 @@ impl Tally for Choice<'_> {
     fn tally(self) -> Counts {
         // Token ids are the tokens, whatever the text says: none at all
         // (`/inference/v1/generate`), or bytes held back until a character
-        // is whole. A completion has no reasoning, so every one is answer.
+        // is whole. A completion has no reasoning field, so every one is
+        // answer, but for reasoning written inline (`Think`).
         let ids = self.token_ids.map(|c| c.0);
         Counts {
             output: self.text.len,

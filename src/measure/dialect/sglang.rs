@@ -123,7 +123,7 @@ impl<'a> Event<'a> {
         Parsed {
             output_bytes: if aborted { 0 } else { self.text.len },
             think: if aborted {
-                Think::None
+                Think::NONE
             } else {
                 self.text.think
             },

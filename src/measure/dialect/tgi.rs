@@ -88,7 +88,7 @@ pub(super) fn event(reader: Reader, data: &[u8]) -> Result<Parsed<'_>, ParseErro
     let token = ev.token.take().filter(|t| !t.special);
     Ok(Parsed {
         output_bytes: token.as_ref().map_or(0, |t| t.text.len),
-        think: token.as_ref().map_or(Think::None, |t| t.text.think),
+        think: token.as_ref().map_or(Think::NONE, |t| t.text.think),
         tokens: token.map(|_| 1),
         ..ev.parsed()
     })

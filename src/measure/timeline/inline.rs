@@ -63,18 +63,22 @@ impl Inline {
                 0
             }
             Self::Start => match parsed.think {
-                Think::Opens(at) => {
-                    *self = Self::Thinking;
-                    span(at, answer)
-                }
-                Think::Closes {
-                    from: Some(from),
-                    end,
+                // Only whitespace before it: the reasoning opens, and the
+                // whitespace is its.
+                Think {
+                    open: Some(_),
+                    close: Some(end),
                 } => {
                     *self = Self::Off;
-                    span(from, end)
+                    span(0, end)
                 }
-                Think::Closes { from: None, end } if whole => {
+                Think { open: Some(_), .. } => {
+                    *self = Self::Thinking;
+                    answer
+                }
+                Think {
+                    close: Some(end), ..
+                } if whole => {
                     *self = Self::Off;
                     span(0, end)
                 }
@@ -84,12 +88,12 @@ impl Inline {
                 }
                 _ => 0,
             },
-            Self::Thinking => match parsed.think {
-                Think::Closes { end, .. } => {
+            Self::Thinking => match parsed.think.close {
+                Some(end) => {
                     *self = Self::Off;
                     span(0, end)
                 }
-                _ => answer,
+                None => answer,
             },
         };
         let output = answer - moved;
@@ -110,7 +114,7 @@ mod tests {
     fn answer(text: &str) -> Parsed<'static> {
         Parsed {
             output_bytes: text.len() as u32,
-            think: Think::find(text.as_bytes()),
+            think: Think::find(text.as_bytes(), false),
             ..Parsed::default()
         }
     }
@@ -147,6 +151,23 @@ mod tests {
     fn tags_after_the_answer_began_are_text() {
         let got = read(&["Use ", "<think>", " tags", "</think>"], false);
         assert_eq!(got, [(0, 4), (0, 7), (0, 5), (0, 8)]);
+        // In the first event too: text before the tag is answer, and the
+        // tag text; only whitespace before it is reasoning's.
+        assert_eq!(read(&["Hi <think>", "x"], false), [(0, 10), (0, 1)]);
+        assert_eq!(read(&["\n<think>", "x"], false), [(8, 0), (1, 0)]);
+    }
+
+    /// The first close ends the reasoning; a tag after it is text, in one
+    /// event (several tokens to an event) or a whole body alike.
+    #[test]
+    fn the_first_close_ends_it_and_later_tags_are_text() {
+        let got = read(&["<think>", "r</think>\n\nThe <think> tag"], false);
+        assert_eq!(got, [(7, 0), (9, 17)]);
+        assert_eq!(
+            read(&["<think>r</think>Use <think> tags"], true),
+            [(16, 16)]
+        );
+        assert_eq!(read(&["<think>a</think>b</think>"], false), [(16, 9)]);
     }
 
     /// DeepSeek-R1's and QwQ's templates open `<think>` in the prompt: a

@@ -248,7 +248,7 @@ impl Template {
         let counts = value.choices.0;
         // A chunk with a reasoning tag is read whole (each string's own
         // tag is read from it; the kept counts have none).
-        if counts.think != Think::None {
+        if counts.think != Think::NONE {
             return None;
         }
         let kind = match (counts.reasoning, counts.output, counts.tool) {

@@ -361,3 +361,65 @@ fn a_llamacpp_body_of_several_answers_sums_them() {
     assert_eq!(p.finish.map(|f| f.raw.into_owned()).as_deref(), Some("eos"));
     assert!(Dialect::LlamaCpp.parse_body(b"[1]").is_err());
 }
+
+/// The first `<think>`, when only whitespace comes before it, and the end
+/// of the first `</think>`; in raw JSON with escapes, at their unescaped
+/// offsets.
+#[test]
+fn think_tags_first_open_and_first_close() {
+    use crate::measure::dialect::Think;
+    let think = |open, close| Think { open, close };
+    for (text, want) in [
+        ("", Think::NONE),
+        ("a<b>c", Think::NONE),
+        ("</think", Think::NONE),
+        ("<think>", think(Some(0), None)),
+        (" \n\t<think>", think(Some(3), None)),
+        ("<<think>", Think::NONE),
+        ("Hi <think>", Think::NONE),
+        ("x</think>", think(None, Some(9))),
+        ("<think>a</think>b", think(Some(0), Some(16))),
+        ("</think><think>", think(None, Some(8))),
+        ("<think>a</think>b</think>", think(Some(0), Some(16))),
+    ] {
+        assert_eq!(Think::find(text.as_bytes(), false), want, "{text:?}");
+    }
+    // Raw JSON: each escape two bytes for one.
+    for (raw, want) in [
+        (r"\n<think>", think(Some(1), None)),
+        (r#"\"\\</think>"#, think(None, Some(10))),
+        (r"\na\n</think>", think(None, Some(11))),
+    ] {
+        assert_eq!(Think::find(raw.as_bytes(), true), want, "{raw}");
+    }
+    // The texts of a summed event, one after the other.
+    let first = think(None, None);
+    assert_eq!(
+        first.then(5, think(Some(0), Some(9))),
+        think(None, Some(14))
+    );
+    assert_eq!(first.then(0, think(Some(0), None)), think(Some(0), None));
+}
+
+/// Summed texts keep their tags at their place in the sum: a batch's or
+/// TGI's array body, several choices in one chunk.
+#[test]
+fn think_tags_of_summed_texts() {
+    use crate::measure::dialect::Think;
+    let tgi = Dialect::Tgi.parse_body(br#"[{"generated_text":"<think>r</think>A"}]"#);
+    let want = Think {
+        open: Some(0),
+        close: Some(16),
+    };
+    assert_eq!(
+        tgi.map(|p| (p.think, p.output_bytes)).ok(),
+        Some((want, 17))
+    );
+    let two = r#"{"choices":[{"index":0,"text":"Hello"},{"index":1,"text":"<think>x</think>"}]}"#;
+    let p = ev(Dialect::OpenAiCompletions, two);
+    let after = Think {
+        open: None,
+        close: Some(5 + 16),
+    };
+    assert_eq!((p.think, p.output_bytes), (after, 21));
+}

@@ -227,9 +227,9 @@ fn think_tags_are_found_in_the_answer_however_escaped() {
             r#"{"text":"T","meta_info":{"completion_tokens":3}}"#,
         ),
     ];
-    let close = Think::Closes {
-        from: None,
-        end: 10,
+    let close = Think {
+        open: None,
+        close: Some(10),
     };
     let texts = [
         (r"ab</think>c", close),
@@ -237,16 +237,23 @@ fn think_tags_are_found_in_the_answer_however_escaped() {
         (r"ab<\/think>c", close),
         (r"ab</thin\u006B>c", close),
         (r#"\n\"</think>c"#, close),
-        (r"\t<think>", Think::Opens(1)),
         (
-            r"\u003cthink\u003e\n\u003c/think\u003e",
-            Think::Closes {
-                from: Some(0),
-                end: 16,
+            r"\t<think>",
+            Think {
+                open: Some(1),
+                close: None,
             },
         ),
-        (r"a\nb<c", Think::None),
-        (r"<thinking>", Think::None),
+        (
+            r"\u003cthink\u003e\n\u003c/think\u003e",
+            Think {
+                open: Some(0),
+                close: Some(16),
+            },
+        ),
+        (r"a\nb<c", Think::NONE),
+        (r"<thinking>", Think::NONE),
+        (r"\u00e9\n", Think::NONE),
     ];
     for (dialect, shape) in answers {
         for (text, want) in texts {
@@ -260,5 +267,5 @@ fn think_tags_are_found_in_the_answer_however_escaped() {
     }
     let field = r#"{"choices":[{"index":0,"delta":{"reasoning_content":"</think>"}}]}"#;
     let p = Dialect::OpenAiChat.parse_event(b"", field.as_bytes());
-    assert_eq!(p.map(|p| p.think).ok(), Some(Think::None));
+    assert_eq!(p.map(|p| p.think).ok(), Some(Think::NONE));
 }

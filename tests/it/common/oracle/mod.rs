@@ -254,9 +254,10 @@ impl Acc {
         });
     }
 
-    /// Inline reasoning (J): a `<think>` in the answer's text before any
-    /// answer, reasoning field or tool call opens reasoning there, which
-    /// the last `</think>` closes; in a whole body a `</think>` alone
+    /// Inline reasoning (J): a `<think>` in the answer's text with nothing
+    /// but whitespace before it, and before any answer, reasoning field or
+    /// tool call, opens reasoning there (the whitespace is its), which the
+    /// first `</think>` after it closes; in a whole body a `</think>` alone
     /// closes what came before it too. Moves those bytes from `output` to
     /// `reasoning`; whether the payload is inside reasoning and answers
     /// nothing.
@@ -265,26 +266,31 @@ impl Acc {
         const CLOSE: &str = "</think>";
         let text = f.answer.as_str();
         let was = self.think;
-        let last_open = text.rfind(OPEN);
-        let close = text.rfind(CLOSE);
+        // Where the first close ends, if the text has one.
+        let closed = text.find(CLOSE).map(|c| c + CLOSE.len());
+        let opens = text
+            .trim_start_matches(|c: char| c.is_ascii_whitespace())
+            .starts_with(OPEN);
         let moved = match was {
             Think::After => 0,
             Think::Before if f.reasoning > 0 || f.tool > 0 || f.tool_start => {
                 self.think = Think::After;
                 0
             }
-            Think::Before => match (last_open, close) {
-                (Some(open), close) if close.is_none_or(|c| c < open) => {
-                    self.think = Think::Inside;
-                    text.len() - open
-                }
-                (_, Some(c)) => {
+            Think::Before if opens => match closed {
+                Some(end) => {
                     self.think = Think::After;
-                    match text[..c].find(OPEN) {
-                        Some(open) => c + CLOSE.len() - open,
-                        None if !streamed => c + CLOSE.len(),
-                        None => 0,
-                    }
+                    end
+                }
+                None => {
+                    self.think = Think::Inside;
+                    text.len()
+                }
+            },
+            Think::Before => match closed {
+                Some(end) if !streamed => {
+                    self.think = Think::After;
+                    end
                 }
                 _ => {
                     if f.output > 0 {
@@ -293,10 +299,10 @@ impl Acc {
                     0
                 }
             },
-            Think::Inside => match close {
-                Some(c) => {
+            Think::Inside => match closed {
+                Some(end) => {
                     self.think = Think::After;
-                    c + CLOSE.len()
+                    end
                 }
                 None => text.len(),
             },
