@@ -259,7 +259,9 @@ impl Counts {
     fn add(&mut self, o: Counts) {
         self.reasoning = self.reasoning.saturating_add(o.reasoning);
         // The elements' texts read one after the other.
-        self.think = self.think.then(self.output, o.think);
+        if o.think != Think::NONE {
+            self.think = self.think.then(self.output, o.think);
+        }
         self.output = self.output.saturating_add(o.output);
         self.tool = self.tool.saturating_add(o.tool);
         self.tokens = match (self.tokens, o.tokens) {

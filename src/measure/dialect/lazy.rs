@@ -209,7 +209,11 @@ impl Scan<'_> for Answer {
             });
         }
         let text = s.string()?;
-        let think = think_in(&text)?;
+        // Most tokens hold neither an escape nor a `<`: no tag.
+        let think = match text.escaped || text.lt {
+            true => think_in(&text)?,
+            false => Think::NONE,
+        };
         s.counted(&text, true);
         Some(Answer {
             len: len32(text.len),
@@ -225,12 +229,13 @@ impl Scan<'_> for Answer {
 /// string is unescaped to be searched: only such strings with a `<` (or a
 /// `\u` escape, of a `<` or not) pay for a copy. `None` only when that
 /// copy cannot be made (serde decides).
+#[inline(never)]
 pub(super) fn think_in(text: &Str<'_>) -> Option<Think> {
     let raw = text.raw();
     if !text.escaped {
         return Some(Think::find(raw, false));
     }
-    let lt = raw.contains(&b'<');
+    let lt = text.lt;
     let (unicode, slash) = escapes(raw);
     if !unicode && !slash {
         return Some(match lt {

@@ -24,7 +24,7 @@ mod sglang;
 mod tests;
 mod tgi;
 
-use std::{borrow::Cow, time::Duration};
+use std::{borrow::Cow, num::NonZeroU32, time::Duration};
 
 pub(crate) use self::finish::Finish;
 use self::lazy::Reader;
@@ -500,13 +500,12 @@ impl ServerTimings {
 /// (`content`, `text`, `response`, a token's `text`), never a field that
 /// is reasoning already. What the timeline makes of it: README, "Inline
 /// reasoning".
+/// Each offset is kept plus one, so the pair takes 8 bytes (every event's
+/// [`Parsed`] carries one).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Think {
-    /// Where the first `<think>` starts, when nothing but whitespace comes
-    /// before it (a tag after other text is text).
-    pub open: Option<u32>,
-    /// Where the first `</think>` ends.
-    pub close: Option<u32>,
+    open: Option<NonZeroU32>,
+    close: Option<NonZeroU32>,
 }
 
 impl Think {
@@ -514,10 +513,30 @@ impl Think {
     const CLOSE: &'static [u8] = b"</think>";
 
     /// No tag.
-    pub(crate) const NONE: Self = Self {
+    pub const NONE: Self = Self {
         open: None,
         close: None,
     };
+
+    /// The tags at these offsets.
+    pub fn new(open: Option<u32>, close: Option<u32>) -> Self {
+        let plus_one = |at: u32| NonZeroU32::new(at.saturating_add(1));
+        Self {
+            open: open.and_then(plus_one),
+            close: close.and_then(plus_one),
+        }
+    }
+
+    /// Where the first `<think>` starts, when nothing but whitespace comes
+    /// before it (a tag after other text is text).
+    pub fn open(self) -> Option<u32> {
+        self.open.map(|at| at.get() - 1)
+    }
+
+    /// Where the first `</think>` ends.
+    pub fn close(self) -> Option<u32> {
+        self.close.map(|at| at.get() - 1)
+    }
 
     /// The tags in `text`: unescaped bytes, or (`escaped`) the raw bytes
     /// of a JSON string that holds escapes but no `\u` or `\/` one, where
@@ -544,22 +563,23 @@ impl Think {
         };
         let open = first(Self::OPEN).filter(|&o| is_space(&text[..o], escaped));
         let close = first(Self::CLOSE).map(|c| c + Self::CLOSE.len());
-        Self {
-            open: open.map(|o| common::len32(unescaped(o))),
-            close: close.map(|c| common::len32(unescaped(c))),
-        }
+        Self::new(
+            open.map(|o| common::len32(unescaped(o))),
+            close.map(|c| common::len32(unescaped(c))),
+        )
     }
 
     /// The tags of a text made of one of `before` bytes (whose tags are
     /// `self`) and then one whose tags are `next`: a summed event's or
     /// body's (several choices, a batch, Ollama's two fields).
     pub(crate) fn then(self, before: u32, next: Self) -> Self {
-        Self {
+        Self::new(
             // An open after other text is text (whitespace or not: the
             // text is not kept to tell).
-            open: self.open.or(next.open.filter(|_| before == 0)),
-            close: self.close.or(next.close.map(|c| c.saturating_add(before))),
-        }
+            self.open().or(next.open().filter(|_| before == 0)),
+            self.close()
+                .or(next.close().map(|c| c.saturating_add(before))),
+        )
     }
 }
 

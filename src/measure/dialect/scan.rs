@@ -26,6 +26,10 @@ pub(super) struct Str<'a> {
     pub(super) len: usize,
     /// Whether it holds an escape (then `json` is not the text itself).
     pub(super) escaped: bool,
+    /// Whether it may hold a `<` as itself (false only when it does not;
+    /// noted on the way, so a reasoning tag costs no second pass to rule
+    /// out).
+    pub(super) lt: bool,
 }
 
 impl<'a> Str<'a> {
@@ -252,9 +256,9 @@ impl<'a> Scanner<'a> {
             return None;
         }
         let (b, start) = (self.bytes, self.at);
-        let (mut i, mut shrink, mut high) = (start + 1, 0, 0u64);
+        let (mut i, mut shrink, mut high, mut lt) = (start + 1, 0, 0u64, 0u64);
         loop {
-            i += plain_run(b.get(i..)?, &mut high);
+            i += plain_run(b.get(i..)?, &mut high, &mut lt);
             match b.get(i)? {
                 b'"' => break,
                 b'\\' => {
@@ -274,6 +278,7 @@ impl<'a> Scanner<'a> {
             json,
             len: json.len() - 2 - shrink,
             escaped: shrink > 0,
+            lt: lt != 0,
         })
     }
 
@@ -286,7 +291,7 @@ impl<'a> Scanner<'a> {
         }
         let (b, start, mut high) = (self.bytes, self.at + 1, 0u64);
         self.key_at = self.at;
-        let end = start + plain_run(b.get(start..)?, &mut high);
+        let end = start + plain_run(b.get(start..)?, &mut high, &mut 0);
         if *b.get(end)? != b'"' {
             return None; // an escape, or a control character
         }
@@ -392,8 +397,9 @@ const HIGHS: u64 = ONES << 7;
 
 /// Bytes up to the next quote, backslash or control character (or the
 /// end), eight at a time; ORs what it passes into `high` so the caller
-/// knows whether the string has non-ASCII bytes to validate.
-fn plain_run(s: &[u8], high: &mut u64) -> usize {
+/// knows whether the string has non-ASCII bytes to validate, and into `lt`
+/// whether a `<` may be among them.
+fn plain_run(s: &[u8], high: &mut u64, lt: &mut u64) -> usize {
     let has = |word: u64, byte: u8| {
         let x = word ^ (ONES * u64::from(byte));
         x.wrapping_sub(ONES) & !x
@@ -402,6 +408,9 @@ fn plain_run(s: &[u8], high: &mut u64) -> usize {
     while let Some(chunk) = s.get(i..).and_then(<[u8]>::first_chunk::<8>) {
         let word = u64::from_le_bytes(*chunk);
         *high |= word;
+        // Bytes after the run's end count too: a `<` there is a false
+        // alarm, which only costs the exact look.
+        *lt |= has(word, b'<') & HIGHS;
         let control = word.wrapping_sub(ONES * 0x20) & !word;
         let stop = (control | has(word, b'"') | has(word, b'\\')) & HIGHS;
         if stop != 0 {
@@ -414,6 +423,7 @@ fn plain_run(s: &[u8], high: &mut u64) -> usize {
             break;
         }
         *high |= u64::from(c);
+        *lt |= u64::from(c == b'<');
         i += 1;
     }
     i

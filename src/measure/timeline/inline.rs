@@ -9,7 +9,7 @@
 //! TTFO may have been observed, and no clock is taken back. A whole body
 //! has no clocks, so there it closes what came before it too.
 
-use crate::measure::dialect::{Parsed, Think};
+use crate::measure::dialect::Parsed;
 
 /// Where a response is in its inline reasoning.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -62,23 +62,18 @@ impl Inline {
                 *self = Self::Off;
                 0
             }
-            Self::Start => match parsed.think {
+            Self::Start => match (parsed.think.open(), parsed.think.close()) {
                 // Only whitespace before it: the reasoning opens, and the
                 // whitespace is its.
-                Think {
-                    open: Some(_),
-                    close: Some(end),
-                } => {
+                (Some(_), Some(end)) => {
                     *self = Self::Off;
                     span(0, end)
                 }
-                Think { open: Some(_), .. } => {
+                (Some(_), None) => {
                     *self = Self::Thinking;
                     answer
                 }
-                Think {
-                    close: Some(end), ..
-                } if whole => {
+                (None, Some(end)) if whole => {
                     *self = Self::Off;
                     span(0, end)
                 }
@@ -88,7 +83,7 @@ impl Inline {
                 }
                 _ => 0,
             },
-            Self::Thinking => match parsed.think.close {
+            Self::Thinking => match parsed.think.close() {
                 Some(end) => {
                     *self = Self::Off;
                     span(0, end)

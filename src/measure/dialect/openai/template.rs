@@ -127,7 +127,7 @@ impl Template {
     /// through an envelope, since all it carries are the counts and the
     /// names (what `Envelope::parsed` makes of an envelope with nothing
     /// else).
-    #[inline]
+    #[inline(always)]
     pub(super) fn read<'a>(&self, data: &'a [u8]) -> Option<Parsed<'a>> {
         let at = usize::from(self.head);
         let (head, tail) = self.bytes.split_at_checked(at)?;
@@ -165,7 +165,10 @@ impl Template {
             Kind::Output => counts.output = len,
             Kind::Answer => {
                 counts.output = len;
-                counts.think = think_in(&text)?;
+                // Most tokens hold neither an escape nor a `<`: no tag.
+                if text.escaped || text.lt {
+                    counts.think = think_in(&text)?;
+                }
             }
             Kind::Tool => counts.tool = len,
         }

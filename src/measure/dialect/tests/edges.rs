@@ -368,7 +368,7 @@ fn a_llamacpp_body_of_several_answers_sums_them() {
 #[test]
 fn think_tags_first_open_and_first_close() {
     use crate::measure::dialect::Think;
-    let think = |open, close| Think { open, close };
+    let think = Think::new;
     for (text, want) in [
         ("", Think::NONE),
         ("a<b>c", Think::NONE),
@@ -407,19 +407,13 @@ fn think_tags_first_open_and_first_close() {
 fn think_tags_of_summed_texts() {
     use crate::measure::dialect::Think;
     let tgi = Dialect::Tgi.parse_body(br#"[{"generated_text":"<think>r</think>A"}]"#);
-    let want = Think {
-        open: Some(0),
-        close: Some(16),
-    };
+    let want = Think::new(Some(0), Some(16));
     assert_eq!(
         tgi.map(|p| (p.think, p.output_bytes)).ok(),
         Some((want, 17))
     );
     let two = r#"{"choices":[{"index":0,"text":"Hello"},{"index":1,"text":"<think>x</think>"}]}"#;
     let p = ev(Dialect::OpenAiCompletions, two);
-    let after = Think {
-        open: None,
-        close: Some(5 + 16),
-    };
+    let after = Think::new(None, Some(5 + 16));
     assert_eq!((p.think, p.output_bytes), (after, 21));
 }

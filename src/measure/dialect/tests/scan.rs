@@ -227,29 +227,17 @@ fn think_tags_are_found_in_the_answer_however_escaped() {
             r#"{"text":"T","meta_info":{"completion_tokens":3}}"#,
         ),
     ];
-    let close = Think {
-        open: None,
-        close: Some(10),
-    };
+    let close = Think::new(None, Some(10));
     let texts = [
         (r"ab</think>c", close),
         (r"ab\u003c/think\u003ec", close),
         (r"ab<\/think>c", close),
         (r"ab</thin\u006B>c", close),
         (r#"\n\"</think>c"#, close),
-        (
-            r"\t<think>",
-            Think {
-                open: Some(1),
-                close: None,
-            },
-        ),
+        (r"\t<think>", Think::new(Some(1), None)),
         (
             r"\u003cthink\u003e\n\u003c/think\u003e",
-            Think {
-                open: Some(0),
-                close: Some(16),
-            },
+            Think::new(Some(0), Some(16)),
         ),
         (r"a\nb<c", Think::NONE),
         (r"<thinking>", Think::NONE),
