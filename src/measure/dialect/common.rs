@@ -90,56 +90,88 @@ pub(super) struct ArgLen(pub(super) u32);
 
 impl<'de> Deserialize<'de> for TextLen {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(LenVisitor { json: false }).map(Self)
+        let v = LenVisitor {
+            json: false,
+            tags: false,
+        };
+        d.deserialize_any(v).map(|a| Self(a.len))
     }
 }
 
 impl<'de> Deserialize<'de> for ArgLen {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(LenVisitor { json: true }).map(Self)
+        let v = LenVisitor {
+            json: true,
+            tags: false,
+        };
+        d.deserialize_any(v).map(|a| Self(a.len))
     }
 }
 
-/// `json`: whether objects and arrays count their serialized length.
+impl<'de> Deserialize<'de> for Answer {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = LenVisitor {
+            json: false,
+            tags: true,
+        };
+        d.deserialize_any(v)
+    }
+}
+
+/// `json`: whether objects and arrays count their serialized length;
+/// `tags`: whether a string is searched for reasoning tags (an answer's).
 struct LenVisitor {
     json: bool,
+    tags: bool,
 }
 
 impl<'de> Visitor<'de> for LenVisitor {
-    type Value = u32;
+    type Value = Answer;
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a string")
     }
-    fn visit_str<E: Error>(self, v: &str) -> Result<u32, E> {
-        Ok(len32(v.len()))
+    fn visit_str<E: Error>(self, v: &str) -> Result<Answer, E> {
+        Ok(Answer {
+            len: len32(v.len()),
+            think: match self.tags {
+                true => Think::find(v.as_bytes(), false),
+                false => Think::NONE,
+            },
+        })
     }
-    fn visit_unit<E: Error>(self) -> Result<u32, E> {
-        Ok(0)
+    fn visit_unit<E: Error>(self) -> Result<Answer, E> {
+        Ok(Answer::default())
     }
-    fn visit_bool<E: Error>(self, _: bool) -> Result<u32, E> {
-        Ok(0)
+    fn visit_bool<E: Error>(self, _: bool) -> Result<Answer, E> {
+        Ok(Answer::default())
     }
-    fn visit_i64<E: Error>(self, _: i64) -> Result<u32, E> {
-        Ok(0)
+    fn visit_i64<E: Error>(self, _: i64) -> Result<Answer, E> {
+        Ok(Answer::default())
     }
-    fn visit_u64<E: Error>(self, _: u64) -> Result<u32, E> {
-        Ok(0)
+    fn visit_u64<E: Error>(self, _: u64) -> Result<Answer, E> {
+        Ok(Answer::default())
     }
-    fn visit_f64<E: Error>(self, _: f64) -> Result<u32, E> {
-        Ok(0)
+    fn visit_f64<E: Error>(self, _: f64) -> Result<Answer, E> {
+        Ok(Answer::default())
     }
-    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<u32, A::Error> {
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Answer, A::Error> {
         let d = SeqAccessDeserializer::new(seq);
         match self.json {
-            true => serde_json::Value::deserialize(d).map(|v| json_len(&v)),
-            false => IgnoredAny::deserialize(d).map(|_| 0),
+            true => serde_json::Value::deserialize(d).map(|v| Answer {
+                len: json_len(&v),
+                think: Think::NONE,
+            }),
+            false => IgnoredAny::deserialize(d).map(|_| Answer::default()),
         }
     }
-    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<u32, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Answer, A::Error> {
         let d = MapAccessDeserializer::new(map);
         match self.json {
-            true => serde_json::Value::deserialize(d).map(|v| json_len(&v)),
-            false => IgnoredAny::deserialize(d).map(|_| 0),
+            true => serde_json::Value::deserialize(d).map(|v| Answer {
+                len: json_len(&v),
+                think: Think::NONE,
+            }),
+            false => IgnoredAny::deserialize(d).map(|_| Answer::default()),
         }
     }
 }
@@ -172,46 +204,6 @@ fn json_len(v: &serde_json::Value) -> u32 {
 pub(super) struct Answer {
     pub(super) len: u32,
     pub(super) think: Think,
-}
-
-impl<'de> Deserialize<'de> for Answer {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Answer;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a string")
-            }
-            fn visit_str<E: Error>(self, v: &str) -> Result<Answer, E> {
-                Ok(Answer {
-                    len: len32(v.len()),
-                    think: Think::find(v.as_bytes(), false),
-                })
-            }
-            fn visit_unit<E: Error>(self) -> Result<Answer, E> {
-                Ok(Answer::default())
-            }
-            fn visit_bool<E: Error>(self, _: bool) -> Result<Answer, E> {
-                Ok(Answer::default())
-            }
-            fn visit_i64<E: Error>(self, _: i64) -> Result<Answer, E> {
-                Ok(Answer::default())
-            }
-            fn visit_u64<E: Error>(self, _: u64) -> Result<Answer, E> {
-                Ok(Answer::default())
-            }
-            fn visit_f64<E: Error>(self, _: f64) -> Result<Answer, E> {
-                Ok(Answer::default())
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Answer, A::Error> {
-                IgnoredAny::deserialize(SeqAccessDeserializer::new(seq)).map(|_| Answer::default())
-            }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Answer, A::Error> {
-                IgnoredAny::deserialize(MapAccessDeserializer::new(map)).map(|_| Answer::default())
-            }
-        }
-        d.deserialize_any(V)
-    }
 }
 
 /// Number of elements of a JSON array (logprobs hold one per token).
@@ -264,10 +256,7 @@ impl Counts {
         }
         self.output = self.output.saturating_add(o.output);
         self.tool = self.tool.saturating_add(o.tool);
-        self.tokens = match (self.tokens, o.tokens) {
-            (None, None) => None,
-            (a, b) => Some(a.unwrap_or(0).saturating_add(b.unwrap_or(0))),
-        };
+        self.tokens = plus(self.tokens, o.tokens);
         self.by_count |= o.by_count;
         self.items = self.items.saturating_add(1);
     }
@@ -283,6 +272,14 @@ impl Counts {
             answer_by_count: self.by_count,
             ..Parsed::default()
         }
+    }
+}
+
+/// Two counts summed; `None` only when neither is known.
+fn plus(a: Option<u32>, b: Option<u32>) -> Option<u32> {
+    match (a, b) {
+        (None, None) => None,
+        (a, b) => Some(a.unwrap_or(0).saturating_add(b.unwrap_or(0))),
     }
 }
 
@@ -452,10 +449,7 @@ pub(super) fn summed_bodies<'a>(items: impl IntoIterator<Item = Parsed<'a>>) -> 
         whole.reasoning_bytes = whole.reasoning_bytes.saturating_add(one.reasoning_bytes);
         whole.think = whole.think.then(whole.output_bytes, one.think);
         whole.output_bytes = whole.output_bytes.saturating_add(one.output_bytes);
-        whole.tokens = match (whole.tokens, one.tokens) {
-            (None, None) => None,
-            (a, b) => Some(a.unwrap_or(0).saturating_add(b.unwrap_or(0))),
-        };
+        whole.tokens = plus(whole.tokens, one.tokens);
         whole.tool_bytes = whole.tool_bytes.saturating_add(one.tool_bytes);
         whole.error |= one.error;
         whole.server = whole.server.or(one.server);

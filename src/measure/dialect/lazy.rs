@@ -16,7 +16,7 @@ use serde::{de::IgnoredAny, Deserialize};
 pub(super) use super::scan::{Scanner, Str, Text};
 use super::{
     common::{json, len32, Answer, ArgLen, Count, Finishing, Summed, SummedFinish, Tally, TextLen},
-    Name, ParseError, Think,
+    Escapes, Name, ParseError, Think,
 };
 
 /// A value the scanner can read as serde would.
@@ -236,7 +236,7 @@ pub(super) fn think_in(text: &Str<'_>) -> Option<Think> {
         return Some(Think::find(raw, false));
     }
     let lt = text.lt;
-    let (unicode, slash) = escapes(raw);
+    let Escapes { unicode, slash, .. } = Escapes::of(raw);
     if !unicode && !slash {
         return Some(match lt {
             true => Think::find(raw, true),
@@ -250,23 +250,6 @@ pub(super) fn think_in(text: &Str<'_>) -> Option<Think> {
     }
     let unescaped: String = serde_json::from_slice(text.json).ok()?;
     Some(Think::find(unescaped.as_bytes(), false))
-}
-
-/// Whether a string's raw bytes hold a `\u` escape, and a `\/` one.
-fn escapes(raw: &[u8]) -> (bool, bool) {
-    let (mut unicode, mut slash, mut i) = (false, false, 0);
-    while let Some(at) = raw
-        .get(i..)
-        .and_then(|r| r.iter().position(|&b| b == b'\\'))
-    {
-        match raw.get(i + at + 1) {
-            Some(b'u') => unicode = true,
-            Some(b'/') => slash = true,
-            _ => {}
-        }
-        i += at + 2;
-    }
-    (unicode, slash)
 }
 
 /// An object or array counts its compact JSON length, as serde's `ArgLen`

@@ -500,6 +500,7 @@ impl ServerTimings {
 /// (`content`, `text`, `response`, a token's `text`), never a field that
 /// is reasoning already. What the timeline makes of it: README, "Inline
 /// reasoning".
+///
 /// Each offset is kept plus one, so the pair takes 8 bytes (every event's
 /// [`Parsed`] carries one).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -599,19 +600,40 @@ fn is_space(raw: &[u8], escaped: bool) -> bool {
     true
 }
 
-/// The unescaped length of `raw`, JSON escapes as in [`Think::find`]:
-/// each is a backslash and one more byte, for one byte (a tag never starts
-/// inside one, so a tag's offset is never mid-escape).
-fn unescaped_len(raw: &[u8]) -> usize {
-    let (mut escapes, mut i) = (0, 0);
-    while let Some(at) = raw
-        .get(i..)
-        .and_then(|r| r.iter().position(|&b| b == b'\\'))
-    {
-        escapes += 1;
-        i += at + 2;
+/// A JSON string's escapes, from its raw bytes: how many, and whether one
+/// is a `\u` and one a `\/`. Each is walked as a backslash and the byte
+/// after it (a `\u`'s hex digits hold no backslash).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Escapes {
+    pub(crate) count: usize,
+    pub(crate) unicode: bool,
+    pub(crate) slash: bool,
+}
+
+impl Escapes {
+    pub(crate) fn of(raw: &[u8]) -> Self {
+        let (mut e, mut i) = (Self::default(), 0);
+        while let Some(at) = raw
+            .get(i..)
+            .and_then(|r| r.iter().position(|&b| b == b'\\'))
+        {
+            e.count += 1;
+            match raw.get(i + at + 1) {
+                Some(b'u') => e.unicode = true,
+                Some(b'/') => e.slash = true,
+                _ => {}
+            }
+            i += at + 2;
+        }
+        e
     }
-    raw.len() - escapes
+}
+
+/// The unescaped length of `raw`, JSON escapes as in [`Think::find`]:
+/// each is two bytes for one (a tag never starts inside one, so a tag's
+/// offset is never mid-escape).
+fn unescaped_len(raw: &[u8]) -> usize {
+    raw.len() - Escapes::of(raw).count
 }
 
 /// What one event means. `Default` is an event that carries nothing.

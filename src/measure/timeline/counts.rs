@@ -199,19 +199,22 @@ impl TokenCounts {
             {
                 (self.reasoning_event_tokens, Some(source))
             }
-            Some(CountSource::Usage) if self.token_events > 0 && self.event_tokens > 0 => {
-                let share = self.reasoning_event_tokens as f64 / self.event_tokens as f64;
-                let n = (share * self.generated as f64).round() as u64;
-                (n, Some(CountSource::Estimated))
-            }
+            Some(CountSource::Usage) if self.token_events > 0 && self.event_tokens > 0 => (
+                self.share(self.reasoning_event_tokens, self.event_tokens),
+                Some(CountSource::Estimated),
+            ),
             // A whole body, no events: the reasoning text's share of the
             // text, of the exact total.
-            Some(_) => {
-                let share = self.reasoning_bytes as f64 / self.text_bytes.max(1) as f64;
-                let n = (share * self.generated as f64).round() as u64;
-                (n, Some(CountSource::Estimated))
-            }
+            Some(_) => (
+                self.share(self.reasoning_bytes, self.text_bytes.max(1)),
+                Some(CountSource::Estimated),
+            ),
         }
+    }
+
+    /// `part` / `whole` of the generated total, rounded.
+    fn share(&self, part: u64, whole: u64) -> u64 {
+        (part as f64 / whole as f64 * self.generated as f64).round() as u64
     }
 
     /// Tokens the stream carried: generated, less hidden reasoning. TPOT and

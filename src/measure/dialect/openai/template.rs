@@ -127,7 +127,7 @@ impl Template {
     /// through an envelope, since all it carries are the counts and the
     /// names (what `Envelope::parsed` makes of an envelope with nothing
     /// else).
-    #[inline(always)]
+    #[inline]
     pub(super) fn read<'a>(&self, data: &'a [u8]) -> Option<Parsed<'a>> {
         let at = usize::from(self.head);
         let (head, tail) = self.bytes.split_at_checked(at)?;
