@@ -46,6 +46,7 @@ use crate::{
     measure::observe::ObservedBody,
     proxy::health::Health,
     proxy::reload::Live,
+    proxy::upgrade::{self, Asked},
 };
 
 /// The body of every response the proxy sends.
@@ -137,6 +138,7 @@ impl Inner {
         let mut exchange;
         let hook;
         let slot;
+        let switching;
         let outgoing = {
             let mut request = request;
             // The connection's, for the response: not the upstream's business.
@@ -157,7 +159,22 @@ impl Inner {
             // Unboxed as it is taken apart: the request whole is not kept
             // beside its parts while the body may be read (`prepare`).
             let (mut parts, body) = (*request).into_parts();
-            let body = ClientBody::new(body, self.timeouts.request_body, fault.clone());
+            // A switch only an HTTP/1.1 upstream can make; the request
+            // goes without it otherwise.
+            if self.upstream.protocol != UpstreamProtocol::Http1 {
+                parts.extensions.remove::<Asked>();
+            }
+            // Asked to switch: what goes upstream after the head (which has
+            // no body) is the client's bytes once switched. The client may
+            // listen for long: its silence is not a stall (the upstream's
+            // is, at `idle_timeout`).
+            let bytes = parts.extensions.get::<Asked>().and_then(Asked::take_bytes);
+            switching = bytes.is_some();
+            let (body, stall) = match bytes {
+                Some(bytes) => (bytes, None),
+                None => (body, Some(self.timeouts.request_body)),
+            };
+            let body = ClientBody::new(body, stall, fault.clone());
             let cap = live.reading.request_capture_bytes;
             let body = match self.prepare(&mut parts, body, cap, &mut exchange).await {
                 Ok(body) => body,
@@ -173,7 +190,8 @@ impl Inner {
         // beside the wait, and a future held in a local first would be
         // kept twice (the local, and the await's copy).
         let limit = self.timeouts.response_header;
-        let answer = match self.answered(timeout(limit, outgoing.send(start)).await, &fault) {
+        let sent = timeout(limit, outgoing.send(start)).await;
+        let answer = match self.answered(sent, &fault, switching) {
             Ok(answer) => answer,
             Err(e) => return Ok(local_response(e, exchange)),
         };
@@ -207,14 +225,18 @@ impl Inner {
     }
 
     /// What the wait for the response head came to. A failure is the
-    /// client's when its body failed first (`fault`), else the upstream's.
+    /// client's when its body failed first (`fault`), else the upstream's;
+    /// a `101` is one unless the request asked to switch (`switching`).
     fn answered(
         &self,
         sent: Result<Result<Answer, Unanswered>, Elapsed>,
         fault: &ClientFault,
+        switching: bool,
     ) -> Result<Answer, ProxyError> {
         match sent {
-            Ok(Ok(answer)) if answer.response.status() == StatusCode::SWITCHING_PROTOCOLS => {
+            Ok(Ok(answer))
+                if answer.response.status() == StatusCode::SWITCHING_PROTOCOLS && !switching =>
+            {
                 Err(ProxyError::UnsolicitedUpgrade)
             }
             Ok(Ok(answer)) => Ok(answer),
@@ -242,7 +264,19 @@ impl Inner {
         exchange.on_response_head(&parts, at);
         // The client's connection has its own version; hyper frames for it.
         parts.version = Version::default();
+        let switched = parts.status == StatusCode::SWITCHING_PROTOCOLS;
+        let protocols = switched.then(|| {
+            parts
+                .headers
+                .get_all(header::UPGRADE)
+                .iter()
+                .cloned()
+                .collect()
+        });
         headers::strip_response(&mut parts.headers);
+        if let Some(protocols) = protocols {
+            upgrade::restore_switch(&mut parts.headers, protocols);
+        }
         let strip = exchange.usage_injected() && exchange.streamed();
         let body = ResponseBody::upstream(body, self.timeouts.idle, slot);
         let body = match hook {
@@ -287,6 +321,9 @@ impl Inner {
             UpstreamProtocol::Http2 => Version::HTTP_2,
         };
         headers::strip_request(&mut parts.headers);
+        if let Some(asked) = parts.extensions.get::<Asked>() {
+            asked.restore(&mut parts.headers);
+        }
         match (self.preserve_host, client_host, self.upstream.protocol) {
             (true, Some(host), _) => {
                 parts.headers.insert(header::HOST, host);

@@ -11,6 +11,8 @@
 //!   response heads parsed and encoded, bodies decoded, as hyper does.
 //! - [`health`]: readiness, which is green only when traffic would flow,
 //!   and the optional HTTP probe of the upstream it follows.
+//! - [`upgrade`]: WebSocket upgrades, tunnelled through both connections
+//!   as the exchange's two bodies.
 //! - `woken`: a poll that nothing can have changed returns at once, for
 //!   the body, its idle timer and the connection loop above.
 
@@ -18,5 +20,6 @@ pub mod forward;
 pub mod health;
 pub mod reload;
 pub(crate) mod server;
+pub(crate) mod upgrade;
 pub mod wire;
 mod woken;

@@ -53,3 +53,4 @@ mod tls;
 mod transparency;
 mod upstream_pool;
 mod upstream_wire;
+mod websocket;

@@ -104,17 +104,27 @@ impl ClientFault {
 /// while it is being read, and reporting its failures. `Unpin` (its timer is
 /// boxed, once per request), so it can be read with `BodyExt::frame`.
 pub(crate) struct ClientBody {
-    inner: Pin<Box<IdleTimeout<Incoming, ClientBodyError>>>,
+    inner: Timed,
     fault: ClientFault,
 }
 
+/// The body, with its timer or without.
+enum Timed {
+    Stalls(Pin<Box<IdleTimeout<Incoming, ClientBodyError>>>),
+    /// A tunnel's bytes from the client (`proxy::upgrade`): a client that
+    /// listens sends nothing for as long as it likes.
+    Untimed(Incoming),
+}
+
 impl ClientBody {
-    /// Wraps the client's body; its failure goes to `fault`.
-    pub(crate) fn new(body: Incoming, timeout: Duration, fault: ClientFault) -> Self {
-        Self {
-            inner: Box::pin(IdleTimeout::new(body, timeout)),
-            fault,
-        }
+    /// Wraps the client's body, failed after `stall` without a frame while
+    /// it is read (never with `None`); its failure goes to `fault`.
+    pub(crate) fn new(body: Incoming, stall: Option<Duration>, fault: ClientFault) -> Self {
+        let inner = match stall {
+            Some(timeout) => Timed::Stalls(Box::pin(IdleTimeout::new(body, timeout))),
+            None => Timed::Untimed(body),
+        };
+        Self { inner, fault }
     }
 }
 
@@ -127,7 +137,10 @@ impl Body for ClientBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, ClientBodyError>>> {
         let this = self.get_mut();
-        let polled = this.inner.as_mut().poll_frame(cx);
+        let polled = match &mut this.inner {
+            Timed::Stalls(body) => body.as_mut().poll_frame(cx),
+            Timed::Untimed(body) => Pin::new(body).poll_frame(cx).map_err(Into::into),
+        };
         if let Poll::Ready(Some(Err(e))) = &polled {
             // Only the first failure counts; a body fails once.
             let _ = this.fault.0.set(e.clone());
@@ -136,10 +149,16 @@ impl Body for ClientBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        match &self.inner {
+            Timed::Stalls(body) => body.is_end_stream(),
+            Timed::Untimed(body) => body.is_end_stream(),
+        }
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        match &self.inner {
+            Timed::Stalls(body) => body.size_hint(),
+            Timed::Untimed(body) => body.size_hint(),
+        }
     }
 }

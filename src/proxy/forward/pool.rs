@@ -46,6 +46,7 @@ use super::{
     client::{Connector, UpstreamBody},
     connect::{Stream, Timed},
 };
+use crate::proxy::upgrade::Asked;
 use crate::proxy::wire::{
     chunked::{Decoded, Decoder, Framing},
     client::{self as h1, BodySize, WireError},
@@ -177,6 +178,12 @@ impl Pool {
         };
         let mut out = Vec::with_capacity(1024);
         let framing = h1::encode_request(&mut parts, size, &mut out);
+        // A request that asks to switch protocols is sent with no body (a
+        // `GET`); once switched, the client's bytes follow as they come.
+        let framing = match parts.extensions.get::<Asked>() {
+            Some(_) => Framing::Close,
+            None => framing,
+        };
         Outgoing {
             upload: Box::new(Upload::new(body, framing, out, &parts.headers)),
             method: parts.method,
@@ -218,10 +225,23 @@ impl Pool {
             failed_write = None;
         };
         let (response_parts, ()) = head.response.into_parts();
+        // Switched: the upstream's bytes until it closes (the caller
+        // refuses a switch the request did not ask for).
+        let switched = response_parts.status == http::StatusCode::SWITCHING_PROTOCOLS;
+        let framing = if switched {
+            Framing::Close
+        } else {
+            head.framing
+        };
+        if !switched && upload.as_ref().is_some_and(|u| u.framing == Framing::Close) {
+            // Not switched: the request was whole with its head, and its
+            // end must not close the connection's sending side.
+            upload = None;
+        }
         let mut lease = Lease {
             conn: Some(conn),
             upload,
-            decoder: Decoder::new(head.framing),
+            decoder: Decoder::new(framing),
             keep_alive: head.keep_alive && failed_write.is_none(),
             drained: false,
             read_end: None,
@@ -376,6 +396,13 @@ impl Upload {
             }
             self.out.clear();
             self.written = 0;
+            if self.ended && self.framing == Framing::Close {
+                // A switched connection's client ended its side: so does
+                // this one, and the upstream's close ends the tunnel.
+                return Pin::new(&mut *io)
+                    .poll_shutdown(cx)
+                    .map_err(PoolError::from);
+            }
             if self.ended {
                 return Pin::new(&mut *io).poll_flush(cx).map_err(PoolError::from);
             }
@@ -390,11 +417,14 @@ impl Upload {
                     Poll::Pending => break,
                 }
             }
-            if self.out.is_empty() {
+            if self.out.is_empty() && !self.ended {
                 // The body waits: what was written must not (TLS buffers).
                 ready!(Pin::new(&mut *io).poll_flush(cx))?;
                 return Poll::Pending;
             }
+            // Else round again: to write what was gathered, or to finish
+            // an end that came with nothing to write (no chunk's end, no
+            // data: a length's last frame polled apart, a tunnel's end).
         }
     }
 
@@ -404,7 +434,8 @@ impl Upload {
             Ok(data) => {
                 match self.framing {
                     Framing::Chunked => h1::encode_chunk(&data, &mut self.out),
-                    Framing::Length(_) | Framing::Close => {
+                    Framing::Close => self.out.extend_from_slice(&data),
+                    Framing::Length(_) => {
                         self.owed = self
                             .owed
                             .checked_sub(data.len() as u64)

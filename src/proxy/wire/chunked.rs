@@ -38,8 +38,9 @@ pub enum Framing {
     Length(u64),
     /// Chunked transfer coding.
     Chunked,
-    /// Until the connection closes (responses only: a request body is
-    /// never delimited so).
+    /// Until the connection closes: a response's, or the bytes each way of
+    /// a connection switched to another protocol (`proxy::upgrade`); a
+    /// request's body is never delimited so.
     Close,
 }
 

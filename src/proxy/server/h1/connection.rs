@@ -19,13 +19,14 @@ use std::{
 };
 
 use bytes::{Buf, Bytes, BytesMut};
-use http::{Method, Request, Response, Version};
+use http::{Method, Request, Response, StatusCode, Version};
 use http_body::Body as HttpBody;
 use hyper::rt::Write;
 use tokio::time::Sleep;
 
 use super::body::{Body, BodyError, Room, Sender};
 use crate::proxy::server::quiet::Quiet;
+use crate::proxy::upgrade::{self, Asked};
 use crate::proxy::wire::{
     self,
     chunked::{Decoded, Decoder, Framing as DecoderFraming, SizeLine},
@@ -65,6 +66,9 @@ pub(crate) struct Connection<S, F, B> {
     version: Version,
     /// A request was started on this connection.
     served: bool,
+    /// The connection switched protocols (`101`): the bytes each way are
+    /// the request's and the response's bodies, each until its side closes.
+    tunnel: bool,
     /// Reads the heads off `read` as hyper does.
     heads: HeadReader,
     /// `header_read_timeout`, for the heads after the first.
@@ -118,6 +122,11 @@ struct Upload {
     sender: Sender,
     /// `100 Continue` is owed once the body is asked for.
     expect_continue: bool,
+    /// A request that asks to switch protocols, whose answer has not come:
+    /// nothing is read as its body until a `101` goes out (the client's
+    /// bytes are the new protocol's from then on), and it has none if the
+    /// answer is anything else.
+    held: bool,
 }
 
 impl<S, F, B> Connection<S, F, B>
@@ -142,6 +151,7 @@ where
             read_closed: false,
             version: Version::HTTP_11,
             served: false,
+            tunnel: false,
             heads: HeadReader::default(),
             header_read,
             head_timer: None,
@@ -263,11 +273,18 @@ where
     /// Calls the service with a parsed head.
     fn start(&mut self, head: RequestHead) {
         let RequestHead {
-            parts,
+            mut parts,
             framing,
             keep_alive,
             expect_continue,
         } = head;
+        if let (BodyFraming::Length(0), Some(upgrade)) = (framing, upgrade::asks(&parts)) {
+            // The client's bytes once switched, read until it closes its
+            // side, offered apart: the request's own body is empty.
+            let (bytes, sender) = Body::channel(None);
+            self.upload = Some(Upload::held(sender));
+            parts.extensions.insert(Asked::new(upgrade, bytes.into()));
+        }
         let body = match framing {
             BodyFraming::Length(0) => Body::empty(),
             BodyFraming::Length(_) | BodyFraming::Chunked => {
@@ -328,6 +345,7 @@ where
         };
         let mut answering = answering;
         let (parts, body) = response.into_parts();
+        self.tunnel = self.switches(parts.status);
         // A `100 Continue` not sent yet never is once the head goes out
         // (hyper's rule). A body still held is read on if the client sends
         // it anyway; one dropped unread leaves the connection reusable only
@@ -341,7 +359,7 @@ where
             keep_alive: answering.keep_alive && !self.closing,
         };
         let mut head = Vec::new();
-        let (framing, keep_after) = match response::encode_head(
+        let decided = match response::encode_head(
             &parts,
             &body.size_hint(),
             body.is_end_stream(),
@@ -360,6 +378,12 @@ where
                 self.state = State::Closing;
                 return Poll::Ready(Ok(true));
             }
+        };
+        // Switched: the upstream's bytes as they come, until it closes.
+        let (framing, keep_after) = if self.tunnel {
+            (Framing::CloseDelimited, false)
+        } else {
+            decided
         };
         self.out.push_head(head);
         answering.keep_after = keep_after;
@@ -388,6 +412,22 @@ where
             },
         };
         Poll::Ready(Ok(true))
+    }
+
+    /// Whether the answer to a request that asked to switch protocols
+    /// switches them (`101`): its body is then read from here on; any other
+    /// answer leaves it without one, and the connection as it was.
+    fn switches(&mut self, status: StatusCode) -> bool {
+        let Some(upload) = self.upload.as_mut().filter(|u| u.held) else {
+            return false;
+        };
+        if status == StatusCode::SWITCHING_PROTOCOLS {
+            upload.held = false;
+            return true;
+        }
+        upload.sender.end(Ok(()));
+        self.upload = None;
+        false
     }
 
     /// Polls the response body for what is ready, queues it, and writes.
@@ -495,8 +535,9 @@ where
         self.poll_closed(cx)?;
         // A client that closed while a request is in flight is gone: as
         // hyper's server (without half-close), the connection ends, and the
-        // response with it.
-        if self.read_closed {
+        // response with it. A tunnel's client only ended its side, which
+        // was passed on; the upstream's close ends the tunnel.
+        if self.read_closed && !self.tunnel {
             return Poll::Ready(Err("the client closed the connection".into()));
         }
         Poll::Pending
@@ -508,6 +549,9 @@ where
             let Some(upload) = &mut self.upload else {
                 return Ok(());
             };
+            if upload.held {
+                return Ok(());
+            }
             if upload.expect_continue {
                 if !upload.sender.poll_wanted(cx) {
                     return Ok(());
@@ -560,7 +604,12 @@ where
                 Poll::Ready(Ok(0)) => {
                     self.read_closed = true;
                     if let Some(upload) = self.upload.take() {
-                        upload.sender.end(Err(BodyError::Gone));
+                        // A tunnel's request body ends where the client's
+                        // bytes do; any other is cut short.
+                        upload.sender.end(match self.tunnel {
+                            true => Ok(()),
+                            false => Err(BodyError::Gone),
+                        });
                     }
                     return Ok(());
                 }
@@ -631,6 +680,18 @@ impl Upload {
             decoder: Decoder::new(framing),
             sender,
             expect_continue,
+            held: false,
+        }
+    }
+
+    /// The body of a request that asks to switch protocols: read once it
+    /// has, until the client closes.
+    fn held(sender: Sender) -> Self {
+        Self {
+            decoder: Decoder::new(DecoderFraming::Close),
+            sender,
+            expect_continue: false,
+            held: true,
         }
     }
 }

@@ -628,6 +628,11 @@ fn cat(parts: &[&str]) -> String {
 const POST_HELLO: &str = "POST /up HTTP/1.1\r\nhost: h\r\ncontent-length: 5\r\n\r\nhello";
 const CHUNKED_HEAD: &str = "POST /up HTTP/1.1\r\nhost: h\r\ntransfer-encoding: chunked\r\n\r\n";
 
+/// A WebSocket handshake (RFC 6455 §4.1).
+const WEBSOCKET: &str =
+    "GET /ws HTTP/1.1\r\nhost: h\r\nconnection: Upgrade\r\nupgrade: websocket\r\n\
+    sec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n";
+
 fn cases() -> Vec<Case> {
     let long_head = {
         let mut head = b"GET / HTTP/1.1\r\nhost: h\r\nx-long: ".to_vec();
@@ -704,6 +709,19 @@ fn cases() -> Vec<Case> {
                 &get("/b"),
             ]))],
             vec![Reply::ok(b"1")],
+        ),
+        // A WebSocket handshake answered with anything but `101` is an
+        // ordinary exchange, the connection kept (only a `101` switches,
+        // which hyper's server, without upgrades, does not).
+        case(
+            "a_refused_websocket_handshake_keeps_the_connection",
+            vec![w(WEBSOCKET), Step::AwaitReplies(1), w(get("/b"))],
+            vec![Reply::new(404, ReplyBody::Full(b"no")), Reply::ok(b"b")],
+        ),
+        case(
+            "a_refused_websocket_handshake_then_a_pipelined_request",
+            vec![w(cat(&[WEBSOCKET, &get("/b")]))],
+            vec![Reply::new(400, ReplyBody::Empty), Reply::ok(b"b")],
         ),
         // HTTP/1.0.
         case(

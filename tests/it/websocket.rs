@@ -1,0 +1,329 @@
+//! WebSocket upgrades through the proxy (`proxy::upgrade`): a real
+//! WebSocket client and server (tungstenite) talk through tokenclock as
+//! they would directly, the bytes each way unchanged, and the session is
+//! one request in the timeline. With hyper's HTTP/1.1 server (the fallback)
+//! nothing is switched, as before.
+
+use std::{net::SocketAddr, time::Duration};
+
+use futures_util::{SinkExt, StreamExt};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::{TcpListener, TcpStream},
+    sync::oneshot,
+};
+use tokio_tungstenite::tungstenite::{handshake::server, Message};
+
+use crate::common::{
+    self,
+    client::read_head,
+    next_timeline,
+    upstream::{head, Scripted, Step},
+};
+use tokenclock::measure::{dialect::Dialect, timeline::Outcome};
+
+/// Whether this run's proxies tunnel: unless the suite runs against
+/// hyper's HTTP/1.1 server (`tests/run.sh`'s second pass).
+fn tunnels() -> bool {
+    std::env::var("TOKENCLOCK_IT_HTTP1_SERVER").as_deref() != Ok("hyper")
+}
+
+/// RFC 6455 §1.3's example key, and the accept value it asks for.
+const KEY: &str = "dGhlIHNhbXBsZSBub25jZQ==";
+const ACCEPT: &str = "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=";
+
+fn handshake(path: &str, upgrade: &str) -> Vec<u8> {
+    format!(
+        "GET {path} HTTP/1.1\r\nhost: tokenclock.test\r\nconnection: Upgrade\r\n\
+         upgrade: {upgrade}\r\nsec-websocket-version: 13\r\nsec-websocket-key: {KEY}\r\n\r\n"
+    )
+    .into_bytes()
+}
+
+/// A connection to `proxy` that sent a WebSocket handshake, and the
+/// answer's status and head.
+async fn open(proxy: SocketAddr) -> (TcpStream, u16, String) {
+    let mut client = TcpStream::connect(proxy).await.expect("connect");
+    client
+        .write_all(&handshake("/v1/realtime", "websocket"))
+        .await
+        .expect("write");
+    let (status, head) = read_head(&mut client).await;
+    (client, status, head)
+}
+
+fn switch() -> bytes::Bytes {
+    head(
+        "101 Switching Protocols",
+        &[
+            "upgrade: websocket",
+            "connection: Upgrade",
+            &format!("sec-websocket-accept: {ACCEPT}"),
+        ],
+    )
+}
+
+/// A WebSocket server that greets each session as vLLM's Realtime API
+/// does (`session.created` before the client says anything), echoes what
+/// it is sent, and answers a close; it reports the handshake's URI and
+/// headers.
+async fn echo_server() -> (SocketAddr, oneshot::Receiver<http::request::Parts>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (tx, rx) = oneshot::channel();
+    tokio::spawn(async move {
+        let Ok((stream, _)) = listener.accept().await else {
+            return;
+        };
+        let _ = stream.set_nodelay(true);
+        // tungstenite's callback type: its error is an HTTP response.
+        #[allow(clippy::result_large_err)]
+        let seen = |request: &server::Request, response: server::Response| {
+            let mut parts = http::Request::new(()).into_parts().0;
+            parts.uri = request.uri().clone();
+            parts.headers = request.headers().clone();
+            let _ = tx.send(parts);
+            Ok(response)
+        };
+        let Ok(mut ws) = tokio_tungstenite::accept_hdr_async(stream, seen).await else {
+            return;
+        };
+        if ws.send(Message::text("session.created")).await.is_err() {
+            return;
+        }
+        while let Some(Ok(message)) = ws.next().await {
+            let echo = match message {
+                Message::Text(_) | Message::Binary(_) => message,
+                // Pings are answered by the library; a close too.
+                _ => continue,
+            };
+            if ws.send(echo).await.is_err() {
+                return;
+            }
+        }
+    });
+    (addr, rx)
+}
+
+/// The next message, within 10 s.
+async fn next<S>(ws: &mut tokio_tungstenite::WebSocketStream<S>) -> Message
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    tokio::time::timeout(Duration::from_secs(10), ws.next())
+        .await
+        .expect("a message within 10 s")
+        .expect("a message")
+        .expect("a valid message")
+}
+
+#[tokio::test]
+async fn a_websocket_session_goes_through_unchanged_and_is_one_request() {
+    let (upstream, seen) = echo_server().await;
+    let (proxy, mut timelines) = common::proxy_with_timelines(upstream, "").await;
+    let url = format!("ws://{}/v1/realtime?model=voxtral", proxy.addr);
+    let connected = tokio_tungstenite::connect_async(url.as_str()).await;
+    if !tunnels() {
+        // hyper's server: the upstream is asked without `Upgrade`, and
+        // refuses the handshake.
+        assert!(connected.is_err(), "switched through hyper's server");
+        return;
+    }
+    let (mut ws, response) = connected.expect("the handshake through the proxy");
+    assert_eq!(response.status(), 101);
+    let asked = seen.await.expect("the upstream saw the handshake");
+    assert_eq!(asked.uri, "/v1/realtime?model=voxtral");
+    assert_eq!(asked.headers["upgrade"], "websocket");
+    assert!(asked.headers.contains_key("sec-websocket-key"));
+
+    assert_eq!(next(&mut ws).await, Message::text("session.created"));
+    ws.send(Message::text("input_audio_buffer.append"))
+        .await
+        .expect("send text");
+    assert_eq!(
+        next(&mut ws).await,
+        Message::text("input_audio_buffer.append")
+    );
+    // Larger than any buffer on the way: many reads and writes each way.
+    let audio = common::noise(300_000, 7);
+    ws.send(Message::binary(audio.clone()))
+        .await
+        .expect("send binary");
+    assert_eq!(next(&mut ws).await, Message::binary(audio));
+    ws.send(Message::Ping(bytes::Bytes::from_static(b"p")))
+        .await
+        .expect("ping");
+    assert_eq!(
+        next(&mut ws).await,
+        Message::Pong(bytes::Bytes::from_static(b"p"))
+    );
+    ws.close(None).await.expect("close");
+    while let Some(Ok(_)) = ws.next().await {}
+
+    let t = next_timeline(&mut timelines).await;
+    assert_eq!(t.status.map(|s| s.as_u16()), Some(101));
+    // The server closed first, as RFC 6455 asks: the session ended well.
+    assert_eq!(t.outcome, Outcome::Ok);
+    assert_eq!(t.dialect, Dialect::Unknown);
+    assert!(
+        t.ttft().is_none(),
+        "WebSocket frames are not read as events"
+    );
+    // Masked client frames in, plain server frames out, headers apart.
+    assert!((300_000..301_000).contains(&t.bytes_in), "{}", t.bytes_in);
+    assert!((300_000..301_000).contains(&t.bytes_out), "{}", t.bytes_out);
+}
+
+#[tokio::test]
+async fn the_upstreams_bytes_read_with_its_101_reach_the_client() {
+    // A text frame "hi" written in the same write as the 101.
+    let mut first = switch().to_vec();
+    first.extend_from_slice(&[0x81, 2, b'h', b'i']);
+    let mut upstream = Scripted::start(vec![
+        Step::Write(first.into()),
+        Step::Pause(Duration::from_secs(10)),
+    ])
+    .await;
+    let proxy = common::proxy(upstream.addr, "").await;
+    let (mut client, status, text) = open(proxy.addr).await;
+    let asked = upstream.next_request().await;
+    if !tunnels() {
+        assert_eq!((status, asked.header("upgrade")), (502, None), "{text}");
+        return;
+    }
+    assert_eq!(status, 101, "{text}");
+    assert_eq!(asked.header("upgrade").as_deref(), Some("websocket"));
+    assert_eq!(asked.header("connection").as_deref(), Some("upgrade"));
+    assert_eq!(asked.header("sec-websocket-key").as_deref(), Some(KEY));
+    let text = text.to_ascii_lowercase();
+    assert!(text.contains("\r\nupgrade: websocket\r\n"), "{text}");
+    assert!(text.contains("\r\nconnection: upgrade\r\n"), "{text}");
+    assert!(text.contains(&format!(
+        "\r\nsec-websocket-accept: {}\r\n",
+        ACCEPT.to_ascii_lowercase()
+    )));
+    assert!(!text.contains("content-length") && !text.contains("transfer-encoding"));
+    let mut frame = [0u8; 4];
+    tokio::time::timeout(Duration::from_secs(10), client.read_exact(&mut frame))
+        .await
+        .expect("the frame within 10 s")
+        .expect("the frame");
+    assert_eq!(frame, [0x81, 2, b'h', b'i']);
+}
+
+#[tokio::test]
+async fn a_refused_or_other_upgrade_is_an_ordinary_exchange_on_a_kept_connection() {
+    let mut upstream = Scripted::start(vec![
+        Step::Write(head("404 Not Found", &["content-length: 9"])),
+        Step::Write(bytes::Bytes::from_static(b"not found")),
+    ])
+    .await;
+    let (proxy, mut timelines) = common::proxy_with_timelines(upstream.addr, "").await;
+    let mut client = TcpStream::connect(proxy.addr).await.expect("connect");
+    // A WebSocket handshake the upstream refuses, then curl's h2c upgrade,
+    // which is never switched, on the one connection.
+    for (upgrade, forwarded) in [("websocket", tunnels()), ("h2c", false)] {
+        client
+            .write_all(&handshake("/v1/realtime", upgrade))
+            .await
+            .expect("write");
+        let (status, text) = read_head(&mut client).await;
+        assert_eq!(status, 404, "{text}");
+        let mut body = [0u8; 9];
+        client.read_exact(&mut body).await.expect("the body");
+        let asked = upstream.next_request().await;
+        let expected = forwarded.then(|| upgrade.to_owned());
+        assert_eq!(asked.header("upgrade"), expected, "{upgrade}");
+        let t = next_timeline(&mut timelines).await;
+        assert_eq!(t.outcome, Outcome::HttpError);
+    }
+}
+
+#[tokio::test]
+async fn a_client_that_ends_its_side_is_heard_and_the_upstream_has_the_last_word() {
+    if !tunnels() {
+        return;
+    }
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let upstream = listener.local_addr().expect("addr");
+    let (got, heard) = oneshot::channel();
+    tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.expect("accept");
+        let mut head = Vec::new();
+        while !head.ends_with(b"\r\n\r\n") {
+            let mut byte = [0u8; 1];
+            if stream.read(&mut byte).await.expect("read") == 0 {
+                return;
+            }
+            head.push(byte[0]);
+        }
+        stream.write_all(&switch()).await.expect("101");
+        // Everything the client sends, to its end (the half-close).
+        let mut rest = Vec::new();
+        stream
+            .read_to_end(&mut rest)
+            .await
+            .expect("read to the end");
+        let _ = got.send(rest);
+        stream.write_all(b"bye").await.expect("the last word");
+    });
+    let (proxy, mut timelines) = common::proxy_with_timelines(upstream, "").await;
+    let (mut client, status, _) = open(proxy.addr).await;
+    assert_eq!(status, 101);
+    client.write_all(b"client bytes").await.expect("write");
+    client.shutdown().await.expect("half-close");
+    let heard = tokio::time::timeout(Duration::from_secs(10), heard)
+        .await
+        .expect("the upstream heard the end within 10 s")
+        .expect("bytes");
+    assert_eq!(heard, b"client bytes");
+    let mut last = Vec::new();
+    client.read_to_end(&mut last).await.expect("read");
+    assert_eq!(last, b"bye");
+    let t = next_timeline(&mut timelines).await;
+    assert_eq!((t.outcome, t.bytes_in, t.bytes_out), (Outcome::Ok, 12, 3));
+}
+
+#[tokio::test]
+async fn a_listening_client_is_not_stalled_but_a_silent_upstream_times_out() {
+    if !tunnels() {
+        return;
+    }
+    // The client sends nothing after its handshake for longer than
+    // `request_body_timeout`; the upstream speaks every 150 ms, then stops.
+    let mut upstream = Scripted::start(vec![
+        Step::Write(switch()),
+        Step::Repeat {
+            chunk: bytes::Bytes::from_static(&[0x81, 2, b'o', b'k']),
+            gap: Duration::from_millis(150),
+            count: 5,
+        },
+        Step::Pause(Duration::from_secs(30)),
+    ])
+    .await;
+    let extra = "request_body_timeout = \"100ms\"\nidle_timeout = \"500ms\"\n";
+    let (proxy, mut timelines) = common::proxy_with_timelines(upstream.addr, extra).await;
+    let (mut client, status, _) = open(proxy.addr).await;
+    assert_eq!(status, 101);
+    upstream.next_request().await;
+    let mut frames = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), client.read_to_end(&mut frames))
+        .await
+        .expect("closed within 10 s")
+        .expect("read");
+    assert_eq!(frames, [0x81, 2, b'o', b'k'].repeat(5));
+    let t = next_timeline(&mut timelines).await;
+    assert_eq!(t.outcome, Outcome::Timeout);
+}
+
+#[tokio::test]
+async fn hyper_s_server_does_not_switch() {
+    let mut upstream = Scripted::start(vec![Step::Write(switch())]).await;
+    let extra = "http1_server = \"hyper\"\n";
+    let (proxy, mut timelines) = common::proxy_with_timelines(upstream.addr, extra).await;
+    let (_client, status, _) = open(proxy.addr).await;
+    assert_eq!(status, 502);
+    assert_eq!(upstream.next_request().await.header("upgrade"), None);
+    let t = next_timeline(&mut timelines).await;
+    assert_eq!(t.outcome, Outcome::UpstreamError);
+}
