@@ -7,10 +7,12 @@
 # zstandard in; aiohttp reads zstd with backports.zstd);
 # tests/clients/compressing_upstream.py compresses with them.
 # huggingface_hub's InferenceClient is TGI's own client (LangChain's
-# HuggingFaceEndpoint uses it). Run by
+# HuggingFaceEndpoint uses it). websockets runs the OpenAI SDK's realtime
+# client, and tests/clients/realtime.py's server and client. Run by
 # tests/run.sh; a failure fails the run (the client tests fail, never
 # skip, without it).
 set -euo pipefail
 exec bash "$(dirname "$0")/../venv.sh" clients \
   openai==3.63.0 anthropic==2.17.0 httpx==0.29.0 requests==2.34.2 aiohttp==3.14.5 \
-  brotli==1.2.0 zstandard==0.25.0 backports.zstd==1.8.0 huggingface_hub==2.4.0
+  brotli==1.2.0 zstandard==0.25.0 backports.zstd==1.8.0 huggingface_hub==2.4.0 \
+  websockets==15.0.1

@@ -440,26 +440,27 @@ async fn an_sdk_stream_closed_early_is_counted_as_cancelled() {
     proxy.shutdown().await;
 }
 
-/// tests/clients/compressing_upstream.py, an upstream that answers in
-/// `coding` (`br` or `zstd`) whoever accepts it, on a port of its own;
-/// killed when dropped.
-struct CompressingUpstream {
+/// An upstream in Python (`tests/clients/SCRIPT ARG`), on a port of its
+/// own, which it prints; killed when dropped: compressing_upstream.py,
+/// which answers in `br` or `zstd` whoever accepts it, or realtime.py's
+/// WebSocket server.
+struct PythonUpstream {
     addr: SocketAddr,
     _child: tokio::process::Child,
 }
 
-impl CompressingUpstream {
-    async fn start(coding: &str) -> Self {
+impl PythonUpstream {
+    async fn start(script: &str, arg: &str) -> Self {
         use tokio::io::AsyncBufReadExt;
         let python = root().join("target/venv-clients/bin/python");
         let mut child = Command::new(python)
-            .arg(root().join("tests/clients/compressing_upstream.py"))
-            .arg(coding)
+            .arg(root().join("tests/clients").join(script))
+            .arg(arg)
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .kill_on_drop(true)
             .spawn()
-            .expect("run compressing_upstream.py (tests/clients/venv.sh makes its venv)");
+            .expect("run the upstream (tests/clients/venv.sh makes its venv)");
         let stdout = child.stdout.take().expect("its stdout");
         let mut port = String::new();
         tokio::io::BufReader::new(stdout)
@@ -515,7 +516,7 @@ async fn brotli_and_zstd_answers_are_read_as_the_clients_read_them() {
         ("br", format!("{openai},{clients}"), 16),
         ("zstd", clients.to_owned(), 12),
     ] {
-        let upstream = CompressingUpstream::start(coding).await;
+        let upstream = PythonUpstream::start("compressing_upstream.py", coding).await;
         let proxy = common::proxy(upstream.addr, "").await;
         let direct = python(upstream.addr, Some(&only)).await;
         let proxied = python(proxy.addr, Some(&only)).await;
@@ -579,5 +580,52 @@ async fn an_sdk_that_closes_at_done_before_the_body_ends_is_counted_ok() {
     let scenarios = same(&direct, &proxied, "clients.py");
     assert_eq!(scenarios["openai_chat_stream"]["text"], " one two three");
     all_measured_ok(proxy.metrics_addr, &Value::from(1)).await;
+    proxy.shutdown().await;
+}
+
+/// A Realtime API session over WebSocket (`ws://…/v1/realtime`, as vLLM
+/// serves it) through tokenclock: the OpenAI Python SDK's realtime client
+/// and the `websockets` library read the same events through the proxy as
+/// directly (tests/clients/realtime.py, whose server speaks the events of
+/// vLLM's streaming transcription), and each session is one request,
+/// counted `ok` under code 101.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn realtime_sessions_over_websocket_go_through_as_they_do_directly() {
+    let upstream = PythonUpstream::start("realtime.py", "serve").await;
+    let proxy = common::proxy(upstream.addr, "").await;
+    let run = |addr: SocketAddr| {
+        let mut command = client_command(root().join("target/venv-clients/bin/python"));
+        command
+            .arg(root().join("tests/clients/realtime.py"))
+            .arg("client")
+            .arg(format!("http://{addr}"));
+        json_of(command, "realtime.py")
+    };
+    let direct = run(upstream.addr).await;
+    let proxied = run(proxy.addr).await;
+    if std::env::var("TOKENCLOCK_IT_HTTP1_SERVER").as_deref() == Ok("hyper") {
+        // hyper's server does not switch: the upstream refuses the handshake.
+        for scenario in ["openai_realtime", "websockets"] {
+            assert!(proxied[scenario].get("error").is_some(), "{proxied}");
+        }
+        return;
+    }
+    let scenarios = same(&direct, &proxied, "realtime.py");
+    assert_eq!(scenarios["websockets"]["close_code"], 1000);
+    assert_eq!(
+        scenarios["openai_realtime"]["usage"]["completion_tokens"],
+        6
+    );
+    let metrics =
+        String::from_utf8_lossy(&client::get(proxy.metrics_addr, "/metrics").await.body())
+            .into_owned();
+    let sessions: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("tokenclock_requests_total{") && l.contains("code=\"101\""))
+        .collect();
+    assert_eq!(sessions.len(), 1, "{metrics}");
+    // Two sessions each way; these are the proxied ones.
+    assert!(sessions[0].ends_with(" 2"), "{}", sessions[0]);
+    assert!(sessions[0].contains("outcome=\"ok\""), "{}", sessions[0]);
     proxy.shutdown().await;
 }
