@@ -180,6 +180,11 @@ impl Inner {
                 Ok(body) => body,
                 Err(e) => return Ok(local_response(e, exchange)),
             };
+            let upload = if switching {
+                upload.switching(Instant::now())
+            } else {
+                upload
+            };
             match self.rewrite(parts, body, upload) {
                 Ok(r) => self.client.outgoing(r),
                 Err(e) => return Ok(local_response(e, exchange)),
@@ -278,6 +283,8 @@ impl Inner {
             upgrade::restore_switch(&mut parts.headers, protocols);
         }
         let strip = exchange.usage_injected() && exchange.streamed();
+        // A switch `answered` let through was asked for.
+        let body = if switched { body.switched() } else { body };
         let body = ResponseBody::upstream(body, self.timeouts.idle, slot);
         let body = match hook {
             Some(hook) => ObservedBody::after_write(body, exchange, hook),

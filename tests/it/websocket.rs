@@ -327,3 +327,197 @@ async fn hyper_s_server_does_not_switch() {
     let t = next_timeline(&mut timelines).await;
     assert_eq!(t.outcome, Outcome::UpstreamError);
 }
+
+/// An upstream that switches every connection and then runs `session` on
+/// it (after the handshake's head is read).
+async fn switching_upstream<F, Fut>(session: F) -> SocketAddr
+where
+    F: FnOnce(TcpStream) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let Ok((mut stream, _)) = listener.accept().await else {
+            return;
+        };
+        let mut head = Vec::new();
+        while !head.ends_with(b"\r\n\r\n") {
+            let mut byte = [0u8; 1];
+            match stream.read(&mut byte).await {
+                Ok(1) => head.push(byte[0]),
+                _ => return,
+            }
+        }
+        if stream.write_all(&switch()).await.is_ok() {
+            session(stream).await;
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn a_client_that_sends_before_it_reads_is_not_stopped_by_what_waits_for_it() {
+    if !tunnels() {
+        return;
+    }
+    // The upstream writes 64 MiB (the client reads none of it yet) while it
+    // reads what the client sends: a 16 MiB burst, sent before the client
+    // reads anything. Directly, the burst goes through as the upstream's
+    // writes wait; the proxy must not stop one direction for the other.
+    // Both are well past what the sockets' buffers and the proxy's queue
+    // hold (a few MiB each), so the waits happen.
+    const OUT: usize = 64 << 20;
+    const IN: usize = 16 << 20;
+    let (got, heard) = oneshot::channel();
+    let upstream = switching_upstream(move |stream| async move {
+        let (mut read, mut write) = stream.into_split();
+        let writing = tokio::spawn(async move {
+            let _ = write.write_all(&vec![b'o'; OUT]).await;
+            write
+        });
+        let mut received = vec![0u8; IN];
+        let ok = read.read_exact(&mut received).await.is_ok();
+        let _ = got.send(ok && received.iter().all(|b| *b == b'i'));
+        // Closes once its bytes are written (the client reads them last).
+        drop(writing.await);
+    })
+    .await;
+    let proxy = common::proxy(upstream, "").await;
+    let (mut client, status, _) = open(proxy.addr).await;
+    assert_eq!(status, 101);
+    tokio::time::timeout(Duration::from_secs(20), client.write_all(&vec![b'i'; IN]))
+        .await
+        .expect("the burst went through within 20 s, unread answers waiting")
+        .expect("write");
+    let heard = tokio::time::timeout(Duration::from_secs(20), heard)
+        .await
+        .expect("the upstream had the burst within 20 s")
+        .expect("a verdict");
+    assert!(heard, "the upstream got other bytes");
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(20), client.read_to_end(&mut out))
+        .await
+        .expect("the answers within 20 s")
+        .expect("read");
+    assert_eq!(out.len(), OUT);
+}
+
+#[tokio::test]
+async fn bytes_sent_right_behind_the_handshake_wait_for_the_switch() {
+    if !tunnels() {
+        return;
+    }
+    // The client's first frame in the same write as its handshake: held
+    // while the upstream decides, then the new protocol's first bytes.
+    let (got, heard) = oneshot::channel();
+    let upstream = switching_upstream(move |mut stream| async move {
+        let mut frame = [0u8; 6];
+        let ok = stream.read_exact(&mut frame).await.is_ok();
+        let _ = got.send(ok.then_some(frame));
+        let _ = stream.write_all(b"ok").await;
+    })
+    .await;
+    let proxy = common::proxy(upstream, "").await;
+    let mut client = TcpStream::connect(proxy.addr).await.expect("connect");
+    let mut first = handshake("/v1/realtime", "websocket");
+    first.extend_from_slice(b"\x81\x04ping");
+    client.write_all(&first).await.expect("write");
+    let (status, _) = read_head(&mut client).await;
+    assert_eq!(status, 101);
+    let heard = tokio::time::timeout(Duration::from_secs(10), heard)
+        .await
+        .expect("within 10 s")
+        .expect("a verdict");
+    assert_eq!(heard.as_ref().map(|f| &f[..]), Some(&b"\x81\x04ping"[..]));
+    let mut rest = Vec::new();
+    client.read_to_end(&mut rest).await.expect("read");
+    assert_eq!(rest, b"ok");
+}
+
+#[tokio::test]
+async fn a_client_gone_while_its_handshake_waits_is_cancelled_upstream() {
+    let mut upstream = Scripted::start(vec![
+        Step::Pause(Duration::from_secs(30)),
+        Step::Write(switch()),
+    ])
+    .await;
+    let (proxy, mut timelines) = common::proxy_with_timelines(upstream.addr, "").await;
+    let mut client = TcpStream::connect(proxy.addr).await.expect("connect");
+    client
+        .write_all(&handshake("/v1/realtime", "websocket"))
+        .await
+        .expect("write");
+    upstream.next_request().await;
+    drop(client);
+    upstream
+        .assert_cancelled_after(tokio::time::Instant::now())
+        .await;
+    let t = next_timeline(&mut timelines).await;
+    assert_eq!(t.outcome, Outcome::ClientCancelled);
+}
+
+#[tokio::test]
+async fn the_switch_says_only_upgrade_whatever_the_client_said_of_its_connection() {
+    if !tunnels() {
+        return;
+    }
+    let upstream = switching_upstream(|_| async {}).await;
+    let proxy = common::proxy(upstream, "").await;
+    let mut client = TcpStream::connect(proxy.addr).await.expect("connect");
+    let handshake = String::from_utf8(handshake("/v1/realtime", "websocket"))
+        .expect("text")
+        .replace("connection: Upgrade", "connection: Upgrade, close");
+    client.write_all(handshake.as_bytes()).await.expect("write");
+    let (status, head) = read_head(&mut client).await;
+    assert_eq!(status, 101, "{head}");
+    // OkHttp refuses a `Connection` that is not exactly `Upgrade`.
+    let connection: Vec<_> = head
+        .lines()
+        .filter(|l| l.to_ascii_lowercase().starts_with("connection:"))
+        .collect();
+    assert_eq!(connection, ["connection: upgrade"], "{head}");
+}
+
+#[tokio::test]
+async fn a_client_still_sending_when_the_upstream_ends_is_not_reset() {
+    if !tunnels() {
+        return;
+    }
+    // The upstream ends the session while the client streams audio: the
+    // client reads the upstream's last bytes and its end, and may go on
+    // sending for a moment (as it finishes its own close) without being
+    // reset; a socket closed with its bytes unread would be.
+    let upstream = switching_upstream(|mut stream| async move {
+        let mut some = [0u8; 1000];
+        let _ = stream.read_exact(&mut some).await;
+        let _ = stream.write_all(b"last").await;
+        let _ = stream.shutdown().await;
+        let mut rest = Vec::new();
+        let _ = stream.read_to_end(&mut rest).await;
+    })
+    .await;
+    let proxy = common::proxy(upstream, "").await;
+    let (client, status, _) = open(proxy.addr).await;
+    assert_eq!(status, 101);
+    let (mut read, mut write) = client.into_split();
+    let sending = tokio::spawn(async move {
+        for _ in 0..200 {
+            if write.write_all(&[b'a'; 1000]).await.is_err() {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        true
+    });
+    let mut last = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), read.read_to_end(&mut last))
+        .await
+        .expect("the end within 10 s")
+        .expect("read");
+    assert_eq!(last, b"last");
+    assert!(
+        sending.await.expect("the sender"),
+        "the client was reset while it still sent"
+    );
+}

@@ -32,6 +32,9 @@ pub struct Upload {
     /// most `cap` bytes.
     coding: Coding,
     cap: usize,
+    /// The request switched protocols and was sent whole with its head:
+    /// what passes now is the client's bytes in the new protocol.
+    switched: bool,
 }
 
 /// What the request side hands to the response side.
@@ -72,7 +75,25 @@ impl Upload {
             capture: readable.then(Vec::new),
             coding: coding.unwrap_or(Coding::Identity),
             cap,
+            switched: false,
         }
+    }
+
+    /// The upload of a request that switches protocols (a WebSocket
+    /// handshake): the request is whole with its head (it has no body), so
+    /// it is sent at `at` and the request moves on to waiting for its
+    /// answer; what this observes from then on is the client's bytes once
+    /// switched, counted in `bytes_in` and nothing else (its end is not the
+    /// request's: the session may last minutes).
+    pub fn switching(mut self, at: Instant) -> Self {
+        self.capture = None;
+        if let Ok(mut done) = self.shared.done.lock() {
+            *done = Some((Some(at), RequestInfo::default()));
+        }
+        self.shared.ended.store(true, Ordering::Release);
+        self.shared.stage.advance(Stage::WaitingHeaders);
+        self.switched = true;
+        self
     }
 
     pub(super) fn shared(&self) -> Arc<UploadShared> {
@@ -95,6 +116,9 @@ impl Observe for Upload {
     }
 
     fn on_end(self, end: End, at: Instant) {
+        if self.switched {
+            return;
+        }
         let complete = end == End::Complete;
         let info = match (self.capture, complete) {
             (Some(copy), true) => decode_whole(self.coding, copy, self.cap)

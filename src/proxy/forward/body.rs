@@ -18,7 +18,7 @@ use std::future::Future;
 use tokio::time::{Instant, Sleep};
 
 use super::capacity::Slot;
-use super::pool::{Lease, PoolError};
+use super::pool::{Lease, PoolError, Switched};
 use crate::measure::observe::Failure;
 use crate::proxy::woken::Woken;
 
@@ -75,6 +75,22 @@ pub(crate) enum Source {
     Pooled(Lease),
     /// hyper-util's HTTP/2 client, whose connection a task of its own drives.
     Spawned(Incoming),
+    /// A pooled connection switched to another protocol (`101`).
+    Switched(Switched),
+}
+
+impl Source {
+    /// The body of an answer that switched protocols: the connection's
+    /// bytes until it closes, both ways (`proxy::upgrade`).
+    pub(crate) fn switched(self) -> Self {
+        match self {
+            Self::Pooled(mut lease) => match lease.switch() {
+                Some(switched) => Self::Switched(switched),
+                None => Self::Pooled(lease),
+            },
+            other => other,
+        }
+    }
 }
 
 pin_project! {
@@ -158,6 +174,8 @@ enum Upstream {
     /// A pooled HTTP/1.1 connection: it gathers what one read brought into
     /// one frame itself (`Lease::poll_next`).
     Pooled(Lease),
+    /// A switched connection's bytes, a read's worth at a time.
+    Switched(Switched),
     /// An HTTP/2 body, its frames merged here.
     Spawned {
         body: Incoming,
@@ -178,6 +196,7 @@ impl Received {
         let upstream = match source {
             Source::Pooled(lease) => Upstream::Pooled(lease),
             Source::Spawned(body) => Upstream::Spawned { body, next: None },
+            Source::Switched(switched) => Upstream::Switched(switched),
         };
         Self {
             upstream,
@@ -206,6 +225,10 @@ impl Upstream {
                 let frame = ready!(lease.poll_next(cx));
                 Poll::Ready((frame.map(|f| f.map_err(BodyError::from)), lease.drained()))
             }
+            Self::Switched(switched) => {
+                let frame = ready!(switched.poll_next(cx));
+                Poll::Ready((frame.map(|f| f.map_err(BodyError::from)), false))
+            }
             Self::Spawned { body, next } => {
                 if let Some(frame) = next.take() {
                     return Poll::Ready((frame.map(|f| f.map_err(BodyError::from)), false));
@@ -220,6 +243,7 @@ impl Upstream {
     fn is_end_stream(&self) -> bool {
         match self {
             Self::Pooled(lease) => lease.is_end_stream(),
+            Self::Switched(_) => false,
             Self::Spawned { body, next } => next.is_none() && body.is_end_stream(),
         }
     }
@@ -227,6 +251,7 @@ impl Upstream {
     fn size_hint(&self) -> SizeHint {
         match self {
             Self::Pooled(lease) => lease.size_hint(),
+            Self::Switched(_) => SizeHint::default(),
             Self::Spawned { body, .. } => body.size_hint(),
         }
     }

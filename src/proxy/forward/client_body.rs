@@ -104,16 +104,21 @@ impl ClientFault {
 /// while it is being read, and reporting its failures. `Unpin` (its timer is
 /// boxed, once per request), so it can be read with `BodyExt::frame`.
 pub(crate) struct ClientBody {
-    inner: Timed,
+    /// Boxed either way: the proxy's future holds the body while it
+    /// prepares the request (`forward`'s size test).
+    inner: Pin<Box<Timed>>,
     fault: ClientFault,
 }
 
-/// The body, with its timer or without.
-enum Timed {
-    Stalls(Pin<Box<IdleTimeout<Incoming, ClientBodyError>>>),
-    /// A tunnel's bytes from the client (`proxy::upgrade`): a client that
-    /// listens sends nothing for as long as it likes.
-    Untimed(Incoming),
+pin_project_lite::pin_project! {
+    /// The body, with its timer or without.
+    #[project = TimedProj]
+    enum Timed {
+        Stalls { #[pin] body: IdleTimeout<Incoming, ClientBodyError> },
+        /// A tunnel's bytes from the client (`proxy::upgrade`): a client
+        /// that listens sends nothing for as long as it likes.
+        Untimed { body: Incoming },
+    }
 }
 
 impl ClientBody {
@@ -121,10 +126,15 @@ impl ClientBody {
     /// it is read (never with `None`); its failure goes to `fault`.
     pub(crate) fn new(body: Incoming, stall: Option<Duration>, fault: ClientFault) -> Self {
         let inner = match stall {
-            Some(timeout) => Timed::Stalls(Box::pin(IdleTimeout::new(body, timeout))),
-            None => Timed::Untimed(body),
+            Some(timeout) => Timed::Stalls {
+                body: IdleTimeout::new(body, timeout),
+            },
+            None => Timed::Untimed { body },
         };
-        Self { inner, fault }
+        Self {
+            inner: Box::pin(inner),
+            fault,
+        }
     }
 }
 
@@ -137,9 +147,9 @@ impl Body for ClientBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, ClientBodyError>>> {
         let this = self.get_mut();
-        let polled = match &mut this.inner {
-            Timed::Stalls(body) => body.as_mut().poll_frame(cx),
-            Timed::Untimed(body) => Pin::new(body).poll_frame(cx).map_err(Into::into),
+        let polled = match this.inner.as_mut().project() {
+            TimedProj::Stalls { body } => body.poll_frame(cx),
+            TimedProj::Untimed { body } => Pin::new(body).poll_frame(cx).map_err(Into::into),
         };
         if let Poll::Ready(Some(Err(e))) = &polled {
             // Only the first failure counts; a body fails once.
@@ -149,16 +159,16 @@ impl Body for ClientBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        match &self.inner {
-            Timed::Stalls(body) => body.is_end_stream(),
-            Timed::Untimed(body) => body.is_end_stream(),
+        match &*self.inner {
+            Timed::Stalls { body } => body.is_end_stream(),
+            Timed::Untimed { body } => body.is_end_stream(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
-        match &self.inner {
-            Timed::Stalls(body) => body.size_hint(),
-            Timed::Untimed(body) => body.size_hint(),
+        match &*self.inner {
+            Timed::Stalls { body } => body.size_hint(),
+            Timed::Untimed { body } => body.size_hint(),
         }
     }
 }

@@ -37,7 +37,8 @@ use http::{header, HeaderMap, Method, Request, Response, Uri};
 use http_body::{Body, Frame, SizeHint};
 use hyper_util::rt::TokioIo;
 use tokio::{
-    io::{AsyncRead, AsyncWrite, ReadBuf},
+    io::{AsyncRead, AsyncWrite, ReadBuf, ReadHalf},
+    task::AbortHandle,
     time::Instant,
 };
 use tower::Service;
@@ -233,16 +234,20 @@ impl Pool {
         } else {
             head.framing
         };
+        let mut unsent = false;
         if !switched && upload.as_ref().is_some_and(|u| u.framing == Framing::Close) {
             // Not switched: the request was whole with its head, and its
-            // end must not close the connection's sending side.
+            // end must not close the connection's sending side. A head the
+            // upstream answered before it had all of it leaves the
+            // connection unfit for another request.
+            unsent = upload.as_ref().is_some_and(|u| u.written < u.out.len());
             upload = None;
         }
         let mut lease = Lease {
             conn: Some(conn),
             upload,
             decoder: Decoder::new(framing),
-            keep_alive: head.keep_alive && failed_write.is_none(),
+            keep_alive: head.keep_alive && failed_write.is_none() && !unsent,
             drained: false,
             read_end: None,
             next: None,
@@ -380,9 +385,9 @@ impl Upload {
     /// Writes what is encoded, then what the body has ready, until the
     /// socket or the body must wait; ready once the whole request is
     /// written and flushed.
-    fn poll_send(
+    fn poll_send<W: AsyncWrite + Unpin>(
         &mut self,
-        io: &mut TokioIo<Stream>,
+        io: &mut W,
         cx: &mut Context<'_>,
     ) -> Poll<Result<(), PoolError>> {
         loop {
@@ -760,6 +765,73 @@ impl Lease {
                 return Poll::Ready(after);
             }
             return Poll::Pending;
+        }
+    }
+}
+
+/// A connection the upstream switched to another protocol (`101`: a
+/// WebSocket session, `proxy::upgrade`), as the response's body: the
+/// upstream's bytes as they come, until it closes. The client's bytes go
+/// the other way in a task of their own, so that neither direction waits
+/// for the other: a client that sends before it reads, while the
+/// upstream's bytes back up behind it, would otherwise stop both (the body
+/// is not polled while the client's socket is full), where directly the
+/// server reads on while its writes wait.
+pub(crate) struct Switched {
+    read: ReadHalf<TokioIo<Stream>>,
+    /// Read and not yet handed on: first what came with the `101`.
+    buf: BytesMut,
+    /// The task sending the client's bytes, stopped with the session.
+    sending: Option<AbortHandle>,
+}
+
+impl Lease {
+    /// The connection of a `101`, switched (see [`Switched`]), taken out
+    /// of the lease; `None` if it has none (it ended).
+    pub(super) fn switch(&mut self) -> Option<Switched> {
+        let conn = self.conn.take()?;
+        let (read, mut write) = tokio::io::split(conn.io);
+        let sending = self.upload.take().map(|mut upload| {
+            let send = async move {
+                // Ends at the client's end (passed on as a half-close) or
+                // a failure on either side; the session reads on.
+                let _ = poll_fn(|cx| upload.poll_send(&mut write, cx)).await;
+            };
+            tokio::spawn(send).abort_handle()
+        });
+        Some(Switched {
+            read,
+            buf: conn.buf,
+            sending,
+        })
+    }
+}
+
+impl Switched {
+    /// What was read, or a read's worth; `None` once the upstream closed.
+    pub(super) fn poll_next(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, PoolError>>> {
+        if self.buf.is_empty() {
+            if self.buf.capacity() < READ_SIZE / 4 {
+                self.buf.reserve(READ_SIZE);
+            }
+            let read = Pin::new(&mut self.read);
+            match ready!(tokio_util::io::poll_read_buf(read, cx, &mut self.buf)) {
+                Ok(0) => return Poll::Ready(None),
+                Ok(_) => {}
+                Err(e) => return Poll::Ready(Some(Err(e.into()))),
+            }
+        }
+        Poll::Ready(Some(Ok(Frame::data(self.buf.split().freeze()))))
+    }
+}
+
+impl Drop for Switched {
+    fn drop(&mut self) {
+        if let Some(sending) = &self.sending {
+            sending.abort();
         }
     }
 }

@@ -44,6 +44,10 @@ const READ_SIZE: usize = 8 * 1024;
 /// The most request-body bytes handed over in one frame.
 const MAX_FRAME: usize = 64 * 1024;
 
+/// How long a switched connection whose upstream ended the session reads
+/// on (and drops) what its client still sends, before the socket closes.
+const LINGER: Duration = Duration::from_secs(2);
+
 /// `HTTP/1.1 100 Continue`, sent when a request that expects it has its
 /// body asked for.
 const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
@@ -101,6 +105,9 @@ enum State<F, B> {
     Finishing { keep_alive: bool },
     /// Closing: write what is left, then shut the socket down.
     Closing,
+    /// A switched connection, shut down: what the client still sends is
+    /// read and dropped, for at most [`LINGER`].
+    Lingering,
 }
 
 /// What a response answers: the request's facts it is framed by.
@@ -190,8 +197,13 @@ where
                     ready!(self.poll_flush(cx))?;
                     // The end of a close-delimited body, and a clean FIN.
                     let _ = ready!(Pin::new(&mut self.io).poll_shutdown(cx));
-                    return Poll::Ready(Ok(()));
+                    if !self.tunnel || self.read_closed {
+                        return Poll::Ready(Ok(()));
+                    }
+                    self.state = State::Lingering;
+                    true
                 }
+                State::Lingering => return self.poll_linger(cx),
             };
             if !progressed {
                 return Poll::Pending;
@@ -356,7 +368,9 @@ where
         let facts = Answering {
             method: &answering.method,
             version: answering.version,
-            keep_alive: answering.keep_alive && !self.closing,
+            // A switch is last anyway, and its `Connection` must be only
+            // `upgrade` (OkHttp refuses `upgrade, close`).
+            keep_alive: self.tunnel || (answering.keep_alive && !self.closing),
         };
         let mut head = Vec::new();
         let decided = match response::encode_head(
@@ -648,7 +662,10 @@ where
     /// pipelining client sent.
     fn poll_closed(&mut self, cx: &mut Context<'_>) -> Result<(), BoxError> {
         // As hyper: once a pipelined request's bytes wait, no more is read.
-        if self.upload.is_some() || self.read_closed || !self.read.is_empty() {
+        // A switch's held bytes are not read yet: a client that left while
+        // its handshake waits is noticed (what it sent stays in `read`).
+        let reading = self.upload.as_ref().is_some_and(|u| !u.held);
+        if reading || self.read_closed || !self.read.is_empty() {
             return Ok(());
         }
         match self.poll_read(cx) {
@@ -657,6 +674,28 @@ where
             Poll::Ready(Ok(_)) | Poll::Pending => {}
         }
         Ok(())
+    }
+
+    /// Reads and drops what the client of a switched connection still
+    /// sends, until it closes or [`LINGER`] passes: a socket closed with
+    /// bytes unread is reset by the kernel, which drops what it had not
+    /// yet delivered of the upstream's last bytes (its close frame, an
+    /// error event), as nginx's lingering close avoids.
+    fn poll_linger(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.upload = None;
+        loop {
+            self.read.clear();
+            match self.poll_read(cx) {
+                Poll::Ready(Ok(0) | Err(_)) => return Poll::Ready(Ok(())),
+                Poll::Ready(Ok(_)) => {}
+                Poll::Pending => break,
+            }
+        }
+        let timer = self
+            .head_timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(LINGER)));
+        ready!(timer.as_mut().poll(cx));
+        Poll::Ready(Ok(()))
     }
 
     fn poll_read(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
