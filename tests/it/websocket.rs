@@ -165,6 +165,9 @@ async fn a_websocket_session_goes_through_unchanged_and_is_one_request() {
     // The server closed first, as RFC 6455 asks: the session ended well.
     assert_eq!(t.outcome, Outcome::Ok);
     assert_eq!(t.dialect, Dialect::Unknown);
+    // The handshake was sent with its head, before its answer: the upload
+    // phase is not the session's length.
+    assert!(t.request_sent.is_some() && t.request_sent <= t.response_head);
     assert!(
         t.ttft().is_none(),
         "WebSocket frames are not read as events"
@@ -520,4 +523,45 @@ async fn a_client_still_sending_when_the_upstream_ends_is_not_reset() {
         sending.await.expect("the sender"),
         "the client was reset while it still sent"
     );
+}
+
+#[tokio::test]
+async fn a_sessions_bytes_are_not_read_as_events_whatever_its_path() {
+    if !tunnels() {
+        return;
+    }
+    // A session on a path whose answers are read (the Responses API's),
+    // whose bytes look like that API's events: they are a WebSocket
+    // session's, and nothing of them is read as an event.
+    let event = b"data: {\"type\":\"response.output_text.delta\",\"delta\":\"x\"}\n\n";
+    // Even a 101 that says its bytes are SSE.
+    let sse = head(
+        "101 Switching Protocols",
+        &[
+            "upgrade: websocket",
+            "connection: Upgrade",
+            &format!("sec-websocket-accept: {ACCEPT}"),
+            "content-type: text/event-stream",
+        ],
+    );
+    let mut first = sse.to_vec();
+    first.extend_from_slice(event);
+    let mut upstream = Scripted::start(vec![Step::Write(first.into())]).await;
+    let (proxy, mut timelines) = common::proxy_with_timelines(upstream.addr, "").await;
+    let mut client = TcpStream::connect(proxy.addr).await.expect("connect");
+    client
+        .write_all(&handshake("/v1/responses", "websocket"))
+        .await
+        .expect("write");
+    let (status, _) = read_head(&mut client).await;
+    assert_eq!(status, 101);
+    upstream.next_request().await;
+    let mut rest = Vec::new();
+    client.read_to_end(&mut rest).await.expect("read");
+    assert_eq!(rest, event);
+    let t = next_timeline(&mut timelines).await;
+    assert_eq!(t.dialect, Dialect::OpenAiResponses);
+    assert_eq!(t.outcome, Outcome::Ok);
+    assert!(t.ttft().is_none() && t.parse_errors.is_empty(), "{t:?}");
+    assert_eq!(t.bytes_out, event.len() as u64);
 }
