@@ -565,3 +565,16 @@ async fn a_sessions_bytes_are_not_read_as_events_whatever_its_path() {
     assert!(t.ttft().is_none() && t.parse_errors.is_empty(), "{t:?}");
     assert_eq!(t.bytes_out, event.len() as u64);
 }
+
+#[tokio::test]
+async fn an_http2_upstream_gets_no_switch() {
+    // HTTP/2 has no Upgrade (RFC 8441's extended CONNECT is not spoken):
+    // the handshake goes without it, here through a second proxy's h2c
+    // listener to an upstream that would switch anything.
+    let mut upstream = Scripted::start(vec![Step::Write(switch())]).await;
+    let inner = common::proxy(upstream.addr, "").await;
+    let outer = common::proxy(inner.addr, "upstream_protocol = \"http2\"").await;
+    let (_client, status, _) = open(outer.addr).await;
+    assert_eq!(status, 502);
+    assert_eq!(upstream.next_request().await.header("upgrade"), None);
+}
