@@ -425,6 +425,11 @@ impl Upload {
             if self.out.is_empty() && !self.ended {
                 // The body waits: what was written must not (TLS buffers).
                 ready!(Pin::new(&mut *io).poll_flush(cx))?;
+                if self.framing == Framing::Close && self.out.capacity() > READ_SIZE {
+                    // A session's client may be quiet for minutes: it keeps
+                    // no burst's worth of buffer meanwhile.
+                    self.out = Vec::new();
+                }
                 return Poll::Pending;
             }
             // Else round again: to write what was gathered, or to finish

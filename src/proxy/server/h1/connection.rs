@@ -534,6 +534,11 @@ where
                 _ => {}
             }
             let keep_alive = answering.keep_after && framing != Framing::CloseDelimited;
+            if self.tunnel {
+                // The session is over: nothing the client sends goes on
+                // (it is read and dropped while lingering).
+                self.upload = None;
+            }
             // The body is dropped here: the request is no longer in flight
             // once its last bytes are queued.
             self.state = State::Finishing { keep_alive };
