@@ -40,12 +40,12 @@ fn handshake(path: &str, upgrade: &str) -> Vec<u8> {
     .into_bytes()
 }
 
-/// A connection to `proxy` that sent a WebSocket handshake, and the
-/// answer's status and head.
-async fn open(proxy: SocketAddr) -> (TcpStream, u16, String) {
+/// A connection to `proxy` that sent a WebSocket handshake for `path`,
+/// and the answer's status and head.
+async fn open_at(proxy: SocketAddr, path: &str) -> (TcpStream, u16, String) {
     let mut client = TcpStream::connect(proxy).await.expect("connect");
     client
-        .write_all(&handshake("/v1/realtime", "websocket"))
+        .write_all(&handshake(path, "websocket"))
         .await
         .expect("write");
     let (status, head) = read_head(&mut client).await;
@@ -247,20 +247,8 @@ async fn a_client_that_ends_its_side_is_heard_and_the_upstream_has_the_last_word
     if !tunnels() {
         return;
     }
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let upstream = listener.local_addr().expect("addr");
     let (got, heard) = oneshot::channel();
-    tokio::spawn(async move {
-        let (mut stream, _) = listener.accept().await.expect("accept");
-        let mut head = Vec::new();
-        while !head.ends_with(b"\r\n\r\n") {
-            let mut byte = [0u8; 1];
-            if stream.read(&mut byte).await.expect("read") == 0 {
-                return;
-            }
-            head.push(byte[0]);
-        }
-        stream.write_all(&switch()).await.expect("101");
+    let upstream = switching_upstream(move |mut stream| async move {
         // Everything the client sends, to its end (the half-close).
         let mut rest = Vec::new();
         stream
@@ -269,7 +257,8 @@ async fn a_client_that_ends_its_side_is_heard_and_the_upstream_has_the_last_word
             .expect("read to the end");
         let _ = got.send(rest);
         stream.write_all(b"bye").await.expect("the last word");
-    });
+    })
+    .await;
     let (proxy, mut timelines) = common::proxy_with_timelines(upstream, "").await;
     let (mut client, status, _) = open(proxy.addr).await;
     assert_eq!(status, 101);
@@ -333,6 +322,11 @@ async fn hyper_s_server_does_not_switch() {
 
 /// An upstream that switches every connection and then runs `session` on
 /// it (after the handshake's head is read).
+/// [`open_at`] `/v1/realtime`.
+async fn open(proxy: SocketAddr) -> (TcpStream, u16, String) {
+    open_at(proxy, "/v1/realtime").await
+}
+
 async fn switching_upstream<F, Fut>(session: F) -> SocketAddr
 where
     F: FnOnce(TcpStream) -> Fut + Send + 'static,
@@ -548,12 +542,7 @@ async fn a_sessions_bytes_are_not_read_as_events_whatever_its_path() {
     first.extend_from_slice(event);
     let mut upstream = Scripted::start(vec![Step::Write(first.into())]).await;
     let (proxy, mut timelines) = common::proxy_with_timelines(upstream.addr, "").await;
-    let mut client = TcpStream::connect(proxy.addr).await.expect("connect");
-    client
-        .write_all(&handshake("/v1/responses", "websocket"))
-        .await
-        .expect("write");
-    let (status, _) = read_head(&mut client).await;
+    let (mut client, status, _) = open_at(proxy.addr, "/v1/responses").await;
     assert_eq!(status, 101);
     upstream.next_request().await;
     let mut rest = Vec::new();

@@ -90,31 +90,19 @@ pub(super) struct ArgLen(pub(super) u32);
 
 impl<'de> Deserialize<'de> for TextLen {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let v = LenVisitor {
-            json: false,
-            tags: false,
-        };
-        d.deserialize_any(v).map(|a| Self(a.len))
+        LenVisitor::read(d, false, false).map(|a| Self(a.len))
     }
 }
 
 impl<'de> Deserialize<'de> for ArgLen {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let v = LenVisitor {
-            json: true,
-            tags: false,
-        };
-        d.deserialize_any(v).map(|a| Self(a.len))
+        LenVisitor::read(d, true, false).map(|a| Self(a.len))
     }
 }
 
 impl<'de> Deserialize<'de> for Answer {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let v = LenVisitor {
-            json: false,
-            tags: true,
-        };
-        d.deserialize_any(v)
+        LenVisitor::read(d, false, true)
     }
 }
 
@@ -123,6 +111,13 @@ impl<'de> Deserialize<'de> for Answer {
 struct LenVisitor {
     json: bool,
     tags: bool,
+}
+
+impl LenVisitor {
+    /// Any value's length, read with these settings.
+    fn read<'de, D: Deserializer<'de>>(d: D, json: bool, tags: bool) -> Result<Answer, D::Error> {
+        d.deserialize_any(Self { json, tags })
+    }
 }
 
 impl<'de> Visitor<'de> for LenVisitor {

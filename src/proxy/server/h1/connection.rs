@@ -70,14 +70,17 @@ pub(crate) struct Connection<S, F, B> {
     version: Version,
     /// A request was started on this connection.
     served: bool,
-    /// The connection switched protocols (`101`): the bytes each way are
-    /// the request's and the response's bodies, each until its side closes.
+    /// The connection switched protocols (`101`): the client's bytes are
+    /// the switched ones offered with the request (`Asked`), the upstream's
+    /// the response's body, each until its side closes.
     tunnel: bool,
     /// Reads the heads off `read` as hyper does.
     heads: HeadReader,
     /// `header_read_timeout`, for the heads after the first.
     header_read: Duration,
-    /// Running while a head after the first is begun and not whole.
+    /// Running while a head after the first is begun and not whole; and,
+    /// once a switched connection is shut down, while it lingers (a field
+    /// of its own would cost every held stream 8 bytes).
     head_timer: Option<Pin<Box<Sleep>>>,
 }
 
@@ -623,8 +626,8 @@ where
                 Poll::Ready(Ok(0)) => {
                     self.read_closed = true;
                     if let Some(upload) = self.upload.take() {
-                        // A tunnel's request body ends where the client's
-                        // bytes do; any other is cut short.
+                        // A tunnel's switched bytes end where the client's
+                        // do; a request body is cut short.
                         upload.sender.end(match self.tunnel {
                             true => Ok(()),
                             false => Err(BodyError::Gone),
