@@ -86,6 +86,8 @@ fn operation(dialect: Dialect) -> &'static str {
         Dialect::OpenAiChat | Dialect::OpenAiResponses | Dialect::Anthropic | Dialect::Ollama => {
             "chat"
         }
+        // Speech to text; the conventions name no operation for it.
+        Dialect::OpenAiAudio => "transcription",
         Dialect::Unknown => "unknown",
     }
 }
@@ -96,9 +98,10 @@ fn operation(dialect: Dialect) -> &'static str {
 /// and the server's own name for the native APIs.
 fn provider(dialect: Dialect) -> Option<&'static str> {
     match dialect {
-        Dialect::OpenAiChat | Dialect::OpenAiCompletions | Dialect::OpenAiResponses => {
-            Some("openai")
-        }
+        Dialect::OpenAiChat
+        | Dialect::OpenAiCompletions
+        | Dialect::OpenAiResponses
+        | Dialect::OpenAiAudio => Some("openai"),
         Dialect::Anthropic => Some("anthropic"),
         Dialect::Tgi => Some("tgi"),
         Dialect::Sglang => Some("sglang"),

@@ -14,6 +14,7 @@ mod lazy;
 mod llamacpp;
 mod ollama;
 mod openai;
+mod openai_audio;
 mod openai_chat;
 mod openai_completions;
 mod openai_responses;
@@ -39,6 +40,9 @@ pub enum Dialect {
     OpenAiCompletions,
     /// OpenAI Responses, `/v1/responses`.
     OpenAiResponses,
+    /// OpenAI Audio's speech to text, `/v1/audio/transcriptions` and
+    /// `/v1/audio/translations` (OpenAI, vLLM; a multipart request).
+    OpenAiAudio,
     /// Anthropic Messages, `/v1/messages`.
     Anthropic,
     /// TGI native `/generate_stream`, `/generate` and `POST /` (see
@@ -147,6 +151,9 @@ impl Dialect {
             Self::OpenAiCompletions
         } else if ends("/v1/responses") || ends("/openai/responses") || path == "/responses" {
             Self::OpenAiResponses
+        } else if ends("/audio/transcriptions") || ends("/audio/translations") {
+            // Azure OpenAI's `/openai/deployments/{name}/audio/…` too.
+            Self::OpenAiAudio
         } else if ends("/v1/messages") {
             Self::Anthropic
         } else if path == "/generate_stream" || path == "/generate" {
@@ -246,6 +253,7 @@ impl Dialect {
             Self::OpenAiChat => "openai_chat",
             Self::OpenAiCompletions => "openai_completions",
             Self::OpenAiResponses => "openai_responses",
+            Self::OpenAiAudio => "openai_audio",
             Self::Anthropic => "anthropic",
             Self::Tgi => "tgi",
             Self::Sglang => "sglang",
@@ -264,7 +272,7 @@ impl Dialect {
     }
 
     /// Every dialect, for config validation and metric pre-registration.
-    pub const ALL: [Dialect; 9] = [
+    pub const ALL: [Dialect; 10] = [
         Self::OpenAiChat,
         Self::OpenAiCompletions,
         Self::OpenAiResponses,
@@ -273,6 +281,7 @@ impl Dialect {
         Self::Ollama,
         Self::LlamaCpp,
         Self::Sglang,
+        Self::OpenAiAudio,
         Self::Unknown,
     ];
 
@@ -288,7 +297,8 @@ impl Dialect {
             Self::Ollama => 5,
             Self::LlamaCpp => 6,
             Self::Sglang => 7,
-            Self::Unknown => 8,
+            Self::OpenAiAudio => 8,
+            Self::Unknown => 9,
         }
     }
 
@@ -327,6 +337,7 @@ impl Dialect {
             Self::OpenAiChat => openai_chat::event(reader, data),
             Self::OpenAiCompletions => openai_completions::event(reader, data),
             Self::OpenAiResponses => openai_responses::event(reader, name, data),
+            Self::OpenAiAudio => openai_audio::event(reader, name, data),
             Self::Anthropic => anthropic::event(reader, name, data),
             Self::Tgi => tgi::event(reader, data),
             Self::Sglang => sglang::event(reader, data),
@@ -342,6 +353,7 @@ impl Dialect {
             Self::OpenAiChat => openai_chat::body(body),
             Self::OpenAiCompletions => openai_completions::body(body),
             Self::OpenAiResponses => openai_responses::body(body),
+            Self::OpenAiAudio => openai_audio::body(body),
             Self::Anthropic => anthropic::body(body),
             Self::Tgi => tgi::body(body),
             Self::Sglang => sglang::body(body),

@@ -258,6 +258,14 @@ fn from_path_every_family() {
         ("/v1/responses", Dialect::OpenAiResponses),
         ("/responses", Dialect::OpenAiResponses),
         ("/v1/messages", Dialect::Anthropic),
+        ("/v1/audio/transcriptions", Dialect::OpenAiAudio),
+        ("/v1/audio/translations/", Dialect::OpenAiAudio),
+        (
+            "/openai/deployments/whisper/audio/transcriptions",
+            Dialect::OpenAiAudio,
+        ),
+        // Text to speech answers audio, not text: timed end to end only.
+        ("/v1/audio/speech", Dialect::Unknown),
         ("/generate_stream", Dialect::Tgi),
         ("/generate", Dialect::Tgi),
         ("/api/chat", Dialect::Ollama),

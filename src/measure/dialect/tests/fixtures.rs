@@ -557,3 +557,69 @@ fn bodies_ollama_llamacpp() {
     };
     assert_eq!(llama, want);
 }
+
+/// vLLM's streamed transcription (`stream_include_usage` and
+/// `stream_continuous_usage_stats`): chat-chunk-shaped `transcription.chunk`
+/// objects, read as chat chunks; the prompt count includes the audio's.
+#[test]
+fn vllm_audio_transcription() {
+    let s = summarize(
+        Dialect::OpenAiAudio,
+        &sse(fixture!("vllm_audio_transcription.sse")),
+    );
+    let want = Summary {
+        // The fourth chunk carries no text, and its running count did not grow.
+        kinds: "ooo.o..".into(),
+        // " The", " quick brown", " fox é" (é is two bytes), " jumped."
+        output: 31,
+        usage: usage(Some(1504), None, 7, None),
+        // The usage chunk (no choices) is the total, as for chat.
+        cumulative: (0..=4).collect(),
+        model: model("openai/whisper-large-v3"),
+        ends: vec![6],
+        response_id: id("trsc-9c1f2e7a"),
+        ..Summary::default()
+    };
+    assert_eq!(s, want);
+}
+
+/// OpenAI's streamed transcription: `transcript.text.delta` events, one
+/// `logprobs` entry per token, and `transcript.text.done`, whose whole
+/// text is not counted again, with the usage.
+#[test]
+fn openai_audio_transcription() {
+    let s = summarize(
+        Dialect::OpenAiAudio,
+        &sse(fixture!("openai_audio_transcription.sse")),
+    );
+    let want = Summary {
+        kinds: "oooooooo.".into(),
+        output: 38,
+        // Seven deltas of one token, the last of two.
+        tokens: Some(9),
+        usage: usage(Some(14), None, 9, None),
+        ends: vec![8],
+        ..Summary::default()
+    };
+    assert_eq!(s, want);
+}
+
+/// Whole transcriptions: OpenAI's token usage is read; vLLM's (and
+/// whisper-1's) usage counts seconds of audio, not tokens, and is not.
+#[test]
+fn audio_bodies() {
+    let openai = Dialect::OpenAiAudio
+        .parse_body(fixture!("body_openai_audio.json"))
+        .expect("a transcription");
+    assert_eq!(openai.output_bytes, "Hello there.".len() as u32);
+    assert_eq!(openai.usage, usage(Some(14), None, 4, None));
+    assert!(openai.end);
+    let vllm = Dialect::OpenAiAudio
+        .parse_body(fixture!("body_vllm_audio.json"))
+        .expect("a transcription");
+    assert_eq!(
+        vllm.output_bytes,
+        " The quick brown fox jumped.".len() as u32
+    );
+    assert_eq!(vllm.usage, None);
+}
