@@ -184,6 +184,79 @@ async fn compressed_request_bodies_are_read_decoded_and_forwarded_unchanged() {
     proxy.shutdown().await;
 }
 
+/// A `multipart/form-data` body of `parts` (name, file name, content).
+fn form(boundary: &str, parts: &[(&str, Option<&str>, &[u8])]) -> Vec<u8> {
+    let mut body = Vec::new();
+    for (name, file, content) in parts {
+        let disposition = match file {
+            Some(file) => format!(
+                "form-data; name=\"{name}\"; filename=\"{file}\"\r\nContent-Type: audio/wav"
+            ),
+            None => format!("form-data; name=\"{name}\""),
+        };
+        body.extend_from_slice(
+            format!("--{boundary}\r\nContent-Disposition: {disposition}\r\n\r\n").as_bytes(),
+        );
+        body.extend_from_slice(content);
+        body.extend_from_slice(b"\r\n");
+    }
+    body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
+    body
+}
+
+/// A speech-to-text request is a form: an audio file and a few fields, in
+/// any order (the OpenAI SDKs send the fields first, `curl -F` as given).
+/// It reaches the upstream byte for byte, and its fields are read as it
+/// passes, the file never copied: a 20 MB file, far past
+/// `request_capture_bytes`, before or after the fields.
+#[tokio::test]
+async fn a_speech_to_text_form_is_read_as_it_passes_whatever_its_size() {
+    let upstream = Echo::start().await;
+    let (proxy, mut timelines) =
+        common::proxy_with_timelines(upstream.addr, "request_capture_bytes = 4096").await;
+    let boundary = "tokenclock-7d1e0b";
+    // Every byte value, CR, LF and `-` among them.
+    let audio: Vec<u8> = (0..20 * MB).map(|i| (i * 7 % 251) as u8).collect();
+    let fields: [(&str, Option<&str>, &[u8]); 4] = [
+        ("model", None, b"openai/whisper-large-v3"),
+        ("stream", None, b"true"),
+        ("stream_include_usage", None, b"True"),
+        ("max_completion_tokens", None, b"448"),
+    ];
+    let file = ("file", Some("speech.wav"), audio.as_slice());
+    let first: Vec<_> = fields.iter().copied().chain([file]).collect();
+    let last: Vec<_> = [file].into_iter().chain(fields.iter().copied()).collect();
+    for (case, parts) in [("fields first", first), ("file first", last)] {
+        let body = form(boundary, &parts);
+        let request = Request::post("/v1/audio/transcriptions")
+            .header(
+                "content-type",
+                format!("multipart/form-data; boundary={boundary}"),
+            )
+            .body(Full::new(Bytes::from(body.clone())))
+            .expect("request");
+        let response = send(proxy.addr, request).await.expect("response head");
+        assert_eq!(response.status(), 200);
+        let got = collect(response).await.expect("the whole echo").body();
+        assert!(got == body, "{case}: the upstream got other bytes");
+        let timeline = next_timeline(&mut timelines).await;
+        assert_eq!(timeline.dialect.as_str(), "openai_audio", "{case}");
+        assert_eq!(timeline.bytes_in, body.len() as u64, "{case}");
+        let asked = &timeline.request;
+        assert_eq!(
+            asked.model.as_deref(),
+            Some("openai/whisper-large-v3"),
+            "{case}"
+        );
+        assert_eq!(asked.stream, Some(true), "{case}");
+        assert_eq!(asked.include_usage, Some(true), "{case}");
+        assert_eq!(asked.max_tokens, Some(448), "{case}");
+        // Audio: no text to estimate input tokens from.
+        assert_eq!(asked.prompt_bytes, 0, "{case}");
+    }
+    proxy.shutdown().await;
+}
+
 /// Kills the binary if the test fails before stopping it.
 struct KillOnDrop(u32);
 

@@ -29,7 +29,10 @@ use std::{borrow::Cow, num::NonZeroU32, time::Duration};
 
 pub(crate) use self::finish::Finish;
 use self::lazy::Reader;
-pub use self::{finish::FinishReason, request::RequestInfo};
+pub use self::{
+    finish::FinishReason,
+    request::{RequestInfo, FORM_FIELDS},
+};
 
 /// The API family of a request, chosen from its path (or forced in config).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -110,6 +110,53 @@ impl RequestInfo {
     }
 }
 
+/// The fields of a form (`multipart/form-data`, speech to text's) read,
+/// by [`RequestInfo::from_form`]'s index: vLLM's flattened stream options
+/// (`stream_include_usage`, `stream_continuous_usage_stats`) stand for
+/// JSON's `stream_options`.
+pub const FORM_FIELDS: &[&str] = &[
+    "model",
+    "stream",
+    "stream_include_usage",
+    "stream_continuous_usage_stats",
+    "max_completion_tokens",
+];
+
+impl RequestInfo {
+    /// What a form's fields say ([`FORM_FIELDS`], each value by its index);
+    /// `prompt_bytes` stays 0: the input is audio, whose tokens its bytes
+    /// do not tell, so input tokens come from usage only.
+    pub fn from_form<'a>(value: impl Fn(usize) -> Option<&'a [u8]>) -> Self {
+        let flag = |i| value(i).and_then(form_bool);
+        Self {
+            model: value(0)
+                .and_then(|v| std::str::from_utf8(v).ok())
+                .map(str::to_owned),
+            stream: flag(1),
+            include_usage: flag(2),
+            continuous_usage: flag(3),
+            max_tokens: value(4)
+                .and_then(|v| std::str::from_utf8(v).ok())
+                .and_then(|v| v.parse().ok()),
+            prompt_bytes: 0,
+        }
+    }
+}
+
+/// A boolean form value as the servers read one (pydantic's lax booleans,
+/// which vLLM's FastAPI forms use): `true`, `1`, `yes`, `on`, `t`, `y` and
+/// their opposites, in any case.
+fn form_bool(v: &[u8]) -> Option<bool> {
+    const TRUE: [&[u8]; 6] = [b"true", b"1", b"yes", b"on", b"t", b"y"];
+    const FALSE: [&[u8]; 6] = [b"false", b"0", b"no", b"off", b"f", b"n"];
+    let is = |words: [&[u8]; 6]| words.iter().any(|w| v.eq_ignore_ascii_case(w));
+    match (is(TRUE), is(FALSE)) {
+        (true, _) => Some(true),
+        (_, true) => Some(false),
+        _ => None,
+    }
+}
+
 /// Bytes of text in a prompt value: a string, an array of strings or parts,
 /// or a message / part object (`content`, `text`). Images, token-id arrays
 /// and other fields count 0.

@@ -2,7 +2,9 @@
 //! upstream and reads a capped copy of it to learn `model`, `stream`,
 //! `max_tokens`…, without delaying a byte. A compressed body (clients such
 //! as OpenAI's Codex send zstd request bodies) is read decoded, within the
-//! same cap. When the body ends, the request moves on from
+//! same cap. A form (`multipart/form-data`: speech to text's audio and its
+//! fields) is not copied: its small fields are read in place
+//! ([`FormFields`]), whatever its size. When the body ends, the request moves on from
 //! [`Stage::Upload`].
 
 use std::sync::{
@@ -11,13 +13,14 @@ use std::sync::{
 };
 
 use bytes::Bytes;
-use http::{HeaderMap, Method};
+use http::{header, HeaderMap, Method};
 use tokio::time::Instant;
 
 use super::stage::StageCell;
 use crate::{
     measure::coding::{decode_whole, Coding},
-    measure::dialect::{Dialect, RequestInfo},
+    measure::dialect::{Dialect, RequestInfo, FORM_FIELDS},
+    measure::frame::form::FormFields,
     measure::observe::{End, Observe},
     measure::timeline::{Stage, Timeline},
 };
@@ -26,8 +29,8 @@ use crate::{
 pub struct Upload {
     shared: Arc<UploadShared>,
     dialect: Dialect,
-    /// The copy being read; dropped (and capture stopped) past `cap`.
-    capture: Option<Vec<u8>>,
+    /// What is read of the body; `None` when nothing is (a copy past `cap`).
+    capture: Option<Capture>,
     /// How the body is compressed; its copy is decoded at its end, to at
     /// most `cap` bytes.
     coding: Coding,
@@ -35,6 +38,14 @@ pub struct Upload {
     /// The request switched protocols and was sent whole with its head:
     /// what passes now is the client's bytes in the new protocol.
     switched: bool,
+}
+
+/// How a request body is read.
+enum Capture {
+    /// A copy of the body, read whole at its end; dropped past `cap`.
+    Copy(Vec<u8>),
+    /// A form's fields, read as it passes (boxed: few requests are forms).
+    Form(Box<FormFields>),
 }
 
 /// What the request side hands to the response side.
@@ -64,6 +75,16 @@ impl Upload {
         let coding = Coding::of(headers);
         let readable =
             dialect != Dialect::Unknown && *method == Method::POST && cap > 0 && coding.is_ok();
+        let capture = readable.then(|| {
+            let form = headers
+                .get(header::CONTENT_TYPE)
+                .filter(|_| matches!(coding, Ok(Coding::Identity)))
+                .and_then(|t| FormFields::new(t.as_bytes(), FORM_FIELDS));
+            match form {
+                Some(form) => Capture::Form(Box::new(form)),
+                None => Capture::Copy(Vec::new()),
+            }
+        });
         Self {
             shared: Arc::new(UploadShared {
                 bytes: AtomicU64::new(0),
@@ -72,7 +93,7 @@ impl Upload {
                 stage,
             }),
             dialect,
-            capture: readable.then(Vec::new),
+            capture,
             coding: coding.unwrap_or(Coding::Identity),
             cap,
             switched: false,
@@ -106,12 +127,13 @@ impl Observe for Upload {
         self.shared
             .bytes
             .fetch_add(data.len() as u64, Ordering::Relaxed);
-        if let Some(copy) = &mut self.capture {
-            if copy.len() + data.len() <= self.cap {
+        match &mut self.capture {
+            Some(Capture::Copy(copy)) if copy.len() + data.len() <= self.cap => {
                 copy.extend_from_slice(data);
-            } else {
-                self.capture = None;
             }
+            Some(Capture::Copy(_)) => self.capture = None,
+            Some(Capture::Form(form)) => form.feed(data),
+            None => {}
         }
     }
 
@@ -121,9 +143,10 @@ impl Observe for Upload {
         }
         let complete = end == End::Complete;
         let info = match (self.capture, complete) {
-            (Some(copy), true) => decode_whole(self.coding, copy, self.cap)
+            (Some(Capture::Copy(copy)), true) => decode_whole(self.coding, copy, self.cap)
                 .map(|plain| RequestInfo::parse(self.dialect, &plain))
                 .unwrap_or_default(),
+            (Some(Capture::Form(form)), true) => RequestInfo::from_form(|i| form.value(i)),
             _ => RequestInfo::default(),
         };
         if let Ok(mut done) = self.shared.done.lock() {

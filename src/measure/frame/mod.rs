@@ -4,7 +4,11 @@
 //!
 //! - [`sse`]: Server-Sent Events (`text/event-stream`).
 //! - [`ndjson`]: newline-delimited JSON (Ollama, TGI's native stream).
+//!
+//! And of one request body: [`form`], the small fields of a
+//! `multipart/form-data` body (speech to text's).
 
+pub mod form;
 pub mod ndjson;
 pub mod sse;
 

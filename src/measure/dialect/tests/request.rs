@@ -223,3 +223,30 @@ fn output_caps_in_every_number_form_read_as_the_reference() {
     let got = info(Dialect::OpenAiChat, r#"{"max_tokens":-0,"n_predict":7}"#);
     assert_eq!(got.max_tokens, Some(7));
 }
+
+/// A form's fields, by `FORM_FIELDS`' index: booleans as pydantic reads
+/// them from a form (vLLM's), a number, no prompt bytes (the input is
+/// audio).
+#[test]
+fn a_forms_fields_read_as_the_servers_read_them() {
+    use crate::measure::dialect::FORM_FIELDS;
+    let info = |values: [Option<&'static str>; 5]| {
+        RequestInfo::from_form(|i| values.get(i).copied().flatten().map(str::as_bytes))
+    };
+    assert_eq!(FORM_FIELDS[0], "model");
+    let read = info([
+        Some("whisper-1"),
+        Some("YES"),
+        Some("0"),
+        Some("on"),
+        Some("448"),
+    ]);
+    assert_eq!(read.model.as_deref(), Some("whisper-1"));
+    assert_eq!(
+        (read.stream, read.include_usage, read.continuous_usage),
+        (Some(true), Some(false), Some(true))
+    );
+    assert_eq!((read.max_tokens, read.prompt_bytes), (Some(448), 0));
+    let odd = info([None, Some("maybe"), Some(""), Some("true "), Some("-1")]);
+    assert_eq!(odd, RequestInfo::default());
+}
