@@ -481,6 +481,17 @@ impl PythonUpstream {
     }
 }
 
+/// The client half of a two-ended script (`tests/clients/SCRIPT client
+/// URL`) against `addr`: what it read, per scenario.
+async fn script_client(script: &str, addr: SocketAddr) -> Value {
+    let mut command = client_command(root().join("target/venv-clients/bin/python"));
+    command
+        .arg(root().join("tests/clients").join(script))
+        .arg("client")
+        .arg(format!("http://{addr}"));
+    json_of(command, script).await
+}
+
 /// The words of every text in `scenarios`' results: a scenario's `text`,
 /// and the text each of its `answers` ends with.
 fn all_words(scenarios: &BTreeMap<String, Value>) -> u64 {
@@ -593,16 +604,8 @@ async fn an_sdk_that_closes_at_done_before_the_body_ends_is_counted_ok() {
 async fn realtime_sessions_over_websocket_go_through_as_they_do_directly() {
     let upstream = PythonUpstream::start("realtime.py", "serve").await;
     let proxy = common::proxy(upstream.addr, "").await;
-    let run = |addr: SocketAddr| {
-        let mut command = client_command(root().join("target/venv-clients/bin/python"));
-        command
-            .arg(root().join("tests/clients/realtime.py"))
-            .arg("client")
-            .arg(format!("http://{addr}"));
-        json_of(command, "realtime.py")
-    };
-    let direct = run(upstream.addr).await;
-    let proxied = run(proxy.addr).await;
+    let direct = script_client("realtime.py", upstream.addr).await;
+    let proxied = script_client("realtime.py", proxy.addr).await;
     if std::env::var("TOKENCLOCK_IT_HTTP1_SERVER").as_deref() == Ok("hyper") {
         // hyper's server does not switch: the upstream refuses the handshake.
         for scenario in ["openai_realtime", "websockets"] {
@@ -627,5 +630,80 @@ async fn realtime_sessions_over_websocket_go_through_as_they_do_directly() {
     // Two sessions each way; these are the proxied ones.
     assert!(sessions[0].ends_with(" 2"), "{}", sessions[0]);
     assert!(sessions[0].contains("outcome=\"ok\""), "{}", sessions[0]);
+    proxy.shutdown().await;
+}
+
+/// Speech to text through tokenclock (tests/clients/transcriptions.py,
+/// both ends): the OpenAI SDK's transcriptions and translations, streamed
+/// in OpenAI's events and in vLLM's chunks, and whole, and httpx streaming
+/// a translation as vLLM's example does, read the same through the proxy
+/// as directly. Each request is read as `openai_audio`, under the model its
+/// form named (OpenAI's events name none), its streamed answers timed from
+/// their first word, its output counted as the client read it (from the
+/// usage, else one word per chunk, else estimated from a whole text that
+/// came with seconds of audio for usage), and its input from the usage
+/// only: audio bytes tell no token count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn speech_to_text_reads_the_same_through_tokenclock_and_is_measured() {
+    let upstream = PythonUpstream::start("transcriptions.py", "serve").await;
+    let (proxy, mut timelines) = common::proxy_with_timelines(upstream.addr, "").await;
+    let direct = script_client("transcriptions.py", upstream.addr).await;
+    let proxied = script_client("transcriptions.py", proxy.addr).await;
+    let scenarios = same(&direct, &proxied, "transcriptions.py");
+    assert_eq!(scenarios["openai_stream"]["deltas"][0][1], 1, "{direct}");
+    assert_eq!(
+        scenarios["vllm_stream"]["usage"]["completion_tokens"], 12,
+        "{direct}"
+    );
+    // Scenario, model, streamed, where the output count came from, and
+    // whether the usage gave the input.
+    let want = [
+        (
+            "openai_stream",
+            "gpt-4o-mini-transcribe",
+            true,
+            "usage",
+            true,
+        ),
+        (
+            "vllm_stream",
+            "openai/whisper-large-v3",
+            true,
+            "usage",
+            true,
+        ),
+        (
+            "httpx_translation_stream",
+            "openai/whisper-large-v3",
+            true,
+            "events",
+            false,
+        ),
+        ("openai_whole", "gpt-4o-transcribe", false, "usage", true),
+        ("whisper_whole", "whisper-1", false, "estimated", false),
+    ];
+    let mut seen = Vec::new();
+    for _ in &want {
+        seen.push(common::next_timeline(&mut timelines).await);
+    }
+    // In the order the client sent them (each ends as the next begins).
+    seen.sort_by_key(|t| t.start);
+    for ((name, model, streamed, source, input), t) in want.into_iter().zip(seen) {
+        assert_eq!(t.dialect.as_str(), "openai_audio", "{name}");
+        assert_eq!(t.model.as_deref(), Some(model), "{name}");
+        assert_eq!(t.outcome.as_str(), "ok", "{name}");
+        assert_eq!(t.first_token.is_some(), streamed, "{name}: TTFT");
+        let counted = t.tokens.generated_source.map(|s| s.as_str());
+        assert_eq!(counted, Some(source), "{name}");
+        if source != "estimated" {
+            assert_eq!(t.tokens.generated, 12, "{name}: one token a word");
+        }
+        let from_usage = (t.tokens.input == Some(120)).then_some("usage");
+        let expected = input.then_some("usage");
+        assert_eq!(from_usage, expected, "{name}: input {:?}", t.tokens.input);
+        if !input {
+            assert_eq!(t.tokens.input, None, "{name}: no input estimate from audio");
+        }
+    }
     proxy.shutdown().await;
 }

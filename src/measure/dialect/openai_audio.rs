@@ -79,11 +79,12 @@ pub(super) fn event<'a>(
         return Ok(done());
     }
     let ev: Event<'a> = reader.read(data)?;
-    let Some(kind) = ev.kind.as_deref() else {
+    let kind = event_type(ev.kind.as_deref(), name);
+    if kind.is_empty() {
         // vLLM's chunk: no type, its text in its choices.
         return openai::event::<Choice<'a>>(reader, data);
-    };
-    Ok(match event_type(Some(kind), name) {
+    }
+    Ok(match kind {
         "transcript.text.delta" => Parsed {
             output_bytes: ev.delta.0,
             tokens: ev.logprobs.map(|c| c.0),

@@ -36,8 +36,10 @@ pub struct FormFields {
     matched: usize,
     /// The part head being read.
     head: Vec<u8>,
-    /// The current part's value, while it is one asked for and short enough.
-    value: Option<(usize, Vec<u8>)>,
+    /// The current part, when it names a wanted field: its index, and its
+    /// value while it is text and short enough (`None` once it is not: the
+    /// field is then unknown, as the server will take this last part).
+    value: Option<(usize, Option<Vec<u8>>)>,
     /// Each wanted field's value, by its index in `wanted`: the last part
     /// that named it (as Starlette's form, which vLLM reads, keeps it).
     values: Vec<Option<Bytes>>,
@@ -186,21 +188,21 @@ impl FormFields {
         let field = lines
             .filter_map(|line| disposition(line.strip_suffix(b"\r").unwrap_or(line)))
             .next_back();
-        let wanted = field.and_then(|(name, file)| {
+        self.value = field.and_then(|(name, file)| {
             let index = self.wanted.iter().position(|w| w.as_bytes() == name)?;
-            (!file).then_some(index)
+            Some((index, (!file).then(Vec::new)))
         });
-        self.value = wanted.map(|index| (index, Vec::new()));
         self.head = head;
         self.head.clear();
         self.state = State::Content;
     }
 
-    /// Keeps the value of the part that ended, if it was wanted.
+    /// Keeps the value of the part that ended, if it named a wanted field
+    /// (a file, or a value too long to keep, leaves the field unknown).
     fn end_part(&mut self) {
         if let Some((index, value)) = self.value.take() {
             if let Some(slot) = self.values.get_mut(index) {
-                *slot = Some(Bytes::from(value));
+                *slot = value.map(Bytes::from);
             }
         }
     }
@@ -208,19 +210,18 @@ impl FormFields {
 
 /// Adds content to the value being kept; a value over [`MAX_VALUE`] is not
 /// kept at all.
-fn push(value: &mut Option<(usize, Vec<u8>)>, bytes: &[u8]) {
-    if let Some((_, v)) = value {
-        if v.len() + bytes.len() <= MAX_VALUE {
-            v.extend_from_slice(bytes);
-        } else {
-            *value = None;
+fn push(value: &mut Option<(usize, Option<Vec<u8>>)>, bytes: &[u8]) {
+    if let Some((_, kept)) = value {
+        match kept {
+            Some(v) if v.len() + bytes.len() <= MAX_VALUE => v.extend_from_slice(bytes),
+            _ => *kept = None,
         }
     }
 }
 
 /// The boundary of a `multipart/form-data` content type.
 fn boundary(content_type: &[u8]) -> Option<&[u8]> {
-    let mut params = content_type.split(|&b| b == b';');
+    let mut params = params(content_type);
     let media = params.next()?.trim_ascii();
     if !media.eq_ignore_ascii_case(b"multipart/form-data") {
         return None;
@@ -239,7 +240,7 @@ fn disposition(line: &[u8]) -> Option<(&[u8], bool)> {
     if !name.eq_ignore_ascii_case(b"content-disposition") {
         return None;
     }
-    let mut params = value.split(|&b| b == b';');
+    let mut params = params(value);
     if !params
         .next()?
         .trim_ascii()
@@ -258,21 +259,41 @@ fn disposition(line: &[u8]) -> Option<(&[u8], bool)> {
     Some((field?, file))
 }
 
+/// The `;`-separated parts of a header value, a `;` inside a quoted string
+/// (a file named `take;2.wav`) not separating.
+fn params(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let (mut quoted, mut escaped) = (false, false);
+    value.split(move |&b| {
+        match b {
+            _ if escaped => escaped = false,
+            b'\\' if quoted => escaped = true,
+            b'"' => quoted = !quoted,
+            b';' if !quoted => return true,
+            _ => {}
+        }
+        false
+    })
+}
+
 /// The value of `p` when it is the parameter `key` (`key=value` or
-/// `key="value"`; a quoted value ends at its first quote).
+/// `key="value"`; a quoted value ends at its first unescaped quote, and
+/// is given as sent, escapes and all).
 fn param<'a>(p: &'a [u8], key: &[u8]) -> Option<&'a [u8]> {
     let eq = p.iter().position(|&b| b == b'=')?;
     if !p[..eq].trim_ascii().eq_ignore_ascii_case(key) {
         return None;
     }
     let value = p[eq + 1..].trim_ascii();
-    match value.strip_prefix(b"\"") {
-        Some(quoted) => {
-            let end = quoted.iter().position(|&b| b == b'"')?;
-            Some(&quoted[..end])
-        }
-        None => Some(value),
-    }
+    let Some(quoted) = value.strip_prefix(b"\"") else {
+        return Some(value);
+    };
+    let mut escaped = false;
+    let end = quoted.iter().position(|&b| {
+        let end = b == b'"' && !escaped;
+        escaped = b == b'\\' && !escaped;
+        end
+    })?;
+    Some(&quoted[..end])
 }
 
 #[cfg(test)]

@@ -623,3 +623,21 @@ fn audio_bodies() {
     );
     assert_eq!(vllm.usage, None);
 }
+
+/// An event's SSE name types it when its payload has no `type`; a payload
+/// with neither is one of vLLM's chunks.
+#[test]
+fn an_audio_events_name_types_it() {
+    fn read(name: &str, data: &'static str) -> Parsed<'static> {
+        Dialect::OpenAiAudio
+            .parse_event(name.as_bytes(), data.as_bytes())
+            .expect("an event")
+    }
+    assert_eq!(
+        read("transcript.text.delta", r#"{"delta":"hi"}"#).output_bytes,
+        2
+    );
+    assert!(read("error", r#"{"message":"no speech"}"#).error);
+    let chunk = r#"{"object":"transcription.chunk","choices":[{"delta":{"content":"hi"}}]}"#;
+    assert_eq!(read("", chunk).output_bytes, 2);
+}

@@ -52,7 +52,7 @@ const KEYS: &str = "\
     stop tokens_predicted tokens_evaluated stop_type stopped_eos stopped_word stopped_limit \
     index object created meta_info output_ids length matched abort timings/prompt_n \
     timings/prompt_ms timings/predicted_n timings/predicted_ms timings/cache_n token_ids \
-    request_id routed_experts";
+    request_id routed_experts input_token_details audio_tokens seconds";
 
 /// Event types and values that switch a dialect's reading (and `""`).
 const WORDS: &str = "\
@@ -62,6 +62,7 @@ const WORDS: &str = "\
     response.reasoning_summary_text.delta response.function_call_arguments.delta \
     response.custom_tool_call_input.delta response.completed response.incomplete \
     response.failed function_call custom_tool_call message reasoning stop length none \
+    transcript.text.delta transcript.text.done transcript.text.segment transcription.chunk \
     completed <think> </think> <think>\n a</think>b <think>x</think>y <</think>";
 
 /// Numbers in every form, some that serde refuses or reads only as floats.
@@ -322,7 +323,7 @@ impl Writer {
 
 /// The recorded-shape events every dialect's fixtures hold, as trees.
 fn templates() -> Vec<(String, J)> {
-    let sse_files: [&[u8]; 10] = [
+    let sse_files: [&[u8]; 12] = [
         fixture!("sglang_generate_incremental.sse"),
         fixture!("vllm_tokens_generate.sse"),
         fixture!("sglang_generate_batch.sse"),
@@ -333,6 +334,8 @@ fn templates() -> Vec<(String, J)> {
         fixture!("vllm_chat_reasoning.sse"),
         fixture!("tgi_generate_stream.sse"),
         fixture!("llamacpp_completion.sse"),
+        fixture!("openai_audio_transcription.sse"),
+        fixture!("vllm_audio_transcription.sse"),
     ];
     let frames = sse_files.into_iter().flat_map(sse);
     let frames = frames.chain(ndjson(fixture!("ollama_chat.ndjson")));

@@ -87,13 +87,16 @@ fn fields_after_the_file_are_read() {
 }
 
 /// A value longer than `MAX_VALUE` is not kept; a file part that names a
-/// wanted field is not read as one; a field given twice keeps the last.
+/// wanted field is not read as one; a field given twice is the last one
+/// (as the server takes it), unknown when that one is not kept.
 #[test]
 fn what_is_not_kept() {
     let b = "xyz";
     let long = "m".repeat(MAX_VALUE + 1);
     let body = [
+        part(b, "model", false, b"short"),
         part(b, "model", false, long.as_bytes()),
+        part(b, "stream", false, b"true"),
         part(b, "stream", true, b"true"),
         part(b, "max_completion_tokens", false, b"1"),
         part(b, "max_completion_tokens", false, b"2"),
@@ -124,6 +127,16 @@ fn preamble_padding_and_broken_heads() {
     let endless = [&b"--b\r\nX: "[..], &[b'a'; 5000]].concat();
     let (values, done) = read("multipart/form-data; boundary=b", &[&endless]);
     assert_eq!((values, done), (vec![None, None, None], false));
+}
+
+/// A `;` or an escaped quote inside a quoted file name is part of the
+/// name: the part stays a file, whatever its name spells.
+#[test]
+fn quoted_parameters_hold_what_they_quote() {
+    let body = b"--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"x; name=stream; \\\"y.wav\"\r\n\r\ntrue\r\n--b\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nm\r\n--b--\r\n";
+    let (values, done) = read("multipart/form-data; boundary=b", &[body]);
+    assert_eq!(values, [some("m"), None, None]);
+    assert!(done);
 }
 
 #[test]
@@ -159,8 +172,10 @@ proptest! {
     /// body, and those it holds.
     #[test]
     fn any_cut_reads_the_same_fields(
-        order in Just([0usize, 1, 2, 3]).prop_shuffle(),
+        order in Just([0usize, 1, 2, 3, 4]).prop_shuffle(),
         model in "[a-zA-Z0-9/._-]{1,40}",
+        // Around `MAX_VALUE`: kept up to it, unknown past it.
+        cap in "[0-9]{250,260}",
         audio in tricky(),
         cuts in prop::collection::vec(0usize..2000, 0..12),
     ) {
@@ -173,6 +188,7 @@ proptest! {
             part(b, "stream", false, b"false"),
             part(b, "file", true, &audio),
             part(b, "prompt", false, &audio),
+            part(b, "max_completion_tokens", false, cap.as_bytes()),
         ];
         let body: Vec<u8> = order
             .iter()
@@ -181,7 +197,8 @@ proptest! {
             .collect();
         let ct = "multipart/form-data; boundary=bq";
         let whole = read(ct, &[&body]);
-        prop_assert_eq!(&whole.0, &vec![Some(model.clone()), some("false"), None]);
+        let kept = (cap.len() <= MAX_VALUE).then(|| cap.clone());
+        prop_assert_eq!(&whole.0, &vec![Some(model.clone()), some("false"), kept]);
         prop_assert!(whole.1);
         let mut at: Vec<usize> = cuts.iter().map(|c| c % (body.len() + 1)).collect();
         at.sort_unstable();
