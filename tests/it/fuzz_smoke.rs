@@ -177,7 +177,31 @@ fn request_seeds() -> Vec<Vec<u8>> {
         deep.as_bytes(),
     ];
     // POST, largest cap (bits 4-5), chat dialect (bits 0-2).
-    bodies.iter().map(|b| [&[0x30][..], b].concat()).collect()
+    let mut seeds: Vec<Vec<u8>> = bodies.iter().map(|b| [&[0x30][..], b].concat()).collect();
+    // Forms (bit 6), as the OpenAI SDK and curl send speech to text's, and
+    // cut short, with the smallest cap, which a form does not heed.
+    let part = |name: &str, file: &str, content: &str| {
+        format!("--fuzzform\r\nContent-Disposition: form-data; name=\"{name}\"{file}\r\n\r\n{content}\r\n")
+    };
+    let audio = "RIFF\r\n--fuzz\r\r\n-".repeat(8);
+    let sdk = [
+        part("model", "", "whisper-1"),
+        part("stream", "", "true"),
+        part("file", "; filename=\"a.wav\"", &audio),
+        "--fuzzform--\r\n".to_owned(),
+    ]
+    .concat();
+    let curl = [
+        part("file", "; filename=\"a;b.wav\"", &audio),
+        part("max_completion_tokens", "", "448"),
+        "--fuzzform--".to_owned(),
+    ]
+    .concat();
+    for form in [&sdk, &curl, &sdk[..sdk.len() / 2].to_owned()] {
+        seeds.push([&[0x70][..], form.as_bytes()].concat());
+        seeds.push([&[0x40][..], form.as_bytes()].concat());
+    }
+    seeds
 }
 
 /// A small xorshift: the loop is the same on every run.

@@ -23,8 +23,9 @@ use http_body::{Body, Frame};
 use tokenclock::{
     config::File,
     measure::coding::PANICS,
-    measure::dialect::{Dialect, RequestInfo},
+    measure::dialect::{Dialect, RequestInfo, FORM_FIELDS},
     measure::exchange::Exchange,
+    measure::frame::form::FormFields,
     measure::frame::ndjson::NdjsonFramer,
     measure::frame::sse::SseFramer,
     measure::observe::{End, Observe},
@@ -185,7 +186,7 @@ pub fn dialect(data: &[u8]) {
             (Dialect::Tgi, true) => ("/", Dialect::Unknown),
             _ => (path(dialect), routed(dialect)),
         };
-        let (sink, exchange, upload) = start_request(Method::POST, path, routed, max);
+        let (sink, exchange, upload) = start_request(Method::POST, path, routed, max, None);
         upload.on_end(End::Complete, Instant::now());
         let tgi = tgi_head.then_some(("x-compute-type", "gpu+optimized"));
         respond_with(exchange, content_type, "identity", tgi, pieces, end);
@@ -246,10 +247,15 @@ pub fn coding(data: &[u8]) {
     }
 }
 
+/// The content type of the forms the `request` target sends (option bit 6).
+pub const FORM: &str = "multipart/form-data; boundary=fuzzform";
+
 /// The request-body reader: what the exchange learns from a request body
 /// sent in pieces is what `RequestInfo::parse` reads from it whole, or
 /// nothing when the body is over `request_capture_bytes`, not a POST, or of
-/// an unknown dialect; the byte count is exact either way.
+/// an unknown dialect; sent as a form ([`FORM`], option bit 6), what its
+/// fields read whole say, whatever its size; the byte count is exact
+/// either way.
 pub fn request(data: &[u8]) {
     let Some((opt, body)) = options(data) else {
         return;
@@ -261,7 +267,10 @@ pub fn request(data: &[u8]) {
         Method::GET
     };
     let cap = LIMITS[usize::from(opt >> 4 & 3)];
-    let (sink, exchange, mut upload) = start(dialect, method.clone(), cap);
+    // A form (speech to text's) is read as it passes, whatever its size.
+    let form = (opt & 0x40 != 0).then_some(FORM);
+    let (sink, exchange, mut upload) =
+        start_request(method.clone(), path(dialect), routed(dialect), cap, form);
     let mut cuts = Cuts::new(opt, body);
     for piece in cuts.split(body) {
         upload.on_data(&Bytes::copy_from_slice(piece), Instant::now());
@@ -269,11 +278,16 @@ pub fn request(data: &[u8]) {
     upload.on_end(End::Complete, Instant::now());
     respond(exchange, "application/json", &[], End::Complete);
     let timeline = sink.take();
-    let read = method == Method::POST && dialect != Dialect::Unknown && body.len() <= cap;
-    let want = if read {
-        RequestInfo::parse(dialect, body)
-    } else {
-        RequestInfo::default()
+    let read = method == Method::POST && dialect != Dialect::Unknown;
+    let want = match form {
+        _ if !read => RequestInfo::default(),
+        Some(form) => {
+            let mut fields = FormFields::new(form.as_bytes(), FORM_FIELDS).expect("a form");
+            fields.feed(body);
+            RequestInfo::from_form(|i| fields.value(i))
+        }
+        None if body.len() <= cap => RequestInfo::parse(dialect, body),
+        None => RequestInfo::default(),
     };
     assert_eq!(timeline.request, want, "what the request body said");
     assert_eq!(timeline.bytes_in, body.len() as u64, "request bytes");
@@ -355,7 +369,7 @@ fn routed(dialect: Dialect) -> Dialect {
 }
 
 fn start(dialect: Dialect, method: Method, limit: usize) -> (Arc<Keep>, Exchange, impl Observe) {
-    start_request(method, path(dialect), routed(dialect), limit)
+    start_request(method, path(dialect), routed(dialect), limit, None)
 }
 
 /// A request to `path`, counted under `routed` until its response tells.
@@ -364,12 +378,13 @@ fn start_request(
     path: &str,
     routed: Dialect,
     limit: usize,
+    content_type: Option<&str>,
 ) -> (Arc<Keep>, Exchange, impl Observe) {
-    let request = Request::builder()
-        .method(method)
-        .uri(path)
-        .body(())
-        .expect("a valid request");
+    let mut request = Request::builder().method(method).uri(path);
+    if let Some(content_type) = content_type {
+        request = request.header("content-type", content_type);
+    }
+    let request = request.body(()).expect("a valid request");
     let keep = Arc::new(Keep::default());
     let sink: Arc<dyn TimelineSink> = keep.clone();
     // What a proxy learns of `/generate`'s server is its own: each input
