@@ -71,20 +71,22 @@ fn fixture_seeds(target: &str) -> Vec<Vec<u8>> {
             Some("ndjson") => 1,
             _ => 2,
         };
-        // The option byte's three dialect bits reach the first eight.
-        let Some(dialect) = dialect_index(name.trim_start_matches("body_")) else {
-            continue;
-        };
+        let dialect = dialect_index(name.trim_start_matches("body_"));
+        let (low, high) = (dialect & 7, dialect >> 3);
         // Largest limit (bits 5-6), complete body (bit 7 clear).
         let opt = match target {
             "sse" | "ndjson" => 3,
-            "dialect" => dialect | framing << 3 | 3 << 5,
+            "dialect" => {
+                let opt = low | framing << 3 | 3 << 5;
+                seeds.push([&[opt, high][..], &bytes].concat());
+                continue;
+            }
             // Each coding, SSE or whole JSON as the fixture is (NDJSON
             // fixtures as whole bodies).
             "coding" => {
                 let whole = u8::from(framing != 0) << 5;
                 for (c, coding) in targets::CODINGS.iter().enumerate() {
-                    let opt = c as u8 | dialect << 2 | whole;
+                    let opt = c as u8 | low << 2 | whole | high << 6;
                     seeds.push([&[opt][..], &compress(coding, &bytes)].concat());
                 }
                 continue;
@@ -131,9 +133,8 @@ fn compress(coding: &str, bytes: &[u8]) -> Vec<u8> {
     }
 }
 
-/// The index in `Dialect::ALL` of a fixture named after its family, if
-/// the targets' option bits can pick it (not speech to text's).
-fn dialect_index(name: &str) -> Option<u8> {
+/// The index in `Dialect::ALL` of a fixture named after its family.
+fn dialect_index(name: &str) -> u8 {
     let families = [
         ("openai_chat", 0),
         ("vllm_chat", 0),
@@ -151,12 +152,11 @@ fn dialect_index(name: &str) -> Option<u8> {
         ("openai_audio", 8),
         ("vllm_audio", 8),
     ];
-    let index = families
+    families
         .iter()
         .find(|(prefix, _)| name.starts_with(prefix))
         .map(|&(_, i)| i)
-        .unwrap_or_else(|| panic!("{name}: a fixture of no read dialect"));
-    (index < 8).then_some(index)
+        .unwrap_or_else(|| panic!("{name}: a fixture of no read dialect"))
 }
 
 /// Request bodies for the `request` target: what clients send, and what
