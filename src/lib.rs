@@ -15,7 +15,7 @@
 //!   become responses ([`proxy::forward`]), config reloads and readiness.
 //! - [`measure`]: turns the bytes passing by into one timeline per request:
 //!   the observing body (the only seam with forwarding), framing of SSE and
-//!   NDJSON, one dialect per API family, the timeline and its SLO judgement.
+//!   NDJSON (and of a form request's fields), one dialect per API family, the timeline and its SLO judgement.
 //!   It does no I/O and imports nothing from the other folders
 //!   (`tests/it/layers.rs` fails when it does).
 //! - [`export`]: what leaves the process on the side: Prometheus metrics and

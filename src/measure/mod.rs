@@ -19,7 +19,8 @@
 //! - [`read`]: how requests are read ([`read::ReadSettings`]): event size
 //!   limit, request capture, dialect overrides, label and SLO headers.
 //! - [`frame`]: incremental framing of the response stream into events
-//!   (SSE, NDJSON).
+//!   (SSE, NDJSON), and of a form request body into its small fields
+//!   (speech to text's `multipart/form-data`).
 //! - [`dialect`]: one file per API family, turning events into tokens, usage,
 //!   finish reasons and server timings.
 //! - [`timeline`]: one plain struct per request: instants, token counts,
