@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::common::{
     self, next_timeline, proxy_with_timelines,
-    sim::{fast, payloads, post, start},
+    sim::{fast, payloads, post, post_form, start},
 };
 use tokenclock::{
     measure::dialect::Dialect,
@@ -108,6 +108,58 @@ async fn every_format_parses_through_the_proxy() {
         if path == TOKENS && source == Usage {
             assert_eq!(t.tokens.input, Some(5), "{case}: the prompt's ids");
         }
+    }
+}
+
+/// Speech to text: the simulator's forms, in both answer shapes, through
+/// the proxy: each request read as `openai_audio`, under the model its form
+/// named, with the simulator's counts (the input the audio's 100 tokens
+/// when a usage reports it, none otherwise).
+#[tokio::test]
+async fn speech_to_text_parses_through_the_proxy() {
+    use CountSource::{Estimated, Events, Usage};
+    let sim = start(fast()).await;
+    let (proxy, mut timelines) = proxy_with_timelines(sim.addr, "").await;
+    let (whisper, transcriptions) = ("openai/whisper-large-v3", "/v1/audio/transcriptions");
+    let with_usage: &[(&str, &str)] = &[("stream_include_usage", "true")];
+    let cases = [
+        (transcriptions, whisper, true, with_usage, Usage),
+        ("/v1/audio/translations", whisper, true, &[][..], Events),
+        (transcriptions, "gpt-4o-mini-transcribe", true, &[], Usage),
+        (transcriptions, "gpt-4o-transcribe", false, &[], Usage),
+        // A usage in seconds of audio: the text's estimate.
+        (transcriptions, whisper, false, &[], Estimated),
+    ];
+    for (path, model, stream, extra, source) in cases {
+        let case = format!("{path} {model} stream={stream}");
+        let stream_field = stream.to_string();
+        let mut fields = vec![
+            ("model", model),
+            ("stream", stream_field.as_str()),
+            ("max_completion_tokens", "6"),
+        ];
+        fields.extend_from_slice(extra);
+        // 64,000 bytes of audio: 100 of the simulator's audio tokens.
+        let response = post_form(proxy.addr, path, &fields, 64_000)
+            .await
+            .expect("whole body");
+        assert_eq!(response.status, 200, "{case}");
+        let t = next_timeline(&mut timelines).await;
+        assert_eq!(t.dialect, Dialect::OpenAiAudio, "{case}");
+        assert_eq!(t.model.as_deref(), Some(model), "{case}");
+        assert_eq!(t.streamed, stream, "{case}");
+        assert_eq!(t.outcome, Outcome::Ok, "{case}");
+        assert!(t.parse_errors.is_empty(), "{case}: {:?}", t.parse_errors);
+        assert_eq!(t.tokens.generated_source, Some(source), "{case}");
+        if source != Estimated {
+            assert_eq!(t.tokens.generated, 6, "{case}");
+        }
+        assert_eq!(t.ttft().is_some(), stream, "{case}");
+        if stream {
+            assert_eq!(t.tokens.token_events, 6, "{case}");
+        }
+        let input = (source == Usage).then_some(100);
+        assert_eq!(t.tokens.input, input, "{case}");
     }
 }
 

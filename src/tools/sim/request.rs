@@ -3,6 +3,11 @@
 
 use serde_json::Value;
 
+use crate::measure::{
+    dialect::{RequestInfo, FORM_FIELDS},
+    frame::form::FormFields,
+};
+
 /// The wire format of a response, chosen from the request path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Format {
@@ -29,6 +34,10 @@ pub(crate) enum Format {
     LlamaCpp,
     /// `/inference/v1/generate`, vLLM's token-in/token-out API.
     VllmTokens,
+    /// `/v1/audio/transcriptions`: speech to text, a form request.
+    Transcriptions,
+    /// `/v1/audio/translations`: speech to English text, a form request.
+    Translations,
 }
 
 impl Format {
@@ -46,12 +55,19 @@ impl Format {
             "" => Self::TgiRoot,
             "/completion" | "/completions" | "/infill" => Self::LlamaCpp,
             "/inference/v1/generate" => Self::VllmTokens,
+            "/v1/audio/transcriptions" => Self::Transcriptions,
+            "/v1/audio/translations" => Self::Translations,
             _ => return None,
         })
     }
 
     fn is_ollama(self) -> bool {
         matches!(self, Self::OllamaChat | Self::OllamaGenerate)
+    }
+
+    /// Whether its requests are forms (`multipart/form-data`), not JSON.
+    pub(crate) fn is_form(self) -> bool {
+        matches!(self, Self::Transcriptions | Self::Translations)
     }
 }
 
@@ -135,6 +151,35 @@ impl SimRequest {
             continuous_usage: option("continuous_usage_stats"),
             logprobs: flag(object.get("logprobs")),
             details: flag(value.pointer("/parameters/details")),
+        })
+    }
+
+    /// Reads a speech-to-text form (`body`, of `content_type`): its fields
+    /// as tokenclock reads them (`model`, `stream`, vLLM's
+    /// `stream_include_usage` and `stream_continuous_usage_stats`,
+    /// `max_completion_tokens`); the input is the audio, 50 tokens a second
+    /// of 16 kHz 16-bit audio (640 bytes a token, Whisper's encoder rate),
+    /// counted over the whole body. `None` when it is not a form.
+    pub(crate) fn parse_form(
+        format: Format,
+        content_type: &[u8],
+        body: &[u8],
+        default_model: &str,
+    ) -> Option<Self> {
+        let mut form = FormFields::new(content_type, FORM_FIELDS)?;
+        form.feed(body);
+        let info = RequestInfo::from_form(|i| form.value(i));
+        Some(Self {
+            format,
+            model: info.model.unwrap_or_else(|| default_model.to_owned()),
+            stream: info.stream.unwrap_or(false),
+            input_tokens: (body.len() as u64 / 640).max(1),
+            max_tokens: info.max_tokens,
+            tools: false,
+            include_usage: info.include_usage.unwrap_or(false),
+            continuous_usage: info.continuous_usage.unwrap_or(false),
+            logprobs: false,
+            details: false,
         })
     }
 

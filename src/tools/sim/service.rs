@@ -118,9 +118,17 @@ impl Inner {
         };
         let body = body.to_bytes();
         let config = &self.engine.config;
-        let Some(sim_request) = SimRequest::parse(format, &body, &config.model) else {
-            let message = "the body is not a JSON object";
-            return error_in(Some(format), StatusCode::BAD_REQUEST, message);
+        let sim_request = if format.is_form() {
+            let content_type = parts.headers.get(http::header::CONTENT_TYPE);
+            let content_type = content_type.map_or(&b""[..], |t| t.as_bytes());
+            SimRequest::parse_form(format, content_type, &body, &config.model)
+                .ok_or("the body is not a multipart/form-data form")
+        } else {
+            SimRequest::parse(format, &body, &config.model).ok_or("the body is not a JSON object")
+        };
+        let sim_request = match sim_request {
+            Ok(request) => request,
+            Err(message) => return error_in(Some(format), StatusCode::BAD_REQUEST, message),
         };
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let draw = Rng::keyed(config.seed, &id.to_le_bytes()).unit();

@@ -59,6 +59,39 @@ pub async fn post(
     collect(send(addr, request).await.expect("response head")).await
 }
 
+/// POSTs `fields` and then an audio file of `audio` bytes as a
+/// `multipart/form-data` form, as the OpenAI SDKs send speech to text.
+pub async fn post_form(
+    addr: SocketAddr,
+    path: &str,
+    fields: &[(&str, &str)],
+    audio: usize,
+) -> Result<Collected, hyper::Error> {
+    let boundary = "sim-form-5f2c";
+    let mut body = Vec::new();
+    for (name, value) in fields {
+        let part = format!(
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n"
+        );
+        body.extend_from_slice(part.as_bytes());
+    }
+    let file = format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"speech.wav\"\r\nContent-Type: audio/wav\r\n\r\n"
+    );
+    body.extend_from_slice(file.as_bytes());
+    body.extend((0..audio).map(|i| (i % 251) as u8));
+    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    let request = Request::post(path)
+        .header("host", addr.to_string())
+        .header(
+            "content-type",
+            format!("multipart/form-data; boundary={boundary}"),
+        )
+        .body(Full::new(Bytes::from(body)))
+        .expect("request");
+    collect(send(addr, request).await.expect("response head")).await
+}
+
 /// The JSON payloads of an SSE or NDJSON body, `[DONE]` left out.
 pub fn payloads(body: &[u8]) -> Vec<serde_json::Value> {
     let text = std::str::from_utf8(body).expect("utf-8 body");

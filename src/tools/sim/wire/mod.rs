@@ -2,6 +2,7 @@
 //! the events (or the whole body) that family's servers send.
 
 mod anthropic;
+mod audio;
 mod llamacpp;
 mod ollama;
 mod openai;
@@ -139,6 +140,7 @@ pub(crate) fn encoder(request: &SimRequest, id: u64) -> Box<dyn Encoder> {
         Format::TgiStream | Format::TgiRoot => Box::new(tgi::Tgi::new(request)),
         Format::LlamaCpp => Box::new(llamacpp::LlamaCpp::new(request)),
         Format::VllmTokens => Box::new(vllm_tokens::VllmTokens::new(request, id)),
+        Format::Transcriptions | Format::Translations => Box::new(audio::Audio::new(request, id)),
     }
 }
 
