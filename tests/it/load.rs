@@ -295,26 +295,26 @@ async fn cli_paths_and_faults_mix_the_workloads() {
     assert_eq!(seen, want.into_iter().collect());
 }
 
+/// Eight requests, two at a time, five tokens each, a JSON summary.
+const SMALL_RUN: [&str; 8] = [
+    "--requests",
+    "8",
+    "--concurrency",
+    "2",
+    "--format",
+    "json",
+    "--schedule",
+    "ttft_ms=0,gap_ms=1,tokens=5",
+];
+
 /// `--no-stream` asks the simulator for whole answers on every API path:
 /// each comes as one JSON body, so the client counts every request ok and
 /// no events nor first tokens; the same load without it streams.
 #[tokio::test]
 async fn cli_no_stream_asks_for_whole_answers() {
     let sim = common::sim::start(common::sim::fast()).await;
-    let args = [
-        "--requests",
-        "8",
-        "--concurrency",
-        "2",
-        "--format",
-        "json",
-        "--schedule",
-        "ttft_ms=0,gap_ms=1,tokens=5",
-        "--path",
-        "/v1/chat/completions",
-        "--path",
-        "/v1/messages",
-    ];
+    let paths = ["--path", "/v1/chat/completions", "--path", "/v1/messages"];
+    let args = [&SMALL_RUN[..], &paths].concat();
     let whole = cli(sim.addr, &args, &["--no-stream"]).await;
     assert_eq!(whole["total"]["ok"], 8, "{whole}");
     assert_eq!(whole["total"]["events"], 0, "{whole}");
@@ -430,4 +430,32 @@ async fn every_family_the_simulator_streams_has_its_events_and_a_first_token() {
         assert_eq!(total["ttft_ms"]["count"], 2, "{path}: {summary}");
         assert!(total["events"].as_u64() >= Some(2 * 5), "{path}: {summary}");
     }
+}
+
+/// Speech to text: to the audio paths the load generator sends forms (the
+/// fields the servers read, then an audio file as long as the prompt),
+/// which the simulator answers, streamed, through the proxy, which reads
+/// each as `openai_audio` under the form's model.
+#[tokio::test]
+async fn speech_to_text_paths_get_forms() {
+    let sim = common::sim::start(common::sim::fast()).await;
+    let (proxy, mut timelines) = common::proxy_with_timelines(sim.addr, "").await;
+    let paths = [
+        "--path",
+        "/v1/audio/transcriptions",
+        "--path",
+        "/v1/audio/translations",
+    ];
+    let out = cli(proxy.addr, &[&SMALL_RUN[..], &paths].concat(), &[]).await;
+    assert_eq!(out["total"]["ok"], 8, "{out}");
+    assert_eq!(out["total"]["ttft_ms"]["count"], 8, "{out}");
+    assert!(out["total"]["events"].as_u64() >= Some(8 * 5), "{out}");
+    for _ in 0..8 {
+        let t = common::next_timeline(&mut timelines).await;
+        assert_eq!(t.dialect.as_str(), "openai_audio");
+        assert_eq!(t.model.as_deref(), Some("tokenclock-sim"));
+        assert_eq!(t.tokens.generated, 5);
+        assert!(t.ttft().is_some());
+    }
+    proxy.shutdown().await;
 }

@@ -24,6 +24,7 @@ use crate::tools::rng::Rng;
 struct Plan {
     uri: Uri,
     body: Bytes,
+    content_type: HeaderValue,
     schedule: Option<HeaderValue>,
     fault: Option<HeaderValue>,
 }
@@ -94,8 +95,8 @@ impl Shared {
 
     fn request(&self, index: usize) -> Result<Request<Full<Bytes>>, http::Error> {
         let plan = &self.plans[index];
-        let mut builder = Request::post(plan.uri.clone())
-            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        let mut builder =
+            Request::post(plan.uri.clone()).header(CONTENT_TYPE, plan.content_type.clone());
         if let Some(schedule) = &plan.schedule {
             builder = builder.header("x-sim-schedule", schedule.clone());
         }
@@ -124,9 +125,12 @@ fn plan(target: &Uri, workload: &super::Workload) -> Result<Plan, LoadError> {
             .map_err(|_| error(v.clone())),
         None => Ok(None),
     };
+    let content_type = HeaderValue::from_str(&workload.content_type())
+        .map_err(|_| LoadError::Path(workload.path.clone()))?;
     Ok(Plan {
         uri,
         body: workload.body(),
+        content_type,
         schedule: header(&workload.schedule, LoadError::Schedule)?,
         fault: header(&workload.fault, LoadError::Fault)?,
     })

@@ -3,9 +3,19 @@
 use bytes::Bytes;
 use serde::Serialize;
 
+use crate::measure::dialect::Dialect;
+
 /// Bytes per prompt token when building a prompt: about what a BPE tokenizer
 /// gives for English text, so `prompt_tokens` lands near the server's count.
 pub const BYTES_PER_TOKEN: usize = 4;
+
+/// Bytes of audio per prompt token on the speech-to-text paths: 50 audio
+/// tokens a second of 16 kHz 16-bit audio (Whisper's encoder rate, and the
+/// simulator's).
+pub(crate) const AUDIO_BYTES_PER_TOKEN: usize = 640;
+
+/// The boundary of the forms sent to the speech-to-text paths.
+const FORM_BOUNDARY: &str = "tokenclock-load-2c9e";
 
 /// The names [`Workload::preset`] knows, in the order the help lists them.
 pub const PRESETS: [&str; 4] = ["summaries", "generation", "reasoning", "chat"];
@@ -90,8 +100,26 @@ impl Workload {
         }
     }
 
-    /// The JSON request body, built once per run and shared by every request.
+    /// Whether its path takes a form (speech to text's), not JSON.
+    pub fn is_form(&self) -> bool {
+        Dialect::from_path(&self.path) == Dialect::OpenAiAudio
+    }
+
+    /// The request body's content type.
+    pub fn content_type(&self) -> String {
+        if self.is_form() {
+            format!("multipart/form-data; boundary={FORM_BOUNDARY}")
+        } else {
+            "application/json".to_owned()
+        }
+    }
+
+    /// The request body, built once per run and shared by every request:
+    /// JSON, or on a speech-to-text path a form ([`Workload::form`]).
     pub fn body(&self) -> Bytes {
+        if self.is_form() {
+            return self.form();
+        }
         let prompt = prompt(self.prompt_tokens);
         let mut body = serde_json::json!({
             "model": self.model,
@@ -106,6 +134,41 @@ impl Workload {
             body["reasoning_effort"] = serde_json::json!("medium");
         }
         Bytes::from(body.to_string())
+    }
+}
+
+impl Workload {
+    /// The form the OpenAI SDK sends for speech to text: the fields first
+    /// (`model`, `stream`, vLLM's `stream_include_usage` when streaming,
+    /// `max_completion_tokens`), then an audio file of `prompt_tokens`
+    /// tokens ([`AUDIO_BYTES_PER_TOKEN`] each).
+    fn form(&self) -> Bytes {
+        let mut fields = vec![
+            ("model", self.model.clone()),
+            ("stream", self.stream.to_string()),
+            ("max_completion_tokens", self.max_tokens.to_string()),
+        ];
+        if self.stream {
+            fields.push(("stream_include_usage", "true".to_owned()));
+        }
+        let mut body = Vec::new();
+        for (name, value) in fields {
+            body.extend_from_slice(
+                format!("--{FORM_BOUNDARY}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n")
+                    .as_bytes(),
+            );
+        }
+        body.extend_from_slice(
+            format!("--{FORM_BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"speech.wav\"\r\nContent-Type: audio/wav\r\n\r\n")
+                .as_bytes(),
+        );
+        // Silence, as far as the length goes.
+        body.resize(
+            body.len() + self.prompt_tokens as usize * AUDIO_BYTES_PER_TOKEN,
+            0,
+        );
+        body.extend_from_slice(format!("\r\n--{FORM_BOUNDARY}--\r\n").as_bytes());
+        Bytes::from(body)
     }
 }
 
@@ -144,6 +207,35 @@ mod tests {
         }
         assert!(Workload::reasoning().model.contains("reason"));
         assert!(Workload::preset("nope").is_none());
+    }
+
+    /// On a speech-to-text path the body is a form whose fields tokenclock
+    /// reads, and whose audio is the prompt's length.
+    #[test]
+    fn a_speech_to_text_path_gets_a_form() {
+        use crate::measure::{
+            dialect::{RequestInfo, FORM_FIELDS},
+            frame::form::FormFields,
+        };
+        let w = Workload {
+            path: "/v1/audio/translations".to_owned(),
+            ..Workload::chat()
+        };
+        assert!(w.is_form() && !Workload::chat().is_form());
+        let body = w.body();
+        let mut form = FormFields::new(w.content_type().as_bytes(), FORM_FIELDS).expect("a form");
+        form.feed(&body);
+        assert!(form.is_done());
+        let info = RequestInfo::from_form(|i| form.value(i));
+        assert_eq!(info.model.as_deref(), Some("tokenclock-sim"));
+        assert_eq!((info.stream, info.include_usage), (Some(true), Some(true)));
+        assert_eq!(info.max_tokens, Some(64));
+        let audio = 100 * AUDIO_BYTES_PER_TOKEN;
+        assert!(
+            (audio..audio + 1000).contains(&body.len()),
+            "{}",
+            body.len()
+        );
     }
 
     #[test]
