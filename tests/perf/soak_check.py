@@ -28,6 +28,7 @@ ENDPOINTS = {
     "/generate": "sglang",
     "/generate_stream": "tgi",
     "/completion": "llamacpp",
+    "/v1/audio/transcriptions": "openai_audio",
 }
 SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)$')
 LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
