@@ -116,15 +116,16 @@ pub(crate) fn judge<'a>(slo: &'a str, limits: &Limits, t: &Timeline) -> Judgemen
 
 /// Every SLO that applies to `t`, judged: the configured ones whose model
 /// globs and endpoints match, then its own header limits, if any. A
-/// WebSocket session (`101`) is not a request with latencies to meet: only
-/// an SLO that names its endpoint (`unknown`), or the handshake's own
-/// header limits, judge it.
+/// WebSocket session (`101`) is not a request with latencies to meet (it
+/// lasts minutes and has no first token): no configured SLO judges it,
+/// whatever endpoint its path is, only its handshake's own header limits.
 pub(crate) fn judge_all<'a>(slos: &'a [Slo], t: &'a Timeline) -> Vec<Judgement<'a>> {
     let model = t.model.as_deref().unwrap_or_default();
     let session = t.status == Some(http::StatusCode::SWITCHING_PROTOCOLS);
     let mut out: Vec<_> = slos
         .iter()
-        .filter(|s| (s.endpoints.is_empty() && !session) || s.endpoints.contains(&t.dialect))
+        .filter(|_| !session)
+        .filter(|s| s.endpoints.is_empty() || s.endpoints.contains(&t.dialect))
         .filter(|s| s.models.is_empty() || s.models.iter().any(|g| glob(g, model)))
         .map(|s| judge(&s.name, &s.limits, t))
         .collect();
@@ -240,28 +241,35 @@ mod tests {
         );
     }
 
-    /// A WebSocket session lasts minutes: an SLO that does not name its
-    /// endpoint does not judge it (nor count it against goodput).
+    /// A WebSocket session lasts minutes: no configured SLO judges it (nor
+    /// counts it against goodput), whatever its path's endpoint; its
+    /// handshake's SLO headers do.
     #[test]
-    fn a_websocket_session_is_judged_only_where_its_endpoint_is_named() {
+    fn a_websocket_session_is_judged_only_by_its_own_slo_headers() {
         let slo = |name: &str, endpoints: Vec<Dialect>| Slo {
             name: name.into(),
             models: vec![],
             endpoints,
             limits: limits(500, 50),
         };
-        let slos = vec![slo("all", vec![]), slo("sessions", vec![Dialect::Unknown])];
+        let slos = vec![
+            slo("all", vec![]),
+            slo("responses", vec![Dialect::OpenAiResponses]),
+        ];
         let mut t = timeline(400, 10, 40);
-        t.dialect = Dialect::Unknown;
+        // A session on the Responses API's path keeps that endpoint.
+        t.dialect = Dialect::OpenAiResponses;
         let names = |t: &Timeline| -> Vec<String> {
             judge_all(&slos, t)
                 .iter()
                 .map(|j| j.slo.to_owned())
                 .collect()
         };
-        assert_eq!(names(&t), ["all", "sessions"]);
+        assert_eq!(names(&t), ["all", "responses"]);
         t.status = Some(http::StatusCode::SWITCHING_PROTOCOLS);
-        assert_eq!(names(&t), ["sessions"]);
+        assert!(names(&t).is_empty());
+        t.request_slo = Some(limits(500, 50));
+        assert_eq!(names(&t), ["request"]);
     }
 
     #[test]

@@ -31,7 +31,7 @@ use tokenclock::measure::{
 };
 
 /// Recorded-shape fixtures and the dialect each is read with.
-const DIALECT_FIXTURES: [(&str, Dialect); 12] = [
+const DIALECT_FIXTURES: [(&str, Dialect); 14] = [
     ("anthropic_thinking.sse", Dialect::Anthropic),
     ("llamacpp_chat.sse", Dialect::OpenAiChat),
     ("llamacpp_completion.sse", Dialect::LlamaCpp),
@@ -44,6 +44,8 @@ const DIALECT_FIXTURES: [(&str, Dialect); 12] = [
     ("tgi_generate_stream.sse", Dialect::Tgi),
     ("vllm_chat_continuous_usage.sse", Dialect::OpenAiChat),
     ("vllm_chat_reasoning.sse", Dialect::OpenAiChat),
+    ("openai_audio_transcription.sse", Dialect::OpenAiAudio),
+    ("vllm_audio_transcription.sse", Dialect::OpenAiAudio),
 ];
 
 /// The chunk: a ~250-byte OpenAI chat chunk with `"usage":null`.

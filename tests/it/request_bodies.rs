@@ -215,8 +215,16 @@ async fn a_speech_to_text_form_is_read_as_it_passes_whatever_its_size() {
     let (proxy, mut timelines) =
         common::proxy_with_timelines(upstream.addr, "request_capture_bytes = 4096").await;
     let boundary = "tokenclock-7d1e0b";
-    // Every byte value, CR, LF and `-` among them.
-    let audio: Vec<u8> = (0..20 * MB).map(|i| (i * 7 % 251) as u8).collect();
+    // Every byte value, and every 4 KiB what begins the delimiter but
+    // ends otherwise (a form's content never holds its boundary), which the
+    // proxy's reads will cut anywhere.
+    let near = format!("\r\n--{}x", &boundary[..boundary.len() - 1]);
+    let audio: Vec<u8> = (0..20 * MB)
+        .map(|i| match i % 4096 {
+            at if at < near.len() => near.as_bytes()[at],
+            _ => (i * 7 % 251) as u8,
+        })
+        .collect();
     let fields: [(&str, Option<&str>, &[u8]); 4] = [
         ("model", None, b"openai/whisper-large-v3"),
         ("stream", None, b"true"),

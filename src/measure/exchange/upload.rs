@@ -75,16 +75,16 @@ impl Upload {
         let coding = Coding::of(headers);
         let readable =
             dialect != Dialect::Unknown && *method == Method::POST && cap > 0 && coding.is_ok();
-        let capture = readable.then(|| {
-            let form = headers
-                .get(header::CONTENT_TYPE)
-                .filter(|_| matches!(coding, Ok(Coding::Identity)))
-                .and_then(|t| FormFields::new(t.as_bytes(), FORM_FIELDS));
-            match form {
-                Some(form) => Capture::Form(Box::new(form)),
-                None => Capture::Copy(Vec::new()),
-            }
-        });
+        let form = readable
+            .then(|| headers.get(header::CONTENT_TYPE))
+            .flatten()
+            .and_then(|t| FormFields::new(t.as_bytes(), FORM_FIELDS));
+        let capture = match form {
+            // A compressed form: not read, nor copied.
+            Some(_) if !matches!(coding, Ok(Coding::Identity)) => None,
+            Some(form) => Some(Capture::Form(Box::new(form))),
+            None => readable.then(|| Capture::Copy(Vec::new())),
+        };
         Self {
             shared: Arc::new(UploadShared {
                 bytes: AtomicU64::new(0),

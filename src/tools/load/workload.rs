@@ -9,10 +9,9 @@ use crate::measure::dialect::Dialect;
 /// gives for English text, so `prompt_tokens` lands near the server's count.
 pub const BYTES_PER_TOKEN: usize = 4;
 
-/// Bytes of audio per prompt token on the speech-to-text paths: 50 audio
-/// tokens a second of 16 kHz 16-bit audio (Whisper's encoder rate, and the
-/// simulator's).
-pub(crate) const AUDIO_BYTES_PER_TOKEN: usize = 640;
+/// Bytes of audio per prompt token on the speech-to-text paths: the
+/// simulator's rate.
+use crate::tools::sim::AUDIO_BYTES_PER_TOKEN;
 
 /// The boundary of the forms sent to the speech-to-text paths.
 const FORM_BOUNDARY: &str = "tokenclock-load-2c9e";
@@ -138,19 +137,20 @@ impl Workload {
 }
 
 impl Workload {
-    /// The form the OpenAI SDK sends for speech to text: the fields first
-    /// (`model`, `stream`, vLLM's `stream_include_usage` when streaming,
+    /// A form as the OpenAI SDK sends one for speech to text (vLLM's
+    /// `stream_include_usage` as its `extra_body` adds it): the fields
+    /// first (`model`, `stream`, `stream_include_usage` when streaming,
     /// `max_completion_tokens`), then an audio file of `prompt_tokens`
     /// tokens ([`AUDIO_BYTES_PER_TOKEN`] each).
     fn form(&self) -> Bytes {
         let mut fields = vec![
             ("model", self.model.clone()),
             ("stream", self.stream.to_string()),
-            ("max_completion_tokens", self.max_tokens.to_string()),
         ];
         if self.stream {
             fields.push(("stream_include_usage", "true".to_owned()));
         }
+        fields.push(("max_completion_tokens", self.max_tokens.to_string()));
         let mut body = Vec::new();
         for (name, value) in fields {
             body.extend_from_slice(

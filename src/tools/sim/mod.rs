@@ -19,6 +19,8 @@ mod service;
 mod text;
 mod wire;
 
+pub(crate) use self::request::AUDIO_BYTES_PER_TOKEN;
+
 use std::{future::Future, io, net::SocketAddr, time::Duration};
 
 use serde::Deserialize;

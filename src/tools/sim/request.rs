@@ -71,6 +71,10 @@ impl Format {
     }
 }
 
+/// Bytes of audio per input token: 50 tokens a second of 16 kHz 16-bit
+/// audio (Whisper's encoder rate).
+pub(crate) const AUDIO_BYTES_PER_TOKEN: usize = 640;
+
 /// One request as the simulator sees it.
 #[derive(Clone, Debug)]
 pub(crate) struct SimRequest {
@@ -157,9 +161,9 @@ impl SimRequest {
     /// Reads a speech-to-text form (`body`, of `content_type`): its fields
     /// as tokenclock reads them (`model`, `stream`, vLLM's
     /// `stream_include_usage` and `stream_continuous_usage_stats`,
-    /// `max_completion_tokens`); the input is the audio, 50 tokens a second
-    /// of 16 kHz 16-bit audio (640 bytes a token, Whisper's encoder rate),
-    /// counted over the whole body. `None` when it is not a form.
+    /// `max_completion_tokens`); the input is the audio,
+    /// [`AUDIO_BYTES_PER_TOKEN`] a token, counted over the whole body.
+    /// `None` when it is not a form.
     pub(crate) fn parse_form(
         format: Format,
         content_type: &[u8],
@@ -173,7 +177,7 @@ impl SimRequest {
             format,
             model: info.model.unwrap_or_else(|| default_model.to_owned()),
             stream: info.stream.unwrap_or(false),
-            input_tokens: (body.len() as u64 / 640).max(1),
+            input_tokens: (body.len() / AUDIO_BYTES_PER_TOKEN).max(1) as u64,
             max_tokens: info.max_tokens,
             tools: false,
             include_usage: info.include_usage.unwrap_or(false),
