@@ -15,6 +15,8 @@ use std::{
 
 use tokio::time::Instant;
 
+use crate::common;
+
 /// One target: its name (its corpus directory) and function.
 type Target = (&'static str, fn(&[u8]));
 
@@ -180,26 +182,27 @@ fn request_seeds() -> Vec<Vec<u8>> {
     let mut seeds: Vec<Vec<u8>> = bodies.iter().map(|b| [&[0x30][..], b].concat()).collect();
     // Forms (bit 6), as the OpenAI SDK and curl send speech to text's, and
     // cut short, with the smallest cap, which a form does not heed.
-    let part = |name: &str, file: &str, content: &str| {
-        format!("--fuzzform\r\nContent-Disposition: form-data; name=\"{name}\"{file}\r\n\r\n{content}\r\n")
-    };
     let audio = "RIFF\r\n--fuzz\r\r\n-".repeat(8);
-    let sdk = [
-        part("model", "", "whisper-1"),
-        part("stream", "", "true"),
-        part("file", "; filename=\"a.wav\"", &audio),
-        "--fuzzform--\r\n".to_owned(),
-    ]
-    .concat();
-    let curl = [
-        part("file", "; filename=\"a;b.wav\"", &audio),
-        part("max_completion_tokens", "", "448"),
-        "--fuzzform--".to_owned(),
-    ]
-    .concat();
-    for form in [&sdk, &curl, &sdk[..sdk.len() / 2].to_owned()] {
-        seeds.push([&[0x70][..], form.as_bytes()].concat());
-        seeds.push([&[0x40][..], form.as_bytes()].concat());
+    let sdk = common::form(
+        "fuzzform",
+        &[
+            ("model", None, b"whisper-1"),
+            ("stream", None, b"true"),
+            ("file", Some("a.wav"), audio.as_bytes()),
+        ],
+    );
+    let mut curl = common::form(
+        "fuzzform",
+        &[
+            ("file", Some("a;b.wav"), audio.as_bytes()),
+            ("max_completion_tokens", None, b"448"),
+        ],
+    );
+    // Its closing delimiter without the line break after it.
+    curl.truncate(curl.len() - 2);
+    for form in [&sdk, &curl, &sdk[..sdk.len() / 2].to_vec()] {
+        seeds.push([&[0x70][..], form].concat());
+        seeds.push([&[0x40][..], form].concat());
     }
     seeds
 }

@@ -73,8 +73,23 @@ fn hostile() -> Vec<(&'static str, Vec<u8>)> {
 /// Sends `body` to the echo upstream through `proxy` and returns what came
 /// back: the bytes the upstream received.
 async fn echoed(proxy: std::net::SocketAddr, body: &[u8]) -> Vec<u8> {
-    let request = Request::post("/v1/chat/completions")
-        .header("content-type", "application/json")
+    let json = [("content-type", "application/json")];
+    echoed_at(proxy, "/v1/chat/completions", &json, body).await
+}
+
+/// Sends `body` with `headers` to `path` on the echo upstream through
+/// `proxy`: the bytes the upstream received.
+async fn echoed_at(
+    proxy: std::net::SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Vec<u8> {
+    let mut request = Request::post(path);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let request = request
         .body(Full::new(Bytes::copy_from_slice(body)))
         .expect("request");
     let response = send(proxy, request).await.expect("response head");
@@ -164,14 +179,11 @@ async fn compressed_request_bodies_are_read_decoded_and_forwarded_unchanged() {
             ("not what it says", b"{\"model\":\"plain\"}".to_vec(), None),
         ];
         for (case, body, model) in cases {
-            let request = Request::post("/v1/chat/completions")
-                .header("content-type", "application/json")
-                .header("content-encoding", coding)
-                .body(Full::new(Bytes::from(body.clone())))
-                .expect("request");
-            let response = send(proxy.addr, request).await.expect("response head");
-            assert_eq!(response.status(), 200);
-            let got = collect(response).await.expect("the whole echo").body();
+            let headers = [
+                ("content-type", "application/json"),
+                ("content-encoding", coding),
+            ];
+            let got = echoed_at(proxy.addr, "/v1/chat/completions", &headers, &body).await;
             assert!(got == body, "{coding} {case}: the upstream got other bytes");
             let timeline = next_timeline(&mut timelines).await;
             assert_eq!(timeline.request.model.as_deref(), model, "{coding} {case}");
@@ -182,26 +194,6 @@ async fn compressed_request_bodies_are_read_decoded_and_forwarded_unchanged() {
         }
     }
     proxy.shutdown().await;
-}
-
-/// A `multipart/form-data` body of `parts` (name, file name, content).
-fn form(boundary: &str, parts: &[(&str, Option<&str>, &[u8])]) -> Vec<u8> {
-    let mut body = Vec::new();
-    for (name, file, content) in parts {
-        let disposition = match file {
-            Some(file) => format!(
-                "form-data; name=\"{name}\"; filename=\"{file}\"\r\nContent-Type: audio/wav"
-            ),
-            None => format!("form-data; name=\"{name}\""),
-        };
-        body.extend_from_slice(
-            format!("--{boundary}\r\nContent-Disposition: {disposition}\r\n\r\n").as_bytes(),
-        );
-        body.extend_from_slice(content);
-        body.extend_from_slice(b"\r\n");
-    }
-    body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
-    body
 }
 
 /// A speech-to-text request is a form: an audio file and a few fields, in
@@ -235,17 +227,10 @@ async fn a_speech_to_text_form_is_read_as_it_passes_whatever_its_size() {
     let first: Vec<_> = fields.iter().copied().chain([file]).collect();
     let last: Vec<_> = [file].into_iter().chain(fields.iter().copied()).collect();
     for (case, parts) in [("fields first", first), ("file first", last)] {
-        let body = form(boundary, &parts);
-        let request = Request::post("/v1/audio/transcriptions")
-            .header(
-                "content-type",
-                format!("multipart/form-data; boundary={boundary}"),
-            )
-            .body(Full::new(Bytes::from(body.clone())))
-            .expect("request");
-        let response = send(proxy.addr, request).await.expect("response head");
-        assert_eq!(response.status(), 200);
-        let got = collect(response).await.expect("the whole echo").body();
+        let body = common::form(boundary, &parts);
+        let content_type = format!("multipart/form-data; boundary={boundary}");
+        let headers = [("content-type", content_type.as_str())];
+        let got = echoed_at(proxy.addr, "/v1/audio/transcriptions", &headers, &body).await;
         assert!(got == body, "{case}: the upstream got other bytes");
         let timeline = next_timeline(&mut timelines).await;
         assert_eq!(timeline.dialect.as_str(), "openai_audio", "{case}");

@@ -21,6 +21,27 @@ use tokenclock::{
 };
 use tokio::{sync::oneshot, task::JoinHandle};
 
+/// A `multipart/form-data` body of `parts` (name, file name for a file
+/// part, content), as the clients of speech to text write one.
+pub fn form(boundary: &str, parts: &[(&str, Option<&str>, &[u8])]) -> Vec<u8> {
+    let mut body = Vec::new();
+    for (name, file, content) in parts {
+        let disposition = match file {
+            Some(file) => format!(
+                "form-data; name=\"{name}\"; filename=\"{file}\"\r\nContent-Type: audio/wav"
+            ),
+            None => format!("form-data; name=\"{name}\""),
+        };
+        body.extend_from_slice(
+            format!("--{boundary}\r\nContent-Disposition: {disposition}\r\n\r\n").as_bytes(),
+        );
+        body.extend_from_slice(content);
+        body.extend_from_slice(b"\r\n");
+    }
+    body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
+    body
+}
+
 /// A proxy running in this process.
 pub struct Proxy {
     pub addr: SocketAddr,

@@ -68,19 +68,13 @@ pub async fn post_form(
     audio: usize,
 ) -> Result<Collected, hyper::Error> {
     let boundary = "sim-form-5f2c";
-    let mut body = Vec::new();
-    for (name, value) in fields {
-        let part = format!(
-            "--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n"
-        );
-        body.extend_from_slice(part.as_bytes());
-    }
-    let file = format!(
-        "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"speech.wav\"\r\nContent-Type: audio/wav\r\n\r\n"
-    );
-    body.extend_from_slice(file.as_bytes());
-    body.extend((0..audio).map(|i| (i % 251) as u8));
-    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    let audio: Vec<u8> = (0..audio).map(|i| (i % 251) as u8).collect();
+    let mut parts: Vec<(&str, Option<&str>, &[u8])> = fields
+        .iter()
+        .map(|(name, value)| (*name, None, value.as_bytes()))
+        .collect();
+    parts.push(("file", Some("speech.wav"), &audio));
+    let body = super::form(boundary, &parts);
     let request = Request::post(path)
         .header("host", addr.to_string())
         .header(
