@@ -153,6 +153,8 @@ fn dialect_index(name: &str) -> u8 {
         ("sglang", 7),
         ("openai_audio", 8),
         ("vllm_audio", 8),
+        ("openai_embeddings", 9),
+        ("vllm_embeddings", 9),
     ];
     families
         .iter()

@@ -88,6 +88,7 @@ fn operation(dialect: Dialect) -> &'static str {
         }
         // Speech to text; the conventions name no operation for it.
         Dialect::OpenAiAudio => "transcription",
+        Dialect::OpenAiEmbeddings => "embeddings",
         Dialect::Unknown => "unknown",
     }
 }
@@ -101,7 +102,8 @@ fn provider(dialect: Dialect) -> Option<&'static str> {
         Dialect::OpenAiChat
         | Dialect::OpenAiCompletions
         | Dialect::OpenAiResponses
-        | Dialect::OpenAiAudio => Some("openai"),
+        | Dialect::OpenAiAudio
+        | Dialect::OpenAiEmbeddings => Some("openai"),
         Dialect::Anthropic => Some("anthropic"),
         Dialect::Tgi => Some("tgi"),
         Dialect::Sglang => Some("sglang"),

@@ -17,6 +17,7 @@ mod openai;
 mod openai_audio;
 mod openai_chat;
 mod openai_completions;
+mod openai_embeddings;
 mod openai_responses;
 mod request;
 mod scan;
@@ -46,6 +47,9 @@ pub enum Dialect {
     /// OpenAI Audio's speech to text, `/v1/audio/transcriptions` and
     /// `/v1/audio/translations` (OpenAI, vLLM; a multipart request).
     OpenAiAudio,
+    /// OpenAI Embeddings, `/v1/embeddings` (OpenAI, vLLM, SGLang, TEI,
+    /// llama.cpp, Ollama, LiteLLM; a whole body read by its ends).
+    OpenAiEmbeddings,
     /// Anthropic Messages, `/v1/messages`.
     Anthropic,
     /// TGI native `/generate_stream`, `/generate` and `POST /` (see
@@ -157,6 +161,13 @@ impl Dialect {
         } else if ends("/audio/transcriptions") || ends("/audio/translations") {
             // Azure OpenAI's `/openai/deployments/{name}/audio/…` too.
             Self::OpenAiAudio
+        } else if ends("/v1/embeddings")
+            || (path.starts_with("/openai/deployments/") && ends("/embeddings"))
+            || path == "/embeddings"
+        {
+            // Azure OpenAI's deployments; `/embeddings` is LiteLLM's and
+            // Infinity's route, and llama.cpp's own (a bare array).
+            Self::OpenAiEmbeddings
         } else if ends("/v1/messages") {
             Self::Anthropic
         } else if path == "/generate_stream" || path == "/generate" {
@@ -257,6 +268,7 @@ impl Dialect {
             Self::OpenAiCompletions => "openai_completions",
             Self::OpenAiResponses => "openai_responses",
             Self::OpenAiAudio => "openai_audio",
+            Self::OpenAiEmbeddings => "openai_embeddings",
             Self::Anthropic => "anthropic",
             Self::Tgi => "tgi",
             Self::Sglang => "sglang",
@@ -275,7 +287,7 @@ impl Dialect {
     }
 
     /// Every dialect, for config validation and metric pre-registration.
-    pub const ALL: [Dialect; 10] = [
+    pub const ALL: [Dialect; 11] = [
         Self::OpenAiChat,
         Self::OpenAiCompletions,
         Self::OpenAiResponses,
@@ -285,6 +297,7 @@ impl Dialect {
         Self::LlamaCpp,
         Self::Sglang,
         Self::OpenAiAudio,
+        Self::OpenAiEmbeddings,
         Self::Unknown,
     ];
 
@@ -301,7 +314,8 @@ impl Dialect {
             Self::LlamaCpp => 6,
             Self::Sglang => 7,
             Self::OpenAiAudio => 8,
-            Self::Unknown => 9,
+            Self::OpenAiEmbeddings => 9,
+            Self::Unknown => 10,
         }
     }
 
@@ -341,6 +355,8 @@ impl Dialect {
             Self::OpenAiCompletions => openai_completions::event(reader, data),
             Self::OpenAiResponses => openai_responses::event(reader, name, data),
             Self::OpenAiAudio => openai_audio::event(reader, name, data),
+            // Never streamed: an event would be a whole answer.
+            Self::OpenAiEmbeddings => openai_embeddings::body(data),
             Self::Anthropic => anthropic::event(reader, name, data),
             Self::Tgi => tgi::event(reader, data),
             Self::Sglang => sglang::event(reader, data),
@@ -357,12 +373,36 @@ impl Dialect {
             Self::OpenAiCompletions => openai_completions::body(body),
             Self::OpenAiResponses => openai_responses::body(body),
             Self::OpenAiAudio => openai_audio::body(body),
+            Self::OpenAiEmbeddings => openai_embeddings::body(body),
             Self::Anthropic => anthropic::body(body),
             Self::Tgi => tgi::body(body),
             Self::Sglang => sglang::body(body),
             Self::Ollama => ollama::body(body),
             Self::LlamaCpp => llamacpp::body(body),
             Self::Unknown => Ok(Parsed::default()),
+        }
+    }
+
+    /// Whether a whole body of this dialect is read by its ends, whatever
+    /// its size (see `frame::ends`), rather than whole up to
+    /// `max_event_bytes`: embeddings, whose vectors are most of a body
+    /// that is often larger, and hold nothing read.
+    pub(crate) fn reads_ends(self) -> bool {
+        self == Self::OpenAiEmbeddings
+    }
+
+    /// Reads a whole body of which only `head`, its first bytes, and
+    /// `tail`, its last, were kept (each may be changed in place): what a
+    /// dialect that [`reads_ends`](Self::reads_ends) finds there; any
+    /// other's body is too large to read.
+    pub(crate) fn parse_cut<'a>(
+        self,
+        head: &'a mut [u8],
+        tail: &'a mut [u8],
+    ) -> Result<Parsed<'a>, ParseError> {
+        match self {
+            Self::OpenAiEmbeddings => openai_embeddings::ends(head, tail),
+            _ => Err(ParseError::TooLarge),
         }
     }
 }

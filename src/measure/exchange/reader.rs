@@ -1,5 +1,6 @@
 //! Reading a copy of the response body: SSE or NDJSON events through the
-//! dialect into the timeline, or a whole JSON body at its end; a gzip,
+//! dialect into the timeline, or a whole JSON body at its end (or only its
+//! ends, for a dialect that reads those); a gzip,
 //! deflate, brotli or zstd body decoded first (`coding`).
 
 use http::{header, HeaderMap, StatusCode};
@@ -8,6 +9,7 @@ use tokio::time::Instant;
 use crate::{
     measure::coding::{Busy, Coding, Inflate},
     measure::dialect::{Dialect, Events, Framed, ParseError, Shared},
+    measure::frame::ends::{BodyEnds, Ends},
     measure::frame::ndjson::NdjsonFramer,
     measure::frame::sse::SseFramer,
     measure::timeline::Timeline,
@@ -48,9 +50,17 @@ enum Read {
         /// only to tell its dialect).
         record: bool,
     },
+    /// A whole JSON body of a dialect that reads its ends
+    /// ([`Dialect::reads_ends`]), read at its end, whatever its size.
+    Ends { ends: BodyEnds, dialect: Dialect },
     /// Not read: timed end to end only.
     Skip,
 }
+
+/// The most kept at each end of a body read by its ends (or
+/// `max_event_bytes`, if lower): room for the members around an
+/// embeddings answer's vectors.
+const ENDS_CAP: usize = 4096;
 
 // === impl Reader ===
 
@@ -133,7 +143,7 @@ impl Reader {
         match &self.read {
             Read::Sse { events, .. } => events.dialect().streams_model(),
             Read::Ndjson { dialect, .. } => dialect.streams_model(),
-            Read::Json { .. } => true,
+            Read::Json { .. } | Read::Ends { .. } => true,
             Read::Skip => false,
         }
     }
@@ -170,6 +180,13 @@ impl Reader {
                 return None;
             }
         }
+        if !whole && matches!(self.read, Read::Ends { .. }) {
+            // Its last bytes are not its end: they might be read as the
+            // members of an object inside (a whole body cut short fails
+            // its parse the same way).
+            timeline.parse_error(ParseError::Json);
+            return None;
+        }
         self.read.finish(timeline)
     }
 
@@ -203,6 +220,10 @@ impl Read {
                 framer: NdjsonFramer::new(max_event_bytes),
                 dialect,
                 oversized: 0,
+            },
+            Media::Json if dialect.reads_ends() => Self::Ends {
+                ends: BodyEnds::new(ENDS_CAP.min(max_event_bytes)),
+                dialect,
             },
             Media::Json => Self::Json {
                 body: Some(Vec::new()),
@@ -259,6 +280,7 @@ impl Read {
                     }
                 }
             }
+            Self::Ends { ends, .. } => ends.feed(data),
             Self::Skip => {}
         }
     }
@@ -290,6 +312,17 @@ impl Read {
                     }
                 }
                 shown
+            }
+            Self::Ends { ends, dialect } => {
+                let parsed = match ends.ends() {
+                    Ends::Whole(body) => dialect.parse_body(body),
+                    Ends::Cut { head, tail } => dialect.parse_cut(head, tail),
+                };
+                match parsed {
+                    Ok(parsed) => timeline.record_body(&parsed),
+                    Err(e) => timeline.parse_error(e),
+                }
+                None
             }
             Self::Sse { .. } | Self::Json { body: None, .. } | Self::Skip => None,
         }

@@ -3,7 +3,7 @@ use http::{HeaderValue, Request, Response};
 use super::*;
 use crate::measure::coding::tests::ZstdEncoder;
 use crate::measure::dialect::ParseError;
-use crate::measure::timeline::{Milestone, Stage};
+use crate::measure::timeline::{CountSource, Milestone, Stage};
 
 fn exchange(status: u16) -> Exchange {
     let request = Request::post("/v1/chat/completions")
@@ -1097,4 +1097,83 @@ fn a_whole_body_on_api_chat_tells_which_server_wrote_it_at_its_end() {
     assert_eq!(e.dialect(), Dialect::Ollama);
     e.on_end(End::Complete, Instant::now());
     assert!(told.take().iter().all(|l| !l.contains("openai")));
+}
+
+/// An exchange on `/v1/embeddings` whose whole answer is JSON, compressed
+/// with `coding` unless `identity`.
+fn embeddings(coding: &str) -> Exchange {
+    let request = Request::post("/v1/embeddings").body(()).unwrap_or_default();
+    let (mut e, _upload) = Exchange::start(Instant::now(), &request, &shared_settings(), None);
+    let (head, ()) = Response::builder()
+        .header("content-type", "application/json")
+        .header("content-encoding", coding)
+        .body(())
+        .unwrap_or_default()
+        .into_parts();
+    e.on_response_head(&head, Instant::now());
+    e
+}
+
+/// An embeddings answer in OpenAI's order, `model` and `usage` after
+/// `vectors` vectors of 1,536 numbers (about 20 KiB each).
+fn embeddings_answer(vectors: usize) -> String {
+    // Each vector its own: repeated, they would compress as a bomb does.
+    let vector = |i: usize| {
+        (0..1536)
+            .map(|d| format!("{:.9}", ((d * 7 + i * 13) as f64 * 0.37).sin() / 9.0))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let data = (0..vectors)
+        .map(|i| {
+            let vector = vector(i);
+            format!(r#"{{"object":"embedding","index":{i},"embedding":[{vector}]}}"#)
+        })
+        .collect::<Vec<_>>()
+        .join(",");
+    format!(
+        r#"{{"object":"list","data":[{data}],"model":"text-embedding-3-large","usage":{{"prompt_tokens":4021,"total_tokens":4021}}}}"#
+    )
+}
+
+/// A batch's embeddings answer of MiBs, past `max_event_bytes` (1 MiB
+/// here), plain or compressed: its usage and model are read from its
+/// last bytes, with no parse error; it generated nothing. Cut short, it
+/// is not read.
+#[test]
+fn an_embeddings_answer_past_max_event_bytes_is_read_by_its_ends() {
+    let answer = embeddings_answer(200);
+    assert!(answer.len() > 3 << 20, "{}", answer.len());
+    for coding in ["identity", "gzip", "zstd"] {
+        let mut e = embeddings(coding);
+        assert_eq!(e.timeline.dialect, Dialect::OpenAiEmbeddings);
+        let frames = match coding {
+            "identity" => vec![Bytes::from(answer.clone())],
+            _ => {
+                let (mut frames, trailer) = compressed_frames(coding, &[&answer]);
+                frames.push(trailer);
+                frames
+            }
+        };
+        for frame in &frames {
+            for piece in frame.chunks(16 * 1024) {
+                e.on_data(&Bytes::copy_from_slice(piece), Instant::now());
+            }
+        }
+        e.complete(End::Complete, Instant::now());
+        let t = &e.timeline;
+        assert_eq!(t.parse_errors, vec![], "{coding}");
+        assert_eq!(t.tokens.input, Some(4021), "{coding}");
+        assert_eq!(t.tokens.input_source, Some(CountSource::Usage), "{coding}");
+        assert_eq!(t.tokens.generated, 0, "{coding}");
+        assert_eq!(t.response_model.as_deref(), Some("text-embedding-3-large"));
+    }
+    let mut e = embeddings("identity");
+    e.on_data(
+        &Bytes::from(answer[..answer.len() - 1].to_owned()),
+        Instant::now(),
+    );
+    e.complete(End::Failed { timeout: false }, Instant::now());
+    assert_eq!(e.timeline.parse_errors, vec![ParseError::Json]);
+    assert_eq!(e.timeline.tokens.input, None);
 }

@@ -6,8 +6,11 @@
 //! - [`ndjson`]: newline-delimited JSON (Ollama, TGI's native stream).
 //!
 //! And of one request body: [`form`], the small fields of a
-//! `multipart/form-data` body (speech to text's).
+//! `multipart/form-data` body (speech to text's); of one whole response
+//! body too large to keep: [`ends`], its first and last bytes (an
+//! embeddings batch's).
 
+pub mod ends;
 pub mod form;
 pub mod ndjson;
 pub mod sse;

@@ -266,6 +266,16 @@ fn from_path_every_family() {
         ),
         // Text to speech answers audio, not text: timed end to end only.
         ("/v1/audio/speech", Dialect::Unknown),
+        ("/v1/embeddings", Dialect::OpenAiEmbeddings),
+        ("/openai/v1/embeddings/", Dialect::OpenAiEmbeddings),
+        ("/embeddings", Dialect::OpenAiEmbeddings),
+        (
+            "/openai/deployments/text-embedding-3-small/embeddings",
+            Dialect::OpenAiEmbeddings,
+        ),
+        // Ollama's and TEI's own embeddings routes: another shape.
+        ("/api/embed", Dialect::Unknown),
+        ("/embed", Dialect::Unknown),
         ("/generate_stream", Dialect::Tgi),
         ("/generate", Dialect::Tgi),
         ("/api/chat", Dialect::Ollama),

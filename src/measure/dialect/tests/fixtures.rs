@@ -624,6 +624,32 @@ fn audio_bodies() {
     assert_eq!(vllm.usage, None);
 }
 
+/// Whole embeddings answers: OpenAI's (pretty-printed, base64 vectors,
+/// `model` and `usage` after them) and vLLM's (compact, `id` and `model`
+/// before them): the input tokens, nothing generated.
+#[test]
+fn embeddings_bodies() {
+    let openai = Dialect::OpenAiEmbeddings
+        .parse_body(fixture!("body_openai_embeddings.json"))
+        .expect("embeddings");
+    let input = |n: u64, output: Option<u64>| {
+        Some(Usage {
+            input: Some(n),
+            output,
+            ..Usage::default()
+        })
+    };
+    assert_eq!(openai.usage, input(17, None));
+    assert_eq!(openai.model, Some("text-embedding-3-small".into()));
+    assert!(openai.end && !openai.has_token());
+    let vllm = Dialect::OpenAiEmbeddings
+        .parse_body(fixture!("body_vllm_embeddings.json"))
+        .expect("embeddings");
+    assert_eq!(vllm.usage, input(21, Some(0)));
+    assert_eq!(vllm.response_id, Some("embd-9f0c1d4b2a8e4f6d".into()));
+    assert!(vllm.end && !vllm.has_token());
+}
+
 /// An event's SSE name types it when its payload has no `type`; a payload
 /// with neither is one of vLLM's chunks.
 #[test]

@@ -70,7 +70,7 @@ fn string(v: &Value) -> Option<String> {
 /// Reads one streamed payload of `family`; `name` is the SSE `event:` field.
 pub fn event(family: Family, name: &str, v: &Value) -> Facts {
     match family {
-        Family::Chat | Family::Completions => openai(v, true),
+        Family::Chat | Family::Completions | Family::Embeddings => openai(v, true),
         Family::Responses => responses(name, v),
         Family::Anthropic => anthropic_event(name, v),
         Family::Tgi => tgi(v, true),
@@ -84,7 +84,9 @@ pub fn event(family: Family, name: &str, v: &Value) -> Facts {
 /// Reads a whole non-streamed body of `family`.
 pub fn body(family: Family, v: &Value) -> Facts {
     match family {
-        Family::Chat | Family::Completions => openai(v, false),
+        // Embeddings: `model`, `id` and `usage.prompt_tokens` where chat
+        // has them, and no choices.
+        Family::Chat | Family::Completions | Family::Embeddings => openai(v, false),
         Family::Responses => response_object(v, false),
         Family::Anthropic => anthropic_message(v),
         Family::Tgi => tgi(v, false),

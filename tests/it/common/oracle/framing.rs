@@ -17,6 +17,8 @@ pub enum Family {
     /// SGLang's native `/generate`, which the path shares with TGI's: the
     /// response tells (see [`Family::answered`]).
     Sglang,
+    /// OpenAI's embeddings: one whole body, nothing generated.
+    Embeddings,
     Unknown,
 }
 
@@ -38,6 +40,11 @@ impl Family {
             _ if ends("/v1/responses") || ends("/openai/responses") => Self::Responses,
             "/responses" => Self::Responses,
             _ if ends("/v1/messages") => Self::Anthropic,
+            _ if ends("/v1/embeddings") => Self::Embeddings,
+            _ if path.starts_with("/openai/deployments/") && ends("/embeddings") => {
+                Self::Embeddings
+            }
+            "/embeddings" => Self::Embeddings,
             "/generate_stream" | "/generate" => Self::Tgi,
             "/api/chat" | "/api/generate" => Self::Ollama,
             "/completion" | "/completions" | "/infill" => Self::LlamaCpp,
@@ -100,6 +107,7 @@ impl Family {
             Self::Ollama => "ollama",
             Self::LlamaCpp => "llamacpp",
             Self::Sglang => "sglang",
+            Self::Embeddings => "openai_embeddings",
             Self::Unknown => "unknown",
         }
     }
