@@ -28,7 +28,8 @@ here; this speaks their wire formats.
 """
 import asyncio
 import json
-import sys
+
+from both_ends import main, run_all
 
 AUDIO = bytes(range(256)) * 47  # 12,032 bytes: 12 words
 
@@ -99,22 +100,6 @@ async def transcribe(request):
     return response
 
 
-async def serve():
-    from aiohttp import web
-
-    app = web.Application(client_max_size=64 * 1024 * 1024)
-    app.router.add_post("/v1/audio/transcriptions", transcribe)
-    app.router.add_post("/v1/audio/translations", transcribe)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    print(site._server.sockets[0].getsockname()[1], flush=True)
-    # Until stdin closes (the test ends).
-    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
-    await runner.cleanup()
-
-
 def dumped(event):
     return event.model_dump() if hasattr(event, "model_dump") else event
 
@@ -124,14 +109,6 @@ def scenarios(url):
     import openai
 
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="sk-test", max_retries=0)
-    results = {}
-
-    def run(name, scenario):
-        try:
-            results[name] = scenario()
-        except Exception as e:  # noqa: BLE001 - reported, not raised
-            results[name] = {"error": f"{type(e).__name__}: {e}"}
-
     def openai_stream():
         stream = client.audio.transcriptions.create(
             model="gpt-4o-mini-transcribe",
@@ -189,25 +166,17 @@ def scenarios(url):
         t = client.audio.translations.create(model="whisper-1", file=("speech.wav", AUDIO))
         return {"text": t.text}
 
-    for name, scenario in [
-        ("openai_stream", openai_stream),
-        ("vllm_stream", vllm_stream),
-        ("httpx_translation_stream", httpx_translation_stream),
-        ("openai_whole", openai_whole),
-        ("whisper_whole", whisper_whole),
-    ]:
-        run(name, scenario)
-    return results
-
-
-def main():
-    if sys.argv[1:2] == ["serve"]:
-        asyncio.run(serve())
-    elif sys.argv[1:2] == ["client"] and len(sys.argv) == 3:
-        print(json.dumps(scenarios(sys.argv[2])))
-    else:
-        sys.exit(__doc__)
+    return run_all(
+        [
+            ("openai_stream", openai_stream),
+            ("vllm_stream", vllm_stream),
+            ("httpx_translation_stream", httpx_translation_stream),
+            ("openai_whole", openai_whole),
+            ("whisper_whole", whisper_whole),
+        ]
+    )
 
 
 if __name__ == "__main__":
-    main()
+    routes = [("/v1/audio/transcriptions", transcribe), ("/v1/audio/translations", transcribe)]
+    main(__doc__, routes, scenarios)

@@ -707,3 +707,49 @@ async fn speech_to_text_reads_the_same_through_tokenclock_and_is_measured() {
     }
     proxy.shutdown().await;
 }
+
+/// Embeddings through tokenclock (tests/clients/embeddings.py, both ends):
+/// the OpenAI SDK's batches (base64, as it asks by default, and floats:
+/// MiBs, past `max_event_bytes`, gzip-compressed as OpenAI answers), vLLM's
+/// compact answers to text and to token ids, and httpx on `/embeddings`,
+/// read the same through the proxy as directly. Each request is read as
+/// `openai_embeddings` under its model, with no first token, its input
+/// tokens the usage its client read, nothing generated, and no parse
+/// error: the answers are read by their ends, whatever their size.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embeddings_read_the_same_through_tokenclock_and_are_measured() {
+    let upstream = PythonUpstream::start("embeddings.py", "serve").await;
+    let (proxy, mut timelines) = common::proxy_with_timelines(upstream.addr, "").await;
+    let direct = script_client("embeddings.py", upstream.addr).await;
+    let proxied = script_client("embeddings.py", proxy.addr).await;
+    let scenarios = same(&direct, &proxied, "embeddings.py");
+    let names = [
+        "openai_batch_base64",
+        "openai_batch_float",
+        "vllm_batch_float",
+        "vllm_token_ids",
+        "httpx_one",
+    ];
+    assert_eq!(scenarios["openai_batch_float"]["vectors"], 96, "{direct}");
+    let mut seen = Vec::new();
+    for _ in names {
+        seen.push(common::next_timeline(&mut timelines).await);
+    }
+    // In the order the client sent them (each ends as the next begins).
+    seen.sort_by_key(|t| t.start);
+    for (name, t) in names.into_iter().zip(seen) {
+        let read = &scenarios[name];
+        let model = read["model"].as_str();
+        assert_eq!(t.dialect.as_str(), "openai_embeddings", "{name}");
+        assert_eq!(t.model.as_deref(), model, "{name}");
+        assert_eq!(t.response_model.as_deref(), model, "{name}");
+        assert_eq!(t.outcome.as_str(), "ok", "{name}");
+        assert_eq!(t.parse_errors, vec![], "{name}");
+        assert_eq!(t.first_token, None, "{name}: no TTFT");
+        assert_eq!(t.tokens.input, read["prompt_tokens"].as_u64(), "{name}");
+        let source = t.tokens.input_source.map(|s| s.as_str());
+        assert_eq!(source, Some("usage"), "{name}");
+        assert_eq!(t.tokens.generated, 0, "{name}");
+    }
+    proxy.shutdown().await;
+}

@@ -152,6 +152,38 @@ fn attributes_follow_the_semantic_conventions() {
     assert_eq!(s.status, Status::Unset);
 }
 
+/// Each API family's operation, as the conventions name it (speech to
+/// text's, which they do not, as `transcription`), and its provider.
+#[test]
+fn each_family_names_its_operation_and_provider() {
+    let name = |dialect| {
+        let mut t = timeline();
+        t.dialect = dialect;
+        let spans = build(&t, None);
+        let value = |key| attr(&spans[0], key).map(Value::to_string);
+        (
+            value("gen_ai.operation.name"),
+            value("gen_ai.provider.name"),
+        )
+    };
+    let named =
+        |op: &str, provider: Option<&str>| (Some(op.to_owned()), provider.map(str::to_owned));
+    assert_eq!(
+        name(Dialect::OpenAiEmbeddings),
+        named("embeddings", Some("openai"))
+    );
+    assert_eq!(
+        name(Dialect::OpenAiAudio),
+        named("transcription", Some("openai"))
+    );
+    assert_eq!(
+        name(Dialect::OpenAiCompletions),
+        named("text_completion", Some("openai"))
+    );
+    assert_eq!(name(Dialect::Ollama), named("chat", Some("ollama")));
+    assert_eq!(name(Dialect::Unknown), named("unknown", None));
+}
+
 #[test]
 fn an_http_error_names_its_status() {
     let t0 = Instant::now();

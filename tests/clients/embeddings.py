@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""embeddings.py: embeddings over HTTP, both ends, for tests/it/clients.rs:
+a server that answers `/v1/embeddings` and `/embeddings` in the shapes
+OpenAI and vLLM answer in, and the clients their users run (the OpenAI
+Python SDK, and httpx as a RAG pipeline posts by hand).
+
+Usage:
+  embeddings.py serve        prints the port it listens on (127.0.0.1), and
+                             serves until its stdin closes or it is killed
+  embeddings.py client URL   runs every client scenario against URL
+                             (http://HOST:PORT) and prints one JSON object:
+                             per scenario, what it read, or its error
+
+The server reads `input` (a string, a list of strings, or token ids),
+`model`, `encoding_format` and `dimensions`, and answers one vector per
+input, its numbers drawn from the input's text, `encoding_format: base64`
+as OpenAI packs them (little-endian float32, base64). A model named
+`text-embedding…` answers as OpenAI does: the JSON indented by 2 spaces,
+`data` first, then `model` and `usage`, compressed with gzip when the
+client accepts it; any other model as vLLM does: compact, `id`, `created`
+and `model` before `data`. `usage.prompt_tokens` is one token per word of
+each text input, one per id of a token-id input. The GPU servers cannot
+run here; this speaks their wire format.
+"""
+import base64
+import hashlib
+import json
+import struct
+
+from both_ends import main, run_all
+
+TEXTS = [f"chunk {i} of a document about tide pools and the animals in them" for i in range(96)]
+
+
+def vector(text, dims):
+    seed = hashlib.sha256(text.encode()).digest()
+    return [((seed[d % 32] + d * 37) % 255 - 127) / 1270.0 for d in range(dims)]
+
+
+def tokens(item):
+    return len(item) if isinstance(item, list) else len(str(item).split())
+
+
+async def embeddings(request):
+    from aiohttp import web
+
+    body = await request.json()
+    model = body["model"]
+    inputs = body["input"]
+    if isinstance(inputs, str) or (inputs and isinstance(inputs[0], int)):
+        inputs = [inputs]
+    dims = int(body.get("dimensions") or 1536)
+    data = []
+    for i, item in enumerate(inputs):
+        v = vector(json.dumps(item), dims)
+        if body.get("encoding_format") == "base64":
+            v = base64.b64encode(struct.pack(f"<{dims}f", *v)).decode()
+        data.append({"object": "embedding", "index": i, "embedding": v})
+    prompt = sum(tokens(item) for item in inputs)
+    usage = {"prompt_tokens": prompt, "total_tokens": prompt}
+    if model.startswith("text-embedding"):
+        answer = {"object": "list", "data": data, "model": model, "usage": usage}
+        response = web.Response(
+            text=json.dumps(answer, indent=2), content_type="application/json"
+        )
+        if "gzip" in request.headers.get("Accept-Encoding", ""):
+            response.enable_compression()
+        return response
+    answer = {
+        "id": "embd-6a1f0c",
+        "object": "list",
+        "created": 1764990000,
+        "model": model,
+        "data": data,
+        "usage": dict(usage, completion_tokens=0, prompt_tokens_details=None),
+    }
+    return web.Response(
+        text=json.dumps(answer, separators=(",", ":")), content_type="application/json"
+    )
+
+
+def summary(vectors, usage, model):
+    """What a client read: how many vectors, their size, a digest of all
+    their numbers (rounded as float32 keeps them), the usage and model."""
+    digest = hashlib.sha256()
+    for v in vectors:
+        digest.update(json.dumps([round(x, 5) for x in v]).encode())
+    return {
+        "vectors": len(vectors),
+        "dims": len(vectors[0]) if vectors else 0,
+        "digest": digest.hexdigest(),
+        "prompt_tokens": usage["prompt_tokens"],
+        "model": model,
+    }
+
+
+def scenarios(url):
+    import httpx
+    import openai
+
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="sk-test", max_retries=0)
+    def sdk(**kwargs):
+        r = client.embeddings.create(**kwargs)
+        return summary([d.embedding for d in r.data], r.usage.model_dump(), r.model)
+
+    def openai_batch_base64():
+        # The SDK asks for base64 unless told otherwise, and decodes it.
+        return sdk(model="text-embedding-3-small", input=TEXTS)
+
+    def openai_batch_float():
+        # 96 vectors of 1,536 numbers as text: about 2 MB, past max_event_bytes.
+        return sdk(model="text-embedding-3-large", input=TEXTS, encoding_format="float")
+
+    def vllm_batch_float():
+        return sdk(model="BAAI/bge-m3", input=TEXTS[:64], encoding_format="float", dimensions=1024)
+
+    def vllm_token_ids():
+        return sdk(model="BAAI/bge-m3", input=[101, 7592, 2088, 102], encoding_format="float")
+
+    def httpx_one():
+        # A RAG pipeline's hand-made request, on LiteLLM's path.
+        with httpx.Client(timeout=10) as h:
+            r = h.post(
+                f"{url}/embeddings",
+                json={"model": "intfloat/e5-small", "input": "where do hermit crabs live"},
+            )
+            r.raise_for_status()
+            answer = r.json()
+        vectors = [d["embedding"] for d in answer["data"]]
+        return summary(vectors, answer["usage"], answer["model"])
+
+    return run_all(
+        [
+            ("openai_batch_base64", openai_batch_base64),
+            ("openai_batch_float", openai_batch_float),
+            ("vllm_batch_float", vllm_batch_float),
+            ("vllm_token_ids", vllm_token_ids),
+            ("httpx_one", httpx_one),
+        ]
+    )
+
+
+if __name__ == "__main__":
+    main(__doc__, [("/v1/embeddings", embeddings), ("/embeddings", embeddings)], scenarios)
