@@ -40,7 +40,7 @@ pub(crate) struct LoadFlags {
     /// Speak HTTP/2 with prior knowledge (h2c) instead of HTTP/1.1: every request a stream, on one connection per 100 of --concurrency (servers cap the streams of a connection: nginx at 128, hyper at 200)
     #[arg(long)]
     http2: bool,
-    /// Request path, repeatable: every workload is sent to each path in equal shares, e.g. /v1/messages for a mix of API families against the simulator; a speech-to-text path (/v1/audio/transcriptions, /v1/audio/translations) gets a multipart form with an audio file of 640 bytes a prompt token [default: /v1/chat/completions]
+    /// Request path, repeatable: every workload is sent to each path in equal shares, e.g. /v1/messages for a mix of API families against the simulator; a speech-to-text path (/v1/audio/transcriptions, /v1/audio/translations) gets a multipart form with an audio file of 640 bytes a prompt token; an embeddings path (/v1/embeddings, /embeddings) gets the prompt as its one input [default: /v1/chat/completions]
     #[arg(long, value_name = "PATH")]
     path: Vec<String>,
     /// Sent as x-sim-fault, repeatable: every workload is also sent with each fault, in equal shares with unfaulted requests, e.g. "abort=3,rate=0.5"

@@ -459,3 +459,27 @@ async fn speech_to_text_paths_get_forms() {
     }
     proxy.shutdown().await;
 }
+
+/// Embeddings: to an embeddings path the load generator sends one `input`
+/// of the prompt, which the simulator answers whole (a vector, nothing
+/// generated) through the proxy, which reads each as `openai_embeddings`
+/// with the simulator's input tokens.
+#[tokio::test]
+async fn embeddings_paths_get_an_input() {
+    let sim = common::sim::start(common::sim::fast()).await;
+    let (proxy, mut timelines) = common::proxy_with_timelines(sim.addr, "").await;
+    let paths = ["--path", "/v1/embeddings", "--path", "/embeddings"];
+    let out = cli(proxy.addr, &[&SMALL_RUN[..], &paths].concat(), &[]).await;
+    assert_eq!(out["total"]["ok"], 8, "{out}");
+    assert_eq!(out["total"]["ttft_ms"]["count"], 0, "{out}");
+    for _ in 0..8 {
+        let t = common::next_timeline(&mut timelines).await;
+        assert_eq!(t.dialect.as_str(), "openai_embeddings");
+        assert!(t.parse_errors.is_empty(), "{:?}", t.parse_errors);
+        assert_eq!(t.tokens.generated, 0);
+        let source = t.tokens.input_source.map(|s| s.as_str());
+        assert_eq!(source, Some("usage"));
+        assert!(t.tokens.input > Some(0), "{:?}", t.tokens.input);
+    }
+    proxy.shutdown().await;
+}

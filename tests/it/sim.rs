@@ -522,3 +522,88 @@ async fn generate_is_counted_under_the_server_that_answered() {
         );
     }
 }
+
+/// Embeddings: the simulator's answers in OpenAI's order (base64, and a
+/// batch of floats of MiBs, past `max_event_bytes`) and vLLM's, on both
+/// paths, through the proxy: a vector per input as asked, each request
+/// read as `openai_embeddings` under its model, its input tokens the
+/// simulator's usage (the prompt's bytes / 4), nothing generated, no
+/// parse error, no TTFT.
+#[tokio::test]
+async fn embeddings_parse_through_the_proxy() {
+    let sim = start(fast()).await;
+    let (proxy, mut timelines) = proxy_with_timelines(sim.addr, "").await;
+    let text = "a tide pool holds anemones".repeat(4);
+    let batch = |n: usize| format!("[{}]", vec![format!("\"{text}\""); n].join(","));
+    let cases = [
+        (
+            "/v1/embeddings",
+            "text-embedding-3-small",
+            batch(2),
+            r#","encoding_format":"base64""#,
+            2,
+            1536,
+        ),
+        (
+            "/v1/embeddings",
+            "text-embedding-3-large",
+            batch(128),
+            "",
+            128,
+            1536,
+        ),
+        (
+            "/embeddings",
+            "BAAI/bge-m3",
+            batch(3),
+            r#","dimensions":1024"#,
+            3,
+            1024,
+        ),
+        (
+            "/v1/embeddings",
+            "BAAI/bge-m3",
+            "[101,2023,102]".to_owned(),
+            "",
+            1,
+            1536,
+        ),
+    ];
+    for (path, model, input, extra, vectors, dimensions) in cases {
+        let case = format!("{path} {model} {vectors}");
+        let body = format!(r#"{{"model":"{model}","input":{input}{extra}}}"#);
+        let response = post(proxy.addr, path, &body, &[])
+            .await
+            .expect("whole body");
+        assert_eq!(response.status, 200, "{case}");
+        let answer: serde_json::Value = serde_json::from_slice(&response.body()).expect("JSON");
+        let data = answer["data"].as_array().expect("data");
+        assert_eq!(data.len(), vectors, "{case}");
+        let first = &data[0]["embedding"];
+        let numbers = match first.as_str() {
+            Some(base64) => base64.len() / 4 * 3 / 4,
+            None => first.as_array().map_or(0, Vec::len),
+        };
+        assert_eq!(numbers, dimensions, "{case}");
+        let t = next_timeline(&mut timelines).await;
+        assert_eq!(t.dialect, Dialect::OpenAiEmbeddings, "{case}");
+        assert_eq!(t.model.as_deref(), Some(model), "{case}");
+        assert_eq!(t.outcome, Outcome::Ok, "{case}");
+        assert!(t.parse_errors.is_empty(), "{case}: {:?}", t.parse_errors);
+        assert_eq!(
+            t.tokens.input,
+            answer["usage"]["prompt_tokens"].as_u64(),
+            "{case}"
+        );
+        assert_eq!(t.tokens.input_source, Some(CountSource::Usage), "{case}");
+        assert_eq!(t.tokens.generated, 0, "{case}");
+        assert_eq!(t.ttft(), None, "{case}");
+        if vectors == 128 {
+            assert!(
+                response.body().len() > 1 << 20,
+                "{case}: {}",
+                response.body().len()
+            );
+        }
+    }
+}

@@ -29,6 +29,7 @@ ENDPOINTS = {
     "/generate_stream": "tgi",
     "/completion": "llamacpp",
     "/v1/audio/transcriptions": "openai_audio",
+    "/v1/embeddings": "openai_embeddings",
 }
 SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)$')
 LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')

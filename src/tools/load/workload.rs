@@ -114,12 +114,18 @@ impl Workload {
     }
 
     /// The request body, built once per run and shared by every request:
-    /// JSON, or on a speech-to-text path a form ([`Workload::form`]).
+    /// JSON, or on a speech-to-text path a form ([`Workload::form`]). On
+    /// an embeddings path, the prompt is the one `input` (what is
+    /// generated, streamed or not, does not apply).
     pub fn body(&self) -> Bytes {
         if self.is_form() {
             return self.form();
         }
         let prompt = prompt(self.prompt_tokens);
+        if Dialect::from_path(&self.path) == Dialect::OpenAiEmbeddings {
+            let body = serde_json::json!({"model": self.model, "input": [prompt]});
+            return Bytes::from(body.to_string());
+        }
         let mut body = serde_json::json!({
             "model": self.model,
             "messages": [{"role": "user", "content": prompt}],

@@ -10,7 +10,7 @@ use super::{
     body::{Emitter, Event},
     engine::{Engine, Pacer},
     fault::Fault,
-    request::SimRequest,
+    request::{Format, SimRequest},
     schedule::Schedule,
     text,
     wire::{self, Encoder, Kind, Step, Text, Totals},
@@ -36,6 +36,10 @@ pub(crate) struct Job {
 
 /// The steps of a response: kind and tokens per event, reasoning first.
 fn plan(job: &Job, config: &SimConfig, reasoning_ok: bool) -> Vec<(Kind, u64)> {
+    if job.request.format == Format::Embeddings {
+        // Nothing is generated: the answer follows the prefill.
+        return Vec::new();
+    }
     if let Some(schedule) = job.schedule {
         return scheduled(&schedule, reasoning_ok);
     }
@@ -119,7 +123,10 @@ pub(crate) async fn run(job: Job, engine: Arc<Engine>, out: Option<Emitter>) -> 
         text: Text::default(),
     };
     generation.start().await?;
-    let first = generation.steps(&steps).await?;
+    let first = match steps.is_empty() {
+        true => Instant::now(),
+        false => generation.steps(&steps).await?,
+    };
     generation.totals.decode = first.elapsed();
     generation.finish().await
 }

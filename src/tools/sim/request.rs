@@ -38,6 +38,9 @@ pub(crate) enum Format {
     Transcriptions,
     /// `/v1/audio/translations`: speech to English text, a form request.
     Translations,
+    /// `/v1/embeddings` and `/embeddings`: a vector per input, nothing
+    /// generated, never streamed.
+    Embeddings,
 }
 
 impl Format {
@@ -57,6 +60,7 @@ impl Format {
             "/inference/v1/generate" => Self::VllmTokens,
             "/v1/audio/transcriptions" => Self::Transcriptions,
             "/v1/audio/translations" => Self::Translations,
+            "/v1/embeddings" | "/embeddings" => Self::Embeddings,
             _ => return None,
         })
     }
@@ -99,6 +103,53 @@ pub(crate) struct SimRequest {
     pub logprobs: bool,
     /// TGI's `parameters.details: true`: a whole answer carries its counts.
     pub details: bool,
+    /// The vectors an embeddings request asks for.
+    pub vectors: Vectors,
+}
+
+/// The vectors an embeddings request asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Vectors {
+    /// One per input: `input`'s items when it is a list of texts or of
+    /// token-id lists, else one.
+    pub count: usize,
+    /// Numbers in each: `dimensions`, else 1,536 (OpenAI's
+    /// `text-embedding-3-small`).
+    pub dimensions: usize,
+    /// `encoding_format: "base64"`: little-endian float32s in base64, as
+    /// OpenAI packs them (the OpenAI Python SDK asks for it by default).
+    pub base64: bool,
+}
+
+impl Vectors {
+    const DIMENSIONS: usize = 1536;
+
+    /// What `object`, an embeddings request, asks for; at most 4,096
+    /// numbers a vector.
+    fn of(object: &serde_json::Map<String, Value>) -> Self {
+        let count = match object.get("input") {
+            Some(Value::Array(items)) if items.first().is_some_and(|i| !i.is_number()) => {
+                items.len()
+            }
+            _ => 1,
+        };
+        let dimensions = object.get("dimensions").and_then(Value::as_u64);
+        Self {
+            count,
+            dimensions: dimensions.map_or(Self::DIMENSIONS, |d| d.clamp(1, 4096) as usize),
+            base64: object.get("encoding_format").and_then(Value::as_str) == Some("base64"),
+        }
+    }
+}
+
+impl Default for Vectors {
+    fn default() -> Self {
+        Self {
+            count: 1,
+            dimensions: Self::DIMENSIONS,
+            base64: false,
+        }
+    }
 }
 
 impl SimRequest {
@@ -129,6 +180,7 @@ impl SimRequest {
         });
         let stream = match object.get("stream").and_then(Value::as_bool) {
             _ if format == Format::TgiStream => true,
+            _ if format == Format::Embeddings => false,
             Some(stream) => stream,
             None => format.is_ollama(),
         };
@@ -155,6 +207,7 @@ impl SimRequest {
             continuous_usage: option("continuous_usage_stats"),
             logprobs: flag(object.get("logprobs")),
             details: flag(value.pointer("/parameters/details")),
+            vectors: Vectors::of(object),
         })
     }
 
@@ -184,6 +237,7 @@ impl SimRequest {
             continuous_usage: info.continuous_usage.unwrap_or(false),
             logprobs: false,
             details: false,
+            vectors: Vectors::default(),
         })
     }
 

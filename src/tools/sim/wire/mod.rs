@@ -3,6 +3,7 @@
 
 mod anthropic;
 mod audio;
+mod embeddings;
 mod llamacpp;
 mod ollama;
 mod openai;
@@ -141,6 +142,7 @@ pub(crate) fn encoder(request: &SimRequest, id: u64) -> Box<dyn Encoder> {
         Format::LlamaCpp => Box::new(llamacpp::LlamaCpp::new(request)),
         Format::VllmTokens => Box::new(vllm_tokens::VllmTokens::new(request, id)),
         Format::Transcriptions | Format::Translations => Box::new(audio::Audio::new(request, id)),
+        Format::Embeddings => Box::new(embeddings::Embeddings::new(request, id)),
     }
 }
 
