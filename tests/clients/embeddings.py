@@ -64,7 +64,8 @@ async def embeddings(request):
             text=json.dumps(answer, indent=2), content_type="application/json"
         )
         if "gzip" in request.headers.get("Accept-Encoding", ""):
-            response.enable_compression()
+            # gzip, as OpenAI answers (aiohttp would pick deflate first).
+            response.enable_compression(web.ContentCoding.gzip)
         return response
     answer = {
         "id": "embd-6a1f0c",
@@ -100,15 +101,18 @@ def scenarios(url):
 
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="sk-test", max_retries=0)
     def sdk(**kwargs):
-        r = client.embeddings.create(**kwargs)
-        return summary([d.embedding for d in r.data], r.usage.model_dump(), r.model)
+        raw = client.embeddings.with_raw_response.create(**kwargs)
+        r = raw.parse()
+        read = summary([d.embedding for d in r.data], r.usage.model_dump(), r.model)
+        read["encoding"] = raw.headers.get("content-encoding")
+        return read
 
     def openai_batch_base64():
         # The SDK asks for base64 unless told otherwise, and decodes it.
         return sdk(model="text-embedding-3-small", input=TEXTS)
 
     def openai_batch_float():
-        # 96 vectors of 1,536 numbers as text: about 2 MB, past max_event_bytes.
+        # 96 vectors of 1,536 numbers as text: about 4 MB, past max_event_bytes.
         return sdk(model="text-embedding-3-large", input=TEXTS, encoding_format="float")
 
     def vllm_batch_float():

@@ -731,6 +731,10 @@ async fn embeddings_read_the_same_through_tokenclock_and_are_measured() {
         "httpx_one",
     ];
     assert_eq!(scenarios["openai_batch_float"]["vectors"], 96, "{direct}");
+    assert_eq!(
+        scenarios["openai_batch_float"]["encoding"], "gzip",
+        "{direct}"
+    );
     let mut seen = Vec::new();
     for _ in names {
         seen.push(common::next_timeline(&mut timelines).await);

@@ -607,3 +607,28 @@ async fn embeddings_parse_through_the_proxy() {
         }
     }
 }
+
+/// An embeddings answer is ready when its prefill is: at the schedule's
+/// first instant, and later by a `stall` fault, as a first token would be.
+#[tokio::test]
+async fn an_embeddings_answer_follows_its_prefill_and_stall() {
+    let sim = start(fast()).await;
+    let (proxy, mut timelines) = proxy_with_timelines(sim.addr, "").await;
+    let body = r#"{"model":"BAAI/bge-m3","input":["a","b"]}"#;
+    let schedule = ("x-sim-schedule", "ttft_ms=150,gap_ms=0,tokens=1");
+    for (headers, at_least) in [
+        (vec![schedule], 150),
+        (vec![schedule, ("x-sim-fault", "stall=100")], 250),
+    ] {
+        let response = post(proxy.addr, "/v1/embeddings", body, &headers)
+            .await
+            .expect("whole body");
+        assert_eq!(response.status, 200);
+        let t = next_timeline(&mut timelines).await;
+        let e2e = t.e2e().expect("an end");
+        assert!(
+            e2e >= Duration::from_millis(at_least),
+            "{headers:?}: {e2e:?}"
+        );
+    }
+}

@@ -162,10 +162,12 @@ impl Dialect {
             // Azure OpenAI's `/openai/deployments/{name}/audio/…` too.
             Self::OpenAiAudio
         } else if ends("/v1/embeddings")
+            || ends("/openai/embeddings")
             || (path.starts_with("/openai/deployments/") && ends("/embeddings"))
             || path == "/embeddings"
         {
-            // Azure OpenAI's deployments; `/embeddings` is LiteLLM's and
+            // Gemini's OpenAI route (`/v1beta/openai/embeddings`), Azure
+            // OpenAI's deployments; `/embeddings` is LiteLLM's and
             // Infinity's route, and llama.cpp's own (a bare array).
             Self::OpenAiEmbeddings
         } else if ends("/v1/messages") {

@@ -168,7 +168,10 @@ impl Reader {
 
     /// The body ended (`whole`: it reached its end, it was not cut): reads
     /// what is left. A compressed body that was cut is not counted as one
-    /// that could not be inflated; its outcome says what happened. Returns
+    /// that could not be inflated, nor a whole JSON body that was cut as
+    /// one that could not be read (its last bytes are not its end, and
+    /// might even read as the members of an object inside): its outcome
+    /// says what happened. Returns
     /// the dialect a whole body on a shared path showed itself to be
     /// ([`Shared::body_of`]), when one was read and told.
     pub(super) fn finish(&mut self, whole: bool, timeline: &mut Timeline) -> Option<Dialect> {
@@ -180,11 +183,7 @@ impl Reader {
                 return None;
             }
         }
-        if !whole && matches!(self.read, Read::Ends { .. }) {
-            // Its last bytes are not its end: they might be read as the
-            // members of an object inside (a whole body cut short fails
-            // its parse the same way).
-            timeline.parse_error(ParseError::Json);
+        if !whole && matches!(self.read, Read::Json { .. } | Read::Ends { .. }) {
             return None;
         }
         self.read.finish(timeline)

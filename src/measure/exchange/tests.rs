@@ -1138,8 +1138,9 @@ fn embeddings_answer(vectors: usize) -> String {
 
 /// A batch's embeddings answer of MiBs, past `max_event_bytes` (1 MiB
 /// here), plain or compressed: its usage and model are read from its
-/// last bytes, with no parse error; it generated nothing. Cut short, it
-/// is not read.
+/// last bytes, with no parse error; it generated nothing. Cut short (the
+/// upstream failed; its outcome says so), it is not read, and not counted
+/// as unreadable: its last bytes, the usage's own object, are no end.
 #[test]
 fn an_embeddings_answer_past_max_event_bytes_is_read_by_its_ends() {
     let answer = embeddings_answer(200);
@@ -1174,6 +1175,21 @@ fn an_embeddings_answer_past_max_event_bytes_is_read_by_its_ends() {
         Instant::now(),
     );
     e.complete(End::Failed { timeout: false }, Instant::now());
-    assert_eq!(e.timeline.parse_errors, vec![ParseError::Json]);
+    assert_eq!(e.timeline.parse_errors, vec![]);
     assert_eq!(e.timeline.tokens.input, None);
+    assert_eq!(e.timeline.response_model, None);
+}
+
+/// A whole JSON answer cut short, by the client leaving or the upstream
+/// failing, is not read and not counted as unreadable: its outcome says
+/// what happened (as a cut compressed body's does).
+#[test]
+fn a_whole_body_cut_short_is_no_parse_error() {
+    for end in [End::Dropped, End::Failed { timeout: false }] {
+        let mut e = compressed("application/json", "identity");
+        data(&mut e, r#"{"choices":[{"message":{"content":"half an ans"#);
+        e.complete(end, Instant::now());
+        assert_eq!(e.timeline.parse_errors, vec![], "{end:?}");
+        assert_eq!(e.timeline.tokens.generated_source, None, "{end:?}");
+    }
 }

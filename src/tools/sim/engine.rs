@@ -159,6 +159,16 @@ impl Pacer {
         }
     }
 
+    /// Waits until the prefill is done (model), or until the schedule's
+    /// first instant: when an answer that generates nothing (embeddings)
+    /// is ready, where a first token would be one decode step later.
+    pub(crate) async fn prefilled(&self) {
+        match self {
+            Self::Model { next, .. } => sleep_until(*next).await,
+            Self::Schedule { schedule, base } => sleep_until(*base + schedule.offset(0)).await,
+        }
+    }
+
     /// Moves every later deadline back by `stall` (the stall fault).
     pub(crate) fn shift(&mut self, stall: Duration) {
         match self {

@@ -37,7 +37,8 @@ pub(crate) struct Job {
 /// The steps of a response: kind and tokens per event, reasoning first.
 fn plan(job: &Job, config: &SimConfig, reasoning_ok: bool) -> Vec<(Kind, u64)> {
     if job.request.format == Format::Embeddings {
-        // Nothing is generated: the answer follows the prefill.
+        // Nothing is generated: the answer follows the prefill
+        // (`Generation::prefill_only`).
         return Vec::new();
     }
     if let Some(schedule) = job.schedule {
@@ -124,7 +125,7 @@ pub(crate) async fn run(job: Job, engine: Arc<Engine>, out: Option<Emitter>) -> 
     };
     generation.start().await?;
     let first = match steps.is_empty() {
-        true => Instant::now(),
+        true => generation.prefill_only().await?,
         false => generation.steps(&steps).await?,
     };
     generation.totals.decode = first.elapsed();
@@ -198,6 +199,17 @@ impl Generation {
             }
         }
         first
+    }
+
+    /// An answer that generates nothing (embeddings): ready once the
+    /// prefill is done (or at the schedule's first instant), then delayed
+    /// by a `stall` fault as a first token would be; returns when.
+    async fn prefill_only(&mut self) -> Option<Instant> {
+        Self::unless_gone(&self.out, self.pacer.prefilled()).await?;
+        if let Some(stall) = self.job.fault.stall {
+            Self::unless_gone(&self.out, tokio::time::sleep(stall)).await?;
+        }
+        Some(Instant::now())
     }
 
     /// Counts one step and streams its events (or keeps its text).

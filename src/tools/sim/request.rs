@@ -124,12 +124,13 @@ pub(crate) struct Vectors {
 impl Vectors {
     const DIMENSIONS: usize = 1536;
 
-    /// What `object`, an embeddings request, asks for; at most 4,096
-    /// numbers a vector.
+    /// What `object`, an embeddings request, asks for; at most 2,048
+    /// vectors (OpenAI's limit of inputs) of 4,096 numbers, so that one
+    /// request cannot take the simulator's memory.
     fn of(object: &serde_json::Map<String, Value>) -> Self {
         let count = match object.get("input") {
             Some(Value::Array(items)) if items.first().is_some_and(|i| !i.is_number()) => {
-                items.len()
+                items.len().min(2048)
             }
             _ => 1,
         };

@@ -160,8 +160,8 @@ fn whitespace_and_escapes_around_the_ends_read_the_same() {
     }
 }
 
-/// Bytes that are not an object's ends are not read as one; a truncated
-/// body's head still is.
+/// Bytes that do not end an object (a body cut in its last number, or in
+/// its vectors) are not read as one; a bare array's ends hold nothing.
 #[test]
 fn what_does_not_end_an_object_is_not_json() {
     let answer = openai(64, 256, false);

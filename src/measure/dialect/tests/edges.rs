@@ -269,6 +269,7 @@ fn from_path_every_family() {
         ("/v1/embeddings", Dialect::OpenAiEmbeddings),
         ("/openai/v1/embeddings/", Dialect::OpenAiEmbeddings),
         ("/embeddings", Dialect::OpenAiEmbeddings),
+        ("/v1beta/openai/embeddings", Dialect::OpenAiEmbeddings),
         (
             "/openai/deployments/text-embedding-3-small/embeddings",
             Dialect::OpenAiEmbeddings,

@@ -40,7 +40,7 @@ impl Family {
             _ if ends("/v1/responses") || ends("/openai/responses") => Self::Responses,
             "/responses" => Self::Responses,
             _ if ends("/v1/messages") => Self::Anthropic,
-            _ if ends("/v1/embeddings") => Self::Embeddings,
+            _ if ends("/v1/embeddings") || ends("/openai/embeddings") => Self::Embeddings,
             _ if path.starts_with("/openai/deployments/") && ends("/embeddings") => {
                 Self::Embeddings
             }
