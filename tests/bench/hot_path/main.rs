@@ -31,6 +31,10 @@
 //!   event per frame bare, through [`ObservedBody`] with a no-op observer,
 //!   and with the proxy's own [`Exchange`] observer on the synthetic chat
 //!   stream (ns per frame).
+//! - `whole_body` ([`whole`]): a whole JSON answer through the proxy's own
+//!   [`Exchange`] observer in 16 KiB frames (bytes per second): a 4 MB
+//!   embeddings batch read by its ends, a 1 MB chat answer read whole, and
+//!   the embeddings frames polled bare.
 //!
 //! The `/metrics` render has its own bench, `metrics_render`.
 //!
@@ -46,6 +50,7 @@ mod observed;
 #[path = "../recorded.rs"]
 mod recorded;
 mod streams;
+mod whole;
 
 use std::time::Duration;
 
@@ -65,5 +70,6 @@ fn main() {
     framing::bench(&mut criterion);
     dialects::bench(&mut criterion);
     observed::bench(&mut criterion);
+    whole::bench(&mut criterion);
     criterion.final_summary();
 }

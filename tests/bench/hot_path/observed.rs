@@ -22,7 +22,13 @@ use tokio::time::Instant;
 use crate::{recorded::Stream, streams::vllm_chat};
 
 /// A body yielding pre-built frames, never pending: no I/O to time.
-struct Frames(std::vec::IntoIter<Bytes>);
+pub(crate) struct Frames(std::vec::IntoIter<Bytes>);
+
+impl Frames {
+    pub(crate) fn of(frames: Vec<Bytes>) -> Self {
+        Self(frames.into_iter())
+    }
+}
 
 impl Body for Frames {
     type Data = Bytes;
@@ -61,7 +67,7 @@ fn frames(stream: &Stream) -> Vec<Bytes> {
 }
 
 /// Polls `body` to its end with a no-op waker; returns the frames seen.
-fn drain<B: Body<Data = Bytes, Error = Infallible>>(body: B) -> u64 {
+pub(crate) fn drain<B: Body<Data = Bytes, Error = Infallible>>(body: B) -> u64 {
     let mut body = pin!(body);
     let mut cx = Context::from_waker(Waker::noop());
     let mut frames = 0u64;
@@ -79,7 +85,7 @@ fn drain<B: Body<Data = Bytes, Error = Infallible>>(body: B) -> u64 {
 }
 
 /// The proxy's default reading settings, through the config parser.
-fn reading() -> ReadSettings {
+pub(crate) fn reading() -> ReadSettings {
     File::parse("upstream = \"http://127.0.0.1:8000\"\n", "bench.toml")
         .and_then(File::validate)
         .expect("a config with only an upstream is valid")
