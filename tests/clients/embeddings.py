@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """embeddings.py: embeddings over HTTP, both ends, for tests/it/clients.rs:
 a server that answers `/v1/embeddings` and `/embeddings` in the shapes
-OpenAI and vLLM answer in, and the clients their users run (the OpenAI
-Python SDK, and httpx as a RAG pipeline posts by hand).
+OpenAI and vLLM answer in, and `/api/embed` and `/api/embeddings` as
+Ollama does, and the clients their users run (the OpenAI Python SDK,
+Ollama's Python client, and httpx as a RAG pipeline posts by hand).
 
 Usage:
   embeddings.py serve        prints the port it listens on (127.0.0.1), and
@@ -19,8 +20,11 @@ as OpenAI packs them (little-endian float32, base64). A model named
 `data` first, then `model` and `usage`, compressed with gzip when the
 client accepts it; any other model as vLLM does: compact, `id`, `created`
 and `model` before `data`. `usage.prompt_tokens` is one token per word of
-each text input, one per id of a token-id input. The GPU servers cannot
-run here; this speaks their wire format.
+each text input, one per id of a token-id input. `/api/embed` answers
+Ollama's `{"model", "embeddings", "total_duration", "load_duration",
+"prompt_eval_count"}`, the count as above; its former route
+`/api/embeddings` answers `{"embedding": [...]}` for one `prompt`, with no
+count. The GPU servers cannot run here; this speaks their wire formats.
 """
 import base64
 import hashlib
@@ -80,6 +84,26 @@ async def embeddings(request):
     )
 
 
+async def ollama_embed(request):
+    from aiohttp import web
+
+    body = await request.json()
+    inputs = body.get("input", body.get("prompt"))
+    if isinstance(inputs, str):
+        inputs = [inputs]
+    vectors = [vector(text, 768) for text in inputs]
+    if request.path == "/api/embeddings":
+        return web.json_response({"embedding": vectors[0]})
+    answer = {
+        "model": body["model"],
+        "embeddings": vectors,
+        "total_duration": 41200541,
+        "load_duration": 2095833,
+        "prompt_eval_count": sum(tokens(text) for text in inputs),
+    }
+    return web.json_response(answer)
+
+
 def summary(vectors, usage, model):
     """What a client read: how many vectors, their size, a digest of all
     their numbers (rounded as float32 keeps them), the usage and model."""
@@ -97,6 +121,7 @@ def summary(vectors, usage, model):
 
 def scenarios(url):
     import httpx
+    import ollama
     import openai
 
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="sk-test", max_retries=0)
@@ -133,6 +158,17 @@ def scenarios(url):
         vectors = [d["embedding"] for d in answer["data"]]
         return summary(vectors, answer["usage"], answer["model"])
 
+    ollama_client = ollama.Client(host=url)
+
+    def ollama_embed_batch():
+        # As LangChain's OllamaEmbeddings calls it.
+        r = ollama_client.embed(model="nomic-embed-text", input=TEXTS)
+        return summary(r.embeddings, {"prompt_tokens": r.prompt_eval_count}, r.model)
+
+    def ollama_embeddings_former():
+        r = ollama_client.embeddings(model="nomic-embed-text", prompt="where do limpets live")
+        return summary([r.embedding], {"prompt_tokens": None}, None)
+
     return run_all(
         [
             ("openai_batch_base64", openai_batch_base64),
@@ -140,9 +176,13 @@ def scenarios(url):
             ("vllm_batch_float", vllm_batch_float),
             ("vllm_token_ids", vllm_token_ids),
             ("httpx_one", httpx_one),
+            ("ollama_embed_batch", ollama_embed_batch),
+            ("ollama_embeddings_former", ollama_embeddings_former),
         ]
     )
 
 
 if __name__ == "__main__":
-    main(__doc__, [("/v1/embeddings", embeddings), ("/embeddings", embeddings)], scenarios)
+    routes = [("/v1/embeddings", embeddings), ("/embeddings", embeddings)]
+    routes += [("/api/embed", ollama_embed), ("/api/embeddings", ollama_embed)]
+    main(__doc__, routes, scenarios)

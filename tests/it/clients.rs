@@ -711,11 +711,13 @@ async fn speech_to_text_reads_the_same_through_tokenclock_and_is_measured() {
 /// Embeddings through tokenclock (tests/clients/embeddings.py, both ends):
 /// the OpenAI SDK's batches (base64, as it asks by default, and floats:
 /// MiBs, past `max_event_bytes`, gzip-compressed as OpenAI answers), vLLM's
-/// compact answers to text and to token ids, and httpx on `/embeddings`,
+/// compact answers to text and to token ids, httpx on `/embeddings`, and
+/// Ollama's own client on `/api/embed` and its former `/api/embeddings`,
 /// read the same through the proxy as directly. Each request is read as
-/// `openai_embeddings` under its model, with no first token, its input
-/// tokens the usage its client read, nothing generated, and no parse
-/// error: the answers are read by their ends, whatever their size.
+/// `openai_embeddings` or `ollama_embed` under its model, with no first
+/// token, its input tokens the count its client read (the former Ollama
+/// route reports none: estimated from the prompt), nothing generated, and
+/// no parse error: the answers are read by their ends, whatever their size.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embeddings_read_the_same_through_tokenclock_and_are_measured() {
     let upstream = PythonUpstream::start("embeddings.py", "serve").await;
@@ -723,12 +725,15 @@ async fn embeddings_read_the_same_through_tokenclock_and_are_measured() {
     let direct = script_client("embeddings.py", upstream.addr).await;
     let proxied = script_client("embeddings.py", proxy.addr).await;
     let scenarios = same(&direct, &proxied, "embeddings.py");
+    let (openai, ollama) = ("openai_embeddings", "ollama_embed");
     let names = [
-        "openai_batch_base64",
-        "openai_batch_float",
-        "vllm_batch_float",
-        "vllm_token_ids",
-        "httpx_one",
+        ("openai_batch_base64", openai),
+        ("openai_batch_float", openai),
+        ("vllm_batch_float", openai),
+        ("vllm_token_ids", openai),
+        ("httpx_one", openai),
+        ("ollama_embed_batch", ollama),
+        ("ollama_embeddings_former", ollama),
     ];
     assert_eq!(scenarios["openai_batch_float"]["vectors"], 96, "{direct}");
     assert_eq!(
@@ -741,19 +746,29 @@ async fn embeddings_read_the_same_through_tokenclock_and_are_measured() {
     }
     // In the order the client sent them (each ends as the next begins).
     seen.sort_by_key(|t| t.start);
-    for (name, t) in names.into_iter().zip(seen) {
+    for ((name, endpoint), t) in names.into_iter().zip(seen) {
         let read = &scenarios[name];
         let model = read["model"].as_str();
-        assert_eq!(t.dialect.as_str(), "openai_embeddings", "{name}");
-        assert_eq!(t.model.as_deref(), model, "{name}");
+        assert_eq!(t.dialect.as_str(), endpoint, "{name}");
         assert_eq!(t.response_model.as_deref(), model, "{name}");
         assert_eq!(t.outcome.as_str(), "ok", "{name}");
         assert_eq!(t.parse_errors, vec![], "{name}");
         assert_eq!(t.first_token, None, "{name}: no TTFT");
-        assert_eq!(t.tokens.input, read["prompt_tokens"].as_u64(), "{name}");
-        let source = t.tokens.input_source.map(|s| s.as_str());
-        assert_eq!(source, Some("usage"), "{name}");
         assert_eq!(t.tokens.generated, 0, "{name}");
+        let source = t.tokens.input_source.map(|s| s.as_str());
+        match read["prompt_tokens"].as_u64() {
+            Some(count) => {
+                assert_eq!(t.model.as_deref(), model, "{name}");
+                assert_eq!(t.tokens.input, Some(count), "{name}");
+                assert_eq!(source, Some("usage"), "{name}");
+            }
+            None => {
+                assert_eq!(t.model.as_deref(), Some("nomic-embed-text"), "{name}");
+                // "where do limpets live": 21 bytes.
+                assert_eq!(t.tokens.input, Some(6), "{name}");
+                assert_eq!(source, Some("estimated"), "{name}");
+            }
+        }
     }
     proxy.shutdown().await;
 }

@@ -147,6 +147,8 @@ fn dialect_index(name: &str) -> u8 {
         ("openai_responses", 2),
         ("anthropic", 3),
         ("tgi", 4),
+        // Before `ollama`, which it starts with.
+        ("ollama_embed", 10),
         ("ollama", 5),
         ("llamacpp", 6),
         // SGLang's native `/generate` (its OpenAI route is `sglang_chat`).

@@ -88,7 +88,7 @@ fn operation(dialect: Dialect) -> &'static str {
         }
         // Speech to text; the conventions name no operation for it.
         Dialect::OpenAiAudio => "transcription",
-        Dialect::OpenAiEmbeddings => "embeddings",
+        Dialect::OpenAiEmbeddings | Dialect::OllamaEmbed => "embeddings",
         Dialect::Unknown => "unknown",
     }
 }
@@ -107,7 +107,7 @@ fn provider(dialect: Dialect) -> Option<&'static str> {
         Dialect::Anthropic => Some("anthropic"),
         Dialect::Tgi => Some("tgi"),
         Dialect::Sglang => Some("sglang"),
-        Dialect::Ollama => Some("ollama"),
+        Dialect::Ollama | Dialect::OllamaEmbed => Some("ollama"),
         Dialect::LlamaCpp => Some("llama.cpp"),
         Dialect::Unknown => None,
     }

@@ -13,6 +13,7 @@ mod finish;
 mod lazy;
 mod llamacpp;
 mod ollama;
+mod ollama_embed;
 mod openai;
 mod openai_audio;
 mod openai_chat;
@@ -48,7 +49,8 @@ pub enum Dialect {
     /// `/v1/audio/translations` (OpenAI, vLLM; a multipart request).
     OpenAiAudio,
     /// OpenAI Embeddings, `/v1/embeddings` (OpenAI, vLLM, SGLang, TEI,
-    /// llama.cpp, Ollama, LiteLLM; a whole body read by its ends).
+    /// llama.cpp, Ollama's OpenAI route, LiteLLM; a whole body read by its
+    /// ends).
     OpenAiEmbeddings,
     /// Anthropic Messages, `/v1/messages`.
     Anthropic,
@@ -59,6 +61,9 @@ pub enum Dialect {
     Sglang,
     /// Ollama native `/api/chat` and `/api/generate` (NDJSON).
     Ollama,
+    /// Ollama native embeddings, `/api/embed` and `/api/embeddings` (a
+    /// whole body read by its ends).
+    OllamaEmbed,
     /// llama.cpp native `/completion` (and `/completions`), and `/infill`,
     /// its fill-in-the-middle route for code completion, which answers in
     /// the same shape.
@@ -176,6 +181,8 @@ impl Dialect {
             Self::Tgi
         } else if path == "/api/chat" || path == "/api/generate" {
             Self::Ollama
+        } else if path == "/api/embed" || path == "/api/embeddings" {
+            Self::OllamaEmbed
         } else if path == "/completion" || path == "/completions" || path == "/infill" {
             Self::LlamaCpp
         } else {
@@ -275,6 +282,7 @@ impl Dialect {
             Self::Tgi => "tgi",
             Self::Sglang => "sglang",
             Self::Ollama => "ollama",
+            Self::OllamaEmbed => "ollama_embed",
             Self::LlamaCpp => "llamacpp",
             Self::Unknown => "unknown",
         }
@@ -289,7 +297,7 @@ impl Dialect {
     }
 
     /// Every dialect, for config validation and metric pre-registration.
-    pub const ALL: [Dialect; 11] = [
+    pub const ALL: [Dialect; 12] = [
         Self::OpenAiChat,
         Self::OpenAiCompletions,
         Self::OpenAiResponses,
@@ -300,6 +308,7 @@ impl Dialect {
         Self::Sglang,
         Self::OpenAiAudio,
         Self::OpenAiEmbeddings,
+        Self::OllamaEmbed,
         Self::Unknown,
     ];
 
@@ -317,7 +326,8 @@ impl Dialect {
             Self::Sglang => 7,
             Self::OpenAiAudio => 8,
             Self::OpenAiEmbeddings => 9,
-            Self::Unknown => 10,
+            Self::OllamaEmbed => 10,
+            Self::Unknown => 11,
         }
     }
 
@@ -359,6 +369,7 @@ impl Dialect {
             Self::OpenAiAudio => openai_audio::event(reader, name, data),
             // Never streamed: an event would be a whole answer.
             Self::OpenAiEmbeddings => openai_embeddings::body(data),
+            Self::OllamaEmbed => ollama_embed::body(data),
             Self::Anthropic => anthropic::event(reader, name, data),
             Self::Tgi => tgi::event(reader, data),
             Self::Sglang => sglang::event(reader, data),
@@ -376,6 +387,7 @@ impl Dialect {
             Self::OpenAiResponses => openai_responses::body(body),
             Self::OpenAiAudio => openai_audio::body(body),
             Self::OpenAiEmbeddings => openai_embeddings::body(body),
+            Self::OllamaEmbed => ollama_embed::body(body),
             Self::Anthropic => anthropic::body(body),
             Self::Tgi => tgi::body(body),
             Self::Sglang => sglang::body(body),
@@ -390,7 +402,7 @@ impl Dialect {
     /// `max_event_bytes`: embeddings, whose vectors are most of a body
     /// that is often larger, and hold nothing read.
     pub(crate) fn reads_ends(self) -> bool {
-        self == Self::OpenAiEmbeddings
+        matches!(self, Self::OpenAiEmbeddings | Self::OllamaEmbed)
     }
 
     /// Reads a whole body of which only `head`, its first bytes, and
@@ -404,6 +416,7 @@ impl Dialect {
     ) -> Result<Parsed<'a>, ParseError> {
         match self {
             Self::OpenAiEmbeddings => openai_embeddings::ends(head, tail),
+            Self::OllamaEmbed => ollama_embed::ends(head, tail),
             _ => Err(ParseError::TooLarge),
         }
     }

@@ -70,21 +70,34 @@ pub(super) fn body(data: &[u8]) -> Result<Parsed<'_>, ParseError> {
 }
 
 /// An answer of which only `head`, its first bytes, and `tail`, its last,
-/// were kept: the members complete in each, read as [`body`] reads them
-/// (each buffer has one byte overwritten to close or open an object).
-/// What lies between is not read, nor checked.
+/// were kept: the members complete in each, read as [`body`] reads them.
 pub(super) fn ends<'a>(head: &'a mut [u8], tail: &'a mut [u8]) -> Result<Parsed<'a>, ParseError> {
+    Ok(match members::<Body<'a>>(head, tail)? {
+        Some((first, last)) => last.or(first).parsed(),
+        None => done(),
+    })
+}
+
+/// The members complete in `head`, the first bytes of an object, and in
+/// `tail`, its last, each read as a `T` (each buffer has one byte
+/// overwritten to close or open an object); `None` for a bare array's
+/// ends, which hold no member. What lies between is not read, nor checked.
+/// Any embeddings answer's ends (Ollama's too).
+pub(super) fn members<'a, T: Deserialize<'a>>(
+    head: &'a mut [u8],
+    tail: &'a mut [u8],
+) -> Result<Option<(T, T)>, ParseError> {
     match (
         head.trim_ascii_start().first(),
         tail.trim_ascii_end().last(),
     ) {
         (Some(b'{'), Some(b'}')) => {}
-        (Some(b'['), Some(b']')) => return Ok(done()),
+        (Some(b'['), Some(b']')) => return Ok(None),
         _ => return Err(ParseError::Json),
     }
-    let first: Body<'a> = json(closed_head(head))?;
-    let last: Body<'a> = json(opened_tail(tail))?;
-    Ok(last.or(first).parsed())
+    let first = json(closed_head(head))?;
+    let last = json(opened_tail(tail))?;
+    Ok(Some((first, last)))
 }
 
 /// The members complete in the first bytes of an object, as an object:

@@ -354,6 +354,7 @@ fn path(dialect: Dialect) -> &'static str {
         Dialect::OpenAiResponses => "/v1/responses",
         Dialect::OpenAiAudio => "/v1/audio/transcriptions",
         Dialect::OpenAiEmbeddings => "/v1/embeddings",
+        Dialect::OllamaEmbed => "/api/embed",
         Dialect::Anthropic => "/v1/messages",
         Dialect::Tgi => "/generate_stream",
         // Shared with llama.cpp's server: an event stream or a body with

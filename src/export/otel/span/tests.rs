@@ -181,6 +181,10 @@ fn each_family_names_its_operation_and_provider() {
         named("text_completion", Some("openai"))
     );
     assert_eq!(name(Dialect::Ollama), named("chat", Some("ollama")));
+    assert_eq!(
+        name(Dialect::OllamaEmbed),
+        named("embeddings", Some("ollama"))
+    );
     assert_eq!(name(Dialect::Unknown), named("unknown", None));
 }
 

@@ -274,8 +274,9 @@ fn from_path_every_family() {
             "/openai/deployments/text-embedding-3-small/embeddings",
             Dialect::OpenAiEmbeddings,
         ),
-        // Ollama's and TEI's own embeddings routes: another shape.
-        ("/api/embed", Dialect::Unknown),
+        ("/api/embed", Dialect::OllamaEmbed),
+        ("/api/embeddings", Dialect::OllamaEmbed),
+        // TEI's own route: a bare array, nothing to read.
         ("/embed", Dialect::Unknown),
         ("/generate_stream", Dialect::Tgi),
         ("/generate", Dialect::Tgi),

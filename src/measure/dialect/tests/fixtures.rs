@@ -650,6 +650,28 @@ fn embeddings_bodies() {
     assert!(vllm.end && !vllm.has_token());
 }
 
+/// Ollama's own embeddings answer: its `prompt_eval_count` is the input,
+/// its `load_duration` the model's load; nothing generated. Read by its
+/// ends (the first and last 4 KiB of its 26 KB), the same.
+#[test]
+fn ollama_embed_body() {
+    let body = fixture!("body_ollama_embed.json");
+    let whole = Dialect::OllamaEmbed.parse_body(body).expect("embeddings");
+    assert_eq!(whole.usage.and_then(|u| u.input), Some(24));
+    assert_eq!(whole.model, Some("nomic-embed-text".into()));
+    let load = whole.server.and_then(|s| s.load);
+    assert_eq!(load, Some(std::time::Duration::from_nanos(2_095_833)));
+    assert!(whole.end && !whole.has_token());
+    let (mut head, mut tail) = (body[..4096].to_vec(), body[body.len() - 4096..].to_vec());
+    let cut = Dialect::OllamaEmbed
+        .parse_cut(&mut head, &mut tail)
+        .expect("its ends");
+    assert_eq!(cut, whole);
+    // The former route's answer names nothing.
+    let former = Dialect::OllamaEmbed.parse_body(br#"{"embedding":[0.5,-0.25]}"#);
+    assert_eq!(former.expect("embeddings").usage, None);
+}
+
 /// An event's SSE name types it when its payload has no `type`; a payload
 /// with neither is one of vLLM's chunks.
 #[test]

@@ -1,0 +1,77 @@
+//! Ollama's own embeddings, `/api/embed` (and `/api/embeddings`, its
+//! former route), what LangChain's and LlamaIndex's Ollama embeddings call.
+//!
+//! The answer is one whole body, `{"model":…,"embeddings":[[…], …],
+//! "total_duration":…,"load_duration":…,"prompt_eval_count":…}` (the
+//! former route's: `{"embedding":[…]}`, nothing else). Nothing is
+//! generated: its output is 0 tokens, its input `prompt_eval_count`, and
+//! `load_duration` (ns) the model's load. The vectors are nearly all of a
+//! batch's body, so it is read by its ends, as OpenAI's embeddings are
+//! (`openai_embeddings::members`).
+
+use serde::{de::IgnoredAny, Deserialize};
+
+use super::{
+    common::{done, json, name, ns},
+    openai_embeddings::members,
+    Name, ParseError, Parsed, ServerTimings, Usage,
+};
+
+/// The members of an answer read: the vectors are not.
+#[derive(Deserialize)]
+struct Body<'a> {
+    #[serde(default, borrow, deserialize_with = "name")]
+    model: Option<Name<'a>>,
+    #[serde(default)]
+    prompt_eval_count: Option<u64>,
+    /// Nanoseconds.
+    #[serde(default)]
+    load_duration: Option<u64>,
+    #[serde(default)]
+    error: Option<IgnoredAny>,
+}
+
+impl<'a> Body<'a> {
+    fn parsed(self) -> Parsed<'a> {
+        let load = ns(self.load_duration);
+        Parsed {
+            usage: self.prompt_eval_count.map(|n| Usage {
+                input: Some(n),
+                ..Usage::default()
+            }),
+            server: load.map(|load| ServerTimings {
+                load: Some(load),
+                ..ServerTimings::default()
+            }),
+            model: self.model,
+            error: self.error.is_some(),
+            ..done()
+        }
+    }
+
+    /// Each member of `self`, else of `first`: the body's end, then its start.
+    fn or(self, first: Self) -> Self {
+        Self {
+            model: self.model.or(first.model),
+            prompt_eval_count: self.prompt_eval_count.or(first.prompt_eval_count),
+            load_duration: self.load_duration.or(first.load_duration),
+            error: self.error.or(first.error),
+        }
+    }
+}
+
+/// A whole answer.
+pub(super) fn body(data: &[u8]) -> Result<Parsed<'_>, ParseError> {
+    match data.trim_ascii_start().first() {
+        Some(b'{') => Ok(json::<Body<'_>>(data)?.parsed()),
+        _ => Err(ParseError::Json),
+    }
+}
+
+/// An answer of which only its first and last bytes were kept.
+pub(super) fn ends<'a>(head: &'a mut [u8], tail: &'a mut [u8]) -> Result<Parsed<'a>, ParseError> {
+    match members::<Body<'a>>(head, tail)? {
+        Some((first, last)) => Ok(last.or(first).parsed()),
+        None => Err(ParseError::Json),
+    }
+}
