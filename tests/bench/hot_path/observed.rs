@@ -92,23 +92,27 @@ pub(crate) fn reading() -> ReadSettings {
         .reading
 }
 
-/// An exchange for a streamed chat completion whose response head has
-/// arrived: the state the proxy is in when the body's first frame comes.
-fn chat_exchange(reading: &ReadSettings) -> Exchange {
+/// An exchange for a JSON request on `path` whose response head, of
+/// `content_type`, has arrived: the state the proxy is in when the body's
+/// first frame comes.
+pub(crate) fn exchange(path: &str, content_type: &str, reading: &ReadSettings) -> Exchange {
     let start = Instant::now();
-    let request = http::Request::post("/v1/chat/completions")
+    let request = http::Request::post(path)
         .header(http::header::CONTENT_TYPE, "application/json")
         .body(())
         .expect("a constant request is valid");
     let (mut exchange, _upload) = Exchange::start(start, &request, reading, None);
     let (head, ()) = http::Response::builder()
-        .header(http::header::CONTENT_TYPE, "text/event-stream")
+        .header(http::header::CONTENT_TYPE, content_type)
         .body(())
         .expect("a constant response is valid")
         .into_parts();
     exchange.on_response_head(&head, Instant::now());
     exchange
 }
+
+/// The streamed chat completion's path.
+const CHAT: &str = "/v1/chat/completions";
 
 pub(crate) fn bench(c: &mut Criterion) {
     let frames = frames(&vllm_chat());
@@ -141,13 +145,16 @@ pub(crate) fn bench(c: &mut Criterion) {
     assert_eq!(
         drain(ObservedBody::new(
             Frames(frames.clone().into_iter()),
-            chat_exchange(&reading)
+            exchange(CHAT, "text/event-stream", &reading)
         )),
         count
     );
     group.bench_function("observed_exchange_sse_openai_chat", |b| {
         b.iter_batched(
-            || ObservedBody::new(Frames(frames.clone().into_iter()), chat_exchange(&reading)),
+            || {
+                let exchange = exchange(CHAT, "text/event-stream", &reading);
+                ObservedBody::new(Frames(frames.clone().into_iter()), exchange)
+            },
             drain,
             BatchSize::SmallInput,
         )

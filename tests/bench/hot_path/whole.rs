@@ -10,26 +10,9 @@
 
 use bytes::Bytes;
 use criterion::{BatchSize, Criterion, Throughput};
-use tokenclock::{measure::exchange::Exchange, measure::observe::ObservedBody};
-use tokio::time::Instant;
+use tokenclock::measure::observe::ObservedBody;
 
-use crate::observed::{drain, reading, Frames};
-
-/// An exchange on `path` whose whole JSON answer's head has arrived.
-fn exchange(path: &str, reading: &tokenclock::measure::read::ReadSettings) -> Exchange {
-    let request = http::Request::post(path)
-        .header(http::header::CONTENT_TYPE, "application/json")
-        .body(())
-        .expect("a constant request is valid");
-    let (mut exchange, _upload) = Exchange::start(Instant::now(), &request, reading, None);
-    let (head, ()) = http::Response::builder()
-        .header(http::header::CONTENT_TYPE, "application/json")
-        .body(())
-        .expect("a constant response is valid")
-        .into_parts();
-    exchange.on_response_head(&head, Instant::now());
-    exchange
-}
+use crate::observed::{drain, exchange, reading, Frames};
 
 /// `body` in 16 KiB frames.
 fn frames(body: String) -> Vec<Bytes> {
@@ -86,7 +69,10 @@ pub(crate) fn bench(c: &mut Criterion) {
         }
         group.bench_function(name, |b| {
             b.iter_batched(
-                || ObservedBody::new(Frames::of(frames.clone()), exchange(path, &reading)),
+                || {
+                    let exchange = exchange(path, "application/json", &reading);
+                    ObservedBody::new(Frames::of(frames.clone()), exchange)
+                },
                 drain,
                 BatchSize::SmallInput,
             )
