@@ -59,14 +59,15 @@ impl Default for Learnt {
 }
 
 impl Learnt {
-    /// The server learnt behind `shared`; `None` for `POST /`, which is
-    /// counted `unknown` until TGI's head shows (any server may answer
-    /// there, and one that is not TGI says nothing).
+    /// The server learnt behind `shared`; `None` for `POST /` and TEI's
+    /// routes, which are counted `unknown` until TGI's or TEI's head shows
+    /// (any server may answer there, and one that is neither says
+    /// nothing).
     pub fn of(&self, shared: Shared) -> Option<&LearntServer> {
         match shared {
             Shared::Generate => Some(&self.generate),
             Shared::ApiChat => Some(&self.api_chat),
-            Shared::Root => None,
+            Shared::Root | Shared::Tei => None,
         }
     }
 }

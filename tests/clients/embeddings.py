@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """embeddings.py: embeddings over HTTP, both ends, for tests/it/clients.rs:
 a server that answers `/v1/embeddings` and `/embeddings` in the shapes
-OpenAI and vLLM answer in, and `/api/embed` and `/api/embeddings` as
-Ollama does, and the clients their users run (the OpenAI Python SDK,
-Ollama's Python client, and httpx as a RAG pipeline posts by hand).
+OpenAI and vLLM answer in, `/api/embed` and `/api/embeddings` as Ollama
+does, and `POST /`, `/embed`, `/rerank` and `/predict` as Text Embeddings
+Inference (TEI) does, and the clients their users run (the OpenAI Python
+SDK, Ollama's Python client, huggingface_hub's InferenceClient, and httpx
+as a RAG pipeline posts by hand).
 
 Usage:
   embeddings.py serve        prints the port it listens on (127.0.0.1), and
@@ -24,7 +26,14 @@ each text input, one per id of a token-id input. `/api/embed` answers
 Ollama's `{"model", "embeddings", "total_duration", "load_duration",
 "prompt_eval_count"}`, the count as above; its former route
 `/api/embeddings` answers `{"embedding": [...]}` for one `prompt`, with no
-count. The GPU servers cannot run here; this speaks their wire formats.
+count. TEI's routes answer as its router does: `POST /` and `/embed` a
+bare array of 1,024-number vectors for `inputs` (a string or a list),
+`/rerank` `[{"index", "score"}]` for `query` and `texts`, best first,
+`/predict` `[{"score", "label"}]` for `inputs`, each with the headers
+TEI's router adds to every answer (`x-compute-type`, `x-compute-tokens`,
+its count of the tokens run, one per word here, the query once per text
+for `/rerank`, and its times in ms). The GPU servers cannot run here;
+this speaks their wire formats.
 """
 import base64
 import hashlib
@@ -104,6 +113,45 @@ async def ollama_embed(request):
     return web.json_response(answer)
 
 
+def tei_headers(tokens, chars):
+    """The headers TEI's router adds to every answer (`ResponseMetadata`)."""
+    return {
+        "x-compute-type": "gpu+optimized",
+        "x-compute-time": "6",
+        "x-compute-characters": str(chars),
+        "x-compute-tokens": str(tokens),
+        "x-total-time": "6",
+        "x-tokenization-time": "0",
+        "x-queue-time": "1",
+        "x-inference-time": "4",
+    }
+
+
+async def tei(request):
+    from aiohttp import web
+
+    body = await request.json()
+    if request.path == "/rerank":
+        query, texts = body["query"], body["texts"]
+        ranks = [
+            {"index": i, "score": vector(query + text, 1)[0]} for i, text in enumerate(texts)
+        ]
+        ranks.sort(key=lambda r: r["score"], reverse=True)
+        count = sum(tokens(query) + tokens(text) for text in texts)
+        chars = sum(len(query) + len(text) for text in texts)
+        return web.json_response(ranks, headers=tei_headers(count, chars))
+    inputs = body["inputs"]
+    batch = inputs if isinstance(inputs, list) else [inputs]
+    count = sum(tokens(text) for text in batch)
+    chars = sum(len(text) for text in batch)
+    if request.path == "/predict":
+        score = abs(vector(batch[0], 1)[0])
+        answer = [{"score": 1 - score, "label": "positive"}, {"score": score, "label": "negative"}]
+    else:
+        answer = [vector(text, 1024) for text in batch]
+    return web.json_response(answer, headers=tei_headers(count, chars))
+
+
 def summary(vectors, usage, model):
     """What a client read: how many vectors, their size, a digest of all
     their numbers (rounded as float32 keeps them), the usage and model."""
@@ -123,6 +171,7 @@ def scenarios(url):
     import httpx
     import ollama
     import openai
+    from huggingface_hub import InferenceClient
 
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="sk-test", max_retries=0)
     def sdk(**kwargs):
@@ -169,6 +218,35 @@ def scenarios(url):
         r = ollama_client.embeddings(model="nomic-embed-text", prompt="where do limpets live")
         return summary([r.embedding], {"prompt_tokens": None}, None)
 
+    hf = InferenceClient(model=url)
+
+    def hf_feature_extraction():
+        # What LangChain's HuggingFaceEndpointEmbeddings calls: `POST /`.
+        vectors = hf.feature_extraction(TEXTS[:16]).tolist()
+        count = sum(tokens(text) for text in TEXTS[:16])
+        return summary(vectors, {"prompt_tokens": count}, None)
+
+    def tei_by_hand(path, body):
+        # As LlamaIndex's TextEmbeddingsInference posts (httpx), reading
+        # TEI's count from its head.
+        with httpx.Client(timeout=10) as h:
+            r = h.post(f"{url}{path}", json=body)
+            r.raise_for_status()
+            return r.json(), int(r.headers["x-compute-tokens"])
+
+    def tei_embed_batch():
+        vectors, count = tei_by_hand("/embed", {"inputs": TEXTS[:48], "truncate": True})
+        return summary(vectors, {"prompt_tokens": count}, None)
+
+    def tei_rerank():
+        query = "which animals live in tide pools"
+        ranks, count = tei_by_hand("/rerank", {"query": query, "texts": TEXTS[:20]})
+        return {"ranks": ranks, "prompt_tokens": count, "model": None}
+
+    def tei_predict():
+        labels, count = tei_by_hand("/predict", {"inputs": "I love tide pools"})
+        return {"labels": labels, "prompt_tokens": count, "model": None}
+
     return run_all(
         [
             ("openai_batch_base64", openai_batch_base64),
@@ -178,6 +256,10 @@ def scenarios(url):
             ("httpx_one", httpx_one),
             ("ollama_embed_batch", ollama_embed_batch),
             ("ollama_embeddings_former", ollama_embeddings_former),
+            ("hf_feature_extraction", hf_feature_extraction),
+            ("tei_embed_batch", tei_embed_batch),
+            ("tei_rerank", tei_rerank),
+            ("tei_predict", tei_predict),
         ]
     )
 
@@ -185,4 +267,5 @@ def scenarios(url):
 if __name__ == "__main__":
     routes = [("/v1/embeddings", embeddings), ("/embeddings", embeddings)]
     routes += [("/api/embed", ollama_embed), ("/api/embeddings", ollama_embed)]
+    routes += [(path, tei) for path in ["/", "/embed", "/rerank", "/predict"]]
     main(__doc__, routes, scenarios)

@@ -713,11 +713,14 @@ async fn speech_to_text_reads_the_same_through_tokenclock_and_is_measured() {
 /// MiBs, past `max_event_bytes`, gzip-compressed as OpenAI answers), vLLM's
 /// compact answers to text and to token ids, httpx on `/embeddings`, and
 /// Ollama's own client on `/api/embed` and its former `/api/embeddings`,
-/// read the same through the proxy as directly. Each request is read as
-/// `openai_embeddings` or `ollama_embed` under its model, with no first
-/// token, its input tokens the count its client read (the former Ollama
-/// route reports none: estimated from the prompt), nothing generated, and
-/// no parse error: the answers are read by their ends, whatever their size.
+/// and TEI's clients (huggingface_hub's InferenceClient on `POST /`, which
+/// TGI answers too; httpx on `/embed`, `/rerank` and `/predict`), read the
+/// same through the proxy as directly. Each request is read as
+/// `openai_embeddings`, `ollama_embed` or `tei` under its model (TEI's
+/// name none), with no first token, its input tokens the count its client
+/// read (the former Ollama route reports none: estimated from the prompt;
+/// TEI's head reports it), nothing generated, and no parse error: the
+/// answers are read by their ends, whatever their size, TEI's by its head.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embeddings_read_the_same_through_tokenclock_and_are_measured() {
     let upstream = PythonUpstream::start("embeddings.py", "serve").await;
@@ -725,7 +728,7 @@ async fn embeddings_read_the_same_through_tokenclock_and_are_measured() {
     let direct = script_client("embeddings.py", upstream.addr).await;
     let proxied = script_client("embeddings.py", proxy.addr).await;
     let scenarios = same(&direct, &proxied, "embeddings.py");
-    let (openai, ollama) = ("openai_embeddings", "ollama_embed");
+    let (openai, ollama, tei) = ("openai_embeddings", "ollama_embed", "tei");
     let names = [
         ("openai_batch_base64", openai),
         ("openai_batch_float", openai),
@@ -734,11 +737,23 @@ async fn embeddings_read_the_same_through_tokenclock_and_are_measured() {
         ("httpx_one", openai),
         ("ollama_embed_batch", ollama),
         ("ollama_embeddings_former", ollama),
+        ("hf_feature_extraction", tei),
+        ("tei_embed_batch", tei),
+        ("tei_rerank", tei),
+        ("tei_predict", tei),
     ];
     assert_eq!(scenarios["openai_batch_float"]["vectors"], 96, "{direct}");
     assert_eq!(
         scenarios["openai_batch_float"]["encoding"], "gzip",
         "{direct}"
+    );
+    assert_eq!(
+        scenarios["hf_feature_extraction"]["vectors"], 16,
+        "{direct}"
+    );
+    assert_eq!(
+        scenarios["tei_rerank"]["ranks"].as_array().map(Vec::len),
+        Some(20)
     );
     let mut seen = Vec::new();
     for _ in names {

@@ -97,7 +97,7 @@ async fn assert_idle(proxy: &common::Proxy, case: &str) {
             .iter()
             .filter(|(l, _)| l.contains("in_phase"))
             .count()
-            == 12 * 5,
+            == 13 * 5,
         "{case}: {values:#?}"
     );
     assert!(

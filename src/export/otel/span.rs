@@ -88,7 +88,9 @@ fn operation(dialect: Dialect) -> &'static str {
         }
         // Speech to text; the conventions name no operation for it.
         Dialect::OpenAiAudio => "transcription",
-        Dialect::OpenAiEmbeddings | Dialect::OllamaEmbed => "embeddings",
+        // TEI's routes are named for its product: its rerankers and
+        // classifiers are encoders too, and the timeline keeps no path.
+        Dialect::OpenAiEmbeddings | Dialect::OllamaEmbed | Dialect::Tei => "embeddings",
         Dialect::Unknown => "unknown",
     }
 }
@@ -106,6 +108,7 @@ fn provider(dialect: Dialect) -> Option<&'static str> {
         | Dialect::OpenAiEmbeddings => Some("openai"),
         Dialect::Anthropic => Some("anthropic"),
         Dialect::Tgi => Some("tgi"),
+        Dialect::Tei => Some("tei"),
         Dialect::Sglang => Some("sglang"),
         Dialect::Ollama | Dialect::OllamaEmbed => Some("ollama"),
         Dialect::LlamaCpp => Some("llama.cpp"),

@@ -64,6 +64,13 @@ pub enum Dialect {
     /// Ollama native embeddings, `/api/embed` and `/api/embeddings` (a
     /// whole body read by its ends).
     OllamaEmbed,
+    /// Text Embeddings Inference's native routes (`/embed`, `/embed_all`,
+    /// `/embed_sparse`, `/predict`, `/rerank`, and `POST /` and
+    /// `/invocations`, where its router answers as the model's task), read
+    /// only when TEI's head answers them (see [`Router`]): what its head
+    /// reports (`x-compute-tokens`, `x-queue-time`, `x-inference-time`);
+    /// its bodies, bare arrays of vectors or scores, are not read.
+    Tei,
     /// llama.cpp native `/completion` (and `/completions`), and `/infill`,
     /// its fill-in-the-middle route for code completion, which answers in
     /// the same shape.
@@ -80,14 +87,35 @@ pub enum Dialect {
 pub enum Shared {
     /// `/generate`: TGI's and SGLang's native APIs (the path's: TGI).
     Generate,
-    /// `POST /`: TGI's route for the Inference API's clients (what
-    /// huggingface_hub's `InferenceClient` calls given a TGI URL), or
-    /// whatever else a server answers there (the path's: unknown).
+    /// `POST /`: TGI's and TEI's route for the Inference API's clients
+    /// (what huggingface_hub's `InferenceClient` calls given a TGI or TEI
+    /// URL), and `POST /invocations`, both routers' route for SageMaker;
+    /// or whatever else a server answers there (the path's: unknown).
     Root,
+    /// TEI's native routes (`/embed`, `/embed_all`, `/embed_sparse`,
+    /// `/predict`, `/rerank`), which other servers may answer too (vLLM
+    /// and Infinity answer `/rerank`): TEI's when its head is (the path's:
+    /// unknown).
+    Tei,
     /// `/api/chat`: Ollama's native chat (NDJSON), and llama.cpp's server,
     /// which answers there as on `/v1/chat/completions` (OpenAI chat, SSE)
     /// for the clients that speak Ollama's API to it (the path's: Ollama).
     ApiChat,
+}
+
+/// Which of Hugging Face's routers answered, as the response head's
+/// headers tell: both add `x-compute-type` to every successful answer,
+/// and only TEI's reports `x-compute-tokens` (with `x-tokenization-time`
+/// and its other timings); TGI's reports `x-generated-tokens` and
+/// `x-validation-time` instead.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Router {
+    /// Text Generation Inference.
+    Tgi,
+    /// Text Embeddings Inference.
+    Tei,
+    /// Neither: another server, or an error answer.
+    Other,
 }
 
 /// How a response head says its body comes, as far as telling the
@@ -110,27 +138,32 @@ impl Shared {
         match path.trim_end_matches('/') {
             "/generate" => Some(Self::Generate),
             "/api/chat" if post => Some(Self::ApiChat),
-            "" if post => Some(Self::Root),
+            "" | "/invocations" if post => Some(Self::Root),
+            "/embed" | "/embed_all" | "/embed_sparse" | "/predict" | "/rerank" if post => {
+                Some(Self::Tei)
+            }
             _ => None,
         }
     }
 
     /// Which server answered, as far as the response head tells: on
     /// `/generate` SGLang when it streams (TGI streams only on
-    /// `/generate_stream`); TGI when the head carries `x-compute-type`,
-    /// which TGI's router adds to every successful answer; on `/api/chat`
-    /// Ollama when it streams NDJSON, llama.cpp's OpenAI chat when it
-    /// streams SSE; else, on `/generate` and `/api/chat`, `None`: only a
-    /// whole body can tell ([`Shared::body_of`]); on `/`, nothing we read.
-    pub(crate) fn answered_by(self, framed: Framed, tgi_headers: bool) -> Option<Dialect> {
-        match (self, framed) {
-            (Self::ApiChat, Framed::Sse) => Some(Dialect::OpenAiChat),
-            (Self::ApiChat, Framed::Ndjson) => Some(Dialect::Ollama),
-            (Self::ApiChat, Framed::Whole) => None,
-            (Self::Generate, Framed::Sse) => Some(Dialect::Sglang),
-            _ if tgi_headers => Some(Dialect::Tgi),
-            (Self::Generate, _) => None,
-            (Self::Root, _) => Some(Dialect::Unknown),
+    /// `/generate_stream`); TGI or TEI when the head is their router's
+    /// ([`Router`]); on `/api/chat` Ollama when it streams NDJSON,
+    /// llama.cpp's OpenAI chat when it streams SSE; else, on `/generate`
+    /// and `/api/chat`, `None`: only a whole body can tell
+    /// ([`Shared::body_of`]); on `/`, `/invocations` and TEI's routes,
+    /// nothing we read.
+    pub(crate) fn answered_by(self, framed: Framed, router: Router) -> Option<Dialect> {
+        match (self, framed, router) {
+            (Self::ApiChat, Framed::Sse, _) => Some(Dialect::OpenAiChat),
+            (Self::ApiChat, Framed::Ndjson, _) => Some(Dialect::Ollama),
+            (Self::ApiChat, Framed::Whole, _) => None,
+            (Self::Generate, Framed::Sse, _) => Some(Dialect::Sglang),
+            (Self::Generate | Self::Root, _, Router::Tgi) => Some(Dialect::Tgi),
+            (Self::Generate, _, _) => None,
+            (Self::Root | Self::Tei, _, Router::Tei) => Some(Dialect::Tei),
+            (Self::Root | Self::Tei, _, _) => Some(Dialect::Unknown),
         }
     }
 
@@ -139,7 +172,7 @@ impl Shared {
         match self {
             Self::Generate => Dialect::generate_body_of(body),
             Self::ApiChat => Dialect::api_chat_body_of(body),
-            Self::Root => None,
+            Self::Root | Self::Tei => None,
         }
     }
 }
@@ -284,20 +317,27 @@ impl Dialect {
             Self::Ollama => "ollama",
             Self::OllamaEmbed => "ollama_embed",
             Self::LlamaCpp => "llamacpp",
+            Self::Tei => "tei",
             Self::Unknown => "unknown",
         }
     }
 
     /// Whether this dialect's events can name the model that answered.
-    /// TGI's and SGLang's native events never do, nor does an unread body: a request
-    /// that named no model is then labelled `unknown` without waiting for
-    /// the end.
+    /// TGI's and SGLang's native events never do, nor does an unread body
+    /// (TEI's): a request that named no model is then labelled `unknown`
+    /// without waiting for the end.
     pub(crate) fn streams_model(self) -> bool {
-        !matches!(self, Self::Tgi | Self::Sglang | Self::Unknown)
+        !matches!(self, Self::Tgi | Self::Sglang | Self::Tei | Self::Unknown)
+    }
+
+    /// Whether a successful answer's body is read at all: not an
+    /// `unknown` one, nor TEI's, whose head reports what there is.
+    pub(crate) fn reads_body(self) -> bool {
+        !matches!(self, Self::Tei | Self::Unknown)
     }
 
     /// Every dialect, for config validation and metric pre-registration.
-    pub const ALL: [Dialect; 12] = [
+    pub const ALL: [Dialect; 13] = [
         Self::OpenAiChat,
         Self::OpenAiCompletions,
         Self::OpenAiResponses,
@@ -309,6 +349,7 @@ impl Dialect {
         Self::OpenAiAudio,
         Self::OpenAiEmbeddings,
         Self::OllamaEmbed,
+        Self::Tei,
         Self::Unknown,
     ];
 
@@ -327,7 +368,8 @@ impl Dialect {
             Self::OpenAiAudio => 8,
             Self::OpenAiEmbeddings => 9,
             Self::OllamaEmbed => 10,
-            Self::Unknown => 11,
+            Self::Tei => 11,
+            Self::Unknown => 12,
         }
     }
 
@@ -375,7 +417,7 @@ impl Dialect {
             Self::Sglang => sglang::event(reader, data),
             Self::Ollama => ollama::event(reader, data),
             Self::LlamaCpp => llamacpp::event(reader, data),
-            Self::Unknown => Ok(Parsed::default()),
+            Self::Tei | Self::Unknown => Ok(Parsed::default()),
         }
     }
 
@@ -393,7 +435,7 @@ impl Dialect {
             Self::Sglang => sglang::body(body),
             Self::Ollama => ollama::body(body),
             Self::LlamaCpp => llamacpp::body(body),
-            Self::Unknown => Ok(Parsed::default()),
+            Self::Tei | Self::Unknown => Ok(Parsed::default()),
         }
     }
 
@@ -540,7 +582,8 @@ pub struct ServerTimings {
     /// Model load before work could start (Ollama `load_duration`).
     pub load: Option<Duration>,
     /// Prompt processing (llama.cpp `prompt_ms`, Ollama `prompt_eval_duration`,
-    /// vLLM `time_to_first_token_ms`, which it counts from scheduling).
+    /// vLLM `time_to_first_token_ms`, which it counts from scheduling;
+    /// TEI `x-inference-time`, its one forward pass).
     pub prefill: Option<Duration>,
     /// Token generation (llama.cpp `predicted_ms`, Ollama `eval_duration`,
     /// vLLM `generation_time_ms`, TGI `x-inference-time`).

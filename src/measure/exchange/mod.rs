@@ -10,6 +10,7 @@
 //! The log line never holds bodies, query strings or headers, so no prompt,
 //! completion, API key or cookie can reach the logs.
 
+mod head;
 mod reader;
 mod stage;
 mod upload;
@@ -23,7 +24,7 @@ use tokio::time::Instant;
 pub(crate) use self::upload::Upload;
 use self::{reader::Reader, stage::StageCell, upload::UploadShared};
 use crate::{
-    measure::dialect::{Dialect, Framed, ServerTimings, Shared},
+    measure::dialect::{Dialect, Framed, Router, Shared},
     measure::observe::{End, Observe},
     measure::read::{LearntServer, ReadSettings},
     measure::slo::Limits,
@@ -138,11 +139,15 @@ impl Exchange {
     pub fn on_response_head(&mut self, head: &response::Parts, at: Instant) {
         self.timeline.status = Some(head.status);
         self.timeline.response_head = Some(at);
-        self.timeline.server = tgi_header_timings(&head.headers);
+        let router = Router::of(&head.headers);
+        let reported = head::reported(&head.headers, router);
+        self.timeline.server = reported.server;
+        if let Some(usage) = reported.usage {
+            self.timeline.usage = usage;
+        }
         if let Some(shared) = self.undecided {
             let framed = Framed::of(&head.headers);
-            let tgi = head.headers.contains_key("x-compute-type");
-            if let Some(dialect) = shared.answered_by(framed, tgi) {
+            if let Some(dialect) = shared.answered_by(framed, router) {
                 self.decide(dialect, head.status.is_success());
             }
         }
@@ -414,25 +419,6 @@ fn request_slo(headers: &http::HeaderMap) -> Option<Limits> {
         ..Limits::default()
     };
     (limits != Limits::default()).then_some(limits)
-}
-
-/// TGI reports its queue and inference time in response headers (ms).
-fn tgi_header_timings(headers: &http::HeaderMap) -> ServerTimings {
-    let ms = |name: &str| {
-        let value = headers
-            .get(name)?
-            .to_str()
-            .ok()?
-            .trim()
-            .parse::<f64>()
-            .ok()?;
-        (value.is_finite() && value >= 0.0).then(|| Duration::from_secs_f64(value / 1e3))
-    };
-    ServerTimings {
-        queue: ms("x-queue-time"),
-        decode: ms("x-inference-time"),
-        ..ServerTimings::default()
-    }
 }
 
 #[cfg(test)]

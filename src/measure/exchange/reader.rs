@@ -80,7 +80,7 @@ impl Reader {
         headers: &HeaderMap,
         max_event_bytes: usize,
     ) -> (Self, Option<ParseError>) {
-        if dialect == Dialect::Unknown || !status.is_success() {
+        if !dialect.reads_body() || !status.is_success() {
             return (Self::skip(), None);
         }
         let Ok(coding) = Coding::of(headers) else {

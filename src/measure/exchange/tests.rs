@@ -62,7 +62,7 @@ fn tgi_timing_headers_are_server_timings() {
     let mut headers = http::HeaderMap::new();
     headers.insert("x-inference-time", HeaderValue::from_static("1500"));
     headers.insert("x-queue-time", HeaderValue::from_static("-1"));
-    let timings = tgi_header_timings(&headers);
+    let timings = head::reported(&headers, Router::Other).server;
     assert_eq!(timings.decode, Some(Duration::from_millis(1500)));
     assert_eq!(timings.queue, None, "nonsense is ignored");
 }
@@ -920,6 +920,113 @@ fn the_root_path_of_another_server_stays_unknown() {
     };
     let (e, _upload) = Exchange::start(Instant::now(), &request, &reading, None);
     assert!(e.undecided.is_none());
+}
+
+/// A head of TEI's, as its router writes one on every successful answer
+/// (`ResponseMetadata`'s headers): TGI's `x-compute-type` too, and the
+/// tokens of the inputs it ran.
+const TEI_HEAD: [(&str, &str); 9] = [
+    ("content-type", "application/json"),
+    ("x-compute-type", "gpu+optimized"),
+    ("x-compute-time", "7"),
+    ("x-compute-characters", "93"),
+    ("x-compute-tokens", "27"),
+    ("x-total-time", "7"),
+    ("x-tokenization-time", "0"),
+    ("x-queue-time", "2"),
+    ("x-inference-time", "4"),
+];
+
+/// TEI's answer to an embedding model's `POST /` (`/embed`'s): a bare
+/// array of vectors, which no dialect reads.
+const TEI_VECTORS: &str = "[[0.0123,-0.0456,0.0789],[0.0321,-0.0654,0.0987]]";
+
+#[test]
+fn teis_answers_are_read_from_their_head_not_as_tgis() {
+    // huggingface_hub's `feature_extraction` given a TEI URL posts to `/`,
+    // as LangChain's `HuggingFaceEndpointEmbeddings` does; SageMaker to
+    // `/invocations`; LlamaIndex's `TextEmbeddingsInference` to `/embed`.
+    for path in [
+        "/",
+        "/invocations",
+        "/embed",
+        "/embed_all",
+        "/predict",
+        "/rerank",
+    ] {
+        let (told, mut e) = generate(path, None);
+        head_with(&mut e, &TEI_HEAD);
+        assert_eq!(e.dialect(), Dialect::Tei, "{path}");
+        data(&mut e, TEI_VECTORS);
+        e.complete(End::Complete, Instant::now());
+        let told = told.take();
+        assert_eq!(
+            told.first().map(String::as_str),
+            Some("in unknown"),
+            "{path}"
+        );
+        assert!(told.contains(&"moved unknown tei".to_owned()), "{told:?}");
+        assert!(no_parse_error(&told), "{path}: {told:?}");
+        let t = &e.timeline;
+        assert_eq!(t.outcome, Outcome::Ok, "{path}");
+        assert_eq!(t.parse_errors, vec![], "{path}");
+        assert_eq!(t.first_token, None, "{path}: nothing generated");
+        assert_eq!(t.tokens.input, Some(27), "{path}: x-compute-tokens");
+        assert_eq!(t.tokens.input_source, Some(CountSource::Usage), "{path}");
+        assert_eq!(t.tokens.generated, 0, "{path}");
+        assert_eq!(
+            t.tokens.generated_source,
+            Some(CountSource::Usage),
+            "{path}"
+        );
+        assert_eq!(t.server.queue, Some(Duration::from_millis(2)), "{path}");
+        // One forward pass over the inputs: prefill, not decode.
+        assert_eq!(t.server.prefill, Some(Duration::from_millis(4)), "{path}");
+        assert_eq!(t.server.decode, None, "{path}");
+    }
+    // A batch past `max_event_bytes` is no `event_too_large`: not read.
+    let (told, mut e) = generate("/", None);
+    head_with(&mut e, &TEI_HEAD);
+    let row = format!("[{}]", vec!["-0.0123456"; 1024].join(","));
+    let batch = format!("[{}]", vec![row; 128].join(","));
+    assert!(batch.len() > 1024 * 1024);
+    e.on_data(&Bytes::from(batch), Instant::now());
+    e.complete(End::Complete, Instant::now());
+    assert!(no_parse_error(&told.take()));
+    assert_eq!(e.timeline.tokens.input, Some(27));
+}
+
+#[test]
+fn teis_routes_answered_by_another_server_stay_unknown() {
+    // vLLM and Infinity answer `/rerank` too, with no TEI head.
+    for path in ["/rerank", "/predict", "/embed", "/invocations"] {
+        let (told, mut e) = generate(path, None);
+        head_with(&mut e, &[("content-type", "application/json")]);
+        assert_eq!(e.dialect(), Dialect::Unknown, "{path}");
+        data(
+            &mut e,
+            r#"{"model":"m","usage":{"total_tokens":9},"results":[]}"#,
+        );
+        e.complete(End::Complete, Instant::now());
+        assert!(told.take().iter().all(|l| !l.contains("tei")), "{path}");
+        assert_eq!(e.timeline.tokens.input, None, "{path}: nothing read");
+    }
+    // TGI on SageMaker's route is TGI's, as on `/`.
+    let (_, mut e) = generate("/invocations", None);
+    tgi_head(&mut e, "text/event-stream");
+    assert_eq!(e.dialect(), Dialect::Tgi);
+    data(&mut e, TGI_STREAM);
+    e.complete(End::Complete, Instant::now());
+    assert_eq!(e.timeline.tokens.generated, 2);
+    // A TEI error names no router (no `x-compute-type`): it stays unknown,
+    // its body unread.
+    let (_, mut e) = generate("/", None);
+    head_of(&mut e, 413, &[("content-type", "application/json")]);
+    assert_eq!(e.dialect(), Dialect::Unknown);
+    // A TEI head on `/generate` is no TGI's: nothing tells there.
+    let (_, mut e) = generate("/generate", None);
+    head_with(&mut e, &TEI_HEAD);
+    assert_eq!(e.dialect(), Dialect::Tgi, "the path's, until a body tells");
 }
 
 #[test]

@@ -201,20 +201,21 @@ pub fn dialect(data: &[u8]) {
     assert_eq!(run(&cuts.split(body)), whole, "split response");
 }
 
-/// The dialect four option bits pick, among those that read a response:
-/// every one in `Dialect::ALL` but the last, `Unknown`, which reads none.
-/// The low three bits alone pick the first eight, as they did before the
-/// ninth (the committed corpus keeps its meaning: its files' second byte
-/// is 0); 8 and above go round from the ninth.
+/// The dialect four option bits pick, among those that read a response
+/// body: every one in `Dialect::ALL` but the last two, `Tei` (whose head
+/// reports what there is) and `Unknown`, which read none. The low three
+/// bits alone pick the first eight, as they did before the ninth (the
+/// committed corpus keeps its meaning: its files' second byte is 0); 8
+/// and above go round from the ninth.
 pub fn read_dialect(bits: u8) -> Dialect {
-    let read = Dialect::ALL.len() - 1;
+    let read = Dialect::ALL.len() - 2;
     Dialect::ALL[usize::from(bits) % read]
 }
 
-const _UNKNOWN_LAST: () = assert!(matches!(
-    Dialect::ALL[Dialect::ALL.len() - 1],
-    Dialect::Unknown
-));
+const _UNREAD_LAST: () = assert!(
+    matches!(Dialect::ALL[Dialect::ALL.len() - 2], Dialect::Tei)
+        && matches!(Dialect::ALL[Dialect::ALL.len() - 1], Dialect::Unknown)
+);
 
 /// The codings a compressed response may come in, as the `coding` target
 /// picks them (its option byte's two low bits).
@@ -365,15 +366,18 @@ fn path(dialect: Dialect) -> &'static str {
         // there is SGLang's, which the targets then read through the
         // decision the exchange takes.
         Dialect::Sglang => "/generate",
+        // TEI's, counted `unknown` until TEI's head shows.
+        Dialect::Tei => "/embed",
         Dialect::Unknown => "/v1/other",
     }
 }
 
 /// The dialect a request on `dialect`'s path is counted under until its
-/// response tells: `/generate` is TGI's until then.
+/// response tells: `/generate` is TGI's until then, TEI's routes unknown.
 fn routed(dialect: Dialect) -> Dialect {
     match dialect {
         Dialect::Sglang => Dialect::Tgi,
+        Dialect::Tei => Dialect::Unknown,
         dialect => dialect,
     }
 }
