@@ -12,6 +12,7 @@ mod common;
 mod finish;
 mod lazy;
 mod llamacpp;
+mod members;
 mod ollama;
 mod ollama_embed;
 mod openai;

@@ -7,13 +7,13 @@
 //! generated: its output is 0 tokens, its input `prompt_eval_count`, and
 //! `load_duration` (ns) the model's load. The vectors are nearly all of a
 //! batch's body, so it is read by its ends, as OpenAI's embeddings are
-//! (`openai_embeddings::members`).
+//! (`members`).
 
 use serde::{de::IgnoredAny, Deserialize};
 
 use super::{
     common::{done, json, name, ns},
-    openai_embeddings::members,
+    members::members,
     Name, ParseError, Parsed, ServerTimings, Usage,
 };
 

@@ -1,7 +1,8 @@
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
 
-use super::{body, closed_head, ends, opened_tail};
+use super::{body, ends};
+use crate::measure::dialect::members::{closed_head, opened_tail};
 use crate::measure::{
     dialect::{ParseError, Parsed, Usage},
     frame::ends::{BodyEnds, Ends},
