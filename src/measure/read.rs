@@ -67,7 +67,7 @@ impl Learnt {
         match shared {
             Shared::Generate => Some(&self.generate),
             Shared::ApiChat => Some(&self.api_chat),
-            Shared::Root | Shared::Tei => None,
+            Shared::Root | Shared::Tei | Shared::Rerank => None,
         }
     }
 }

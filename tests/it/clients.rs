@@ -787,3 +787,67 @@ async fn embeddings_read_the_same_through_tokenclock_and_are_measured() {
     }
     proxy.shutdown().await;
 }
+
+/// Reranks through tokenclock (tests/clients/rerank.py, both ends):
+/// Cohere's Python SDK, v2 and v1, against Cohere's own answer (no model,
+/// no token count) and vLLM's (`/v2/rerank`, as vLLM's docs call it with
+/// that SDK), httpx on Jina's `/v1/rerank` with every document echoed
+/// (about 1.2 MB, past `max_event_bytes`), vLLM's `/rerank` and its pair
+/// scoring `/score`, read the same through the proxy as directly. Each
+/// request is read as `rerank`, under the model it named, with no first
+/// token, nothing generated, no parse error, and its input tokens the
+/// answer's usage, or, where the answer has none (Cohere's), estimated
+/// from the query and documents sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reranks_read_the_same_through_tokenclock_and_are_measured() {
+    let upstream = PythonUpstream::start("rerank.py", "serve").await;
+    let (proxy, mut timelines) = common::proxy_with_timelines(upstream.addr, "").await;
+    let direct = script_client("rerank.py", upstream.addr).await;
+    let proxied = script_client("rerank.py", proxy.addr).await;
+    let scenarios = same(&direct, &proxied, "rerank.py");
+    let names = [
+        ("cohere_v2", "rerank-v3.5"),
+        ("cohere_v2_on_vllm", "BAAI/bge-reranker-v2-m3"),
+        ("cohere_v1", "rerank-english-v3.0"),
+        ("jina_all", "jina-reranker-v2-base-multilingual"),
+        ("vllm_rerank", "BAAI/bge-reranker-v2-m3"),
+        ("vllm_score", "BAAI/bge-reranker-v2-m3"),
+    ];
+    assert_eq!(
+        scenarios["jina_all"]["ranks"].as_array().map(Vec::len),
+        Some(300),
+        "{direct}"
+    );
+    let mut seen = Vec::new();
+    for _ in names {
+        seen.push(common::next_timeline(&mut timelines).await);
+    }
+    seen.sort_by_key(|t| t.start);
+    for ((name, model), t) in names.into_iter().zip(seen) {
+        let read = &scenarios[name];
+        assert_eq!(t.dialect.as_str(), "rerank", "{name}");
+        assert_eq!(t.model.as_deref(), Some(model), "{name}");
+        assert_eq!(
+            t.response_model.as_deref(),
+            read["model"].as_str(),
+            "{name}"
+        );
+        assert_eq!(t.outcome.as_str(), "ok", "{name}");
+        assert_eq!(t.parse_errors, vec![], "{name}");
+        assert_eq!(t.first_token, None, "{name}: no TTFT");
+        assert_eq!(t.tokens.generated, 0, "{name}");
+        let source = t.tokens.input_source.map(|s| s.as_str());
+        match read["prompt_tokens"].as_u64() {
+            Some(count) => {
+                assert_eq!(t.tokens.input, Some(count), "{name}");
+                assert_eq!(source, Some("usage"), "{name}");
+            }
+            None => {
+                let bytes = read["text_bytes"].as_u64().expect("text_bytes");
+                assert_eq!(t.tokens.input, Some(bytes.div_ceil(4)), "{name}");
+                assert_eq!(source, Some("estimated"), "{name}");
+            }
+        }
+    }
+    proxy.shutdown().await;
+}

@@ -157,6 +157,8 @@ fn dialect_index(name: &str) -> u8 {
         ("vllm_audio", 8),
         ("openai_embeddings", 9),
         ("vllm_embeddings", 9),
+        // vLLM's `/rerank` and `/score`.
+        ("rerank", 11),
     ];
     families
         .iter()

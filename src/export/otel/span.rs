@@ -91,6 +91,8 @@ fn operation(dialect: Dialect) -> &'static str {
         // TEI's routes are named for its product: its rerankers and
         // classifiers are encoders too, and the timeline keeps no path.
         Dialect::OpenAiEmbeddings | Dialect::OllamaEmbed | Dialect::Tei => "embeddings",
+        // The conventions name none: ours, as vLLM and Cohere name it.
+        Dialect::Rerank => "rerank",
         Dialect::Unknown => "unknown",
     }
 }
@@ -107,6 +109,8 @@ fn provider(dialect: Dialect) -> Option<&'static str> {
         | Dialect::OpenAiAudio
         | Dialect::OpenAiEmbeddings => Some("openai"),
         Dialect::Anthropic => Some("anthropic"),
+        // Cohere's API, which the other servers answer in its shape.
+        Dialect::Rerank => Some("cohere"),
         Dialect::Tgi => Some("tgi"),
         Dialect::Tei => Some("tei"),
         Dialect::Sglang => Some("sglang"),

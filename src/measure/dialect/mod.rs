@@ -22,6 +22,7 @@ mod openai_completions;
 mod openai_embeddings;
 mod openai_responses;
 mod request;
+mod rerank;
 mod scan;
 mod sglang;
 #[cfg(test)]
@@ -65,6 +66,11 @@ pub enum Dialect {
     /// Ollama native embeddings, `/api/embed` and `/api/embeddings` (a
     /// whole body read by its ends).
     OllamaEmbed,
+    /// Reranking and pair scoring: `…/v1/rerank`, `/v2/rerank` and
+    /// `/rerank` (Cohere's API, as Jina, Voyage, vLLM, SGLang, Infinity and
+    /// LiteLLM answer it; TEI's `/rerank` when its head is), and vLLM's
+    /// `/score`; a whole body read by its ends.
+    Rerank,
     /// Text Embeddings Inference's native routes (`/embed`, `/embed_all`,
     /// `/embed_sparse`, `/predict`, `/rerank`, and `POST /` and
     /// `/invocations`, where its router answers as the model's task), read
@@ -94,10 +100,12 @@ pub enum Shared {
     /// or whatever else a server answers there (the path's: unknown).
     Root,
     /// TEI's native routes (`/embed`, `/embed_all`, `/embed_sparse`,
-    /// `/predict`, `/rerank`), which other servers may answer too (vLLM
-    /// and Infinity answer `/rerank`): TEI's when its head is (the path's:
-    /// unknown).
+    /// `/predict`), which other servers may answer too: TEI's when its
+    /// head is (the path's: unknown).
     Tei,
+    /// `/rerank`: TEI's when its head is, else the Cohere-style answer
+    /// vLLM and Infinity write there (the path's: rerank).
+    Rerank,
     /// `/api/chat`: Ollama's native chat (NDJSON), and llama.cpp's server,
     /// which answers there as on `/v1/chat/completions` (OpenAI chat, SSE)
     /// for the clients that speak Ollama's API to it (the path's: Ollama).
@@ -140,9 +148,8 @@ impl Shared {
             "/generate" => Some(Self::Generate),
             "/api/chat" if post => Some(Self::ApiChat),
             "" | "/invocations" if post => Some(Self::Root),
-            "/embed" | "/embed_all" | "/embed_sparse" | "/predict" | "/rerank" if post => {
-                Some(Self::Tei)
-            }
+            "/embed" | "/embed_all" | "/embed_sparse" | "/predict" if post => Some(Self::Tei),
+            "/rerank" if post => Some(Self::Rerank),
             _ => None,
         }
     }
@@ -154,7 +161,7 @@ impl Shared {
     /// llama.cpp's OpenAI chat when it streams SSE; else, on `/generate`
     /// and `/api/chat`, `None`: only a whole body can tell
     /// ([`Shared::body_of`]); on `/`, `/invocations` and TEI's routes,
-    /// nothing we read.
+    /// nothing we read; on `/rerank` the Cohere-style answer.
     pub(crate) fn answered_by(self, framed: Framed, router: Router) -> Option<Dialect> {
         match (self, framed, router) {
             (Self::ApiChat, Framed::Sse, _) => Some(Dialect::OpenAiChat),
@@ -163,8 +170,9 @@ impl Shared {
             (Self::Generate, Framed::Sse, _) => Some(Dialect::Sglang),
             (Self::Generate | Self::Root, _, Router::Tgi) => Some(Dialect::Tgi),
             (Self::Generate, _, _) => None,
-            (Self::Root | Self::Tei, _, Router::Tei) => Some(Dialect::Tei),
+            (Self::Root | Self::Tei | Self::Rerank, _, Router::Tei) => Some(Dialect::Tei),
             (Self::Root | Self::Tei, _, _) => Some(Dialect::Unknown),
+            (Self::Rerank, _, _) => Some(Dialect::Rerank),
         }
     }
 
@@ -173,7 +181,7 @@ impl Shared {
         match self {
             Self::Generate => Dialect::generate_body_of(body),
             Self::ApiChat => Dialect::api_chat_body_of(body),
-            Self::Root | Self::Tei => None,
+            Self::Root | Self::Tei | Self::Rerank => None,
         }
     }
 }
@@ -209,6 +217,16 @@ impl Dialect {
             // OpenAI's deployments; `/embeddings` is LiteLLM's and
             // Infinity's route, and llama.cpp's own (a bare array).
             Self::OpenAiEmbeddings
+        } else if ends("/v1/rerank")
+            || ends("/v2/rerank")
+            || path == "/rerank"
+            || ends("/v1/score")
+            || path == "/score"
+        {
+            // Cohere's, Jina's and Voyage's `/v1/rerank` (vLLM and SGLang
+            // answer it too), Cohere's `/v2/rerank`; `/rerank` is
+            // Infinity's and vLLM's, and TEI's (`Shared::Rerank`).
+            Self::Rerank
         } else if ends("/v1/messages") {
             Self::Anthropic
         } else if path == "/generate_stream" || path == "/generate" {
@@ -317,6 +335,7 @@ impl Dialect {
             Self::Sglang => "sglang",
             Self::Ollama => "ollama",
             Self::OllamaEmbed => "ollama_embed",
+            Self::Rerank => "rerank",
             Self::LlamaCpp => "llamacpp",
             Self::Tei => "tei",
             Self::Unknown => "unknown",
@@ -338,7 +357,7 @@ impl Dialect {
     }
 
     /// Every dialect, for config validation and metric pre-registration.
-    pub const ALL: [Dialect; 13] = [
+    pub const ALL: [Dialect; 14] = [
         Self::OpenAiChat,
         Self::OpenAiCompletions,
         Self::OpenAiResponses,
@@ -350,6 +369,7 @@ impl Dialect {
         Self::OpenAiAudio,
         Self::OpenAiEmbeddings,
         Self::OllamaEmbed,
+        Self::Rerank,
         Self::Tei,
         Self::Unknown,
     ];
@@ -369,8 +389,9 @@ impl Dialect {
             Self::OpenAiAudio => 8,
             Self::OpenAiEmbeddings => 9,
             Self::OllamaEmbed => 10,
-            Self::Tei => 11,
-            Self::Unknown => 12,
+            Self::Rerank => 11,
+            Self::Tei => 12,
+            Self::Unknown => 13,
         }
     }
 
@@ -413,6 +434,7 @@ impl Dialect {
             // Never streamed: an event would be a whole answer.
             Self::OpenAiEmbeddings => openai_embeddings::body(data),
             Self::OllamaEmbed => ollama_embed::body(data),
+            Self::Rerank => rerank::body(data),
             Self::Anthropic => anthropic::event(reader, name, data),
             Self::Tgi => tgi::event(reader, data),
             Self::Sglang => sglang::event(reader, data),
@@ -431,6 +453,7 @@ impl Dialect {
             Self::OpenAiAudio => openai_audio::body(body),
             Self::OpenAiEmbeddings => openai_embeddings::body(body),
             Self::OllamaEmbed => ollama_embed::body(body),
+            Self::Rerank => rerank::body(body),
             Self::Anthropic => anthropic::body(body),
             Self::Tgi => tgi::body(body),
             Self::Sglang => sglang::body(body),
@@ -443,9 +466,13 @@ impl Dialect {
     /// Whether a whole body of this dialect is read by its ends, whatever
     /// its size (see `frame::ends`), rather than whole up to
     /// `max_event_bytes`: embeddings, whose vectors are most of a body
-    /// that is often larger, and hold nothing read.
+    /// that is often larger, and hold nothing read; reranks, whose echoed
+    /// documents are.
     pub(crate) fn reads_ends(self) -> bool {
-        matches!(self, Self::OpenAiEmbeddings | Self::OllamaEmbed)
+        matches!(
+            self,
+            Self::OpenAiEmbeddings | Self::OllamaEmbed | Self::Rerank
+        )
     }
 
     /// Reads a whole body of which only `head`, its first bytes, and
@@ -460,6 +487,7 @@ impl Dialect {
         match self {
             Self::OpenAiEmbeddings => openai_embeddings::ends(head, tail),
             Self::OllamaEmbed => ollama_embed::ends(head, tail),
+            Self::Rerank => rerank::ends(head, tail),
             _ => Err(ParseError::TooLarge),
         }
     }

@@ -29,10 +29,11 @@ const MAX_TOKENS: [&str; 8] = [
     "/sampling_params/max_tokens",
 ];
 
-/// Top-level fields holding prompt text, across the families (the last
-/// three: llama.cpp's `/infill`, the code before and after the cursor and
-/// other files' chunks).
-const PROMPT_FIELDS: [&str; 9] = [
+/// Top-level fields holding prompt text, across the families (llama.cpp's
+/// `/infill`'s three: the code before and after the cursor and other
+/// files' chunks; then a rerank's query and documents, TEI's `texts`, and
+/// vLLM's `/score` pairs).
+const PROMPT_FIELDS: [&str; 14] = [
     "messages",
     "prompt",
     "input",
@@ -42,6 +43,11 @@ const PROMPT_FIELDS: [&str; 9] = [
     "input_prefix",
     "input_suffix",
     "input_extra",
+    "query",
+    "documents",
+    "texts",
+    "text_1",
+    "text_2",
 ];
 
 /// What tokenclock learns from a request body (a capped copy read on the
@@ -65,8 +71,9 @@ pub struct RequestInfo {
     pub max_tokens: Option<u64>,
     /// Bytes of prompt text (message contents, `prompt`, `input`, `system`,
     /// `inputs`, SGLang's `text`, llama.cpp `/infill`'s `input_prefix`,
-    /// `input_suffix` and `input_extra`): the basis of the input-token estimate when the server
-    /// reports no usage.
+    /// `input_suffix` and `input_extra`, a rerank's `query` and
+    /// `documents`, TEI's `texts`, vLLM's `text_1` and `text_2`): the basis
+    /// of the input-token estimate when the server reports no usage.
     pub prompt_bytes: u64,
 }
 
@@ -222,7 +229,7 @@ pub(super) fn scan(body: &[u8]) -> Option<RequestInfo> {
 }
 
 /// The top-level keys read (`PROMPT_FIELDS` last), for `seen`'s bits.
-const KEYS: [&[u8]; 19] = [
+const KEYS: [&[u8]; 24] = [
     b"model",
     b"stream",
     b"stream_options",
@@ -242,6 +249,11 @@ const KEYS: [&[u8]; 19] = [
     b"input_prefix",
     b"input_suffix",
     b"input_extra",
+    b"query",
+    b"documents",
+    b"texts",
+    b"text_1",
+    b"text_2",
 ];
 
 /// Any value, checked as `Value` would take it (see [`number`]).

@@ -960,12 +960,14 @@ fn teis_answers_are_read_from_their_head_not_as_tgis() {
         data(&mut e, TEI_VECTORS);
         e.complete(End::Complete, Instant::now());
         let told = told.take();
-        assert_eq!(
-            told.first().map(String::as_str),
-            Some("in unknown"),
-            "{path}"
-        );
-        assert!(told.contains(&"moved unknown tei".to_owned()), "{told:?}");
+        let from = if path == "/rerank" {
+            "rerank"
+        } else {
+            "unknown"
+        };
+        let started = format!("in {from}");
+        assert_eq!(told.first(), Some(&started), "{path}");
+        assert!(told.contains(&format!("moved {from} tei")), "{told:?}");
         assert!(no_parse_error(&told), "{path}: {told:?}");
         let t = &e.timeline;
         assert_eq!(t.outcome, Outcome::Ok, "{path}");
@@ -998,8 +1000,7 @@ fn teis_answers_are_read_from_their_head_not_as_tgis() {
 
 #[test]
 fn teis_routes_answered_by_another_server_stay_unknown() {
-    // vLLM and Infinity answer `/rerank` too, with no TEI head.
-    for path in ["/rerank", "/predict", "/embed", "/invocations"] {
+    for path in ["/predict", "/embed", "/invocations"] {
         let (told, mut e) = generate(path, None);
         head_with(&mut e, &[("content-type", "application/json")]);
         assert_eq!(e.dialect(), Dialect::Unknown, "{path}");
@@ -1011,6 +1012,20 @@ fn teis_routes_answered_by_another_server_stay_unknown() {
         assert!(told.take().iter().all(|l| !l.contains("tei")), "{path}");
         assert_eq!(e.timeline.tokens.input, None, "{path}: nothing read");
     }
+    // vLLM and Infinity answer `/rerank` too, with no TEI head: the
+    // Cohere-style answer, read.
+    let (told, mut e) = generate("/rerank", None);
+    assert_eq!(e.dialect(), Dialect::Rerank, "the path's");
+    head_with(&mut e, &[("content-type", "application/json")]);
+    assert_eq!(e.dialect(), Dialect::Rerank);
+    data(
+        &mut e,
+        r#"{"model":"m","usage":{"total_tokens":9},"results":[]}"#,
+    );
+    e.complete(End::Complete, Instant::now());
+    assert!(told.take().iter().all(|l| !l.contains("tei")));
+    assert_eq!(e.timeline.tokens.input, Some(9));
+    assert_eq!(e.timeline.response_model.as_deref(), Some("m"));
     // TGI on SageMaker's route is TGI's, as on `/`.
     let (_, mut e) = generate("/invocations", None);
     tgi_head(&mut e, "text/event-stream");

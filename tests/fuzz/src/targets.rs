@@ -356,6 +356,7 @@ fn path(dialect: Dialect) -> &'static str {
         Dialect::OpenAiAudio => "/v1/audio/transcriptions",
         Dialect::OpenAiEmbeddings => "/v1/embeddings",
         Dialect::OllamaEmbed => "/api/embed",
+        Dialect::Rerank => "/v1/rerank",
         Dialect::Anthropic => "/v1/messages",
         Dialect::Tgi => "/generate_stream",
         // Shared with llama.cpp's server: an event stream or a body with

@@ -186,6 +186,7 @@ fn each_family_names_its_operation_and_provider() {
         named("embeddings", Some("ollama"))
     );
     assert_eq!(name(Dialect::Tei), named("embeddings", Some("tei")));
+    assert_eq!(name(Dialect::Rerank), named("rerank", Some("cohere")));
     assert_eq!(name(Dialect::Unknown), named("unknown", None));
 }
 

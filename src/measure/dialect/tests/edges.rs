@@ -278,7 +278,17 @@ fn from_path_every_family() {
         ("/api/embeddings", Dialect::OllamaEmbed),
         // TEI's own routes: `tei` when its head answers (`Shared::Tei`).
         ("/embed", Dialect::Unknown),
-        ("/rerank", Dialect::Unknown),
+        ("/predict", Dialect::Unknown),
+        // Cohere's API, as Jina, Voyage, vLLM, SGLang and Infinity answer
+        // it (TEI's `/rerank` when its head is: `Shared::Rerank`), and
+        // vLLM's pair scoring.
+        ("/rerank", Dialect::Rerank),
+        ("/v1/rerank", Dialect::Rerank),
+        ("/v2/rerank", Dialect::Rerank),
+        ("/compatibility/v1/rerank", Dialect::Rerank),
+        ("/score", Dialect::Rerank),
+        ("/v1/score", Dialect::Rerank),
+        ("/v1/classify", Dialect::Unknown),
         ("/generate_stream", Dialect::Tgi),
         ("/generate", Dialect::Tgi),
         ("/api/chat", Dialect::Ollama),

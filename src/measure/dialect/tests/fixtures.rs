@@ -650,6 +650,29 @@ fn embeddings_bodies() {
     assert!(vllm.end && !vllm.has_token());
 }
 
+/// vLLM's rerank and score answers: the model, the id and the input
+/// tokens, nothing generated; the rerank read by its ends (cut into a
+/// head and a tail of 160 bytes, past `usage`) the same.
+#[test]
+fn rerank_bodies() {
+    let body = fixture!("body_rerank.json");
+    let rerank = Dialect::Rerank.parse_body(body).expect("rerank");
+    assert_eq!(rerank.usage.and_then(|u| u.input), Some(118));
+    assert_eq!(rerank.model, Some("BAAI/bge-reranker-v2-m3".into()));
+    assert_eq!(rerank.response_id, Some("rerank-3f1c2a9b7d4e4c0a".into()));
+    assert!(rerank.end && !rerank.has_token());
+    let (mut head, mut tail) = (body[..160].to_vec(), body[body.len() - 160..].to_vec());
+    let cut = Dialect::Rerank
+        .parse_cut(&mut head, &mut tail)
+        .expect("its ends");
+    assert_eq!(cut, rerank);
+    let score = Dialect::Rerank
+        .parse_body(fixture!("body_rerank_score.json"))
+        .expect("score");
+    assert_eq!(score.usage.and_then(|u| u.input), Some(43));
+    assert_eq!(score.response_id, Some("score-8c2d6e0f4a1b4f3e".into()));
+}
+
 /// Ollama's own embeddings answer: its `prompt_eval_count` is the input,
 /// its `load_duration` the model's load; nothing generated. Read by its
 /// ends (the first and last 4 KiB of its 26 KB), the same.

@@ -53,6 +53,24 @@ fn responses_input() {
 }
 
 #[test]
+fn rerank_and_score_requests() {
+    // Cohere's and Jina's documents, strings or `{"text"}` objects; the
+    // query counted once (a cross-encoder reads it once per document: an
+    // estimate only, where the server reports none).
+    let cohere =
+        r#"{"model":"rerank-v3.5","query":"tide","documents":["abc",{"text":"de"}],"top_n":1}"#;
+    assert_eq!(info(Dialect::Rerank, cohere).prompt_bytes, 4 + 3 + 2);
+    assert_eq!(
+        info(Dialect::Rerank, cohere).model.as_deref(),
+        Some("rerank-v3.5")
+    );
+    let tei = r#"{"query":"tide","texts":["abc","de"],"return_text":false}"#;
+    assert_eq!(info(Dialect::Rerank, tei).prompt_bytes, 9);
+    let score = r#"{"model":"m","text_1":"tide","text_2":["abc","de"]}"#;
+    assert_eq!(info(Dialect::Rerank, score).prompt_bytes, 9);
+}
+
+#[test]
 fn anthropic_system_and_messages() {
     let body = r#"{"model":"claude-sonnet-4-5","max_tokens":1024,"stream":true,
         "system":[{"type":"text","text":"Sys."}],
