@@ -17,9 +17,10 @@ the best `top_n` (all when absent or 0) first. A model named `rerank-…`
 answers as Cohere does (`id`, `results` of `index` and `relevance_score`,
 `meta` billing search units: no model, no token count); `jina-…` as Jina
 does (`model`, `usage.total_tokens`, then `results`, each echoing its
-document); any other as vLLM does (`id`, `model`, `usage` with
-`prompt_tokens` and `total_tokens`, then `results`, each echoing its
-document). `/score` answers vLLM's `{"id", "object", "created", "model",
+document); `Qwen/Qwen3-Reranker…` as SGLang serves it (a bare array of
+`score`, `document`, `index` and `meta_info`: no model, no token count);
+any other as vLLM does (`id`, `model`, `usage` with `prompt_tokens` and
+`total_tokens`, then `results`, each echoing its document). `/score` answers vLLM's `{"id", "object", "created", "model",
 "data", "usage"}` for `text_1` against each of `text_2`. The tokens are
 one per word of the query and of the document, for each pair. The GPU
 servers cannot run here; this speaks their wire formats.
@@ -57,6 +58,13 @@ async def rerank(request):
     ranked = sorted(range(len(documents)), key=lambda i: -score(query, documents[i]))
     top = body.get("top_n") or len(documents)
     count = sum(tokens(query) + tokens(d) for d in documents)
+    if model.startswith("Qwen/Qwen3-Reranker"):
+        items = [
+            {"score": score(query, documents[i]), "document": documents[i], "index": i,
+             "meta_info": {"id": f"r{i}", "finish_reason": None}}
+            for i in ranked[:top]
+        ]
+        return web.json_response(items)
     if model.startswith("rerank-"):
         results = [{"index": i, "relevance_score": score(query, documents[i])} for i in ranked[:top]]
         meta = {"api_version": {"version": "2"}, "billed_units": {"search_units": 1}}
@@ -155,6 +163,14 @@ def scenarios(url):
         ranks = [(x["index"], x["relevance_score"]) for x in answer["results"]]
         return read(ranks, answer["usage"]["prompt_tokens"], answer["model"], QUERY, docs)
 
+    def sglang_rerank():
+        # SGLang's `/v1/rerank`, as its docs post it.
+        model = "Qwen/Qwen3-Reranker-0.6B"
+        docs = DOCUMENTS[:6]
+        items = by_hand("/v1/rerank", {"model": model, "query": QUERY, "documents": docs})
+        ranks = [(x["index"], x["score"]) for x in items]
+        return read(ranks, None, None, QUERY, docs)
+
     def vllm_score():
         model = "BAAI/bge-reranker-v2-m3"
         docs = DOCUMENTS[:4]
@@ -169,6 +185,7 @@ def scenarios(url):
             ("cohere_v1", cohere_v1),
             ("jina_all", jina_all),
             ("vllm_rerank", vllm_rerank),
+            ("sglang_rerank", sglang_rerank),
             ("vllm_score", vllm_score),
         ]
     )

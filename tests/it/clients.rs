@@ -792,12 +792,13 @@ async fn embeddings_read_the_same_through_tokenclock_and_are_measured() {
 /// Cohere's Python SDK, v2 and v1, against Cohere's own answer (no model,
 /// no token count) and vLLM's (`/v2/rerank`, as vLLM's docs call it with
 /// that SDK), httpx on Jina's `/v1/rerank` with every document echoed
-/// (about 1.2 MB, past `max_event_bytes`), vLLM's `/rerank` and its pair
-/// scoring `/score`, read the same through the proxy as directly. Each
-/// request is read as `rerank`, under the model it named, with no first
-/// token, nothing generated, no parse error, and its input tokens the
-/// answer's usage, or, where the answer has none (Cohere's), estimated
-/// from the query and documents sent.
+/// (about 1.3 MB, past `max_event_bytes`), vLLM's `/rerank` and its pair
+/// scoring `/score`, and SGLang's `/v1/rerank` (a bare array), read the
+/// same through the proxy as directly. Each request is read as `rerank`,
+/// under the model it named, with no first token, nothing generated, no
+/// parse error, and its input tokens the answer's usage, or, where the
+/// answer has none (Cohere's, SGLang's), estimated from the query and
+/// documents sent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reranks_read_the_same_through_tokenclock_and_are_measured() {
     let upstream = PythonUpstream::start("rerank.py", "serve").await;
@@ -811,6 +812,7 @@ async fn reranks_read_the_same_through_tokenclock_and_are_measured() {
         ("cohere_v1", "rerank-english-v3.0"),
         ("jina_all", "jina-reranker-v2-base-multilingual"),
         ("vllm_rerank", "BAAI/bge-reranker-v2-m3"),
+        ("sglang_rerank", "Qwen/Qwen3-Reranker-0.6B"),
         ("vllm_score", "BAAI/bge-reranker-v2-m3"),
     ];
     assert_eq!(

@@ -608,6 +608,66 @@ async fn embeddings_parse_through_the_proxy() {
     }
 }
 
+/// Reranks and pair scores: the simulator's answers in vLLM's shapes, on
+/// Cohere's paths and vLLM's `/score`, through the proxy: a result per
+/// document, each rerank result echoing its document (300 of them: past
+/// `max_event_bytes`), each request read as `rerank` under its model, its
+/// input tokens the simulator's usage (the prompt's bytes / 4), nothing
+/// generated, no parse error, no TTFT.
+#[tokio::test]
+async fn reranks_parse_through_the_proxy() {
+    let sim = start(fast()).await;
+    let (proxy, mut timelines) = proxy_with_timelines(sim.addr, "").await;
+    let passage = "hermit crabs shelter in shells ".repeat(128);
+    let docs = |n: usize| format!("[{}]", vec![format!("\"{passage}\""); n].join(","));
+    let cases = [
+        ("/v1/rerank", "query", "documents", docs(300)),
+        (
+            "/v2/rerank",
+            "query",
+            "documents",
+            r#"[{"text":"a"},{"text":"b"}]"#.to_owned(),
+        ),
+        ("/rerank", "query", "documents", docs(3)),
+        ("/score", "text_1", "text_2", docs(4)),
+        ("/v1/score", "text_1", "text_2", r#""one""#.to_owned()),
+    ];
+    for (path, first, second, documents) in cases {
+        let body = format!(
+            r#"{{"model":"BAAI/bge-reranker-v2-m3","{first}":"tide pools","{second}":{documents}}}"#
+        );
+        // A prefill of a moment, not of the 300,000 tokens' length.
+        let schedule = [("x-sim-schedule", "ttft_ms=1,gap_ms=0,tokens=1")];
+        let response = post(proxy.addr, path, &body, &schedule)
+            .await
+            .expect("whole body");
+        assert_eq!(response.status, 200, "{path}");
+        let answer: serde_json::Value = serde_json::from_slice(&response.body()).expect("JSON");
+        let sent: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+        let count = sent[second].as_array().map_or(1, Vec::len);
+        let listed = answer["results"].as_array().or(answer["data"].as_array());
+        assert_eq!(listed.map(Vec::len), Some(count), "{path}");
+        let t = next_timeline(&mut timelines).await;
+        assert_eq!(t.dialect, Dialect::Rerank, "{path}");
+        assert_eq!(
+            t.model.as_deref(),
+            Some("BAAI/bge-reranker-v2-m3"),
+            "{path}"
+        );
+        assert_eq!(t.outcome, Outcome::Ok, "{path}");
+        assert!(t.parse_errors.is_empty(), "{path}: {:?}", t.parse_errors);
+        let usage = answer["usage"]["prompt_tokens"].as_u64();
+        assert_eq!(t.tokens.input, usage, "{path}");
+        assert_eq!(t.tokens.input_source, Some(CountSource::Usage), "{path}");
+        assert_eq!(t.tokens.generated, 0, "{path}");
+        assert_eq!(t.ttft(), None, "{path}");
+        if count == 300 {
+            let size = response.body().len();
+            assert!(size > 1 << 20, "{path}: {size}");
+        }
+    }
+}
+
 /// An embeddings answer is ready when its prefill is: at the schedule's
 /// first instant, and later by a `stall` fault, as a first token would be.
 #[tokio::test]

@@ -30,6 +30,7 @@ ENDPOINTS = {
     "/completion": "llamacpp",
     "/v1/audio/transcriptions": "openai_audio",
     "/v1/embeddings": "openai_embeddings",
+    "/v1/rerank": "rerank",
 }
 SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)$')
 LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')

@@ -57,7 +57,8 @@ pub enum Dialect {
     /// Anthropic Messages, `/v1/messages`.
     Anthropic,
     /// TGI native `/generate_stream`, `/generate` and `POST /` (see
-    /// [`Shared`]).
+    /// [`Shared`]; not SageMaker's `/invocations`, where the request's
+    /// shape picks TGI's handler).
     Tgi,
     /// SGLang native `/generate` (a path TGI answers too: see [`Shared`]).
     Sglang,
@@ -67,13 +68,14 @@ pub enum Dialect {
     /// whole body read by its ends).
     OllamaEmbed,
     /// Reranking and pair scoring: `…/v1/rerank`, `/v2/rerank` and
-    /// `/rerank` (Cohere's API, as Jina, Voyage, vLLM, SGLang, Infinity and
-    /// LiteLLM answer it; TEI's `/rerank` when its head is), and vLLM's
-    /// `/score`; a whole body read by its ends.
+    /// `/rerank` (Cohere's API, as Jina, Voyage, vLLM, Infinity, llama.cpp
+    /// and LiteLLM answer it, SGLang in a bare array; TEI's `/rerank` when
+    /// its head is), llama.cpp's `/reranking`, and vLLM's `/score`; a
+    /// whole body read by its ends.
     Rerank,
     /// Text Embeddings Inference's native routes (`/embed`, `/embed_all`,
-    /// `/embed_sparse`, `/predict`, `/rerank`, and `POST /` and
-    /// `/invocations`, where its router answers as the model's task), read
+    /// `/embed_sparse`, `/predict`, `/similarity`, `/rerank`, and `POST /`
+    /// and `/invocations`, where its router answers as the model's task), read
     /// only when TEI's head answers them (see [`Router`]): what its head
     /// reports (`x-compute-tokens`, `x-queue-time`, `x-inference-time`);
     /// its bodies, bare arrays of vectors or scores, are not read.
@@ -96,12 +98,16 @@ pub enum Shared {
     Generate,
     /// `POST /`: TGI's and TEI's route for the Inference API's clients
     /// (what huggingface_hub's `InferenceClient` calls given a TGI or TEI
-    /// URL), and `POST /invocations`, both routers' route for SageMaker;
-    /// or whatever else a server answers there (the path's: unknown).
+    /// URL), or whatever else a server answers there (the path's:
+    /// unknown).
     Root,
     /// TEI's native routes (`/embed`, `/embed_all`, `/embed_sparse`,
-    /// `/predict`), which other servers may answer too: TEI's when its
-    /// head is (the path's: unknown).
+    /// `/predict`, `/similarity`), and SageMaker's `/invocations`, which
+    /// TEI answers as its model's task route: TEI's when its head is (the
+    /// path's: unknown). Other servers answer them too: TGI answers
+    /// `/invocations` with its generate, chat or completions handler by
+    /// the body's shape, which its head does not tell, so that stays
+    /// unknown.
     Tei,
     /// `/rerank`: TEI's when its head is, else the Cohere-style answer
     /// vLLM and Infinity write there (the path's: rerank).
@@ -147,8 +153,13 @@ impl Shared {
         match path.trim_end_matches('/') {
             "/generate" => Some(Self::Generate),
             "/api/chat" if post => Some(Self::ApiChat),
-            "" | "/invocations" if post => Some(Self::Root),
-            "/embed" | "/embed_all" | "/embed_sparse" | "/predict" if post => Some(Self::Tei),
+            "" if post => Some(Self::Root),
+            "/embed" | "/embed_all" | "/embed_sparse" | "/predict" | "/similarity"
+            | "/invocations"
+                if post =>
+            {
+                Some(Self::Tei)
+            }
             "/rerank" if post => Some(Self::Rerank),
             _ => None,
         }
@@ -160,8 +171,8 @@ impl Shared {
     /// ([`Router`]); on `/api/chat` Ollama when it streams NDJSON,
     /// llama.cpp's OpenAI chat when it streams SSE; else, on `/generate`
     /// and `/api/chat`, `None`: only a whole body can tell
-    /// ([`Shared::body_of`]); on `/`, `/invocations` and TEI's routes,
-    /// nothing we read; on `/rerank` the Cohere-style answer.
+    /// ([`Shared::body_of`]); on `/` and TEI's routes, nothing we read; on
+    /// `/rerank` the Cohere-style answer.
     pub(crate) fn answered_by(self, framed: Framed, router: Router) -> Option<Dialect> {
         match (self, framed, router) {
             (Self::ApiChat, Framed::Sse, _) => Some(Dialect::OpenAiChat),
@@ -220,12 +231,15 @@ impl Dialect {
         } else if ends("/v1/rerank")
             || ends("/v2/rerank")
             || path == "/rerank"
+            || path == "/reranking"
+            || path == "/v1/reranking"
             || ends("/v1/score")
             || path == "/score"
         {
-            // Cohere's, Jina's and Voyage's `/v1/rerank` (vLLM and SGLang
-            // answer it too), Cohere's `/v2/rerank`; `/rerank` is
-            // Infinity's and vLLM's, and TEI's (`Shared::Rerank`).
+            // Cohere's, Jina's and Voyage's `/v1/rerank` (vLLM, SGLang and
+            // llama.cpp answer it too), Cohere's `/v2/rerank`; `/rerank` is
+            // Infinity's, vLLM's and llama.cpp's, and TEI's
+            // (`Shared::Rerank`); `/reranking` llama.cpp's alias.
             Self::Rerank
         } else if ends("/v1/messages") {
             Self::Anthropic

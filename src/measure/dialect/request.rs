@@ -32,8 +32,8 @@ const MAX_TOKENS: [&str; 8] = [
 /// Top-level fields holding prompt text, across the families (llama.cpp's
 /// `/infill`'s three: the code before and after the cursor and other
 /// files' chunks; then a rerank's query and documents, TEI's `texts`, and
-/// vLLM's `/score` pairs).
-const PROMPT_FIELDS: [&str; 14] = [
+/// the pairs of vLLM's and SGLang's `/score`).
+const PROMPT_FIELDS: [&str; 18] = [
     "messages",
     "prompt",
     "input",
@@ -48,6 +48,10 @@ const PROMPT_FIELDS: [&str; 14] = [
     "texts",
     "text_1",
     "text_2",
+    "queries",
+    "items",
+    "data_1",
+    "data_2",
 ];
 
 /// What tokenclock learns from a request body (a capped copy read on the
@@ -72,7 +76,8 @@ pub struct RequestInfo {
     /// Bytes of prompt text (message contents, `prompt`, `input`, `system`,
     /// `inputs`, SGLang's `text`, llama.cpp `/infill`'s `input_prefix`,
     /// `input_suffix` and `input_extra`, a rerank's `query` and
-    /// `documents`, TEI's `texts`, vLLM's `text_1` and `text_2`): the basis
+    /// `documents`, TEI's `texts`, `/score`'s `text_1`, `text_2`,
+    /// `queries`, `items`, `data_1` and `data_2`): the basis
     /// of the input-token estimate when the server reports no usage.
     pub prompt_bytes: u64,
 }
@@ -229,7 +234,7 @@ pub(super) fn scan(body: &[u8]) -> Option<RequestInfo> {
 }
 
 /// The top-level keys read (`PROMPT_FIELDS` last), for `seen`'s bits.
-const KEYS: [&[u8]; 24] = [
+const KEYS: [&[u8]; 28] = [
     b"model",
     b"stream",
     b"stream_options",
@@ -254,6 +259,10 @@ const KEYS: [&[u8]; 24] = [
     b"texts",
     b"text_1",
     b"text_2",
+    b"queries",
+    b"items",
+    b"data_1",
+    b"data_2",
 ];
 
 /// Any value, checked as `Value` would take it (see [`number`]).

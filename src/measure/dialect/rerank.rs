@@ -1,6 +1,7 @@
 //! Reranking and pair scoring: `…/v1/rerank`, `/v2/rerank` and `/rerank`,
-//! the API Cohere defined and Jina, Voyage, vLLM, SGLang, Infinity and
-//! LiteLLM answer, and vLLM's `/score` and `/v1/score`.
+//! the API Cohere defined and Jina, Voyage, vLLM, Infinity, llama.cpp
+//! (also on `/reranking`) and LiteLLM answer, SGLang too in a shape of its
+//! own, and vLLM's `/score` and `/v1/score`.
 //!
 //! The answer is one whole body. vLLM's and Jina's write `id`, `model` and
 //! `usage` (`{"prompt_tokens", "total_tokens"}`, older vLLM and Jina only
@@ -8,7 +9,8 @@
 //! text; Voyage writes `model` and `usage` after `data`; vLLM's `/score`
 //! answers `{"id", "object", "created", "model", "data", "usage"}`;
 //! Cohere's own answer has no model and no token count (`meta` bills
-//! search units), LiteLLM's Cohere-shaped one `meta.tokens.input_tokens`.
+//! search units), LiteLLM's Cohere-shaped one `meta.tokens.input_tokens`;
+//! SGLang's is a bare array of results, which holds nothing read.
 //! Nothing is generated: the input is `usage.prompt_tokens`, else
 //! `usage.total_tokens`, which then counts the input alone, else
 //! `meta.tokens.input_tokens`.
@@ -57,14 +59,23 @@ struct Meta {
 
 #[derive(Deserialize)]
 struct MetaTokens {
+    /// A number, which Cohere's own SDK types as a float (`99.0`).
     #[serde(default)]
-    input_tokens: Option<u64>,
+    input_tokens: Option<serde_json::Number>,
+}
+
+/// A count given as an integer or as a float that is one.
+fn count(n: &serde_json::Number) -> Option<u64> {
+    n.as_u64().or_else(|| {
+        let f = n.as_f64()?;
+        (f >= 0.0 && f.fract() == 0.0 && f < u64::MAX as f64).then_some(f as u64)
+    })
 }
 
 impl<'a> Body<'a> {
     fn parsed(self) -> Parsed<'a> {
         let usage = self.usage.and_then(|u| u.prompt_tokens.or(u.total_tokens));
-        let meta = self.meta.and_then(|m| m.tokens?.input_tokens);
+        let meta = self.meta.and_then(|m| count(&m.tokens?.input_tokens?));
         Parsed {
             usage: usage.or(meta).map(|input| Usage {
                 input: Some(input),
@@ -93,16 +104,18 @@ impl<'a> Body<'a> {
 pub(super) fn body(data: &[u8]) -> Result<Parsed<'_>, ParseError> {
     match data.trim_ascii_start().first() {
         Some(b'{') => Ok(json::<Body<'_>>(data)?.parsed()),
+        // SGLang's results alone.
+        Some(b'[') => json::<IgnoredAny>(data).map(|_| done()),
         _ => Err(ParseError::Json),
     }
 }
 
 /// An answer of which only its first and last bytes were kept.
 pub(super) fn ends<'a>(head: &'a mut [u8], tail: &'a mut [u8]) -> Result<Parsed<'a>, ParseError> {
-    match members::<Body<'a>>(head, tail)? {
-        Some((first, last)) => Ok(last.or(first).parsed()),
-        None => Err(ParseError::Json),
-    }
+    Ok(match members::<Body<'a>>(head, tail)? {
+        Some((first, last)) => last.or(first).parsed(),
+        None => done(),
+    })
 }
 
 #[cfg(test)]
@@ -195,11 +208,25 @@ mod tests {
     }
 
     #[test]
-    fn what_is_no_object_is_unreadable() {
-        for bad in ["[]", "not json", r#"{"model":"#] {
+    fn sglangs_bare_array_holds_nothing_and_garbage_is_unreadable() {
+        let sglang =
+            r#"[{"score":0.98,"document":"hermit crabs","index":1,"meta_info":{"id":"a"}}]"#;
+        assert_eq!(body(sglang.as_bytes()), Ok(done()));
+        let (mut head, mut tail) = (b"[{\"score\":0".to_vec(), b"0.5}]".to_vec());
+        assert_eq!(ends(&mut head, &mut tail), Ok(done()));
+        for bad in ["not json", r#"{"model":"#, "[1,"] {
             assert_eq!(body(bad.as_bytes()).err(), Some(ParseError::Json), "{bad}");
         }
-        let (mut head, mut tail) = (b"[{\"index\":0".to_vec(), b"0.5}]".to_vec());
+        let (mut head, mut tail) = (b"{\"model\":\"m\",".to_vec(), b"0.5}]".to_vec());
         assert_eq!(ends(&mut head, &mut tail).err(), Some(ParseError::Json));
+    }
+
+    #[test]
+    fn a_float_count_in_cohere_s_meta_is_read() {
+        let litellm = r#"{"id":"b4c","results":[],"meta":{"tokens":{"input_tokens":99.0}}}"#;
+        let p = body(litellm.as_bytes()).expect("read");
+        assert_eq!(p.usage.and_then(|u| u.input), Some(99));
+        let odd = r#"{"results":[],"meta":{"tokens":{"input_tokens":9.5}}}"#;
+        assert_eq!(body(odd.as_bytes()).expect("read").usage, None);
     }
 }

@@ -41,10 +41,17 @@ impl Router {
 /// which generates nothing: prefill. Any other server's head is read as
 /// TGI's (a gateway in front of TGI may drop `x-compute-type`).
 pub(super) fn reported(headers: &HeaderMap, router: Router) -> Reported {
-    let value = |name: &str| headers.get(name)?.to_str().ok()?.trim().parse::<f64>().ok();
+    // `try_`: a value past `Duration`'s range (`1e30`), negative or not a
+    // number is no timing, not a panic in the request's task.
     let ms = |name: &str| {
-        let value = value(name)?;
-        (value.is_finite() && value >= 0.0).then(|| std::time::Duration::from_secs_f64(value / 1e3))
+        let value = headers
+            .get(name)?
+            .to_str()
+            .ok()?
+            .trim()
+            .parse::<f64>()
+            .ok()?;
+        std::time::Duration::try_from_secs_f64(value / 1e3).ok()
     };
     let (queue, inference) = (ms("x-queue-time"), ms("x-inference-time"));
     match router {

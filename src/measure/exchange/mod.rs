@@ -91,7 +91,8 @@ impl Exchange {
         // After `started`: a request is in flight before it is in a stage.
         let stage = StageCell::new(dialect, sink.clone());
         // `POST /`'s body is read as TGI's in case TGI answers; what it said
-        // is dropped if not (`request_of_known_endpoint`).
+        // is dropped if nothing known does (`request_of_known_endpoint`),
+        // and kept if TEI does.
         let upload = Upload::new(
             match shared {
                 Some(Shared::Root) => Dialect::Tgi,
@@ -142,14 +143,19 @@ impl Exchange {
         let router = Router::of(&head.headers);
         let reported = head::reported(&head.headers, router);
         self.timeline.server = reported.server;
-        if let Some(usage) = reported.usage {
-            self.timeline.usage = usage;
-        }
         if let Some(shared) = self.undecided {
             let framed = Framed::of(&head.headers);
             if let Some(dialect) = shared.answered_by(framed, router) {
                 self.decide(dialect, head.status.is_success());
             }
+        }
+        // TEI's count, for a request of a known endpoint (`tei`, or TEI's
+        // OpenAI route): an `unknown` one is timed only.
+        match reported.usage {
+            Some(usage) if self.timeline.dialect != Dialect::Unknown => {
+                self.timeline.usage = usage;
+            }
+            _ => {}
         }
         let (reader, error) = Reader::for_response(
             self.timeline.dialect,
@@ -411,7 +417,11 @@ fn header_text(headers: &http::HeaderMap, name: &http::HeaderName) -> Option<Str
 fn request_slo(headers: &http::HeaderMap) -> Option<Limits> {
     let ms = |name: &str| {
         let value: f64 = headers.get(name)?.to_str().ok()?.trim().parse().ok()?;
-        (value.is_finite() && value > 0.0).then(|| Duration::from_secs_f64(value / 1e3))
+        // `try_`: a value past `Duration`'s range (`1e30`) is no limit,
+        // not a panic in the request's task.
+        Duration::try_from_secs_f64(value / 1e3)
+            .ok()
+            .filter(|d| !d.is_zero())
     };
     let limits = Limits {
         ttft: ms("x-slo-ttft-ms"),

@@ -65,6 +65,34 @@ fn tgi_timing_headers_are_server_timings() {
     let timings = head::reported(&headers, Router::Other).server;
     assert_eq!(timings.decode, Some(Duration::from_millis(1500)));
     assert_eq!(timings.queue, None, "nonsense is ignored");
+    // TGI's router: its inference time is decode; TEI's: prefill, with
+    // its count of the input.
+    headers.insert("x-compute-type", HeaderValue::from_static("gpu+optimized"));
+    assert_eq!(Router::of(&headers), Router::Tgi);
+    let tgi = head::reported(&headers, Router::Tgi);
+    assert_eq!(tgi.server.decode, Some(Duration::from_millis(1500)));
+    assert_eq!(tgi.usage, None);
+    headers.insert("x-compute-tokens", HeaderValue::from_static("31"));
+    assert_eq!(Router::of(&headers), Router::Tei);
+    let tei = head::reported(&headers, Router::Tei);
+    assert_eq!(tei.server.prefill, Some(Duration::from_millis(1500)));
+    assert_eq!(tei.server.decode, None);
+    assert_eq!(tei.usage.and_then(|u| u.input), Some(31));
+    // Past `Duration`'s range: no timing, and no panic.
+    headers.insert("x-inference-time", HeaderValue::from_static("1e30"));
+    headers.insert("x-queue-time", HeaderValue::from_static("NaN"));
+    let tei = head::reported(&headers, Router::Tei);
+    assert_eq!((tei.server.prefill, tei.server.queue), (None, None));
+}
+
+#[test]
+fn a_request_slo_past_durations_range_is_no_limit() {
+    let mut headers = http::HeaderMap::new();
+    headers.insert("x-slo-ttft-ms", HeaderValue::from_static("1e30"));
+    headers.insert("x-slo-tpot-ms", HeaderValue::from_static("25"));
+    let limits = request_slo(&headers).expect("the tpot limit");
+    assert_eq!(limits.ttft, None);
+    assert_eq!(limits.tpot, Some(Duration::from_millis(25)));
 }
 
 #[test]
@@ -952,6 +980,7 @@ fn teis_answers_are_read_from_their_head_not_as_tgis() {
         "/embed",
         "/embed_all",
         "/predict",
+        "/similarity",
         "/rerank",
     ] {
         let (told, mut e) = generate(path, None);
@@ -1026,13 +1055,21 @@ fn teis_routes_answered_by_another_server_stay_unknown() {
     assert!(told.take().iter().all(|l| !l.contains("tei")));
     assert_eq!(e.timeline.tokens.input, Some(9));
     assert_eq!(e.timeline.response_model.as_deref(), Some("m"));
-    // TGI on SageMaker's route is TGI's, as on `/`.
-    let (_, mut e) = generate("/invocations", None);
+    // TGI answers SageMaker's route with its generate, chat or
+    // completions handler, as the body asks, its head the same: not read.
+    let (told, mut e) = generate("/invocations", None);
     tgi_head(&mut e, "text/event-stream");
-    assert_eq!(e.dialect(), Dialect::Tgi);
-    data(&mut e, TGI_STREAM);
+    assert_eq!(e.dialect(), Dialect::Unknown);
+    data(&mut e, "data: {\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\ndata: [DONE]\n\n");
     e.complete(End::Complete, Instant::now());
-    assert_eq!(e.timeline.tokens.generated, 2);
+    assert!(no_parse_error(&told.take()));
+    // A TEI head on a path of no known endpoint (its Vertex route) gives
+    // no counts: `unknown` is timed only.
+    let (_, mut e) = generate("/vertex", None);
+    head_with(&mut e, &TEI_HEAD);
+    e.complete(End::Complete, Instant::now());
+    assert_eq!(e.timeline.dialect, Dialect::Unknown);
+    assert_eq!(e.timeline.tokens.input, None);
     // A TEI error names no router (no `x-compute-type`): it stays unknown,
     // its body unread.
     let (_, mut e) = generate("/", None);

@@ -115,15 +115,28 @@ impl Workload {
 
     /// The request body, built once per run and shared by every request:
     /// JSON, or on a speech-to-text path a form ([`Workload::form`]). On
-    /// an embeddings path, the prompt is the one `input` (what is
-    /// generated, streamed or not, does not apply).
+    /// an embeddings path, the prompt is the one `input`; on a rerank path
+    /// the query and the one document, on a score path (`…/score`) the
+    /// `text_1` and the one `text_2` (what is generated, streamed or not,
+    /// does not apply to either).
     pub fn body(&self) -> Bytes {
         if self.is_form() {
             return self.form();
         }
         let prompt = prompt(self.prompt_tokens);
-        if Dialect::from_path(&self.path) == Dialect::OpenAiEmbeddings {
-            let body = serde_json::json!({"model": self.model, "input": [prompt]});
+        let body = match Dialect::from_path(&self.path) {
+            Dialect::OpenAiEmbeddings => {
+                Some(serde_json::json!({"model": self.model, "input": [prompt]}))
+            }
+            Dialect::Rerank if self.path.trim_end_matches('/').ends_with("/score") => {
+                Some(serde_json::json!({"model": self.model, "text_1": prompt, "text_2": [prompt]}))
+            }
+            Dialect::Rerank => Some(
+                serde_json::json!({"model": self.model, "query": prompt, "documents": [prompt]}),
+            ),
+            _ => None,
+        };
+        if let Some(body) = body {
             return Bytes::from(body.to_string());
         }
         let mut body = serde_json::json!({

@@ -10,7 +10,7 @@ use super::{
     body::{Emitter, Event},
     engine::{Engine, Pacer},
     fault::Fault,
-    request::{Format, SimRequest},
+    request::SimRequest,
     schedule::Schedule,
     text,
     wire::{self, Encoder, Kind, Step, Text, Totals},
@@ -36,7 +36,7 @@ pub(crate) struct Job {
 
 /// The steps of a response: kind and tokens per event, reasoning first.
 fn plan(job: &Job, config: &SimConfig, reasoning_ok: bool) -> Vec<(Kind, u64)> {
-    if job.request.format == Format::Embeddings {
+    if job.request.format.generates_nothing() {
         // Nothing is generated: the answer follows the prefill
         // (`Generation::prefill_only`).
         return Vec::new();

@@ -41,6 +41,13 @@ pub(crate) enum Format {
     /// `/v1/embeddings` and `/embeddings`: a vector per input, nothing
     /// generated, never streamed.
     Embeddings,
+    /// `/v1/rerank`, `/v2/rerank` and `/rerank`: vLLM's answer to Cohere's
+    /// API, a score per document, each echoing its document; nothing
+    /// generated, never streamed.
+    Rerank,
+    /// `/v1/score` and `/score`: vLLM's pair scoring, a score per
+    /// `text_2` against `text_1`; nothing generated, never streamed.
+    Score,
 }
 
 impl Format {
@@ -61,12 +68,20 @@ impl Format {
             "/v1/audio/transcriptions" => Self::Transcriptions,
             "/v1/audio/translations" => Self::Translations,
             "/v1/embeddings" | "/embeddings" => Self::Embeddings,
+            "/v1/rerank" | "/v2/rerank" | "/rerank" => Self::Rerank,
+            "/v1/score" | "/score" => Self::Score,
             _ => return None,
         })
     }
 
     fn is_ollama(self) -> bool {
         matches!(self, Self::OllamaChat | Self::OllamaGenerate)
+    }
+
+    /// Whether it answers with no generation: one whole body after the
+    /// prefill.
+    pub(crate) fn generates_nothing(self) -> bool {
+        matches!(self, Self::Embeddings | Self::Rerank | Self::Score)
     }
 
     /// Whether its requests are forms (`multipart/form-data`), not JSON.
@@ -105,6 +120,9 @@ pub(crate) struct SimRequest {
     pub details: bool,
     /// The vectors an embeddings request asks for.
     pub vectors: Vectors,
+    /// The documents a rerank or score request ranks (`documents`, or
+    /// `text_2`; at most 1,000), which vLLM's rerank answer echoes.
+    pub documents: Vec<String>,
 }
 
 /// The vectors an embeddings request asks for.
@@ -181,7 +199,7 @@ impl SimRequest {
         });
         let stream = match object.get("stream").and_then(Value::as_bool) {
             _ if format == Format::TgiStream => true,
-            _ if format == Format::Embeddings => false,
+            _ if format.generates_nothing() => false,
             Some(stream) => stream,
             None => format.is_ollama(),
         };
@@ -209,6 +227,7 @@ impl SimRequest {
             logprobs: flag(object.get("logprobs")),
             details: flag(value.pointer("/parameters/details")),
             vectors: Vectors::of(object),
+            documents: documents(object),
         })
     }
 
@@ -239,7 +258,13 @@ impl SimRequest {
             logprobs: false,
             details: false,
             vectors: Vectors::default(),
+            documents: Vec::new(),
         })
+    }
+
+    /// Whether it is a rerank or a score with nothing to rank.
+    pub(crate) fn lacks_documents(&self) -> bool {
+        matches!(self.format, Format::Rerank | Format::Score) && self.documents.is_empty()
     }
 
     /// Whether the model name marks a reasoning model.
@@ -249,9 +274,24 @@ impl SimRequest {
     }
 }
 
+/// The documents of a rerank (`documents`: strings, or Cohere's
+/// `{"text"}` objects) or of a score (`text_2`: one or a list).
+fn documents(object: &serde_json::Map<String, Value>) -> Vec<String> {
+    let text = |d: &Value| match d {
+        Value::String(text) => Some(text.clone()),
+        Value::Object(o) => o.get("text").and_then(Value::as_str).map(str::to_owned),
+        _ => None,
+    };
+    match object.get("documents").or_else(|| object.get("text_2")) {
+        Some(Value::Array(items)) => items.iter().take(1000).filter_map(text).collect(),
+        Some(one) => text(one).into_iter().collect(),
+        None => Vec::new(),
+    }
+}
+
 /// Bytes of prompt text: every string under the prompt-carrying keys.
 fn text_bytes(value: &Value) -> u64 {
-    const KEYS: [&str; 11] = [
+    const KEYS: [&str; 16] = [
         "messages",
         "prompt",
         "input",
@@ -263,6 +303,11 @@ fn text_bytes(value: &Value) -> u64 {
         "input_prefix",
         "input_suffix",
         "input_extra",
+        "query",
+        "documents",
+        "texts",
+        "text_1",
+        "text_2",
     ];
     let Some(object) = value.as_object() else {
         return 0;

@@ -127,6 +127,11 @@ impl Inner {
             SimRequest::parse(format, &body, &config.model).ok_or("the body is not a JSON object")
         };
         let sim_request = match sim_request {
+            Ok(request) if request.lacks_documents() => {
+                // vLLM's validation refuses it so.
+                let message = "a rerank needs `documents`, a score `text_2`";
+                return error_in(Some(format), StatusCode::BAD_REQUEST, message);
+            }
             Ok(request) => request,
             Err(message) => return error_in(Some(format), StatusCode::BAD_REQUEST, message),
         };

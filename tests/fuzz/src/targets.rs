@@ -205,8 +205,9 @@ pub fn dialect(data: &[u8]) {
 /// body: every one in `Dialect::ALL` but the last two, `Tei` (whose head
 /// reports what there is) and `Unknown`, which read none. The low three
 /// bits alone pick the first eight, as they did before the ninth (the
-/// committed corpus keeps its meaning: its files' second byte is 0); 8
-/// and above go round from the ninth.
+/// committed corpus keeps its meaning: its files' second byte is 0); 8 to
+/// 11 pick the ninth to the twelfth, and 12 and above go round from the
+/// first.
 pub fn read_dialect(bits: u8) -> Dialect {
     let read = Dialect::ALL.len() - 2;
     Dialect::ALL[usize::from(bits) % read]

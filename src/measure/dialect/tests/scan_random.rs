@@ -474,7 +474,7 @@ const REQUEST_KEYS: &str = "\
     model stream stream_options include_usage continuous_usage_stats max_tokens \
     max_completion_tokens max_output_tokens options num_predict n_predict parameters \
     max_new_tokens sampling_params messages prompt input system inputs content text role type \
-    input_prefix input_suffix input_extra query documents texts text_1 text_2 filename";
+    input_prefix input_suffix input_extra query documents texts text_1 text_2 queries items data_1 data_2 filename";
 
 fn request_key() -> impl Strategy<Value = String> {
     prop_oneof![6 => words(REQUEST_KEYS).prop_map(str::to_owned), 1 => text()]

@@ -7,6 +7,7 @@ mod embeddings;
 mod llamacpp;
 mod ollama;
 mod openai;
+mod rerank;
 mod responses;
 mod sglang;
 mod tgi;
@@ -143,6 +144,8 @@ pub(crate) fn encoder(request: &SimRequest, id: u64) -> Box<dyn Encoder> {
         Format::VllmTokens => Box::new(vllm_tokens::VllmTokens::new(request, id)),
         Format::Transcriptions | Format::Translations => Box::new(audio::Audio::new(request, id)),
         Format::Embeddings => Box::new(embeddings::Embeddings::new(request, id)),
+        Format::Rerank => Box::new(rerank::Rerank::new(request, id, false)),
+        Format::Score => Box::new(rerank::Rerank::new(request, id, true)),
     }
 }
 
