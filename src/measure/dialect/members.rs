@@ -10,9 +10,50 @@
 //! serde then reads as it reads a whole body. The property tests are
 //! `openai_embeddings`'s, whose answers were the first read so.
 
-use serde::Deserialize;
+use serde::{de::IgnoredAny, Deserialize};
 
-use super::{common::json, ParseError};
+use super::{
+    common::{done, json},
+    ParseError, Parsed,
+};
+
+/// What a dialect read by its ends reads of an answer: its `Body`, the
+/// members it needs, whose bulk (vectors, documents) it skips.
+pub(super) trait Members<'a>: Deserialize<'a> {
+    /// Whether a bare array (no object: vectors or results alone) is an
+    /// answer, which holds nothing read, rather than unreadable.
+    const BARE_ARRAY: bool;
+
+    /// What the members say.
+    fn parsed(self) -> Parsed<'a>;
+
+    /// Each member of `self`, else of `first`: the body's end, then its
+    /// start.
+    fn or(self, first: Self) -> Self;
+}
+
+/// A whole answer of `T`'s dialect.
+pub(super) fn whole<'a, T: Members<'a>>(data: &'a [u8]) -> Result<Parsed<'a>, ParseError> {
+    match data.trim_ascii_start().first() {
+        Some(b'{') => Ok(json::<T>(data)?.parsed()),
+        Some(b'[') if T::BARE_ARRAY => json::<IgnoredAny>(data).map(|_| done()),
+        _ => Err(ParseError::Json),
+    }
+}
+
+/// An answer of `T`'s dialect of which only `head`, its first bytes, and
+/// `tail`, its last, were kept: the members complete in each, read as
+/// [`whole`] reads them.
+pub(super) fn by_ends<'a, T: Members<'a>>(
+    head: &'a mut [u8],
+    tail: &'a mut [u8],
+) -> Result<Parsed<'a>, ParseError> {
+    match members::<T>(head, tail)? {
+        Some((first, last)) => Ok(last.or(first).parsed()),
+        None if T::BARE_ARRAY => Ok(done()),
+        None => Err(ParseError::Json),
+    }
+}
 
 /// The members complete in `head`, the first bytes of an object, and in
 /// `tail`, its last, each read as a `T` (each buffer has one byte

@@ -12,8 +12,8 @@
 use serde::{de::IgnoredAny, Deserialize};
 
 use super::{
-    common::{done, json, name, ns},
-    members::members,
+    common::{done, name, ns},
+    members::{by_ends, whole, Members},
     Name, ParseError, Parsed, ServerTimings, Usage,
 };
 
@@ -31,7 +31,9 @@ struct Body<'a> {
     error: Option<IgnoredAny>,
 }
 
-impl<'a> Body<'a> {
+impl<'a> Members<'a> for Body<'a> {
+    const BARE_ARRAY: bool = false;
+
     fn parsed(self) -> Parsed<'a> {
         let load = ns(self.load_duration);
         Parsed {
@@ -49,7 +51,6 @@ impl<'a> Body<'a> {
         }
     }
 
-    /// Each member of `self`, else of `first`: the body's end, then its start.
     fn or(self, first: Self) -> Self {
         Self {
             model: self.model.or(first.model),
@@ -62,16 +63,11 @@ impl<'a> Body<'a> {
 
 /// A whole answer.
 pub(super) fn body(data: &[u8]) -> Result<Parsed<'_>, ParseError> {
-    match data.trim_ascii_start().first() {
-        Some(b'{') => Ok(json::<Body<'_>>(data)?.parsed()),
-        _ => Err(ParseError::Json),
-    }
+    whole::<Body<'_>>(data)
 }
 
-/// An answer of which only its first and last bytes were kept.
+/// An answer of which only `head`, its first bytes, and `tail`, its last,
+/// were kept: the members complete in each, read as [`body`] reads them.
 pub(super) fn ends<'a>(head: &'a mut [u8], tail: &'a mut [u8]) -> Result<Parsed<'a>, ParseError> {
-    match members::<Body<'a>>(head, tail)? {
-        Some((first, last)) => Ok(last.or(first).parsed()),
-        None => Err(ParseError::Json),
-    }
+    by_ends::<Body<'a>>(head, tail)
 }

@@ -21,8 +21,8 @@
 use serde::{de::IgnoredAny, Deserialize};
 
 use super::{
-    common::{done, json, name},
-    members::members,
+    common::{done, name},
+    members::{by_ends, whole, Members},
     Name, ParseError, Parsed, Usage,
 };
 
@@ -72,7 +72,10 @@ fn count(n: &serde_json::Number) -> Option<u64> {
     })
 }
 
-impl<'a> Body<'a> {
+impl<'a> Members<'a> for Body<'a> {
+    // Results alone: SGLang's.
+    const BARE_ARRAY: bool = true;
+
     fn parsed(self) -> Parsed<'a> {
         let usage = self.usage.and_then(|u| u.prompt_tokens.or(u.total_tokens));
         let meta = self.meta.and_then(|m| count(&m.tokens?.input_tokens?));
@@ -88,7 +91,6 @@ impl<'a> Body<'a> {
         }
     }
 
-    /// Each member of `self`, else of `first`: the body's end, then its start.
     fn or(self, first: Self) -> Self {
         Self {
             model: self.model.or(first.model),
@@ -102,20 +104,13 @@ impl<'a> Body<'a> {
 
 /// A whole answer.
 pub(super) fn body(data: &[u8]) -> Result<Parsed<'_>, ParseError> {
-    match data.trim_ascii_start().first() {
-        Some(b'{') => Ok(json::<Body<'_>>(data)?.parsed()),
-        // SGLang's results alone.
-        Some(b'[') => json::<IgnoredAny>(data).map(|_| done()),
-        _ => Err(ParseError::Json),
-    }
+    whole::<Body<'_>>(data)
 }
 
-/// An answer of which only its first and last bytes were kept.
+/// An answer of which only `head`, its first bytes, and `tail`, its last,
+/// were kept: the members complete in each, read as [`body`] reads them.
 pub(super) fn ends<'a>(head: &'a mut [u8], tail: &'a mut [u8]) -> Result<Parsed<'a>, ParseError> {
-    Ok(match members::<Body<'a>>(head, tail)? {
-        Some((first, last)) => last.or(first).parsed(),
-        None => done(),
-    })
+    by_ends::<Body<'a>>(head, tail)
 }
 
 #[cfg(test)]
