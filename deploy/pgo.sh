@@ -69,7 +69,7 @@ train() {
     local paths=(--path /v1/chat/completions --path /v1/completions --path /v1/responses
         --path /v1/messages --path /api/chat --path /api/generate --path /generate
         --path /generate_stream --path /completion --path /v1/audio/transcriptions
-        --path /v1/embeddings --path /v1/rerank)
+        --path /v1/embeddings --path /v1/rerank --path /embed)
     # load EXPECT_OK ARGS...: the load generator against the proxy; with
     # EXPECT_OK=all every request must end ok.
     load() {
@@ -129,7 +129,7 @@ TOML
     wait "$sim_pid" 2>/dev/null || true
     local endpoint
     for endpoint in openai_chat openai_completions openai_responses anthropic ollama sglang tgi \
-        llamacpp openai_audio openai_embeddings rerank; do
+        llamacpp openai_audio openai_embeddings rerank tei; do
         grep -qF "\"endpoint\":\"$endpoint\"" "$tmp/records.jsonl" || die "no $endpoint request in the records"
     done
     local reasoning

@@ -37,16 +37,23 @@ pub struct ReadSettings {
     pub learnt: Learnt,
 }
 
-/// What the proxy learnt of the server behind each path two servers
-/// answer in different shapes ([`Shared`]): `/generate` (TGI, SGLang) and
-/// `/api/chat` (Ollama, llama.cpp). Until an answer tells, each is the
-/// path's dialect.
+/// What the proxy learnt of the server behind each path several servers
+/// answer in different shapes ([`Shared`]): `/generate` (TGI, SGLang),
+/// `/api/chat` (Ollama, llama.cpp), `POST /` (TGI, TEI, any other), TEI's
+/// routes (TEI, any other) and `/rerank` (TEI, the Cohere-style servers).
+/// Until an answer tells, each is the path's dialect.
 #[derive(Clone, Debug)]
 pub struct Learnt {
     /// Behind `/generate`.
     pub generate: LearntServer,
     /// Behind `/api/chat`.
     pub api_chat: LearntServer,
+    /// Behind `POST /`.
+    pub root: LearntServer,
+    /// Behind TEI's routes and `/invocations`.
+    pub tei: LearntServer,
+    /// Behind `/rerank`.
+    pub rerank: LearntServer,
 }
 
 impl Default for Learnt {
@@ -54,21 +61,23 @@ impl Default for Learnt {
         Self {
             generate: LearntServer::new(Dialect::Tgi),
             api_chat: LearntServer::new(Dialect::Ollama),
+            root: LearntServer::new(Dialect::Unknown),
+            tei: LearntServer::new(Dialect::Unknown),
+            rerank: LearntServer::new(Dialect::Rerank),
         }
     }
 }
 
 impl Learnt {
-    /// The server learnt behind `shared`; `None` for `POST /` and TEI's
-    /// routes, which are counted `unknown` until TGI's or TEI's head shows
-    /// (any server may answer there, and one that is neither says
-    /// nothing).
+    /// The server learnt behind `shared`.
     pub fn of(&self, shared: Shared) -> Option<&LearntServer> {
-        match shared {
-            Shared::Generate => Some(&self.generate),
-            Shared::ApiChat => Some(&self.api_chat),
-            Shared::Root | Shared::Tei | Shared::Rerank => None,
-        }
+        Some(match shared {
+            Shared::Generate => &self.generate,
+            Shared::ApiChat => &self.api_chat,
+            Shared::Root => &self.root,
+            Shared::Tei => &self.tei,
+            Shared::Rerank => &self.rerank,
+        })
     }
 }
 

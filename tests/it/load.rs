@@ -484,6 +484,27 @@ async fn embeddings_paths_get_an_input() {
     proxy.shutdown().await;
 }
 
+/// TEI's `/embed` gets its `inputs`: each request is read as `tei`, with
+/// the count TEI's head reports, nothing generated.
+#[tokio::test]
+async fn teis_embed_gets_its_inputs() {
+    let sim = common::sim::start(common::sim::fast()).await;
+    let (proxy, mut timelines) = common::proxy_with_timelines(sim.addr, "").await;
+    let paths = ["--path", "/embed"];
+    let out = cli(proxy.addr, &[&SMALL_RUN[..], &paths].concat(), &[]).await;
+    assert_eq!(out["total"]["ok"], 8, "{out}");
+    for _ in 0..8 {
+        let t = common::next_timeline(&mut timelines).await;
+        assert_eq!(t.dialect.as_str(), "tei");
+        assert!(t.parse_errors.is_empty(), "{:?}", t.parse_errors);
+        assert_eq!(t.tokens.generated, 0);
+        let source = t.tokens.input_source.map(|s| s.as_str());
+        assert_eq!(source, Some("usage"));
+        assert!(t.tokens.input > Some(1), "{:?}", t.tokens.input);
+    }
+    proxy.shutdown().await;
+}
+
 /// Rerank and score paths get a query and a document (a `text_1` and a
 /// `text_2`), without which the simulator refuses them, as vLLM does: each
 /// request is answered, and read as `rerank` with the simulator's usage,

@@ -668,6 +668,40 @@ async fn reranks_parse_through_the_proxy() {
     }
 }
 
+/// TEI's `/embed`: the simulator's bare array of vectors with TEI's head,
+/// through the proxy: a vector per input, the request read as `tei` (first
+/// `unknown`, until the head), its input tokens the head's
+/// `x-compute-tokens`, its queue and prefill the head's times, nothing
+/// generated, no parse error, no TTFT.
+#[tokio::test]
+async fn teis_embed_is_read_from_its_head_through_the_proxy() {
+    let sim = start(fast()).await;
+    let (proxy, mut timelines) = proxy_with_timelines(sim.addr, "").await;
+    let body = r#"{"inputs":["a tide pool holds anemones","and hermit crabs"],"truncate":true}"#;
+    let response = post(proxy.addr, "/embed", body, &[])
+        .await
+        .expect("whole body");
+    assert_eq!(response.status, 200);
+    let header = |name: &str| {
+        let value = response.headers.get(name).and_then(|v| v.to_str().ok());
+        value.and_then(|v| v.parse::<u64>().ok())
+    };
+    let answer: serde_json::Value = serde_json::from_slice(&response.body()).expect("JSON");
+    assert_eq!(answer.as_array().map(Vec::len), Some(2));
+    let t = next_timeline(&mut timelines).await;
+    assert_eq!(t.dialect, Dialect::Tei);
+    assert_eq!(t.outcome, Outcome::Ok);
+    assert!(t.parse_errors.is_empty(), "{:?}", t.parse_errors);
+    assert_eq!(t.tokens.input, header("x-compute-tokens"));
+    assert_eq!(t.tokens.input_source, Some(CountSource::Usage));
+    assert_eq!(t.tokens.generated, 0);
+    assert_eq!(t.ttft(), None);
+    let ms = |name: &str| header(name).map(Duration::from_millis);
+    assert_eq!(t.server.queue, ms("x-queue-time"));
+    assert_eq!(t.server.prefill, ms("x-inference-time"));
+    assert!(t.server.prefill.is_some());
+}
+
 /// An embeddings answer is ready when its prefill is: at the schedule's
 /// first instant, and later by a `stall` fault, as a first token would be.
 #[tokio::test]

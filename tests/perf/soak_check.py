@@ -31,6 +31,8 @@ ENDPOINTS = {
     "/v1/audio/transcriptions": "openai_audio",
     "/v1/embeddings": "openai_embeddings",
     "/v1/rerank": "rerank",
+    # TEI's, read from its head.
+    "/embed": "tei",
 }
 SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)$')
 LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')

@@ -187,6 +187,13 @@ impl Shared {
         }
     }
 
+    /// Whether only a head tells which server answered here (never a
+    /// body): so an error head, which names no server, leaves a request
+    /// under the server it started with.
+    pub(crate) fn told_by_head(self) -> bool {
+        matches!(self, Self::Root | Self::Tei | Self::Rerank)
+    }
+
     /// Which server wrote a whole body on this path, if the body tells.
     pub(crate) fn body_of(self, body: &[u8]) -> Option<Dialect> {
         match self {

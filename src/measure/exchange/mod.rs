@@ -145,8 +145,15 @@ impl Exchange {
         self.timeline.server = reported.server;
         if let Some(shared) = self.undecided {
             let framed = Framed::of(&head.headers);
-            if let Some(dialect) = shared.answered_by(framed, router) {
-                self.decide(dialect, head.status.is_success());
+            let success = head.status.is_success();
+            let told = match shared.told_by_head() {
+                // TGI's and TEI's errors carry no router header: an error
+                // there stays under the server last seen answering.
+                true if !success => Some(self.timeline.dialect),
+                _ => shared.answered_by(framed, router),
+            };
+            if let Some(dialect) = told {
+                self.decide(dialect, success);
             }
         }
         // TEI's count, for a request of a known endpoint (`tei`, or TEI's
@@ -327,9 +334,8 @@ impl Exchange {
     /// request on a path several API families answer): the timeline, its
     /// stage and the sink's in-flight count move to it. Before any
     /// milestone is handed over (the label is not settled until then). A
-    /// successful answer on `/generate` or `/api/chat` (`learn`) also
-    /// tells which server answers there, for the requests that start
-    /// after it.
+    /// successful answer on a shared path (`learn`) also tells which
+    /// server answers there, for the requests that start after it.
     fn decide(&mut self, dialect: Dialect, learn: bool) {
         self.undecided = None;
         if let (Some(server), true) = (&self.learnt, learn) {

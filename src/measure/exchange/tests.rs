@@ -1082,6 +1082,48 @@ fn teis_routes_answered_by_another_server_stay_unknown() {
 }
 
 #[test]
+fn teis_paths_start_under_the_server_last_seen_answering_them() {
+    let reading = shared_settings();
+    let first = |told: &Arc<Endpoints>| told.take().first().cloned();
+    for (path, path_dialect) in [
+        ("/embed", "unknown"),
+        ("/", "unknown"),
+        ("/rerank", "rerank"),
+    ] {
+        // Before any answer told, the path's.
+        let (told, mut e) = generate_with(&reading, path);
+        assert_eq!(first(&told), Some(format!("in {path_dialect}")), "{path}");
+        head_with(&mut e, &TEI_HEAD);
+        e.complete(End::Complete, Instant::now());
+        // TEI answered: the next request starts under `tei`, and an error
+        // (TEI's "Model is overloaded" 429 carries no router header), or a
+        // client gone before the head, stays there, with its gauges.
+        let (told, mut e) = generate_with(&reading, path);
+        assert_eq!(first(&told).as_deref(), Some("in tei"), "{path}");
+        head_of(&mut e, 429, &[("content-type", "application/json")]);
+        assert_eq!(e.dialect(), Dialect::Tei, "{path}");
+        data(
+            &mut e,
+            r#"{"error":"Model is overloaded","error_type":"overloaded"}"#,
+        );
+        e.complete(End::Complete, Instant::now());
+        assert!(
+            told.take().iter().all(|l| !l.contains(path_dialect)),
+            "{path}"
+        );
+        let source = e.timeline.tokens.input_source;
+        assert_ne!(source, Some(CountSource::Usage), "{path}: no head's count");
+        // Another server's successful answer teaches it back.
+        let (_, mut e) = generate_with(&reading, path);
+        head_with(&mut e, &[("content-type", "application/json")]);
+        assert_eq!(e.dialect().as_str(), path_dialect, "{path}");
+        e.complete(End::Complete, Instant::now());
+        let (told, _e) = generate_with(&reading, path);
+        assert_eq!(first(&told), Some(format!("in {path_dialect}")), "{path}");
+    }
+}
+
+#[test]
 fn generate_starts_under_the_server_last_seen_answering_it() {
     let reading = shared_settings();
     let first = |told: &Arc<Endpoints>| told.take().first().cloned();

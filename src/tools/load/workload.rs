@@ -115,7 +115,8 @@ impl Workload {
 
     /// The request body, built once per run and shared by every request:
     /// JSON, or on a speech-to-text path a form ([`Workload::form`]). On
-    /// an embeddings path, the prompt is the one `input`; on a rerank path
+    /// an embeddings path, the prompt is the one `input` (on TEI's
+    /// `/embed`, the one `inputs`); on a rerank path
     /// the query and the one document, on a score path (`…/score`) the
     /// `text_1` and the one `text_2` (what is generated, streamed or not,
     /// does not apply to either).
@@ -125,6 +126,10 @@ impl Workload {
         }
         let prompt = prompt(self.prompt_tokens);
         let body = match Dialect::from_path(&self.path) {
+            // TEI's, whose path alone does not tell (`Shared::Tei`).
+            _ if self.path.trim_end_matches('/') == "/embed" => {
+                Some(serde_json::json!({"inputs": [prompt], "truncate": true}))
+            }
             Dialect::OpenAiEmbeddings => {
                 Some(serde_json::json!({"model": self.model, "input": [prompt]}))
             }

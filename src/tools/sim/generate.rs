@@ -3,7 +3,6 @@
 
 use std::{future::Future, sync::Arc};
 
-use serde_json::Value;
 use tokio::time::Instant;
 
 use super::{
@@ -13,7 +12,7 @@ use super::{
     request::SimRequest,
     schedule::Schedule,
     text,
-    wire::{self, Encoder, Kind, Step, Text, Totals},
+    wire::{self, Encoder, Kind, Step, Text, Totals, Whole},
     SimConfig,
 };
 use crate::tools::rng::Rng;
@@ -96,7 +95,7 @@ fn scheduled(s: &Schedule, reasoning_ok: bool) -> Vec<(Kind, u64)> {
 /// Generates one response. Streaming (`out` given): events go to the body
 /// and `None` is returned; otherwise the whole body is returned. `None`
 /// also when the client went away.
-pub(crate) async fn run(job: Job, engine: Arc<Engine>, out: Option<Emitter>) -> Option<Value> {
+pub(crate) async fn run(job: Job, engine: Arc<Engine>, out: Option<Emitter>) -> Option<Whole> {
     let encoder = wire::encoder(&job.request, job.id);
     let reasoning_ok = encoder.supports_reasoning() || encoder.inline_reasoning();
     let steps = plan(&job, &engine.config, reasoning_ok);
@@ -230,7 +229,7 @@ impl Generation {
     }
 
     /// The closing events, or the whole body; the batch slot is freed first.
-    async fn finish(self) -> Option<Value> {
+    async fn finish(self) -> Option<Whole> {
         let Self {
             pacer,
             mut encoder,
@@ -245,7 +244,10 @@ impl Generation {
                 let _ = out.send_all(encoder.epilogue(&totals)).await;
                 None
             }
-            None => Some(encoder.body(&text, &totals)),
+            None => Some(Whole {
+                body: encoder.body(&text, &totals),
+                headers: encoder.head(&totals),
+            }),
         }
     }
 }

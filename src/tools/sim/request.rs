@@ -48,6 +48,9 @@ pub(crate) enum Format {
     /// `/v1/score` and `/score`: vLLM's pair scoring, a score per
     /// `text_2` against `text_1`; nothing generated, never streamed.
     Score,
+    /// `/embed`: Text Embeddings Inference's own, a bare array of vectors
+    /// with its counts and times in the head; never streamed.
+    Tei,
 }
 
 impl Format {
@@ -70,6 +73,7 @@ impl Format {
             "/v1/embeddings" | "/embeddings" => Self::Embeddings,
             "/v1/rerank" | "/v2/rerank" | "/rerank" => Self::Rerank,
             "/v1/score" | "/score" => Self::Score,
+            "/embed" => Self::Tei,
             _ => return None,
         })
     }
@@ -81,7 +85,10 @@ impl Format {
     /// Whether it answers with no generation: one whole body after the
     /// prefill.
     pub(crate) fn generates_nothing(self) -> bool {
-        matches!(self, Self::Embeddings | Self::Rerank | Self::Score)
+        matches!(
+            self,
+            Self::Embeddings | Self::Rerank | Self::Score | Self::Tei
+        )
     }
 
     /// Whether its requests are forms (`multipart/form-data`), not JSON.
@@ -142,11 +149,12 @@ pub(crate) struct Vectors {
 impl Vectors {
     const DIMENSIONS: usize = 1536;
 
-    /// What `object`, an embeddings request, asks for; at most 2,048
-    /// vectors (OpenAI's limit of inputs) of 4,096 numbers, so that one
-    /// request cannot take the simulator's memory.
+    /// What `object`, an embeddings request, asks for (`input`, or TEI's
+    /// `inputs`); at most 2,048 vectors (OpenAI's limit of inputs) of
+    /// 4,096 numbers, so that one request cannot take the simulator's
+    /// memory.
     fn of(object: &serde_json::Map<String, Value>) -> Self {
-        let count = match object.get("input") {
+        let count = match object.get("input").or_else(|| object.get("inputs")) {
             Some(Value::Array(items)) if items.first().is_some_and(|i| !i.is_number()) => {
                 items.len().min(2048)
             }

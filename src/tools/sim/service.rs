@@ -175,7 +175,17 @@ impl Inner {
         } else {
             let fault = job.fault.clone();
             match generate::run(job, engine, None).await {
-                Some(body) => whole(&body, &fault, gzip),
+                Some(answer) => {
+                    let mut response = whole(&answer.body, &fault, gzip);
+                    for (name, value) in answer.headers {
+                        if let Ok(value) = header::HeaderValue::from_str(&value) {
+                            response
+                                .headers_mut()
+                                .insert(header::HeaderName::from_static(name), value);
+                        }
+                    }
+                    response
+                }
                 None => {
                     return error(
                         StatusCode::SERVICE_UNAVAILABLE,

@@ -8,7 +8,7 @@
 
 use serde_json::{json, Value};
 
-use super::{created, Encoder, Step, Text, Totals};
+use super::{created, never_streamed, Encoder, Step, Text, Totals};
 use crate::tools::{
     rng::Rng,
     sim::{
@@ -38,9 +38,9 @@ impl Embeddings {
         }
     }
 
-    /// One vector, in `[-0.1, 0.1)` as a normalized embedding's numbers are.
+    /// One vector.
     fn vector(&self, rng: &mut Rng) -> Value {
-        let numbers = (0..self.vectors.dimensions).map(|_| (rng.unit() as f32 - 0.5) / 5.0);
+        let numbers = (0..self.vectors.dimensions).map(|_| number(rng));
         match self.vectors.base64 {
             true => Value::from(base64(
                 &numbers.flat_map(f32::to_le_bytes).collect::<Vec<_>>(),
@@ -51,22 +51,7 @@ impl Embeddings {
 }
 
 impl Encoder for Embeddings {
-    fn supports_reasoning(&self) -> bool {
-        false
-    }
-
-    // Never streamed: nothing to send but the body.
-    fn prologue(&mut self, _: &Totals) -> Vec<Event> {
-        Vec::new()
-    }
-
-    fn step(&mut self, _: &Step<'_>, _: &Totals) -> Vec<Event> {
-        Vec::new()
-    }
-
-    fn epilogue(&mut self, _: &Totals) -> Vec<Event> {
-        Vec::new()
-    }
+    never_streamed!();
 
     fn body(&self, _: &Text, totals: &Totals) -> Value {
         let mut rng = self.rng.clone();
@@ -80,6 +65,12 @@ impl Encoder for Embeddings {
                             "model": self.model, "data": data, "usage": usage}),
         }
     }
+}
+
+/// One number of a vector, in `[-0.1, 0.1)` as a normalized embedding's
+/// numbers are.
+pub(super) fn number(rng: &mut Rng) -> f32 {
+    (rng.unit() as f32 - 0.5) / 5.0
 }
 
 /// Standard base64 with padding (RFC 4648).

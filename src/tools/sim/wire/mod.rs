@@ -10,6 +10,7 @@ mod openai;
 mod rerank;
 mod responses;
 mod sglang;
+mod tei;
 mod tgi;
 mod vllm_tokens;
 
@@ -109,6 +110,31 @@ pub(crate) struct Text {
     pub output: String,
 }
 
+/// The parts of an [`Encoder`] whose answers are never streamed (they
+/// generate nothing: embeddings, reranks): no reasoning, and no events
+/// but the whole body. Used inside the `impl`, with `Event`, `Step` and
+/// `Totals` in scope.
+macro_rules! never_streamed {
+    () => {
+        fn supports_reasoning(&self) -> bool {
+            false
+        }
+
+        fn prologue(&mut self, _: &Totals) -> Vec<Event> {
+            Vec::new()
+        }
+
+        fn step(&mut self, _: &Step<'_>, _: &Totals) -> Vec<Event> {
+            Vec::new()
+        }
+
+        fn epilogue(&mut self, _: &Totals) -> Vec<Event> {
+            Vec::new()
+        }
+    };
+}
+use never_streamed;
+
 /// One API family's response shapes.
 pub(crate) trait Encoder: Send {
     /// Whether the format has a place for reasoning text.
@@ -129,6 +155,18 @@ pub(crate) trait Encoder: Send {
     fn epilogue(&mut self, totals: &Totals) -> Vec<Event>;
     /// The whole non-streamed body.
     fn body(&self, text: &Text, totals: &Totals) -> Value;
+    /// Headers its server adds to a whole body that depend on the answer
+    /// (TEI's counts and times).
+    fn head(&self, _totals: &Totals) -> Vec<(&'static str, String)> {
+        Vec::new()
+    }
+}
+
+/// A whole (non-streamed) answer: its body, and the headers its server
+/// adds that depend on it ([`Encoder::head`]).
+pub(crate) struct Whole {
+    pub body: Value,
+    pub headers: Vec<(&'static str, String)>,
 }
 
 /// The encoder for `request`; `id` makes response ids unique.
@@ -146,6 +184,7 @@ pub(crate) fn encoder(request: &SimRequest, id: u64) -> Box<dyn Encoder> {
         Format::Embeddings => Box::new(embeddings::Embeddings::new(request, id)),
         Format::Rerank => Box::new(rerank::Rerank::new(request, id, false)),
         Format::Score => Box::new(rerank::Rerank::new(request, id, true)),
+        Format::Tei => Box::new(tei::Tei::new(request, id)),
     }
 }
 

@@ -8,7 +8,7 @@
 
 use serde_json::{json, Value};
 
-use super::{created, Encoder, Step, Text, Totals};
+use super::{created, never_streamed, Encoder, Step, Text, Totals};
 use crate::tools::{
     rng::Rng,
     sim::{body::Event, request::SimRequest},
@@ -38,22 +38,7 @@ impl Rerank {
 }
 
 impl Encoder for Rerank {
-    fn supports_reasoning(&self) -> bool {
-        false
-    }
-
-    // Never streamed: nothing to send but the body.
-    fn prologue(&mut self, _: &Totals) -> Vec<Event> {
-        Vec::new()
-    }
-
-    fn step(&mut self, _: &Step<'_>, _: &Totals) -> Vec<Event> {
-        Vec::new()
-    }
-
-    fn epilogue(&mut self, _: &Totals) -> Vec<Event> {
-        Vec::new()
-    }
+    never_streamed!();
 
     fn body(&self, _: &Text, totals: &Totals) -> Value {
         let mut rng = self.rng.clone();
