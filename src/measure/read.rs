@@ -70,14 +70,14 @@ impl Default for Learnt {
 
 impl Learnt {
     /// The server learnt behind `shared`.
-    pub fn of(&self, shared: Shared) -> Option<&LearntServer> {
-        Some(match shared {
+    pub fn of(&self, shared: Shared) -> &LearntServer {
+        match shared {
             Shared::Generate => &self.generate,
             Shared::ApiChat => &self.api_chat,
             Shared::Root => &self.root,
             Shared::Tei => &self.tei,
             Shared::Rerank => &self.rerank,
-        })
+        }
     }
 }
 
@@ -114,8 +114,12 @@ impl LearntServer {
 
     /// A successful answer showed `dialect` answering.
     pub(crate) fn learn(&self, dialect: Dialect) {
-        self.0
-            .store(dialect.index() as u8 | KNOWN, Ordering::Relaxed);
+        // Stored only on a change: every successful answer on a shared path
+        // learns, and a store would take the line every worker reads.
+        let learnt = dialect.index() as u8 | KNOWN;
+        if self.0.load(Ordering::Relaxed) != learnt {
+            self.0.store(learnt, Ordering::Relaxed);
+        }
     }
 }
 
@@ -137,7 +141,7 @@ impl ReadSettings {
     /// The dialect a request on `shared` is counted under until its answer
     /// tells: the server last seen answering the path, else the path's.
     pub fn starting(&self, shared: Option<Shared>, path: &str) -> Dialect {
-        match shared.and_then(|shared| self.learnt.of(shared)) {
+        match shared.map(|shared| self.learnt.of(shared)) {
             Some(server) => server.get(),
             None => self.dialect(path),
         }

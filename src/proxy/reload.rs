@@ -130,8 +130,8 @@ pub(crate) struct Reloader {
     live: Live,
     /// Every SLO name used since start: their series stay registered.
     slo_names: BTreeSet<String>,
-    /// Which server answers `/generate` and `/api/chat`, as learnt since
-    /// start: the upstream needs a restart to change, so every generation
+    /// Which server answers each shared path (`/generate`, `/api/chat`,
+    /// `POST /`, TEI's routes, `/rerank`), as learnt since start: the upstream needs a restart to change, so every generation
     /// shares it.
     learnt: Learnt,
 }

@@ -669,10 +669,11 @@ async fn reranks_parse_through_the_proxy() {
 }
 
 /// TEI's `/embed`: the simulator's bare array of vectors with TEI's head,
-/// through the proxy: a vector per input, the request read as `tei` (first
-/// `unknown`, until the head), its input tokens the head's
-/// `x-compute-tokens`, its queue and prefill the head's times, nothing
-/// generated, no parse error, no TTFT.
+/// through the proxy: a vector per input, the request read as `tei`, its
+/// input tokens the head's `x-compute-tokens`, its queue and prefill the
+/// head's times, nothing generated, no parse error, no TTFT. Then a 422
+/// (TEI's validation refusing a body without `inputs`) is counted `tei`,
+/// the server last seen answering there, with no tokens.
 #[tokio::test]
 async fn teis_embed_is_read_from_its_head_through_the_proxy() {
     let sim = start(fast()).await;
@@ -699,7 +700,15 @@ async fn teis_embed_is_read_from_its_head_through_the_proxy() {
     let ms = |name: &str| header(name).map(Duration::from_millis);
     assert_eq!(t.server.queue, ms("x-queue-time"));
     assert_eq!(t.server.prefill, ms("x-inference-time"));
-    assert!(t.server.prefill.is_some());
+    assert!(t.server.queue.is_some() && t.server.prefill.is_some());
+    let refused = post(proxy.addr, "/embed", r#"{"input":"x"}"#, &[])
+        .await
+        .expect("whole body");
+    assert_eq!(refused.status, 422);
+    let t = next_timeline(&mut timelines).await;
+    assert_eq!(t.dialect, Dialect::Tei);
+    assert_eq!(t.outcome, Outcome::HttpError);
+    assert_eq!(t.tokens.input, None);
 }
 
 /// An embeddings answer is ready when its prefill is: at the schedule's

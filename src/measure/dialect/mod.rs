@@ -371,6 +371,14 @@ impl Dialect {
         !matches!(self, Self::Tgi | Self::Sglang | Self::Tei | Self::Unknown)
     }
 
+    /// Whether its request body is read (a capped copy, for the model,
+    /// the output cap and the input estimate): not an `unknown` one, nor
+    /// TEI's, whose head reports the exact count of a success and whose
+    /// failures ran nothing.
+    pub(crate) fn reads_request(self) -> bool {
+        !matches!(self, Self::Tei | Self::Unknown)
+    }
+
     /// Whether a successful answer's body is read at all: not an
     /// `unknown` one, nor TEI's, whose head reports what there is.
     pub(crate) fn reads_body(self) -> bool {

@@ -85,7 +85,7 @@ pub struct RequestInfo {
 impl RequestInfo {
     /// Reads what it can from `body`; never fails.
     pub fn parse(dialect: Dialect, body: &[u8]) -> Self {
-        if dialect == Dialect::Unknown {
+        if !dialect.reads_request() {
             return Self::default();
         }
         scan(body).unwrap_or_else(|| Self::parse_reference(body))

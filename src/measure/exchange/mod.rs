@@ -59,9 +59,8 @@ pub struct Exchange {
     /// answering there, or the path's dialect, until then); its label is
     /// not settled meanwhile.
     undecided: Option<Shared>,
-    /// On a shared path the proxy learns the server of (`/generate`,
-    /// `/api/chat`): the server seen answering there, which a successful
-    /// answer that tells updates.
+    /// On a shared path ([`Shared`]): the server seen answering there,
+    /// which a successful answer that tells updates.
     learnt: Option<LearntServer>,
     /// The model label can no longer change: milestones may be delivered.
     settled: bool,
@@ -90,12 +89,14 @@ impl Exchange {
         }
         // After `started`: a request is in flight before it is in a stage.
         let stage = StageCell::new(dialect, sink.clone());
-        // `POST /`'s body is read as TGI's in case TGI answers; what it said
-        // is dropped if nothing known does (`request_of_known_endpoint`),
-        // and kept if TEI does.
+        // `POST /`'s body is read as TGI's in case TGI answers, `/rerank`'s
+        // as a rerank's in case a Cohere-style server does, whatever they
+        // start under; what it said is dropped if the answer is TEI's or
+        // nothing known (`request_of_known_endpoint`).
         let upload = Upload::new(
             match shared {
                 Some(Shared::Root) => Dialect::Tgi,
+                Some(Shared::Rerank) => Dialect::Rerank,
                 _ => dialect,
             },
             request.method(),
@@ -128,7 +129,7 @@ impl Exchange {
             sink,
             request_read: false,
             undecided: shared,
-            learnt: shared.and_then(|s| reading.learnt.of(s)).cloned(),
+            learnt: shared.map(|s| reading.learnt.of(s).clone()),
             settled: false,
             noticed: Milestones::default(),
             done: false,
@@ -147,9 +148,15 @@ impl Exchange {
             let framed = Framed::of(&head.headers);
             let success = head.status.is_success();
             let told = match shared.told_by_head() {
-                // TGI's and TEI's errors carry no router header: an error
-                // there stays under the server last seen answering.
-                true if !success => Some(self.timeline.dialect),
+                // TGI's and TEI's errors carry no router header: a JSON
+                // error there (theirs are `{"error", "error_type"}`) stays
+                // under the server last seen answering; any other (the
+                // plain-text refusal a scanner's junk `POST /` gets) is
+                // the path's.
+                true if !success => Some(match reader::is_json(&head.headers) {
+                    true => self.timeline.dialect,
+                    false => Dialect::from_path(&self.path),
+                }),
                 _ => shared.answered_by(framed, router),
             };
             if let Some(dialect) = told {
@@ -351,10 +358,11 @@ impl Exchange {
         }
     }
 
-    /// A request counted `unknown` learns nothing from its body (a
-    /// `POST /` read in case TGI answered, that something else answered).
+    /// A request counted `unknown` or `tei` learns nothing from its body
+    /// (a `POST /` read in case TGI answered, that something else, or TEI,
+    /// answered).
     fn request_of_known_endpoint(&mut self) {
-        if self.timeline.dialect == Dialect::Unknown {
+        if !self.timeline.dialect.reads_request() {
             self.timeline.request = Default::default();
         }
     }

@@ -340,6 +340,11 @@ enum Media {
     Other,
 }
 
+/// Whether a head says its body is JSON.
+pub(super) fn is_json(headers: &HeaderMap) -> bool {
+    Media::of(headers) == Media::Json
+}
+
 impl Media {
     fn of(headers: &HeaderMap) -> Self {
         let value = headers

@@ -1095,9 +1095,10 @@ fn teis_paths_start_under_the_server_last_seen_answering_them() {
         assert_eq!(first(&told), Some(format!("in {path_dialect}")), "{path}");
         head_with(&mut e, &TEI_HEAD);
         e.complete(End::Complete, Instant::now());
-        // TEI answered: the next request starts under `tei`, and an error
-        // (TEI's "Model is overloaded" 429 carries no router header), or a
-        // client gone before the head, stays there, with its gauges.
+        // TEI answered: the next request starts under `tei`, and a JSON
+        // error (TEI's "Model is overloaded" 429 carries no router header)
+        // stays there, with its gauges, counting no tokens (TEI ran none,
+        // and its request is not read).
         let (told, mut e) = generate_with(&reading, path);
         assert_eq!(first(&told).as_deref(), Some("in tei"), "{path}");
         head_of(&mut e, 429, &[("content-type", "application/json")]);
@@ -1111,8 +1112,25 @@ fn teis_paths_start_under_the_server_last_seen_answering_them() {
             told.take().iter().all(|l| !l.contains(path_dialect)),
             "{path}"
         );
-        let source = e.timeline.tokens.input_source;
-        assert_ne!(source, Some(CountSource::Usage), "{path}: no head's count");
+        assert_eq!(e.timeline.tokens.input, None, "{path}: nothing ran");
+        // A client gone before the head stays there too.
+        let (told, e) = generate_with(&reading, path);
+        drop(e);
+        assert_eq!(
+            told.take().last().map(String::as_str),
+            Some("finished tei 0 tokens"),
+            "{path}"
+        );
+        // A plain-text refusal (axum's, to a scanner's junk body) is not
+        // the server's error shape: the path's.
+        let (_, mut e) = generate_with(&reading, path);
+        head_of(
+            &mut e,
+            422,
+            &[("content-type", "text/plain; charset=utf-8")],
+        );
+        assert_eq!(e.dialect().as_str(), path_dialect, "{path}");
+        e.complete(End::Complete, Instant::now());
         // Another server's successful answer teaches it back.
         let (_, mut e) = generate_with(&reading, path);
         head_with(&mut e, &[("content-type", "application/json")]);

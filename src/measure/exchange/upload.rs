@@ -74,7 +74,7 @@ impl Upload {
         // A coding it cannot decode: not read, as a body past its cap.
         let coding = Coding::of(headers);
         let readable =
-            dialect != Dialect::Unknown && *method == Method::POST && cap > 0 && coding.is_ok();
+            dialect.reads_request() && *method == Method::POST && cap > 0 && coding.is_ok();
         let form = readable
             .then(|| headers.get(header::CONTENT_TYPE))
             .flatten()

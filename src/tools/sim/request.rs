@@ -130,6 +130,8 @@ pub(crate) struct SimRequest {
     /// The documents a rerank or score request ranks (`documents`, or
     /// `text_2`; at most 1,000), which vLLM's rerank answer echoes.
     pub documents: Vec<String>,
+    /// The body has `inputs` (TGI's and TEI's prompt field).
+    pub inputs: bool,
 }
 
 /// The vectors an embeddings request asks for.
@@ -236,6 +238,7 @@ impl SimRequest {
             details: flag(value.pointer("/parameters/details")),
             vectors: Vectors::of(object),
             documents: documents(object),
+            inputs: object.contains_key("inputs"),
         })
     }
 
@@ -267,12 +270,19 @@ impl SimRequest {
             details: false,
             vectors: Vectors::default(),
             documents: Vec::new(),
+            inputs: false,
         })
     }
 
-    /// Whether it is a rerank or a score with nothing to rank.
-    pub(crate) fn lacks_documents(&self) -> bool {
-        matches!(self.format, Format::Rerank | Format::Score) && self.documents.is_empty()
+    /// Why its server's validation refuses it, if it does: a rerank or a
+    /// score with nothing to rank, TEI's `/embed` without `inputs`.
+    pub(crate) fn refusal(&self) -> Option<&'static str> {
+        match self.format {
+            Format::Rerank if self.documents.is_empty() => Some("a rerank needs `documents`"),
+            Format::Score if self.documents.is_empty() => Some("a score needs `text_2`"),
+            Format::Tei if !self.inputs => Some("missing field `inputs`"),
+            _ => None,
+        }
     }
 
     /// Whether the model name marks a reasoning model.

@@ -127,10 +127,14 @@ impl Inner {
             SimRequest::parse(format, &body, &config.model).ok_or("the body is not a JSON object")
         };
         let sim_request = match sim_request {
-            Ok(request) if request.lacks_documents() => {
-                // vLLM's validation refuses it so.
-                let message = "a rerank needs `documents`, a score `text_2`";
-                return error_in(Some(format), StatusCode::BAD_REQUEST, message);
+            Ok(request) if request.refusal().is_some() => {
+                // vLLM's and TEI's validation refuse it so.
+                let message = request.refusal().unwrap_or_default();
+                let status = match format {
+                    Format::Tei => StatusCode::UNPROCESSABLE_ENTITY,
+                    _ => StatusCode::BAD_REQUEST,
+                };
+                return error_in(Some(format), status, message);
             }
             Ok(request) => request,
             Err(message) => return error_in(Some(format), StatusCode::BAD_REQUEST, message),
@@ -296,7 +300,8 @@ fn error(status: StatusCode, message: &str) -> Response<SimBody> {
 }
 
 /// A JSON error body in the shape `format`'s servers write it: Ollama's
-/// a string under `error`, TGI's a string beside `error_type`, Anthropic's
+/// a string under `error`, TGI's and TEI's a string beside `error_type`
+/// (TEI's 429 `overloaded`, its 4xx `validation`, its 5xx `backend`), Anthropic's
 /// object under `"type": "error"`; the others' (OpenAI, SGLang,
 /// llama.cpp), and any before the format is known, OpenAI's object. A
 /// proxy tells the servers of a shared path (`/api/chat`, `/generate`)
@@ -305,10 +310,11 @@ fn error_in(format: Option<Format>, status: StatusCode, message: &str) -> Respon
     let code = status.as_u16();
     let body = match format {
         Some(Format::OllamaChat | Format::OllamaGenerate) => json!({"error": message}),
-        Some(Format::TgiStream | Format::TgiRoot) => {
+        Some(format @ (Format::TgiStream | Format::TgiRoot | Format::Tei)) => {
             let kind = match code {
                 429 => "overloaded",
                 400..=499 => "validation",
+                _ if format == Format::Tei => "backend",
                 _ => "generation",
             };
             json!({"error": message, "error_type": kind})
