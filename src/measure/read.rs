@@ -58,12 +58,13 @@ pub struct Learnt {
 
 impl Default for Learnt {
     fn default() -> Self {
+        let new = |shared: Shared| LearntServer::new(shared.path_dialect());
         Self {
-            generate: LearntServer::new(Dialect::Tgi),
-            api_chat: LearntServer::new(Dialect::Ollama),
-            root: LearntServer::new(Dialect::Unknown),
-            tei: LearntServer::new(Dialect::Unknown),
-            rerank: LearntServer::new(Dialect::Rerank),
+            generate: new(Shared::Generate),
+            api_chat: new(Shared::ApiChat),
+            root: new(Shared::Root),
+            tei: new(Shared::Tei),
+            rerank: new(Shared::Rerank),
         }
     }
 }

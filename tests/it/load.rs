@@ -466,43 +466,14 @@ async fn speech_to_text_paths_get_forms() {
 /// with the simulator's input tokens.
 #[tokio::test]
 async fn embeddings_paths_get_an_input() {
-    let sim = common::sim::start(common::sim::fast()).await;
-    let (proxy, mut timelines) = common::proxy_with_timelines(sim.addr, "").await;
-    let paths = ["--path", "/v1/embeddings", "--path", "/embeddings"];
-    let out = cli(proxy.addr, &[&SMALL_RUN[..], &paths].concat(), &[]).await;
-    assert_eq!(out["total"]["ok"], 8, "{out}");
-    assert_eq!(out["total"]["ttft_ms"]["count"], 0, "{out}");
-    for _ in 0..8 {
-        let t = common::next_timeline(&mut timelines).await;
-        assert_eq!(t.dialect.as_str(), "openai_embeddings");
-        assert!(t.parse_errors.is_empty(), "{:?}", t.parse_errors);
-        assert_eq!(t.tokens.generated, 0);
-        let source = t.tokens.input_source.map(|s| s.as_str());
-        assert_eq!(source, Some("usage"));
-        assert!(t.tokens.input > Some(0), "{:?}", t.tokens.input);
-    }
-    proxy.shutdown().await;
+    whole_answers_read_as(&["/v1/embeddings", "/embeddings"], "openai_embeddings", 0).await;
 }
 
 /// TEI's `/embed` gets its `inputs`: each request is read as `tei`, with
 /// the count TEI's head reports, nothing generated.
 #[tokio::test]
 async fn teis_embed_gets_its_inputs() {
-    let sim = common::sim::start(common::sim::fast()).await;
-    let (proxy, mut timelines) = common::proxy_with_timelines(sim.addr, "").await;
-    let paths = ["--path", "/embed"];
-    let out = cli(proxy.addr, &[&SMALL_RUN[..], &paths].concat(), &[]).await;
-    assert_eq!(out["total"]["ok"], 8, "{out}");
-    for _ in 0..8 {
-        let t = common::next_timeline(&mut timelines).await;
-        assert_eq!(t.dialect.as_str(), "tei");
-        assert!(t.parse_errors.is_empty(), "{:?}", t.parse_errors);
-        assert_eq!(t.tokens.generated, 0);
-        let source = t.tokens.input_source.map(|s| s.as_str());
-        assert_eq!(source, Some("usage"));
-        assert!(t.tokens.input > Some(1), "{:?}", t.tokens.input);
-    }
-    proxy.shutdown().await;
+    whole_answers_read_as(&["/embed"], "tei", 1).await;
 }
 
 /// Rerank and score paths get a query and a document (a `text_1` and a
@@ -511,20 +482,27 @@ async fn teis_embed_gets_its_inputs() {
 /// nothing generated.
 #[tokio::test]
 async fn rerank_paths_get_a_query_and_a_document() {
+    whole_answers_read_as(&["/v1/rerank", "/score"], "rerank", 0).await;
+}
+
+/// A small run to `paths`, whose answers generate nothing: every request
+/// ok with no TTFT, read as `endpoint` with no parse error, nothing
+/// generated, and more than `min_input` input tokens from the server.
+async fn whole_answers_read_as(paths: &[&str], endpoint: &str, min_input: u64) {
     let sim = common::sim::start(common::sim::fast()).await;
     let (proxy, mut timelines) = common::proxy_with_timelines(sim.addr, "").await;
-    let paths = ["--path", "/v1/rerank", "--path", "/score"];
+    let paths: Vec<&str> = paths.iter().flat_map(|p| ["--path", *p]).collect();
     let out = cli(proxy.addr, &[&SMALL_RUN[..], &paths].concat(), &[]).await;
     assert_eq!(out["total"]["ok"], 8, "{out}");
     assert_eq!(out["total"]["ttft_ms"]["count"], 0, "{out}");
     for _ in 0..8 {
         let t = common::next_timeline(&mut timelines).await;
-        assert_eq!(t.dialect.as_str(), "rerank");
+        assert_eq!(t.dialect.as_str(), endpoint);
         assert!(t.parse_errors.is_empty(), "{:?}", t.parse_errors);
         assert_eq!(t.tokens.generated, 0);
         let source = t.tokens.input_source.map(|s| s.as_str());
         assert_eq!(source, Some("usage"));
-        assert!(t.tokens.input > Some(0), "{:?}", t.tokens.input);
+        assert!(t.tokens.input > Some(min_input), "{:?}", t.tokens.input);
     }
     proxy.shutdown().await;
 }

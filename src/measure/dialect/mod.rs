@@ -187,6 +187,17 @@ impl Shared {
         }
     }
 
+    /// The path's own dialect: what a request here is counted under before
+    /// any answer showed the server ([`Dialect::from_path`] of the path).
+    pub(crate) fn path_dialect(self) -> Dialect {
+        match self {
+            Self::Generate => Dialect::Tgi,
+            Self::ApiChat => Dialect::Ollama,
+            Self::Root | Self::Tei => Dialect::Unknown,
+            Self::Rerank => Dialect::Rerank,
+        }
+    }
+
     /// Whether only a head tells which server answered here (never a
     /// body): so an error head, which names no server, leaves a request
     /// under the server it started with.

@@ -155,7 +155,7 @@ impl Exchange {
                 // the path's.
                 true if !success => Some(match reader::is_json(&head.headers) {
                     true => self.timeline.dialect,
-                    false => Dialect::from_path(&self.path),
+                    false => shared.path_dialect(),
                 }),
                 _ => shared.answered_by(framed, router),
             };

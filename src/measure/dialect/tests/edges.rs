@@ -448,3 +448,22 @@ fn think_tags_of_summed_texts() {
     let after = Think::new(None, Some(5 + 16));
     assert_eq!((p.think, p.output_bytes), (after, 21));
 }
+
+/// A shared path's own dialect, which the learnt server starts from and an
+/// error that names no server falls back to, is the one its path names.
+#[test]
+fn a_shared_paths_own_dialect_is_its_paths() {
+    for path in [
+        "/generate",
+        "/api/chat",
+        "/",
+        "/invocations",
+        "/embed",
+        "/predict",
+        "/similarity",
+        "/rerank",
+    ] {
+        let shared = crate::measure::dialect::Shared::of(true, path).expect("shared");
+        assert_eq!(shared.path_dialect(), Dialect::from_path(path), "{path}");
+    }
+}
