@@ -157,10 +157,16 @@ fn ndjson_lines(max: usize, pieces: &[&[u8]]) -> (Vec<Vec<u8>>, String) {
 /// them: [`read_dialect`]; a request path of that family), how the
 /// response is framed (SSE, NDJSON or a whole JSON body, or SSE with TGI's
 /// `x-compute-type` head, TGI's then asked on `POST /`), the event size
-/// limit and how the body ends; the rest is the response body. What the timeline says must
-/// not depend on where the body was cut. The paths two servers share
-/// (`/generate`, `/api/chat`, `POST /`) are read through the decision the
-/// exchange takes from the head and the body.
+/// limit and how the body ends; the second byte's bit 1 sends a rerank to
+/// the `/rerank` it shares with TEI, and its bit 2 makes the router's head
+/// TEI's (`x-compute-tokens`, and timing headers whose values bits 3 to 5
+/// pick, hostile ones among them: [`HEADER_VALUES`]), then asked on
+/// `POST /`, `/rerank` or `/embed` (which the dialect picks), whose answer
+/// is then `tei`'s, read from the head; the rest is the response body.
+/// What the timeline says must not depend on where the body was cut. The
+/// paths two servers share (`/generate`, `/api/chat`, `POST /`, `/rerank`)
+/// are read through the decision the exchange takes from the head and the
+/// body.
 pub fn dialect(data: &[u8]) {
     let Some((opt, body)) = options(data) else {
         return;
@@ -176,7 +182,10 @@ pub fn dialect(data: &[u8]) {
         "application/json",
         "text/event-stream",
     ][framing];
-    let tgi_head = framing == 3;
+    let router_head = framing == 3;
+    let tei_head = router_head && more & 4 != 0;
+    let shared_rerank = more & 2 != 0;
+    let value = HEADER_VALUES[usize::from(more >> 3 & 7)];
     let max = LIMITS[usize::from(opt >> 5 & 3)];
     let end = if opt & 0x80 == 0 {
         End::Complete
@@ -185,16 +194,43 @@ pub fn dialect(data: &[u8]) {
     };
     let run = |pieces: &[&[u8]]| {
         // TGI's route for the Inference API's clients, counted `unknown`
-        // until TGI's head shows.
-        let (path, routed) = match (dialect, tgi_head) {
-            (Dialect::Tgi, true) => ("/", Dialect::Unknown),
+        // until TGI's head shows; TEI's routes likewise, but `/rerank`,
+        // which is a rerank's until then.
+        let (path, routed) = match (dialect, router_head, tei_head) {
+            (_, _, true) => [
+                ("/", Dialect::Unknown),
+                ("/rerank", Dialect::Rerank),
+                ("/embed", Dialect::Unknown),
+            ][dialect as usize % 3],
+            (Dialect::Tgi, true, _) => ("/", Dialect::Unknown),
+            (Dialect::Rerank, _, _) if shared_rerank => ("/rerank", Dialect::Rerank),
             _ => (path(dialect), routed(dialect)),
         };
         let (sink, exchange, upload) = start_request(Method::POST, path, routed, max, None);
         upload.on_end(End::Complete, Instant::now());
-        let tgi = tgi_head.then_some(("x-compute-type", "gpu+optimized"));
-        respond_with(exchange, content_type, "identity", tgi, pieces, end);
-        summary(&sink.take())
+        let mut head = vec![];
+        if router_head {
+            head.push(("x-compute-type", "gpu+optimized"));
+        }
+        if tei_head {
+            head.extend([
+                ("x-compute-tokens", value),
+                ("x-queue-time", value),
+                (
+                    "x-inference-time",
+                    HEADER_VALUES[usize::from(body.len() as u8 & 7)],
+                ),
+            ]);
+        }
+        respond_with(exchange, content_type, "identity", &head, pieces, end);
+        let timeline = sink.take();
+        if tei_head {
+            // A TEI answer is read from its head, never from its body.
+            assert_eq!(timeline.dialect, Dialect::Tei, "TEI's head on {path}");
+            assert_eq!(timeline.events, 0, "a TEI body is not read");
+            assert!(timeline.parse_errors.is_empty(), "a TEI body is not read");
+        }
+        summary(&timeline)
     };
     let whole = run(&[body]);
     let mut cuts = Cuts::new(opt, body);
@@ -217,6 +253,20 @@ const _UNREAD_LAST: () = assert!(
     matches!(Dialect::ALL[Dialect::ALL.len() - 2], Dialect::Tei)
         && matches!(Dialect::ALL[Dialect::ALL.len() - 1], Dialect::Unknown)
 );
+
+/// What the timing and count headers of TEI's head say in the `dialect`
+/// target: counts and milliseconds, and values no server should send
+/// (negative, past `Duration`'s range, not a number, past `u64`).
+const HEADER_VALUES: [&str; 8] = [
+    "0",
+    "12",
+    "3.75",
+    "-1",
+    "1e30",
+    "NaN",
+    "abc",
+    "18446744073709551616",
+];
 
 /// The codings a compressed response may come in, as the `coding` target
 /// picks them (its option byte's two low bits).
@@ -421,23 +471,23 @@ fn respond(exchange: Exchange, content_type: &str, pieces: &[&[u8]], end: End) {
 
 /// [`respond`], its body compressed with `coding` (`content-encoding`).
 fn respond_coded(exchange: Exchange, content_type: &str, coding: &str, pieces: &[&[u8]], end: End) {
-    respond_with(exchange, content_type, coding, None, pieces, end);
+    respond_with(exchange, content_type, coding, &[], pieces, end);
 }
 
-/// [`respond_coded`], with one more header in the head.
+/// [`respond_coded`], with more headers in the head.
 fn respond_with(
     mut exchange: Exchange,
     content_type: &str,
     coding: &str,
-    header: Option<(&str, &str)>,
+    headers: &[(&str, &str)],
     pieces: &[&[u8]],
     end: End,
 ) {
     let mut builder = Response::builder()
         .header("content-type", content_type)
         .header("content-encoding", coding);
-    if let Some((name, value)) = header {
-        builder = builder.header(name, value);
+    for (name, value) in headers {
+        builder = builder.header(*name, *value);
     }
     let (head, ()) = builder.body(()).expect("a valid response").into_parts();
     let at = Instant::now();
