@@ -159,6 +159,8 @@ fn dialect_index(name: &str) -> u8 {
         ("vllm_embeddings", 9),
         // vLLM's `/rerank` and `/score`.
         ("rerank", 11),
+        // vLLM's `/classify` and `/pooling`.
+        ("pooling", 12),
     ];
     families
         .iter()

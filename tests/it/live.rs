@@ -97,7 +97,7 @@ async fn assert_idle(proxy: &common::Proxy, case: &str) {
             .iter()
             .filter(|(l, _)| l.contains("in_phase"))
             .count()
-            == 14 * 5,
+            == 15 * 5,
         "{case}: {values:#?}"
     );
     assert!(

@@ -469,6 +469,13 @@ async fn embeddings_paths_get_an_input() {
     whole_answers_read_as(&["/v1/embeddings", "/embeddings"], "openai_embeddings", 0).await;
 }
 
+/// vLLM's `/classify` and `/pooling` get an `input` (the simulator, as
+/// vLLM does, refuses a request without one): each read as `pooling`.
+#[tokio::test]
+async fn pooling_paths_get_an_input() {
+    whole_answers_read_as(&["/classify", "/pooling"], "pooling", 0).await;
+}
+
 /// TEI's `/embed` gets its `inputs`: each request is read as `tei`, with
 /// the count TEI's head reports, nothing generated.
 #[tokio::test]

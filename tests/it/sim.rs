@@ -11,7 +11,7 @@ use crate::common::{
 };
 use tokenclock::{
     measure::dialect::Dialect,
-    measure::timeline::{CountSource, Outcome, Phase},
+    measure::timeline::{CountSource, Outcome, Phase, Timeline},
     tools::sim::SimConfig,
 };
 
@@ -648,24 +648,84 @@ async fn reranks_parse_through_the_proxy() {
         let listed = answer["results"].as_array().or(answer["data"].as_array());
         assert_eq!(listed.map(Vec::len), Some(count), "{path}");
         let t = next_timeline(&mut timelines).await;
-        assert_eq!(t.dialect, Dialect::Rerank, "{path}");
-        assert_eq!(
-            t.model.as_deref(),
-            Some("BAAI/bge-reranker-v2-m3"),
-            "{path}"
-        );
-        assert_eq!(t.outcome, Outcome::Ok, "{path}");
-        assert!(t.parse_errors.is_empty(), "{path}: {:?}", t.parse_errors);
-        let usage = answer["usage"]["prompt_tokens"].as_u64();
-        assert_eq!(t.tokens.input, usage, "{path}");
-        assert_eq!(t.tokens.input_source, Some(CountSource::Usage), "{path}");
-        assert_eq!(t.tokens.generated, 0, "{path}");
-        assert_eq!(t.ttft(), None, "{path}");
+        let model = "BAAI/bge-reranker-v2-m3";
+        read_whole_as(&t, Dialect::Rerank, model, &answer, path);
         if count == 300 {
             let size = response.body().len();
             assert!(size > 1 << 20, "{path}: {size}");
         }
     }
+}
+
+/// `t` is a whole answer's that generates nothing (`answer`, to `path`),
+/// read as `dialect` under `model`: ok, no parse error, its input the
+/// answer's usage, nothing generated, no TTFT.
+fn read_whole_as(
+    t: &Timeline,
+    dialect: Dialect,
+    model: &str,
+    answer: &serde_json::Value,
+    path: &str,
+) {
+    assert_eq!(t.dialect, dialect, "{path}");
+    assert_eq!(t.model.as_deref(), Some(model), "{path}");
+    assert_eq!(t.outcome, Outcome::Ok, "{path}");
+    assert!(t.parse_errors.is_empty(), "{path}: {:?}", t.parse_errors);
+    let usage = answer["usage"]["prompt_tokens"].as_u64();
+    assert_eq!(t.tokens.input, usage, "{path}");
+    assert_eq!(t.tokens.input_source, Some(CountSource::Usage), "{path}");
+    assert_eq!(t.tokens.generated, 0, "{path}");
+    assert_eq!(t.ttft(), None, "{path}");
+}
+
+/// vLLM's `/classify` and `/pooling` through the proxy: an answer per
+/// input (a batch of 300 pooling vectors, 2.4 MB, read by its ends), the
+/// request read as `pooling` under its model, its input the usage's, no
+/// parse error, nothing generated, no TTFT; a request without `input`,
+/// which vLLM's validation refuses with a 400, counted `pooling` too.
+#[tokio::test]
+async fn poolings_parse_through_the_proxy() {
+    let sim = start(fast()).await;
+    let (proxy, mut timelines) = proxy_with_timelines(sim.addr, "").await;
+    let texts = |n: usize| format!("[{}]", vec!["\"the tide is out\""; n].join(","));
+    let cases = [
+        ("/classify", texts(2), ""),
+        ("/v1/classify", r#""one""#.to_owned(), ""),
+        ("/pooling", texts(300), r#","dimensions":1024"#),
+    ];
+    // A prefill of a moment.
+    let schedule = [("x-sim-schedule", "ttft_ms=1,gap_ms=0,tokens=1")];
+    for (path, input, more) in cases {
+        let body = format!(r#"{{"model":"jason9693/Qwen2.5-1.5B-apeach","input":{input}{more}}}"#);
+        let response = post(proxy.addr, path, &body, &schedule)
+            .await
+            .expect("whole body");
+        assert_eq!(response.status, 200, "{path}");
+        let answer: serde_json::Value = serde_json::from_slice(&response.body()).expect("JSON");
+        let sent: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+        let count = sent["input"].as_array().map_or(1, Vec::len);
+        assert_eq!(
+            answer["data"].as_array().map(Vec::len),
+            Some(count),
+            "{path}"
+        );
+        let t = next_timeline(&mut timelines).await;
+        let model = "jason9693/Qwen2.5-1.5B-apeach";
+        read_whole_as(&t, Dialect::Pooling, model, &answer, path);
+        if count == 300 {
+            let size = response.body().len();
+            assert!(size > 2 << 20, "{path}: {size}");
+        }
+    }
+    let response = post(proxy.addr, "/classify", r#"{"model":"m"}"#, &schedule)
+        .await
+        .expect("whole body");
+    assert_eq!(response.status, 400);
+    let t = next_timeline(&mut timelines).await;
+    assert_eq!(
+        (t.dialect, t.outcome),
+        (Dialect::Pooling, Outcome::HttpError)
+    );
 }
 
 /// TEI's `/embed`: the simulator's bare array of vectors with TEI's head,

@@ -31,6 +31,7 @@ ENDPOINTS = {
     "/v1/audio/transcriptions": "openai_audio",
     "/v1/embeddings": "openai_embeddings",
     "/v1/rerank": "rerank",
+    "/classify": "pooling",
     # TEI's, read from its head.
     "/embed": "tei",
 }

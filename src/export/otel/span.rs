@@ -93,6 +93,8 @@ fn operation(dialect: Dialect) -> &'static str {
         Dialect::OpenAiEmbeddings | Dialect::OllamaEmbed | Dialect::Tei => "embeddings",
         // The conventions name none: ours, as vLLM and Cohere name it.
         Dialect::Rerank => "rerank",
+        // vLLM's name for its routes of pooling models.
+        Dialect::Pooling => "pooling",
         Dialect::Unknown => "unknown",
     }
 }
@@ -112,6 +114,8 @@ fn provider(dialect: Dialect) -> Option<&'static str> {
         // Cohere's API, which the other servers answer in its shape.
         Dialect::Rerank => Some("cohere"),
         Dialect::Tgi => Some("tgi"),
+        // vLLM's API, which SGLang and Infinity answer in its shape.
+        Dialect::Pooling => Some("vllm"),
         Dialect::Tei => Some("tei"),
         Dialect::Sglang => Some("sglang"),
         Dialect::Ollama | Dialect::OllamaEmbed => Some("ollama"),

@@ -73,6 +73,14 @@ pub enum Dialect {
     /// its head is), llama.cpp's `/reranking`, and vLLM's `/score`; a
     /// whole body read by its ends.
     Rerank,
+    /// vLLM's other pooling routes: `/classify` (a sequence classifier's
+    /// labels and probabilities; SGLang's and Infinity's `/v1/classify`
+    /// too) and `/pooling` (the pooler's raw output: a reward model's
+    /// scores, a token classifier's). Answered in the shape of vLLM's
+    /// embeddings (`{"id", "object", "created", "model", "data",
+    /// "usage"}`), so read as [`Dialect::OpenAiEmbeddings`] is, by its
+    /// ends: a per-token pooling answer holds a vector per input token.
+    Pooling,
     /// Text Embeddings Inference's native routes (`/embed`, `/embed_all`,
     /// `/embed_sparse`, `/predict`, `/similarity`, `/rerank`, and `POST /`
     /// and `/invocations`, where its router answers as the model's task), read
@@ -259,6 +267,10 @@ impl Dialect {
             // Infinity's, vLLM's and llama.cpp's, and TEI's
             // (`Shared::Rerank`); `/reranking` llama.cpp's alias.
             Self::Rerank
+        } else if path == "/classify" || ends("/v1/classify") || path == "/pooling" {
+            // vLLM's `/classify` and `/pooling`; SGLang's `/v1/classify`,
+            // Infinity's `/classify` (and under its `/v1` prefix).
+            Self::Pooling
         } else if ends("/v1/messages") {
             Self::Anthropic
         } else if path == "/generate_stream" || path == "/generate" {
@@ -368,6 +380,7 @@ impl Dialect {
             Self::Ollama => "ollama",
             Self::OllamaEmbed => "ollama_embed",
             Self::Rerank => "rerank",
+            Self::Pooling => "pooling",
             Self::LlamaCpp => "llamacpp",
             Self::Tei => "tei",
             Self::Unknown => "unknown",
@@ -397,7 +410,7 @@ impl Dialect {
     }
 
     /// Every dialect, for config validation and metric pre-registration.
-    pub const ALL: [Dialect; 14] = [
+    pub const ALL: [Dialect; 15] = [
         Self::OpenAiChat,
         Self::OpenAiCompletions,
         Self::OpenAiResponses,
@@ -410,6 +423,7 @@ impl Dialect {
         Self::OpenAiEmbeddings,
         Self::OllamaEmbed,
         Self::Rerank,
+        Self::Pooling,
         Self::Tei,
         Self::Unknown,
     ];
@@ -430,8 +444,9 @@ impl Dialect {
             Self::OpenAiEmbeddings => 9,
             Self::OllamaEmbed => 10,
             Self::Rerank => 11,
-            Self::Tei => 12,
-            Self::Unknown => 13,
+            Self::Pooling => 12,
+            Self::Tei => 13,
+            Self::Unknown => 14,
         }
     }
 
@@ -472,7 +487,7 @@ impl Dialect {
             Self::OpenAiResponses => openai_responses::event(reader, name, data),
             Self::OpenAiAudio => openai_audio::event(reader, name, data),
             // Never streamed: an event would be a whole answer.
-            Self::OpenAiEmbeddings => openai_embeddings::body(data),
+            Self::OpenAiEmbeddings | Self::Pooling => openai_embeddings::body(data),
             Self::OllamaEmbed => ollama_embed::body(data),
             Self::Rerank => rerank::body(data),
             Self::Anthropic => anthropic::event(reader, name, data),
@@ -491,7 +506,7 @@ impl Dialect {
             Self::OpenAiCompletions => openai_completions::body(body),
             Self::OpenAiResponses => openai_responses::body(body),
             Self::OpenAiAudio => openai_audio::body(body),
-            Self::OpenAiEmbeddings => openai_embeddings::body(body),
+            Self::OpenAiEmbeddings | Self::Pooling => openai_embeddings::body(body),
             Self::OllamaEmbed => ollama_embed::body(body),
             Self::Rerank => rerank::body(body),
             Self::Anthropic => anthropic::body(body),
@@ -506,12 +521,12 @@ impl Dialect {
     /// Whether a whole body of this dialect is read by its ends, whatever
     /// its size (see `frame::ends`), rather than whole up to
     /// `max_event_bytes`: embeddings, whose vectors are most of a body
-    /// that is often larger, and hold nothing read; reranks, whose echoed
-    /// documents are.
+    /// that is often larger, and hold nothing read (and pooling's, in
+    /// their shape); reranks, whose echoed documents are.
     pub(crate) fn reads_ends(self) -> bool {
         matches!(
             self,
-            Self::OpenAiEmbeddings | Self::OllamaEmbed | Self::Rerank
+            Self::OpenAiEmbeddings | Self::OllamaEmbed | Self::Rerank | Self::Pooling
         )
     }
 
@@ -525,7 +540,7 @@ impl Dialect {
         tail: &'a mut [u8],
     ) -> Result<Parsed<'a>, ParseError> {
         match self {
-            Self::OpenAiEmbeddings => openai_embeddings::ends(head, tail),
+            Self::OpenAiEmbeddings | Self::Pooling => openai_embeddings::ends(head, tail),
             Self::OllamaEmbed => ollama_embed::ends(head, tail),
             Self::Rerank => rerank::ends(head, tail),
             _ => Err(ParseError::TooLarge),

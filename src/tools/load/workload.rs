@@ -115,7 +115,8 @@ impl Workload {
 
     /// The request body, built once per run and shared by every request:
     /// JSON, or on a speech-to-text path a form ([`Workload::form`]). On
-    /// an embeddings path, the prompt is the one `input` (on TEI's
+    /// an embeddings or pooling path (`/classify`, `/pooling`), the prompt
+    /// is the one `input` (on TEI's
     /// `/embed`, the one `inputs`); on a rerank path
     /// the query and the one document, on a score path (`…/score`) the
     /// `text_1` and the one `text_2` (what is generated, streamed or not,
@@ -130,7 +131,7 @@ impl Workload {
             _ if self.path.trim_end_matches('/') == "/embed" => {
                 Some(serde_json::json!({"inputs": [prompt], "truncate": true}))
             }
-            Dialect::OpenAiEmbeddings => {
+            Dialect::OpenAiEmbeddings | Dialect::Pooling => {
                 Some(serde_json::json!({"model": self.model, "input": [prompt]}))
             }
             Dialect::Rerank if self.path.trim_end_matches('/').ends_with("/score") => {

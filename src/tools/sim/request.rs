@@ -48,6 +48,13 @@ pub(crate) enum Format {
     /// `/v1/score` and `/score`: vLLM's pair scoring, a score per
     /// `text_2` against `text_1`; nothing generated, never streamed.
     Score,
+    /// `/classify` and `/v1/classify`: vLLM's sequence classification, a
+    /// label and its probabilities per input; nothing generated, never
+    /// streamed.
+    Classify,
+    /// `/pooling`: vLLM's pooler output, a vector per input; nothing
+    /// generated, never streamed.
+    Pooling,
     /// `/embed`: Text Embeddings Inference's own, a bare array of vectors
     /// with its counts and times in the head; never streamed.
     Tei,
@@ -73,6 +80,8 @@ impl Format {
             "/v1/embeddings" | "/embeddings" => Self::Embeddings,
             "/v1/rerank" | "/v2/rerank" | "/rerank" => Self::Rerank,
             "/v1/score" | "/score" => Self::Score,
+            "/classify" | "/v1/classify" => Self::Classify,
+            "/pooling" => Self::Pooling,
             "/embed" => Self::Tei,
             _ => return None,
         })
@@ -87,7 +96,12 @@ impl Format {
     pub(crate) fn generates_nothing(self) -> bool {
         matches!(
             self,
-            Self::Embeddings | Self::Rerank | Self::Score | Self::Tei
+            Self::Embeddings
+                | Self::Rerank
+                | Self::Score
+                | Self::Classify
+                | Self::Pooling
+                | Self::Tei
         )
     }
 
@@ -132,6 +146,9 @@ pub(crate) struct SimRequest {
     pub documents: Vec<String>,
     /// The body has `inputs` (TGI's and TEI's prompt field).
     pub inputs: bool,
+    /// The body has `input` (the embeddings' and pooling routes' prompt
+    /// field).
+    pub input: bool,
 }
 
 /// The vectors an embeddings request asks for.
@@ -152,7 +169,7 @@ impl Vectors {
     const DIMENSIONS: usize = 1536;
 
     /// What `object`, an embeddings request, asks for (`input`, or TEI's
-    /// `inputs`); at most 2,048 vectors (OpenAI's limit of inputs) of
+    /// `inputs`; a classification's or pooling's `input` likewise); at most 2,048 vectors (OpenAI's limit of inputs) of
     /// 4,096 numbers, so that one request cannot take the simulator's
     /// memory.
     fn of(object: &serde_json::Map<String, Value>) -> Self {
@@ -239,6 +256,7 @@ impl SimRequest {
             vectors: Vectors::of(object),
             documents: documents(object),
             inputs: object.contains_key("inputs"),
+            input: object.contains_key("input"),
         })
     }
 
@@ -271,16 +289,20 @@ impl SimRequest {
             vectors: Vectors::default(),
             documents: Vec::new(),
             inputs: false,
+            input: false,
         })
     }
 
     /// Why its server's validation refuses it, if it does: a rerank or a
-    /// score with nothing to rank, TEI's `/embed` without `inputs`.
+    /// score with nothing to rank, TEI's `/embed` without `inputs`, a
+    /// classification or pooling without `input` (vLLM's `messages` form
+    /// is not modelled).
     pub(crate) fn refusal(&self) -> Option<&'static str> {
         match self.format {
             Format::Rerank if self.documents.is_empty() => Some("a rerank needs `documents`"),
             Format::Score if self.documents.is_empty() => Some("a score needs `text_2`"),
             Format::Tei if !self.inputs => Some("missing field `inputs`"),
+            Format::Classify | Format::Pooling if !self.input => Some("Field required: `input`"),
             _ => None,
         }
     }

@@ -242,7 +242,7 @@ pub fn dialect(data: &[u8]) {
 /// reports what there is) and `Unknown`, which read none. The low three
 /// bits alone pick the first eight, as they did before the ninth (the
 /// committed corpus keeps its meaning: its files' second byte is 0); 8 to
-/// 11 pick the ninth to the twelfth, and 12 and above go round from the
+/// 12 pick the ninth to the thirteenth, and 13 and above go round from the
 /// first.
 pub fn read_dialect(bits: u8) -> Dialect {
     let read = Dialect::ALL.len() - 2;
@@ -408,6 +408,7 @@ fn path(dialect: Dialect) -> &'static str {
         Dialect::OpenAiEmbeddings => "/v1/embeddings",
         Dialect::OllamaEmbed => "/api/embed",
         Dialect::Rerank => "/v1/rerank",
+        Dialect::Pooling => "/classify",
         Dialect::Anthropic => "/v1/messages",
         Dialect::Tgi => "/generate_stream",
         // Shared with llama.cpp's server: an event stream or a body with

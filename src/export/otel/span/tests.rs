@@ -187,6 +187,7 @@ fn each_family_names_its_operation_and_provider() {
     );
     assert_eq!(name(Dialect::Tei), named("embeddings", Some("tei")));
     assert_eq!(name(Dialect::Rerank), named("rerank", Some("cohere")));
+    assert_eq!(name(Dialect::Pooling), named("pooling", Some("vllm")));
     assert_eq!(name(Dialect::Unknown), named("unknown", None));
 }
 

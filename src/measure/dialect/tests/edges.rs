@@ -288,7 +288,11 @@ fn from_path_every_family() {
         ("/compatibility/v1/rerank", Dialect::Rerank),
         ("/score", Dialect::Rerank),
         ("/v1/score", Dialect::Rerank),
-        ("/v1/classify", Dialect::Unknown),
+        // vLLM's other pooling routes; SGLang's and Infinity's classify.
+        ("/classify", Dialect::Pooling),
+        ("/v1/classify", Dialect::Pooling),
+        ("/pooling", Dialect::Pooling),
+        ("/v1/pooling", Dialect::Unknown),
         ("/generate_stream", Dialect::Tgi),
         ("/generate", Dialect::Tgi),
         ("/api/chat", Dialect::Ollama),

@@ -673,6 +673,36 @@ fn rerank_bodies() {
     assert_eq!(score.response_id, Some("score-8c2d6e0f4a1b4f3e".into()));
 }
 
+/// vLLM's `/classify` and `/pooling` answers, in its embeddings' shape:
+/// the model, the id and the input tokens, nothing generated; the
+/// pooling answer (12 KB, a token classifier's probabilities per token)
+/// read by its ends the same as whole.
+#[test]
+fn pooling_bodies() {
+    let classify = Dialect::Pooling
+        .parse_body(fixture!("body_pooling_classify.json"))
+        .expect("classify");
+    assert_eq!(classify.usage.and_then(|u| u.input), Some(22));
+    assert_eq!(classify.usage.and_then(|u| u.output), Some(0));
+    assert_eq!(classify.model, Some("jason9693/Qwen2.5-1.5B-apeach".into()));
+    assert_eq!(
+        classify.response_id,
+        Some("classify-5c0b9e7a1d2f4b38".into())
+    );
+    assert!(classify.end && !classify.has_token());
+    let body = fixture!("body_pooling.json");
+    let pooling = Dialect::Pooling.parse_body(body).expect("pooling");
+    assert_eq!(pooling.usage.and_then(|u| u.input), Some(120));
+    assert_eq!(pooling.model, Some("boltuix/NeuroBERT-NER".into()));
+    assert_eq!(pooling.response_id, Some("pool-a81e3f6c9b2d4e70".into()));
+    assert!(body.len() > 8192, "read by its ends through the exchange");
+    let (mut head, mut tail) = (body[..4096].to_vec(), body[body.len() - 4096..].to_vec());
+    let cut = Dialect::Pooling
+        .parse_cut(&mut head, &mut tail)
+        .expect("its ends");
+    assert_eq!(cut, pooling);
+}
+
 /// Ollama's own embeddings answer: its `prompt_eval_count` is the input,
 /// its `load_duration` the model's load; nothing generated. Read by its
 /// ends (the first and last 4 KiB of its 26 KB), the same.

@@ -7,6 +7,7 @@ mod embeddings;
 mod llamacpp;
 mod ollama;
 mod openai;
+mod pooling;
 mod rerank;
 mod responses;
 mod sglang;
@@ -184,6 +185,8 @@ pub(crate) fn encoder(request: &SimRequest, id: u64) -> Box<dyn Encoder> {
         Format::Embeddings => Box::new(embeddings::Embeddings::new(request, id)),
         Format::Rerank => Box::new(rerank::Rerank::new(request, id, false)),
         Format::Score => Box::new(rerank::Rerank::new(request, id, true)),
+        Format::Classify => Box::new(pooling::Pooling::new(request, id, true)),
+        Format::Pooling => Box::new(pooling::Pooling::new(request, id, false)),
         Format::Tei => Box::new(tei::Tei::new(request, id)),
     }
 }
