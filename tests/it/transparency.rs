@@ -401,6 +401,46 @@ async fn h2c_upstream_when_configured() {
     assert_eq!(echo.next().await.uri.path(), "/x");
 }
 
+/// Heads past hyper's HTTP/2 default of 16 KiB (a gateway's JWT or SSO
+/// cookie, a CDN's headers) pass over HTTP/2 both ways, as over HTTP/1.1:
+/// an h2c client's 64 KiB request header through two proxies, the second
+/// the first's HTTP/2 upstream, reaches the server; a 64 KiB response
+/// header comes back the same way. Both were refused before (`431`, and
+/// a `502` for the answer).
+#[tokio::test]
+async fn heads_past_16_kib_pass_over_http2_both_ways() {
+    let token = "a".repeat(64 * 1024);
+    let mut echo = Echo::start().await;
+    let inner = common::proxy(echo.addr, "").await;
+    let outer = common::proxy(inner.addr, "upstream_protocol = \"http2\"").await;
+    let request = Request::get(format!("http://{}/v1/models", outer.addr))
+        .header("authorization", format!("Bearer {token}"))
+        .body(Full::new(Bytes::new()))
+        .expect("request");
+    let response = send_h2(outer.addr, request).await.expect("h2 response");
+    assert_eq!(response.status(), 200);
+    let seen = echo.next().await;
+    let sent = seen.headers.get("authorization").map(|v| v.len());
+    assert_eq!(sent, Some(token.len() + "Bearer ".len()));
+
+    let header = format!("x-large: {token}");
+    let upstream = Scripted::start(vec![
+        Step::Write(head("200 OK", &["content-length: 2", &header])),
+        Step::Write(Bytes::from_static(b"ok")),
+    ])
+    .await;
+    let inner = common::proxy(upstream.addr, "").await;
+    let outer = common::proxy(inner.addr, "upstream_protocol = \"http2\"").await;
+    let request = Request::get(format!("http://{}/v1/models", outer.addr))
+        .body(Full::new(Bytes::new()))
+        .expect("request");
+    let response = send_h2(outer.addr, request).await.expect("h2 response");
+    assert_eq!(response.status(), 200);
+    let got = response.headers().get("x-large").map(|v| v.len());
+    assert_eq!(got, Some(token.len()));
+    assert_eq!(collect(response).await.expect("body").body(), b"ok");
+}
+
 #[tokio::test]
 async fn head_responses_keep_their_length_and_send_no_body() {
     let upstream = Scripted::start(vec![Step::Write(head(

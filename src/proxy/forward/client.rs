@@ -26,6 +26,7 @@ use super::{
     pool::{self, Pool, PoolError},
     RequestBody,
 };
+use crate::proxy::wire::client::MAX_HEAD;
 use crate::{
     config::{Config, UpstreamProtocol},
     measure::exchange::Upload,
@@ -195,7 +196,11 @@ where
         .pool_timer(TokioTimer::new())
         .timer(TokioTimer::new());
     if config.upstream.protocol == UpstreamProtocol::Http2 {
-        builder.http2_only(true);
+        // The head an HTTP/1.1 upstream may answer with (hyper's h2
+        // default is 16 KiB, which failed a larger answer's head).
+        builder
+            .http2_only(true)
+            .http2_max_header_list_size(MAX_HEAD as u32);
     }
     Ok(builder.build(connector(config)?))
 }

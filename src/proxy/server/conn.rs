@@ -33,7 +33,7 @@ use super::{
     turns::Turns,
     ReceivedBody,
 };
-use crate::proxy::woken::Woken;
+use crate::proxy::{wire::server::request::MAX_HEAD, woken::Woken};
 use crate::{
     config::Timeouts,
     export::metrics::ConnectionMetrics,
@@ -132,7 +132,11 @@ fn builder(timeouts: &Timeouts) -> auto::Builder<TokioExecutor> {
         .http2()
         .timer(TokioTimer::new())
         .keep_alive_interval(timeouts.keep_alive_interval)
-        .keep_alive_timeout(timeouts.keep_alive_timeout);
+        .keep_alive_timeout(timeouts.keep_alive_timeout)
+        // The head an HTTP/1.1 client may send (hyper's h2 default is 16
+        // KiB: a gateway's h2c request with a large JWT or cookie was
+        // refused `431` where HTTP/1.1 passed it).
+        .max_header_list_size(MAX_HEAD as u32);
     builder
 }
 

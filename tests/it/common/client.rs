@@ -86,8 +86,12 @@ where
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let stream = TcpStream::connect(addr).await.expect("connect");
-    let (mut sender, connection) =
-        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream)).await?;
+    // Takes heads of up to 1 MiB, as gateways can be told to (hyper's
+    // default is 16 KiB).
+    let (mut sender, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .max_header_list_size(1 << 20)
+        .handshake(TokioIo::new(stream))
+        .await?;
     tokio::spawn(connection);
     sender.send_request(request).await
 }
