@@ -19,7 +19,13 @@
 //! upstream sent while it was idle is read then), never reused past
 //! `pool_idle_timeout` (keep it under the upstream's keep-alive) nor kept
 //! beyond `pool_max_idle_per_host`; a request the upstream closed a reused
-//! connection on before it was sent is retried once on a new connection.
+//! connection on before it was sent is retried once on a new connection,
+//! and so is a bodiless `GET`, `HEAD`, `OPTIONS` or `TRACE` the upstream
+//! closed it on before any byte of an answer (as hyper-util's client, Go's
+//! and nginx do): a server that closes a kept-alive connection after its
+//! answer without saying so (a worker recycled after its N requests) may
+//! have read the request, but a safe method changes nothing (RFC 9110
+//! §9.2.2).
 //! HTTP/2 multiplexes streams on one connection, which needs a task of its
 //! own: `upstream_protocol = "http2"` stays on hyper-util's client.
 
@@ -185,8 +191,15 @@ impl Pool {
             Some(_) => Framing::Close,
             None => framing,
         };
+        let safe = matches!(
+            parts.method,
+            Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE
+        );
+        let replay = (safe && framing == Framing::Length(0)).then(|| out.clone());
+        let mut upload = Upload::new(body, framing, out, &parts.headers);
+        upload.replay = replay;
         Outgoing {
-            upload: Box::new(Upload::new(body, framing, out, &parts.headers)),
+            upload: Box::new(upload),
             method: parts.method,
         }
     }
@@ -199,10 +212,13 @@ impl Pool {
     /// ends (an echo, an early error), and the rest of the body is then
     /// sent by the response's body as it is read ([`Lease`]). A pooled
     /// connection the upstream closed before it took any byte is left for
-    /// a new one, with the same bytes.
+    /// a new one, with the same bytes; so is one it closed before any byte
+    /// of an answer to a request that may be sent twice ([`Upload::replay`]).
     pub(super) async fn send(&self, outgoing: Outgoing) -> Result<Sent, PoolError> {
         let Outgoing { upload, method } = outgoing;
         let mut upload = Some(upload);
+        // A replayable request once written, kept to be sent again.
+        let mut spent = None;
         let (mut conn, mut connect) = match self.shared.take() {
             Some(conn) => (conn, Duration::ZERO),
             None => self.connect().await?,
@@ -210,8 +226,10 @@ impl Pool {
         let mut reused = connect.is_zero();
         let mut failed_write = None;
         let head = loop {
-            let exchanged =
-                poll_fn(|cx| poll_head(&mut conn, &mut upload, &mut failed_write, &method, cx));
+            let exchanged = poll_fn(|cx| {
+                let sending = (&mut upload, &mut spent);
+                poll_head(&mut conn, sending, &mut failed_write, &method, cx)
+            });
             match exchanged.await {
                 Ok(head) => break head,
                 // The upstream closed a pooled connection before the request
@@ -219,6 +237,10 @@ impl Pool {
                 // match, which would keep the error across the connect).
                 Err(PoolError::Io(_))
                     if reused && upload.as_ref().is_some_and(|u| u.untouched()) => {}
+                // Or before any byte of its answer, to a request that may be
+                // sent twice: send it anew, from its first byte.
+                Err(PoolError::Io(_) | PoolError::Wire(WireError::Incomplete))
+                    if reused && conn.buf.is_empty() && rewind(&mut upload, &mut spent) => {}
                 Err(e) => return Err(e),
             }
             (conn, connect) = self.connect().await?;
@@ -284,22 +306,41 @@ impl Pool {
     }
 }
 
+/// Puts back a replayable request (`upload` partly written, or `spent`
+/// whole) to be sent again from its first byte; false if it is not one.
+fn rewind(upload: &mut Option<Box<Upload>>, spent: &mut Option<Box<Upload>>) -> bool {
+    let Some(mut again) = upload.take().or_else(|| spent.take()) else {
+        return false;
+    };
+    let Some(replay) = again.replay.as_ref() else {
+        *upload = Some(again);
+        return false;
+    };
+    again.out.clear();
+    again.out.extend_from_slice(replay);
+    again.written = 0;
+    again.untouched = true;
+    *upload = Some(again);
+    true
+}
+
 /// Writes what the request has ready and reads until a response head
 /// has come. A write that fails is held in `failed_write` while the
 /// upstream may still answer (an early error before it closed); without a
-/// head it is the failure. The head is read into the worker thread's
-/// buffer: a request waiting for it (for a whole answer, until it is
-/// generated) holds none.
+/// head it is the failure. The request once written is dropped, or kept
+/// in `spent` if it can be sent again ([`Upload::replay`]). The head is
+/// read into the worker thread's buffer: a request waiting for it (for a
+/// whole answer, until it is generated) holds none.
 fn poll_head(
     conn: &mut Conn,
-    upload: &mut Option<Box<Upload>>,
+    (upload, spent): (&mut Option<Box<Upload>>, &mut Option<Box<Upload>>),
     failed_write: &mut Option<PoolError>,
     method: &Method,
     cx: &mut Context<'_>,
 ) -> Poll<Result<h1::Head, PoolError>> {
     if let Some(sending) = upload.as_mut() {
         match sending.poll_send(&mut conn.io, cx) {
-            Poll::Ready(Ok(())) => *upload = None,
+            Poll::Ready(Ok(())) => *spent = upload.take().filter(|u| u.replay.is_some()),
             Poll::Ready(Err(PoolError::Body(e))) => return Poll::Ready(Err(PoolError::Body(e))),
             Poll::Ready(Err(e)) if sending.untouched() => return Poll::Ready(Err(e)),
             Poll::Ready(Err(e)) => {
@@ -354,6 +395,9 @@ struct Upload {
     ended: bool,
     /// The trailer names the request's `Trailer` header announced.
     trailers: HeaderMap,
+    /// The whole request, a head alone, when it may be sent twice: a safe
+    /// method (RFC 9110 §9.2.1) with no body and no switch of protocols.
+    replay: Option<Vec<u8>>,
 }
 
 impl Upload {
@@ -375,6 +419,7 @@ impl Upload {
             untouched: true,
             ended: framing == Framing::Length(0),
             trailers,
+            replay: None,
         }
     }
 

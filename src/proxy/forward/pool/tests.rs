@@ -58,18 +58,22 @@ async fn next_data(lease: &mut Lease) -> bytes::Bytes {
 async fn a_request_waiting_for_its_head_holds_no_read_buffer() {
     let (mut conn, mut peer) = connected().await;
     let mut cx = Context::from_waker(Waker::noop());
-    let (mut upload, mut failed) = (None, None);
+    let (mut upload, mut spent, mut failed) = (None, None, None);
     for _ in 0..3 {
-        let poll = poll_head(&mut conn, &mut upload, &mut failed, &Method::POST, &mut cx);
+        let sending = (&mut upload, &mut spent);
+        let poll = poll_head(&mut conn, sending, &mut failed, &Method::POST, &mut cx);
         assert!(poll.is_pending());
         assert_eq!(conn.buf.capacity(), 0, "a waiting request holds a buffer");
     }
     peer.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhel")
         .await
         .expect("write");
-    let head = ready(|cx| poll_head(&mut conn, &mut upload, &mut failed, &Method::POST, cx))
-        .await
-        .expect("a head");
+    let head = ready(|cx| {
+        let sending = (&mut upload, &mut spent);
+        poll_head(&mut conn, sending, &mut failed, &Method::POST, cx)
+    })
+    .await
+    .expect("a head");
     assert_eq!(head.response.status(), 200);
     assert_eq!(head.framing, Framing::Length(5));
     assert_eq!(&conn.buf[..], b"hel");
