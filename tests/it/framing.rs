@@ -117,6 +117,50 @@ async fn http11_needs_exactly_one_host() {
     assert_eq!(h2.status(), 200);
 }
 
+/// Heads refused before any request is made of them (a line httparse
+/// refuses, an obs-fold, 101 header lines) are answered as hyper answers them, reach no upstream, and are
+/// counted: no request is (there is no method or path to count it by), so
+/// `tokenclock_connections_closed_total{reason="bad_head"}` is what shows a
+/// client the proxy turns away. Before, only a debug log line did.
+#[tokio::test]
+async fn refused_heads_are_answered_and_counted() {
+    let mut upstream = Scripted::start(vec![Step::Write(head("200 OK", &[]))]).await;
+    let proxy = common::proxy(upstream.addr, "").await;
+    let many: String = (0..101).map(|i| format!("x-{i}: v\r\n")).collect();
+    let refused = [
+        (
+            "GET / HTTP/1.1\r\nhost: x\r\nx-a\x7fb: 1\r\n\r\n".to_owned(),
+            400,
+        ),
+        (
+            "GET / HTTP/1.1\r\nhost: x\r\nx-a: 1\r\n folded\r\n\r\n".to_owned(),
+            400,
+        ),
+        (format!("GET / HTTP/1.1\r\nhost: x\r\n{many}\r\n"), 431),
+    ];
+    for (i, (request, want)) in refused.iter().enumerate() {
+        let (status, head) = raw(proxy.addr, request.as_bytes()).await;
+        assert_eq!(status, *want, "{i}: {head}");
+    }
+    let series = r#"tokenclock_connections_closed_total{listener="proxy",reason="bad_head"}"#;
+    let mut counted = 0.0;
+    for _ in 0..50 {
+        counted = client::metric(proxy.metrics_addr, series).await;
+        if counted == refused.len() as f64 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(counted, refused.len() as f64);
+    let quiet = std::time::Duration::from_millis(200);
+    assert!(
+        tokio::time::timeout(quiet, upstream.events.recv())
+            .await
+            .is_err(),
+        "a refused head reached the upstream"
+    );
+}
+
 #[tokio::test]
 async fn connect_is_answered_405_and_never_forwarded() {
     let mut upstream =

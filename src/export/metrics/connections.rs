@@ -32,7 +32,7 @@ impl ConnectionFamilies {
         let closed = IntCounterVec::new(
             Opts::new(
                 "tokenclock_connections_closed_total",
-                "Client connections tokenclock closed on its own: head_timeout (no whole first request head within header_read_timeout), idle_timeout (no request in flight for client_idle_timeout), shutdown (idle or head-less at shutdown).",
+                "Client connections tokenclock closed on its own: head_timeout (no whole first request head within header_read_timeout), idle_timeout (no request in flight for client_idle_timeout), shutdown (idle or head-less at shutdown), bad_head (a request head refused, malformed or past the head limits, answered 400, 414 or 431 as hyper answers it: no request was forwarded or counted).",
             ),
             &["listener", "reason"],
         )?;
@@ -66,6 +66,7 @@ impl ConnectionFamilies {
             head_timeout: closed("head_timeout"),
             idle_timeout: closed("idle_timeout"),
             shutdown: closed("shutdown"),
+            bad_head: closed("bad_head"),
         }
     }
 }
@@ -83,6 +84,8 @@ pub(crate) struct ConnectionMetrics {
     pub idle_timeout: IntCounter,
     /// Closed at shutdown with no request in flight.
     pub shutdown: IntCounter,
+    /// Closed after a request head it refused (`400`, `414`, `431`).
+    pub bad_head: IntCounter,
 }
 
 impl ConnectionMetrics {

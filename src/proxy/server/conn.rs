@@ -368,7 +368,12 @@ async fn drive<C: Connection>(
         })
         .await;
         match event {
-            Event::Closed(result) => return result,
+            Event::Closed(result) => {
+                if result.as_ref().is_err_and(refused_head) {
+                    serve.metrics.bad_head.inc();
+                }
+                return result;
+            }
             Event::Activity => {
                 if activity.is_idle() {
                     if matches!(wait, Wait::Head) && activity.has_started() {
@@ -403,6 +408,16 @@ async fn drive<C: Connection>(
             }
         }
     }
+}
+
+/// Whether a connection ended after refusing a request head: in
+/// tokenclock's own codec or in hyper's HTTP/1.1 server (which answers
+/// `400` or `431` too before it fails).
+fn refused_head(error: &BoxError) -> bool {
+    error.is::<h1::RefusedHead>()
+        || error
+            .downcast_ref::<hyper::Error>()
+            .is_some_and(|e| e.is_parse() || e.is_parse_too_large())
 }
 
 /// Closes a connection's turns when dropped.

@@ -4,6 +4,6 @@ mod body;
 mod connection;
 
 pub(crate) use self::body::{Body, BodyError};
-pub(super) use self::connection::Connection;
+pub(super) use self::connection::{Connection, RefusedHead};
 #[cfg(test)]
 mod tests;

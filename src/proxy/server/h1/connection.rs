@@ -84,6 +84,13 @@ pub(crate) struct Connection<S, F, B> {
     head_timer: Option<Pin<Box<Sleep>>>,
 }
 
+/// A request head was refused (answered `400`, `414` or `431`, or closed
+/// on where hyper does): what the connection ends with, once its answer
+/// is written, so that the driver counts it.
+#[derive(Debug, thiserror::Error)]
+#[error("refused a request head: {0}")]
+pub(crate) struct RefusedHead(HeadError);
+
 /// A head after the first was not whole within `header_read_timeout`.
 #[derive(Debug, thiserror::Error)]
 #[error("the request head was not whole within {0:?} of its first bytes")]
@@ -106,8 +113,9 @@ enum State<F, B> {
     /// The response is whole in `out`; once written, the connection goes
     /// on (`keep_alive`) or closes.
     Finishing { keep_alive: bool },
-    /// Closing: write what is left, then shut the socket down.
-    Closing,
+    /// Closing: write what is left, then shut the socket down; after a
+    /// refused head, the connection ends with its error ([`RefusedHead`]).
+    Closing { refused: Option<HeadError> },
     /// A switched connection, shut down: what the client still sends is
     /// read and dropped, for at most [`LINGER`].
     Lingering,
@@ -192,14 +200,18 @@ where
                     if keep_alive && upload_done && !self.closing {
                         self.state = State::Head;
                     } else {
-                        self.state = State::Closing;
+                        self.state = State::Closing { refused: None };
                     }
                     true
                 }
-                State::Closing => {
+                State::Closing { refused } => {
+                    let refused = *refused;
                     ready!(self.poll_flush(cx))?;
                     // The end of a close-delimited body, and a clean FIN.
                     let _ = ready!(Pin::new(&mut self.io).poll_shutdown(cx));
+                    if let Some(error) = refused {
+                        return Poll::Ready(Err(RefusedHead(error).into()));
+                    }
                     if !self.tunnel || self.read_closed {
                         return Poll::Ready(Ok(()));
                     }
@@ -281,7 +293,9 @@ where
             )?;
             self.out.push_head(bytes);
         }
-        self.state = State::Closing;
+        self.state = State::Closing {
+            refused: Some(*error),
+        };
         Ok(())
     }
 
@@ -392,7 +406,7 @@ where
                 if !head.is_empty() {
                     self.out.push_head(head);
                 }
-                self.state = State::Closing;
+                self.state = State::Closing { refused: None };
                 return Poll::Ready(Ok(true));
             }
         };

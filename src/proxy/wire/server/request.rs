@@ -79,7 +79,7 @@ pub struct RequestHead {
 
 /// Why a request head was refused; [`HeadError::status`] is what hyper
 /// answers with. Every refusal ends the connection.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Copy, Debug, thiserror::Error)]
 pub enum HeadError {
     /// The method is not a token (httparse, or `http::Method`).
     #[error("invalid request method")]
