@@ -312,17 +312,27 @@ impl Inner {
             .get(header::HOST)
             .cloned()
             .or_else(|| authority_header(&parts.uri));
-        let path = parts
-            .uri
-            .path_and_query()
-            .cloned()
-            .unwrap_or_else(|| PathAndQuery::from_static("/"));
+        let path = match parts.uri.path_and_query() {
+            // An absolute-form target with no path (`http://host?x=1`, as
+            // Python's urllib sends through a proxy): the origin form's
+            // path is `/` (RFC 9112 §3.2.1), not nothing.
+            Some(path) if path.as_str().starts_with('?') => {
+                // (Its `Display` is the origin form: `/?x=1`.)
+                PathAndQuery::try_from(path.to_string())
+                    .map_err(|_| ProxyError::BadRequest("its target is not a valid URI path"))?
+            }
+            Some(path) => path.clone(),
+            None => PathAndQuery::from_static("/"),
+        };
         parts.uri = Uri::builder()
             .scheme(self.upstream.scheme.clone())
             .authority(self.upstream.authority.clone())
             .path_and_query(path)
             .build()
             .map_err(|_| ProxyError::BadRequest("its target is not a valid URI path"))?;
+        if parts.version == Version::HTTP_2 && self.upstream.protocol == UpstreamProtocol::Http1 {
+            headers::join_cookie_crumbs(&mut parts.headers);
+        }
         parts.version = match self.upstream.protocol {
             UpstreamProtocol::Http1 => Version::HTTP_11,
             UpstreamProtocol::Http2 => Version::HTTP_2,

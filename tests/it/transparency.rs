@@ -226,6 +226,26 @@ async fn methods_and_query_strings_reach_the_upstream_intact() {
     }
 }
 
+/// An absolute-form target (a client told to use tokenclock as its
+/// proxy, as Python's urllib is by `http_proxy`) reaches the upstream in
+/// origin form, its path `/` when it had none (RFC 9112 §3.2.1): before,
+/// `http://host?x=1` went out as `GET ?x=1`, which servers refuse.
+#[tokio::test]
+async fn an_absolute_form_target_reaches_the_upstream_in_origin_form() {
+    let mut echo = Echo::start().await;
+    let proxy = common::proxy(echo.addr, "").await;
+    for (target, origin) in [
+        ("http://example.com?x=1", "/?x=1"),
+        ("http://example.com", "/"),
+        ("http://example.com/v1/models?a=%20b", "/v1/models?a=%20b"),
+    ] {
+        let request = format!("GET {target} HTTP/1.1\r\nhost: example.com\r\n\r\n");
+        let (status, head) = client::raw(proxy.addr, request.as_bytes()).await;
+        assert_eq!(status, 200, "{target}: {head}");
+        assert_eq!(echo.next().await.uri.to_string(), origin, "{target}");
+    }
+}
+
 #[tokio::test]
 async fn request_bodies_arrive_byte_identical() {
     let mut echo = Echo::start().await;
@@ -380,6 +400,27 @@ async fn h2c_client_through_an_http1_upstream() {
     let seen = echo.next().await;
     assert_eq!(seen.version, http::Version::HTTP_11);
     assert_eq!(seen.uri.to_string(), "/v1/chat/completions?stream=true");
+}
+
+/// An h2c client's `cookie` crumbs (RFC 9113 §8.2.3: Go's HTTP/2 client
+/// sends each cookie as a field of its own) reach an HTTP/1.1 upstream
+/// joined, in order, as one field, which is what HTTP/1.1 servers read;
+/// before, they went on as several lines and servers saw the first.
+#[tokio::test]
+async fn an_h2c_clients_cookie_crumbs_reach_an_http1_upstream_joined() {
+    let mut echo = Echo::start().await;
+    let proxy = common::proxy(echo.addr, "").await;
+    let request = Request::get(format!("http://{}/v1/models", proxy.addr))
+        .header("cookie", "a=1")
+        .header("cookie", "b=2")
+        .header("cookie", "c=3")
+        .body(Full::new(Bytes::new()))
+        .expect("request");
+    let response = send_h2(proxy.addr, request).await.expect("h2 response");
+    assert_eq!(response.status(), 200);
+    let seen = echo.next().await;
+    let cookies: Vec<_> = seen.headers.get_all("cookie").iter().collect();
+    assert_eq!(cookies, ["a=1; b=2; c=3"]);
 }
 
 #[tokio::test]

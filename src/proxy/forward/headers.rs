@@ -36,6 +36,26 @@ pub(super) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
+/// Joins the crumbs an HTTP/2 client may split `cookie` into, one field
+/// each (RFC 9113 §8.2.3: Go's client does), into the one field an
+/// HTTP/1.1 upstream must get, in order, separated by `"; "`: servers read
+/// one `Cookie` line (Starlette's `request.cookies` takes the first).
+pub(super) fn join_cookie_crumbs(headers: &mut HeaderMap) {
+    let mut crumbs = headers.get_all(header::COOKIE).iter();
+    let (Some(first), Some(_)) = (crumbs.next(), crumbs.next()) else {
+        return;
+    };
+    let mut joined = first.as_bytes().to_vec();
+    for crumb in headers.get_all(header::COOKIE).iter().skip(1) {
+        joined.extend_from_slice(b"; ");
+        joined.extend_from_slice(crumb.as_bytes());
+    }
+    // Valid field bytes joined by valid ones.
+    if let Ok(joined) = HeaderValue::from_bytes(&joined) {
+        headers.insert(header::COOKIE, joined);
+    }
+}
+
 /// Response rule on top of [`strip_hop_by_hop`]: a `Content-Length` beside
 /// a `Transfer-Encoding` is removed first (RFC 9112 §6.3). hyper's client
 /// frames such a body by the encoding but keeps both headers; forwarding
