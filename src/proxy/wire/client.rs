@@ -15,8 +15,14 @@ use super::chunked::{header_map, ChunkedError, Framing, SizeLine};
 /// The most bytes a response head may take: hyper's default
 /// (`max_buf_size`), 8 KiB and 100 header lines of 4 KiB.
 pub(crate) const MAX_HEAD: usize = 8192 + 4096 * 100;
-/// The most header lines a response head (or trailer section) may hold: hyper's.
+/// The header lines a response head (or trailer section) is parsed with
+/// first: hyper's limit, on the stack.
 const MAX_HEADERS: usize = 100;
+/// The most header lines a response head may hold: a head of more than
+/// [`MAX_HEADERS`] (an API gateway's, a CDN's) is parsed again with room
+/// for this many, on the heap, where hyper's client fails it. nginx counts
+/// none, only bytes ([`MAX_HEAD`] here).
+const MAX_RESPONSE_HEADERS: usize = 1024;
 
 /// Why the upstream's bytes could not be read as HTTP/1.1.
 #[derive(Debug, thiserror::Error)]
@@ -27,6 +33,9 @@ pub enum WireError {
     /// The response head is larger than [`MAX_HEAD`].
     #[error("response head larger than {MAX_HEAD} bytes")]
     HeadTooLarge,
+    /// The response head has more than [`MAX_RESPONSE_HEADERS`] lines.
+    #[error("response head of more than {MAX_RESPONSE_HEADERS} header lines")]
+    TooManyHeaders,
     /// A chunk-size line, a chunk's end or the trailers are malformed.
     #[error(transparent)]
     Chunked(#[from] ChunkedError),
@@ -141,14 +150,24 @@ pub(crate) fn parse_response(
             return Ok(None);
         }
         let mut lines = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut more;
         let mut parsed = httparse::Response::new(&mut lines);
-        let len = match parsed.parse(buf) {
+        let mut status = parsed.parse(buf);
+        if let Err(httparse::Error::TooManyHeaders) = status {
+            more = vec![httparse::EMPTY_HEADER; MAX_RESPONSE_HEADERS];
+            parsed = httparse::Response::new(&mut more);
+            status = parsed.parse(buf);
+        }
+        let len = match status {
             Ok(httparse::Status::Complete(len)) => len,
             Ok(httparse::Status::Partial) if buf.len() >= MAX_HEAD => {
                 return Err(WireError::HeadTooLarge)
             }
             Ok(httparse::Status::Partial) => return Ok(None),
-            Err(httparse::Error::TooManyHeaders) => return Err(WireError::HeadTooLarge),
+            Err(httparse::Error::TooManyHeaders) if buf.len() >= MAX_HEAD => {
+                return Err(WireError::HeadTooLarge)
+            }
+            Err(httparse::Error::TooManyHeaders) => return Err(WireError::TooManyHeaders),
             Err(_) => return Err(WireError::Head("not an HTTP/1.x response head")),
         };
         let code = parsed.code.ok_or(WireError::Head("no status"))?;

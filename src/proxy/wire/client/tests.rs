@@ -262,6 +262,34 @@ fn an_unusual_reason_phrase_is_kept_for_the_client() {
     assert_eq!(reason.map(|r| r.as_bytes()), Some(&b""[..]));
 }
 
+/// A head of more header lines than hyper's 100 (an API gateway's, a
+/// CDN's) is read whole, every line in order; past 1,024 it fails, saying
+/// so (it was a `502` "larger than 417792 bytes" for a head of 1.3 KB).
+#[test]
+fn heads_of_more_than_a_hundred_lines_are_read() {
+    let head_of = |lines: usize| {
+        let mut head = b"HTTP/1.1 200 OK\r\n".to_vec();
+        for i in 0..lines {
+            head.extend_from_slice(format!("x-h{i}: v{i}\r\n").as_bytes());
+        }
+        head.extend_from_slice(b"content-length: 0\r\n\r\n");
+        head
+    };
+    let head = parse(&head_of(120), &Method::GET)
+        .expect("valid")
+        .expect("whole");
+    let headers = head.response.headers();
+    assert_eq!(headers.len(), 121);
+    assert_eq!(
+        headers.get("x-h119").map(|v| v.as_bytes()),
+        Some(&b"v119"[..])
+    );
+    assert!(matches!(
+        parse(&head_of(1024), &Method::GET),
+        Err(WireError::TooManyHeaders)
+    ));
+}
+
 #[test]
 fn malformed_or_huge_heads_fail() {
     assert!(parse(b"HTTP/1.1 2OO OK\r\n\r\n", &Method::GET).is_err());
