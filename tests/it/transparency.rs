@@ -246,6 +246,47 @@ async fn an_absolute_form_target_reaches_the_upstream_in_origin_form() {
     }
 }
 
+/// A `GET` with a chunked body (Elasticsearch-style queries; some
+/// clients' search APIs) reaches the upstream with its body, over
+/// HTTP/1.1 and from an h2c client: before, the body was dropped (hyper's
+/// client rule for a `GET` of unknown size) while the access log counted
+/// its bytes in.
+#[tokio::test]
+async fn a_get_with_a_body_keeps_it() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let echo = Echo::start().await;
+    let proxy = common::proxy(echo.addr, "").await;
+    let mut stream = tokio::net::TcpStream::connect(proxy.addr)
+        .await
+        .expect("connect");
+    let request = b"GET /v1/models HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n";
+    stream.write_all(request).await.expect("write");
+    let mut answer = Vec::new();
+    let read = async {
+        let mut buf = [0u8; 1024];
+        // Until the chunked answer's end (an answer without the body has
+        // none: the wait ends at the timeout).
+        while !answer.ends_with(b"\r\n0\r\n\r\n") {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => answer.extend_from_slice(&buf[..n]),
+            }
+        }
+    };
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), read).await;
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    assert!(answer.contains("\r\n5\r\nhello\r\n"), "{answer}");
+    // From an h2c client, the body in `DATA` frames of no stated length.
+    let frames = futures_util::stream::iter([Ok::<_, std::convert::Infallible>(
+        http_body::Frame::data(Bytes::from_static(b"hello")),
+    )]);
+    let request = Request::get(format!("http://{}/v1/models", proxy.addr))
+        .body(http_body_util::StreamBody::new(frames))
+        .expect("request");
+    let response = send_h2(proxy.addr, request).await.expect("h2 response");
+    assert_eq!(collect(response).await.expect("body").body(), b"hello");
+}
+
 #[tokio::test]
 async fn request_bodies_arrive_byte_identical() {
     let mut echo = Echo::start().await;

@@ -61,8 +61,11 @@ pub(crate) enum BodySize {
 /// Writes the request head, origin-form, choosing the body's framing as
 /// hyper's client does (`Role::set_length`): a `content-length` the request
 /// carries is kept; an empty body gets none; a known size gets one; an
-/// unknown size is chunked, except for GET, HEAD and CONNECT, which are
-/// sent without a body.
+/// unknown size is chunked, whatever the method. (hyper's client sends a
+/// `GET`, `HEAD` or `CONNECT` of unknown size without its body; but a
+/// proxy's request has a body of unknown size only when its client sent
+/// one, chunked or in HTTP/2 `DATA` frames, and dropping it lost the bytes
+/// a `GET` with a body carried, Elasticsearch-style.)
 pub(crate) fn encode_request(
     head: &mut request::Parts,
     size: BodySize,
@@ -86,17 +89,14 @@ pub(crate) fn encode_request(
         }
         _ => match (content_length(headers), size) {
             (Ok(Some(len)), _) => Framing::Length(len),
-            (_, BodySize::Unknown) => match head.method {
-                Method::GET | Method::HEAD | Method::CONNECT => Framing::Length(0),
-                _ => {
-                    headers.insert(
-                        header::TRANSFER_ENCODING,
-                        HeaderValue::from_static("chunked"),
-                    );
-                    headers.remove(header::CONTENT_LENGTH);
-                    Framing::Chunked
-                }
-            },
+            (_, BodySize::Unknown) => {
+                headers.insert(
+                    header::TRANSFER_ENCODING,
+                    HeaderValue::from_static("chunked"),
+                );
+                headers.remove(header::CONTENT_LENGTH);
+                Framing::Chunked
+            }
             (_, BodySize::Known(len)) => {
                 headers.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
                 Framing::Length(len)
