@@ -198,6 +198,11 @@ async fn the_upstreams_bytes_read_with_its_101_reach_the_client() {
     assert_eq!(asked.header("upgrade").as_deref(), Some("websocket"));
     assert_eq!(asked.header("connection").as_deref(), Some("upgrade"));
     assert_eq!(asked.header("sec-websocket-key").as_deref(), Some(KEY));
+    // A handshake has no body to announce: Python's `websockets` server
+    // refuses one with `transfer-encoding`, h11 and llhttp would read the
+    // session's bytes as a chunked body.
+    let framed = ["transfer-encoding", "content-length"].map(|h| asked.header(h));
+    assert_eq!(framed, [None, None], "{}", asked.head);
     let text = text.to_ascii_lowercase();
     assert!(text.contains("\r\nupgrade: websocket\r\n"), "{text}");
     assert!(text.contains("\r\nconnection: upgrade\r\n"), "{text}");

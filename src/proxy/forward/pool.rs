@@ -21,8 +21,8 @@
 //! beyond `pool_max_idle_per_host`; a request the upstream closed a reused
 //! connection on before it was sent is retried once on a new connection,
 //! and so is a bodiless `GET`, `HEAD`, `OPTIONS` or `TRACE` the upstream
-//! closed it on before any byte of an answer (as hyper-util's client, Go's
-//! and nginx do): a server that closes a kept-alive connection after its
+//! closed it on before any byte of a final answer (an informational 1xx
+//! aside; as Go's client and nginx do, not hyper-util's): a server that closes a kept-alive connection after its
 //! answer without saying so (a worker recycled after its N requests) may
 //! have read the request, but a safe method changes nothing (RFC 9110
 //! §9.2.2).
@@ -176,7 +176,11 @@ impl Pool {
     /// which they would keep allocated (and its first page backed) as long.
     pub(super) fn encode(request: Request<UpstreamBody>) -> Outgoing {
         let (mut parts, body) = request.into_parts();
-        let size = if body.is_end_stream() {
+        // A request that asks to switch protocols is a `GET` with no body:
+        // its `body` is the client's bytes once switched, which its head
+        // must not announce (no `transfer-encoding` on a handshake).
+        let asked = parts.extensions.get::<Asked>().is_some();
+        let size = if asked || body.is_end_stream() {
             BodySize::Empty
         } else {
             body.size_hint()
@@ -185,12 +189,8 @@ impl Pool {
         };
         let mut out = Vec::with_capacity(1024);
         let framing = h1::encode_request(&mut parts, size, &mut out);
-        // A request that asks to switch protocols is sent with no body (a
-        // `GET`); once switched, the client's bytes follow as they come.
-        let framing = match parts.extensions.get::<Asked>() {
-            Some(_) => Framing::Close,
-            None => framing,
-        };
+        // Once switched, the client's bytes follow as they come.
+        let framing = if asked { Framing::Close } else { framing };
         let safe = matches!(
             parts.method,
             Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE
@@ -240,7 +240,10 @@ impl Pool {
                 // Or before any byte of its answer, to a request that may be
                 // sent twice: send it anew, from its first byte.
                 Err(PoolError::Io(_) | PoolError::Wire(WireError::Incomplete))
-                    if reused && conn.buf.is_empty() && rewind(&mut upload, &mut spent) => {}
+                    if reused && conn.buf.is_empty() && rewind(&mut upload, &mut spent) =>
+                {
+                    tracing::debug!("Upstream closed a reused connection unanswered; resent.");
+                }
                 Err(e) => return Err(e),
             }
             (conn, connect) = self.connect().await?;
@@ -340,7 +343,13 @@ fn poll_head(
 ) -> Poll<Result<h1::Head, PoolError>> {
     if let Some(sending) = upload.as_mut() {
         match sending.poll_send(&mut conn.io, cx) {
-            Poll::Ready(Ok(())) => *spent = upload.take().filter(|u| u.replay.is_some()),
+            Poll::Ready(Ok(())) => {
+                // Kept without its write buffer: `rewind` refills it.
+                *spent = upload.take().filter(|u| u.replay.is_some()).map(|mut u| {
+                    u.out = Vec::new();
+                    u
+                });
+            }
             Poll::Ready(Err(PoolError::Body(e))) => return Poll::Ready(Err(PoolError::Body(e))),
             Poll::Ready(Err(e)) if sending.untouched() => return Poll::Ready(Err(e)),
             Poll::Ready(Err(e)) => {

@@ -33,7 +33,7 @@ use super::{
     turns::Turns,
     ReceivedBody,
 };
-use crate::proxy::{wire::server::request::MAX_HEAD, woken::Woken};
+use crate::proxy::woken::Woken;
 use crate::{
     config::Timeouts,
     export::metrics::ConnectionMetrics,
@@ -133,10 +133,7 @@ fn builder(timeouts: &Timeouts) -> auto::Builder<TokioExecutor> {
         .timer(TokioTimer::new())
         .keep_alive_interval(timeouts.keep_alive_interval)
         .keep_alive_timeout(timeouts.keep_alive_timeout)
-        // The head an HTTP/1.1 client may send (hyper's h2 default is 16
-        // KiB: a gateway's h2c request with a large JWT or cookie was
-        // refused `431` where HTTP/1.1 passed it).
-        .max_header_list_size(MAX_HEAD as u32);
+        .max_header_list_size(H2_MAX_HEAD);
     builder
 }
 
@@ -149,6 +146,14 @@ fn http1_builder(timeouts: &Timeouts) -> http1::Builder {
         .header_read_timeout(timeouts.header_read);
     builder
 }
+
+/// The decoded head an HTTP/2 client's request may have: 64 KiB, about
+/// Envoy's default (60 KiB). hyper's default of 16 KiB refused a gateway's
+/// h2c request with a large JWT or SSO cookie (`431`, or far past it the
+/// whole connection with `GOAWAY`) where HTTP/1.1 passes it. Not HTTP/1.1's
+/// 408 KiB: HPACK lets a few bytes on the wire decode to a head of that
+/// size, on each of up to 200 streams of a connection.
+const H2_MAX_HEAD: u32 = 64 * 1024;
 
 /// Tells connections to finish, and learns when they all have.
 #[derive(Debug)]
