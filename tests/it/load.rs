@@ -469,6 +469,13 @@ async fn embeddings_paths_get_an_input() {
     whole_answers_read_as(&["/v1/embeddings", "/embeddings"], "openai_embeddings", 0).await;
 }
 
+/// Ollama's own `/api/embed` gets an `input`: each read as `ollama_embed`,
+/// its input the answer's `prompt_eval_count`.
+#[tokio::test]
+async fn ollamas_embed_gets_an_input() {
+    whole_answers_read_as(&["/api/embed"], "ollama_embed", 0).await;
+}
+
 /// vLLM's `/classify` and `/pooling` get an `input` (the simulator, as
 /// vLLM does, refuses a request without one): each read as `pooling`.
 #[tokio::test]

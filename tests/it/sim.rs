@@ -728,6 +728,41 @@ async fn poolings_parse_through_the_proxy() {
     );
 }
 
+/// Ollama's own `/api/embed` through the proxy: a vector per input (a
+/// batch of 200, 2 MB, read by its ends), the request read as
+/// `ollama_embed` under its model, its input the answer's
+/// `prompt_eval_count`, no parse error, nothing generated, no TTFT.
+#[tokio::test]
+async fn ollamas_embed_parses_through_the_proxy() {
+    let sim = start(fast()).await;
+    let (proxy, mut timelines) = proxy_with_timelines(sim.addr, "").await;
+    let schedule = [("x-sim-schedule", "ttft_ms=1,gap_ms=0,tokens=1")];
+    for count in [1, 200] {
+        let input = vec!["\"why is the sky blue\""; count].join(",");
+        let body = format!(r#"{{"model":"nomic-embed-text","input":[{input}],"dimensions":768}}"#);
+        let response = post(proxy.addr, "/api/embed", &body, &schedule)
+            .await
+            .expect("whole body");
+        assert_eq!(response.status, 200);
+        let answer: serde_json::Value = serde_json::from_slice(&response.body()).expect("JSON");
+        let vectors = answer["embeddings"].as_array().map(Vec::len);
+        assert_eq!(vectors, Some(count));
+        let t = next_timeline(&mut timelines).await;
+        assert_eq!(t.dialect, Dialect::OllamaEmbed);
+        assert_eq!(t.model.as_deref(), Some("nomic-embed-text"));
+        assert_eq!(t.outcome, Outcome::Ok);
+        assert!(t.parse_errors.is_empty(), "{:?}", t.parse_errors);
+        assert_eq!(t.tokens.input, answer["prompt_eval_count"].as_u64());
+        assert_eq!(t.tokens.input_source, Some(CountSource::Usage));
+        assert_eq!(t.tokens.generated, 0);
+        assert_eq!(t.ttft(), None);
+        if count == 200 {
+            let size = response.body().len();
+            assert!(size > 1 << 20, "{size}");
+        }
+    }
+}
+
 /// TEI's `/embed`: the simulator's bare array of vectors with TEI's head,
 /// through the proxy: a vector per input, the request read as `tei`, its
 /// input tokens the head's `x-compute-tokens`, its queue and prefill the

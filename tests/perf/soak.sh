@@ -9,13 +9,14 @@
 # before it reached the proxy could not be accounted for).
 #
 # Traffic: `tokenclock load` with the chat and summaries workloads sent to
-# fourteen API families of the simulator (OpenAI chat, completions, Responses,
+# fifteen API families of the simulator (OpenAI chat, completions, Responses,
 # Anthropic Messages, Ollama chat and generate: SSE and NDJSON; SGLang's
 # native /generate, which the proxy tells from TGI's by the answer; TGI's
 # native /generate_stream; llama.cpp's native /completion; speech to
 # text's /v1/audio/transcriptions, a form with an audio file; embeddings'
-# /v1/embeddings, reranks' /v1/rerank and vLLM's /classify, whole answers
-# read by their ends; TEI's /embed, read from its head), each also
+# /v1/embeddings, Ollama's /api/embed, reranks' /v1/rerank and vLLM's
+# /classify, whole answers read by their ends; TEI's /embed, read from its
+# head), each also
 # with faults (aborted streams, 500s, 429s, a malformed event, a stall),
 # 16 events per stream as fast as the connection takes them. --http2: the
 # load speaks h2c (one connection per 100 streams), as an HTTP/2 gateway in
@@ -100,7 +101,7 @@ PROXY_PID=$!
 PIDS+=("$PROXY_PID")
 wait_for_line "$TMP/tokenclock.log" "Proxy listening." 10 || die "tokenclock did not start"
 
-PATHS=(/v1/chat/completions /v1/completions /v1/responses /v1/messages /api/chat /api/generate /generate /generate_stream /completion /v1/audio/transcriptions /v1/embeddings /v1/rerank /classify /embed)
+PATHS=(/v1/chat/completions /v1/completions /v1/responses /v1/messages /api/chat /api/generate /generate /generate_stream /completion /v1/audio/transcriptions /v1/embeddings /api/embed /v1/rerank /classify /embed)
 FAULTS=("abort=4,rate=0.2" "status=500,rate=0.1" "status=429,rate=0.1" "malformed,rate=0.2" "stall=20,rate=0.1")
 LOAD_ARGS=(--target "http://127.0.0.1:$TC_PORT" --concurrency "$CONCURRENCY" --format json
     "${HTTP2[@]}" --workload chat --workload summaries --schedule "ttft_ms=0,gap_ms=0,tokens=16"

@@ -30,6 +30,7 @@ ENDPOINTS = {
     "/completion": "llamacpp",
     "/v1/audio/transcriptions": "openai_audio",
     "/v1/embeddings": "openai_embeddings",
+    "/api/embed": "ollama_embed",
     "/v1/rerank": "rerank",
     "/classify": "pooling",
     # TEI's, read from its head.

@@ -131,7 +131,7 @@ impl Workload {
             _ if self.path.trim_end_matches('/') == "/embed" => {
                 Some(serde_json::json!({"inputs": [prompt], "truncate": true}))
             }
-            Dialect::OpenAiEmbeddings | Dialect::Pooling => {
+            Dialect::OpenAiEmbeddings | Dialect::OllamaEmbed | Dialect::Pooling => {
                 Some(serde_json::json!({"model": self.model, "input": [prompt]}))
             }
             Dialect::Rerank if self.path.trim_end_matches('/').ends_with("/score") => {

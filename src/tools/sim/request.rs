@@ -48,6 +48,9 @@ pub(crate) enum Format {
     /// `/v1/score` and `/score`: vLLM's pair scoring, a score per
     /// `text_2` against `text_1`; nothing generated, never streamed.
     Score,
+    /// `/api/embed`: Ollama's own embeddings, a vector per input and its
+    /// counts and durations; nothing generated, never streamed.
+    OllamaEmbed,
     /// `/classify` and `/v1/classify`: vLLM's sequence classification, a
     /// label and its probabilities per input; nothing generated, never
     /// streamed.
@@ -80,6 +83,7 @@ impl Format {
             "/v1/embeddings" | "/embeddings" => Self::Embeddings,
             "/v1/rerank" | "/v2/rerank" | "/rerank" => Self::Rerank,
             "/v1/score" | "/score" => Self::Score,
+            "/api/embed" => Self::OllamaEmbed,
             "/classify" | "/v1/classify" => Self::Classify,
             "/pooling" => Self::Pooling,
             "/embed" => Self::Tei,
@@ -88,7 +92,10 @@ impl Format {
     }
 
     fn is_ollama(self) -> bool {
-        matches!(self, Self::OllamaChat | Self::OllamaGenerate)
+        matches!(
+            self,
+            Self::OllamaChat | Self::OllamaGenerate | Self::OllamaEmbed
+        )
     }
 
     /// Whether it answers with no generation: one whole body after the
@@ -97,6 +104,7 @@ impl Format {
         matches!(
             self,
             Self::Embeddings
+                | Self::OllamaEmbed
                 | Self::Rerank
                 | Self::Score
                 | Self::Classify

@@ -309,7 +309,9 @@ fn error(status: StatusCode, message: &str) -> Response<SimBody> {
 fn error_in(format: Option<Format>, status: StatusCode, message: &str) -> Response<SimBody> {
     let code = status.as_u16();
     let body = match format {
-        Some(Format::OllamaChat | Format::OllamaGenerate) => json!({"error": message}),
+        Some(Format::OllamaChat | Format::OllamaGenerate | Format::OllamaEmbed) => {
+            json!({"error": message})
+        }
         Some(format @ (Format::TgiStream | Format::TgiRoot | Format::Tei)) => {
             let kind = match code {
                 429 => "overloaded",

@@ -6,6 +6,7 @@ mod audio;
 mod embeddings;
 mod llamacpp;
 mod ollama;
+mod ollama_embed;
 mod openai;
 mod pooling;
 mod rerank;
@@ -185,6 +186,7 @@ pub(crate) fn encoder(request: &SimRequest, id: u64) -> Box<dyn Encoder> {
         Format::Embeddings => Box::new(embeddings::Embeddings::new(request, id)),
         Format::Rerank => Box::new(rerank::Rerank::new(request, id, false)),
         Format::Score => Box::new(rerank::Rerank::new(request, id, true)),
+        Format::OllamaEmbed => Box::new(ollama_embed::OllamaEmbed::new(request, id)),
         Format::Classify => Box::new(pooling::Pooling::new(request, id, true)),
         Format::Pooling => Box::new(pooling::Pooling::new(request, id, false)),
         Format::Tei => Box::new(tei::Tei::new(request, id)),
