@@ -586,18 +586,8 @@ async fn embeddings_parse_through_the_proxy() {
         };
         assert_eq!(numbers, dimensions, "{case}");
         let t = next_timeline(&mut timelines).await;
-        assert_eq!(t.dialect, Dialect::OpenAiEmbeddings, "{case}");
-        assert_eq!(t.model.as_deref(), Some(model), "{case}");
-        assert_eq!(t.outcome, Outcome::Ok, "{case}");
-        assert!(t.parse_errors.is_empty(), "{case}: {:?}", t.parse_errors);
-        assert_eq!(
-            t.tokens.input,
-            answer["usage"]["prompt_tokens"].as_u64(),
-            "{case}"
-        );
-        assert_eq!(t.tokens.input_source, Some(CountSource::Usage), "{case}");
-        assert_eq!(t.tokens.generated, 0, "{case}");
-        assert_eq!(t.ttft(), None, "{case}");
+        let usage = answer["usage"]["prompt_tokens"].as_u64();
+        read_whole_as(&t, Dialect::OpenAiEmbeddings, model, usage, &case);
         if vectors == 128 {
             assert!(
                 response.body().len() > 1 << 20,
@@ -649,7 +639,8 @@ async fn reranks_parse_through_the_proxy() {
         assert_eq!(listed.map(Vec::len), Some(count), "{path}");
         let t = next_timeline(&mut timelines).await;
         let model = "BAAI/bge-reranker-v2-m3";
-        read_whole_as(&t, Dialect::Rerank, model, &answer, path);
+        let usage = answer["usage"]["prompt_tokens"].as_u64();
+        read_whole_as(&t, Dialect::Rerank, model, usage, path);
         if count == 300 {
             let size = response.body().len();
             assert!(size > 1 << 20, "{path}: {size}");
@@ -657,25 +648,18 @@ async fn reranks_parse_through_the_proxy() {
     }
 }
 
-/// `t` is a whole answer's that generates nothing (`answer`, to `path`),
-/// read as `dialect` under `model`: ok, no parse error, its input the
-/// answer's usage, nothing generated, no TTFT.
-fn read_whole_as(
-    t: &Timeline,
-    dialect: Dialect,
-    model: &str,
-    answer: &serde_json::Value,
-    path: &str,
-) {
-    assert_eq!(t.dialect, dialect, "{path}");
-    assert_eq!(t.model.as_deref(), Some(model), "{path}");
-    assert_eq!(t.outcome, Outcome::Ok, "{path}");
-    assert!(t.parse_errors.is_empty(), "{path}: {:?}", t.parse_errors);
-    let usage = answer["usage"]["prompt_tokens"].as_u64();
-    assert_eq!(t.tokens.input, usage, "{path}");
-    assert_eq!(t.tokens.input_source, Some(CountSource::Usage), "{path}");
-    assert_eq!(t.tokens.generated, 0, "{path}");
-    assert_eq!(t.ttft(), None, "{path}");
+/// `t` is a whole answer's that generates nothing (to `case`), read as
+/// `dialect` under `model`: ok, no parse error, its input `usage` (what
+/// the answer reports), nothing generated, no TTFT.
+fn read_whole_as(t: &Timeline, dialect: Dialect, model: &str, usage: Option<u64>, case: &str) {
+    assert_eq!(t.dialect, dialect, "{case}");
+    assert_eq!(t.model.as_deref(), Some(model), "{case}");
+    assert_eq!(t.outcome, Outcome::Ok, "{case}");
+    assert!(t.parse_errors.is_empty(), "{case}: {:?}", t.parse_errors);
+    assert_eq!(t.tokens.input, usage, "{case}");
+    assert_eq!(t.tokens.input_source, Some(CountSource::Usage), "{case}");
+    assert_eq!(t.tokens.generated, 0, "{case}");
+    assert_eq!(t.ttft(), None, "{case}");
 }
 
 /// vLLM's `/classify` and `/pooling` through the proxy: an answer per
@@ -711,7 +695,8 @@ async fn poolings_parse_through_the_proxy() {
         );
         let t = next_timeline(&mut timelines).await;
         let model = "jason9693/Qwen2.5-1.5B-apeach";
-        read_whole_as(&t, Dialect::Pooling, model, &answer, path);
+        let usage = answer["usage"]["prompt_tokens"].as_u64();
+        read_whole_as(&t, Dialect::Pooling, model, usage, path);
         if count == 300 {
             let size = response.body().len();
             assert!(size > 2 << 20, "{path}: {size}");
@@ -748,14 +733,14 @@ async fn ollamas_embed_parses_through_the_proxy() {
         let vectors = answer["embeddings"].as_array().map(Vec::len);
         assert_eq!(vectors, Some(count));
         let t = next_timeline(&mut timelines).await;
-        assert_eq!(t.dialect, Dialect::OllamaEmbed);
-        assert_eq!(t.model.as_deref(), Some("nomic-embed-text"));
-        assert_eq!(t.outcome, Outcome::Ok);
-        assert!(t.parse_errors.is_empty(), "{:?}", t.parse_errors);
-        assert_eq!(t.tokens.input, answer["prompt_eval_count"].as_u64());
-        assert_eq!(t.tokens.input_source, Some(CountSource::Usage));
-        assert_eq!(t.tokens.generated, 0);
-        assert_eq!(t.ttft(), None);
+        let usage = answer["prompt_eval_count"].as_u64();
+        read_whole_as(
+            &t,
+            Dialect::OllamaEmbed,
+            "nomic-embed-text",
+            usage,
+            "/api/embed",
+        );
         if count == 200 {
             let size = response.body().len();
             assert!(size > 1 << 20, "{size}");

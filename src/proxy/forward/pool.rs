@@ -22,10 +22,10 @@
 //! connection on before it was sent is retried once on a new connection,
 //! and so is a bodiless `GET`, `HEAD`, `OPTIONS` or `TRACE` the upstream
 //! closed it on before any byte of a final answer (an informational 1xx
-//! aside; as Go's client and nginx do, not hyper-util's): a server that closes a kept-alive connection after its
-//! answer without saying so (a worker recycled after its N requests) may
-//! have read the request, but a safe method changes nothing (RFC 9110
-//! §9.2.2).
+//! aside; as Go's client and nginx do, not hyper-util's): a server that
+//! closes a kept-alive connection after its answer without saying so (a
+//! worker recycled after its N requests) may have read the request, but a
+//! safe method changes nothing (RFC 9110 §9.2.2).
 //! HTTP/2 multiplexes streams on one connection, which needs a task of its
 //! own: `upstream_protocol = "http2"` stays on hyper-util's client.
 

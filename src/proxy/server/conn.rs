@@ -422,7 +422,7 @@ fn refused_head(error: &BoxError) -> bool {
     error.is::<h1::RefusedHead>()
         || error
             .downcast_ref::<hyper::Error>()
-            .is_some_and(|e| e.is_parse() || e.is_parse_too_large())
+            .is_some_and(hyper::Error::is_parse)
 }
 
 /// Closes a connection's turns when dropped.
