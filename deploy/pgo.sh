@@ -12,8 +12,8 @@
 # 2. Training, on 127.0.0.1 only (ports PGO_PORT to PGO_PORT+2, 18531 by
 #    default), about 10 s: the instrumented binary runs as the simulator, the
 #    proxy and the load generator. Every API family the simulator serves
-#    (speech to text's forms, and embeddings' and reranks' whole answers
-#    among them),
+#    (speech to text's forms, and the whole answers of embeddings, reranks,
+#    vLLM's /classify and Ollama's /api/embed among them),
 #    with and without reasoning tokens; events paced, piled up and one per write;
 #    upstream faults (aborts, 500s, malformed events); records, an SLO,
 #    scrapes of /metrics and the health endpoints; text and JSON access logs;
@@ -69,7 +69,8 @@ train() {
     local paths=(--path /v1/chat/completions --path /v1/completions --path /v1/responses
         --path /v1/messages --path /api/chat --path /api/generate --path /generate
         --path /generate_stream --path /completion --path /v1/audio/transcriptions
-        --path /v1/embeddings --path /v1/rerank --path /embed)
+        --path /v1/embeddings --path /v1/rerank --path /embed --path /classify
+        --path /api/embed)
     # load EXPECT_OK ARGS...: the load generator against the proxy; with
     # EXPECT_OK=all every request must end ok.
     load() {
@@ -129,7 +130,7 @@ TOML
     wait "$sim_pid" 2>/dev/null || true
     local endpoint
     for endpoint in openai_chat openai_completions openai_responses anthropic ollama sglang tgi \
-        llamacpp openai_audio openai_embeddings rerank tei; do
+        llamacpp openai_audio openai_embeddings rerank tei pooling ollama_embed; do
         grep -qF "\"endpoint\":\"$endpoint\"" "$tmp/records.jsonl" || die "no $endpoint request in the records"
     done
     local reasoning
