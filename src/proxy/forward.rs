@@ -24,6 +24,7 @@ use std::{convert::Infallible, future::Future, pin::Pin, sync::Arc};
 use crate::proxy::server::ReceivedBody as Incoming;
 use http::{header, uri::PathAndQuery, HeaderValue, Request, Response, StatusCode, Uri, Version};
 use hyper::service::Service;
+use prometheus::IntCounter;
 use tokio::time::{error::Elapsed, timeout, Instant};
 
 pub(crate) use self::capacity::Capacity;
@@ -84,12 +85,13 @@ impl Proxy {
         health: Health,
         live: Live,
         capacity: Arc<Capacity>,
+        resends: IntCounter,
     ) -> Result<Self, rustls::Error> {
         let upstream_host = HeaderValue::from_str(config.upstream.authority.as_str())
             .unwrap_or_else(|_| HeaderValue::from_static("localhost"));
         Ok(Self {
             inner: Arc::new(Inner {
-                client: UpstreamClient::new(config)?,
+                client: UpstreamClient::new(config, resends)?,
                 upstream: config.upstream.clone(),
                 upstream_host,
                 preserve_host: config.preserve_host,

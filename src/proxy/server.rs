@@ -188,6 +188,7 @@ impl Bound {
             config.connections.metrics_max,
             Serve::new(&config.timeouts, metrics.connections("metrics")),
         );
+        let resends = metrics.upstream_resends();
         let admin_service = admin::Admin::new(health.clone(), metrics);
         background.spawn(async move {
             // Never drained: it serves /readyz = 503 until the process exits.
@@ -197,7 +198,7 @@ impl Bound {
                 .await;
         });
 
-        let service = Proxy::new(&config, health.clone(), live, capacity)?;
+        let service = Proxy::new(&config, health.clone(), live, capacity, resends)?;
         let drain = Drain::new();
         tracing::info!(
             %listen,

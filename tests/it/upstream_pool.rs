@@ -27,7 +27,7 @@ use tokio::net::TcpListener;
 
 use crate::common::{
     self,
-    client::{collect, send},
+    client::{collect, metric, send},
 };
 
 /// Events of the streamed answer.
@@ -350,9 +350,12 @@ async fn a_safe_request_the_upstream_closed_a_reused_connection_on_is_sent_anew(
         assert_eq!(body, expected, "{method}");
     }
     assert_eq!(accepted.load(Ordering::SeqCst), 4, "one connection each");
+    let resends = "tokenclock_upstream_resends_total";
+    assert_eq!(metric(proxy.metrics_addr, resends).await, 3.0);
     let post = Request::post("/v1/chat/completions")
         .body(Full::new(Bytes::from_static(b"{}")))
         .expect("request");
     let response = send(proxy.addr, post).await.expect("head");
     assert_eq!(response.status(), 502, "a POST is never sent twice");
+    assert_eq!(metric(proxy.metrics_addr, resends).await, 3.0);
 }

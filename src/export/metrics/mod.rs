@@ -244,6 +244,11 @@ impl Metrics {
         self.shared.upstream.series()
     }
 
+    /// Requests the upstream client sent a second time.
+    pub(crate) fn upstream_resends(&self) -> IntCounter {
+        self.shared.upstream.resends()
+    }
+
     /// Counts a config reload; a successful one also sets the time of the
     /// last successful load (the start counts as one).
     pub(crate) fn config_reloaded(&self, ok: bool) {

@@ -1,5 +1,6 @@
-//! The upstream health probe's families: whether the last probe found the
-//! upstream healthy, and how every probe ended.
+//! The upstream's own families: whether the last health probe found the
+//! upstream healthy, how every probe ended, and the requests sent to it a
+//! second time.
 
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
@@ -8,6 +9,7 @@ use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 pub(super) struct UpstreamFamilies {
     healthy: IntGauge,
     probes: IntCounterVec,
+    resends: IntCounter,
 }
 
 impl UpstreamFamilies {
@@ -23,9 +25,23 @@ impl UpstreamFamilies {
             ),
             &["result"],
         )?;
+        let resends = IntCounter::with_opts(Opts::new(
+            "tokenclock_upstream_resends_total",
+            "Requests sent to the upstream a second time, on a new connection: a bodiless GET, HEAD, OPTIONS or TRACE on a kept-alive HTTP/1.1 connection the upstream closed before any byte of its answer (a worker recycled, a graceful restart). Never a POST.",
+        ))?;
         registry.register(Box::new(healthy.clone()))?;
         registry.register(Box::new(probes.clone()))?;
-        Ok(Self { healthy, probes })
+        registry.register(Box::new(resends.clone()))?;
+        Ok(Self {
+            healthy,
+            probes,
+            resends,
+        })
+    }
+
+    /// Requests sent a second time on a new connection.
+    pub(super) fn resends(&self) -> IntCounter {
+        self.resends.clone()
     }
 
     /// Every series, resolved once so each result is exported from the

@@ -17,6 +17,7 @@ use hyper_util::{
     },
     rt::{TokioExecutor, TokioTimer},
 };
+use prometheus::IntCounter;
 use rustls::crypto::ring;
 
 use super::{
@@ -62,8 +63,9 @@ pub(super) struct Answer {
 // === impl UpstreamClient ===
 
 impl UpstreamClient {
-    /// The client for the validated config.
-    pub(super) fn new(config: &Config) -> Result<Self, rustls::Error> {
+    /// The client for the validated config; `resends` counts the requests
+    /// its HTTP/1.1 pool sends a second time.
+    pub(super) fn new(config: &Config, resends: IntCounter) -> Result<Self, rustls::Error> {
         Ok(match config.upstream.protocol {
             UpstreamProtocol::Http1 => {
                 let target = Uri::builder()
@@ -77,6 +79,7 @@ impl UpstreamClient {
                     target,
                     config.pool.max_idle_per_host,
                     config.pool.idle_timeout,
+                    resends,
                 ))
             }
             UpstreamProtocol::Http2 => Self::Spawned(Box::new(build(config)?)),

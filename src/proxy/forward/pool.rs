@@ -42,6 +42,7 @@ use bytes::{Bytes, BytesMut};
 use http::{header, HeaderMap, Method, Request, Response, Uri};
 use http_body::{Body, Frame, SizeHint};
 use hyper_util::rt::TokioIo;
+use prometheus::IntCounter;
 use tokio::{
     io::{AsyncRead, AsyncWrite, ReadBuf, ReadHalf},
     task::AbortHandle,
@@ -110,6 +111,8 @@ struct Shared {
     idle: Mutex<Vec<Idle>>,
     max_idle: usize,
     idle_timeout: Duration,
+    /// Requests sent a second time ([`Upload::replay`]).
+    resends: IntCounter,
 }
 
 struct Idle {
@@ -149,6 +152,7 @@ impl Pool {
         target: Uri,
         max_idle: usize,
         idle_timeout: Duration,
+        resends: IntCounter,
     ) -> Self {
         let shared = Arc::new(Shared {
             connector,
@@ -156,6 +160,7 @@ impl Pool {
             idle: Mutex::new(Vec::new()),
             max_idle,
             idle_timeout,
+            resends,
         });
         // Closes connections idle past the timeout while no request comes
         // to find them; without a runtime (unit tests) they go when taken.
@@ -236,7 +241,12 @@ impl Pool {
                 // reached it: nothing was sent, so send it anew (out of the
                 // match, which would keep the error across the connect).
                 Err(PoolError::Io(_))
-                    if reused && upload.as_ref().is_some_and(|u| u.untouched()) => {}
+                    if reused && upload.as_ref().is_some_and(|u| u.untouched()) =>
+                {
+                    tracing::debug!(
+                        "Upstream closed a reused connection before the request; resent."
+                    );
+                }
                 // Or before any byte of its answer, to a request that may be
                 // sent twice: send it anew, from its first byte.
                 Err(PoolError::Io(_) | PoolError::Wire(WireError::Incomplete))
@@ -246,6 +256,7 @@ impl Pool {
                 }
                 Err(e) => return Err(e),
             }
+            self.shared.resends.inc();
             (conn, connect) = self.connect().await?;
             reused = false;
             failed_write = None;
