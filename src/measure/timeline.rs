@@ -312,11 +312,14 @@ impl Timeline {
         if let Some(server) = &parsed.server {
             merge_server(&mut self.server, server);
         }
+        // The first model named: Azure's first chunk (its content filter's
+        // verdict on the prompt) names `""`, which is no model.
         if self.response_model.is_none() {
             self.response_model = parsed
                 .model
                 .as_ref()
                 .and_then(Name::to_text)
+                .filter(|model| !model.trim().is_empty())
                 .map(str::to_owned);
         }
         if let Some(id) = &parsed.response_id {

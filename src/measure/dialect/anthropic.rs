@@ -199,7 +199,17 @@ pub(super) fn event<'a>(
                 .message
                 .map_or((None, None, None), |m| (m.usage, m.model, m.id));
             Parsed {
-                usage: usage.map(Usage::from),
+                // Its `output_tokens` is a placeholder (1, or a few), not a
+                // count: the count comes in `message_delta`. Kept, it stood
+                // for the total of a stream that ended before one (a user's
+                // stop, an `error` event, a cut), whose tokens were then
+                // undercounted and its TPOT and ITL lost; without it such
+                // a stream is counted by its events, as other families are.
+                usage: usage.map(|u| Usage {
+                    output: None,
+                    reasoning: None,
+                    ..Usage::from(u)
+                }),
                 model,
                 response_id: id,
                 ..Parsed::default()

@@ -201,6 +201,174 @@ pub(super) struct Answer {
     pub(super) think: Think,
 }
 
+/// A chat message's `content`: a string, the answer (its reasoning tags
+/// read as [`Answer`]'s), or Mistral's array of typed chunks (Magistral's
+/// reasoning, and its answer once a chunk of it was an array): a
+/// `{"type":"text","text":…}` chunk is answer, a
+/// `{"type":"thinking","thinking":[chunks]}` one reasoning; the others
+/// (references, images) carry no text. Any other value counts 0.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Content {
+    pub(super) answer: Answer,
+    /// Reasoning text (bytes) in `thinking` chunks.
+    pub(super) reasoning: u32,
+}
+
+/// One of Mistral's content chunks, an object: `type` need not be read,
+/// the text's key says its kind. Any other element carries no text.
+#[derive(Default)]
+pub(super) struct Chunk(pub(super) ChunkFields);
+
+#[derive(serde::Deserialize, Default)]
+pub(super) struct ChunkFields {
+    #[serde(default)]
+    text: TextLen,
+    #[serde(default)]
+    thinking: Thinking,
+}
+
+scan_struct!(ChunkFields {
+    text: "text",
+    thinking: "thinking"
+});
+
+impl<'de> Deserialize<'de> for Chunk {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Chunk;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a content chunk")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Chunk, A::Error> {
+                ChunkFields::deserialize(MapAccessDeserializer::new(map)).map(Chunk)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Chunk, A::Error> {
+                IgnoredAny::deserialize(SeqAccessDeserializer::new(seq)).map(|_| Chunk::default())
+            }
+            fn visit_str<E: Error>(self, _: &str) -> Result<Chunk, E> {
+                Ok(Chunk::default())
+            }
+            fn visit_unit<E: Error>(self) -> Result<Chunk, E> {
+                Ok(Chunk::default())
+            }
+            fn visit_bool<E: Error>(self, _: bool) -> Result<Chunk, E> {
+                Ok(Chunk::default())
+            }
+            fn visit_i64<E: Error>(self, _: i64) -> Result<Chunk, E> {
+                Ok(Chunk::default())
+            }
+            fn visit_u64<E: Error>(self, _: u64) -> Result<Chunk, E> {
+                Ok(Chunk::default())
+            }
+            fn visit_f64<E: Error>(self, _: f64) -> Result<Chunk, E> {
+                Ok(Chunk::default())
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl Tally for Chunk {
+    fn tally(self) -> Counts {
+        Counts {
+            output: self.0.text.0,
+            reasoning: self.0.thinking.0,
+            ..Counts::default()
+        }
+    }
+}
+
+/// A `thinking` chunk's text (bytes): its own chunks' text, or a string's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Thinking(pub(super) u32);
+
+impl From<Summed<Chunk>> for Thinking {
+    fn from(chunks: Summed<Chunk>) -> Self {
+        Self(chunks.0.output.saturating_add(chunks.0.reasoning))
+    }
+}
+
+impl From<Summed<Chunk>> for Content {
+    fn from(chunks: Summed<Chunk>) -> Self {
+        Self {
+            answer: Answer {
+                len: chunks.0.output,
+                think: Think::NONE,
+            },
+            reasoning: chunks.0.reasoning,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Content {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(ChunksOr(LenVisitor {
+            json: false,
+            tags: true,
+        }))
+        .map(|either| match either {
+            Either::Chunks(chunks) => chunks.into(),
+            Either::Text(answer) => Content {
+                answer,
+                reasoning: 0,
+            },
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for Thinking {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(ChunksOr(LenVisitor {
+            json: false,
+            tags: false,
+        }))
+        .map(|either| match either {
+            Either::Chunks(chunks) => chunks.into(),
+            Either::Text(text) => Thinking(text.len),
+        })
+    }
+}
+
+enum Either {
+    Chunks(Summed<Chunk>),
+    Text(Answer),
+}
+
+/// An array read as Mistral's chunks; any other value as `LenVisitor` reads it.
+struct ChunksOr(LenVisitor);
+
+impl<'de> Visitor<'de> for ChunksOr {
+    type Value = Either;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string or an array of content chunks")
+    }
+    fn visit_str<E: Error>(self, v: &str) -> Result<Either, E> {
+        self.0.visit_str(v).map(Either::Text)
+    }
+    fn visit_unit<E: Error>(self) -> Result<Either, E> {
+        self.0.visit_unit().map(Either::Text)
+    }
+    fn visit_bool<E: Error>(self, v: bool) -> Result<Either, E> {
+        self.0.visit_bool(v).map(Either::Text)
+    }
+    fn visit_i64<E: Error>(self, v: i64) -> Result<Either, E> {
+        self.0.visit_i64(v).map(Either::Text)
+    }
+    fn visit_u64<E: Error>(self, v: u64) -> Result<Either, E> {
+        self.0.visit_u64(v).map(Either::Text)
+    }
+    fn visit_f64<E: Error>(self, v: f64) -> Result<Either, E> {
+        self.0.visit_f64(v).map(Either::Text)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Either, A::Error> {
+        Summed::deserialize(SeqAccessDeserializer::new(seq)).map(Either::Chunks)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Either, A::Error> {
+        self.0.visit_map(map).map(Either::Text)
+    }
+}
+
 /// Number of elements of a JSON array (logprobs hold one per token).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(super) struct Count(pub(super) u32);
@@ -382,11 +550,18 @@ pub(super) struct ToolCall {
 }
 
 #[derive(serde::Deserialize)]
-struct Function {
+pub(super) struct Function {
     #[serde(default)]
     name: TextLen,
     #[serde(default)]
     arguments: ArgLen,
+}
+
+impl Function {
+    /// Its text: name and arguments (bytes).
+    pub(super) fn len(self) -> u32 {
+        self.name.0.saturating_add(self.arguments.0)
+    }
 }
 
 scan_struct!(ToolCall {
@@ -399,9 +574,7 @@ scan_struct!(Function {
 
 impl Tally for ToolCall {
     fn tally(self) -> Counts {
-        let tool = self
-            .function
-            .map_or(0, |f| f.name.0.saturating_add(f.arguments.0));
+        let tool = self.function.map_or(0, Function::len);
         Counts {
             tool,
             ..Counts::default()

@@ -15,7 +15,10 @@ use serde::{de::IgnoredAny, Deserialize};
 
 pub(super) use super::scan::{Scanner, Str, Text};
 use super::{
-    common::{json, len32, Answer, ArgLen, Count, Finishing, Summed, SummedFinish, Tally, TextLen},
+    common::{
+        json, len32, Answer, ArgLen, Chunk, ChunkFields, Content, Count, Finishing, Summed,
+        SummedFinish, Tally, TextLen, Thinking,
+    },
     Escapes, Name, ParseError, Think,
 };
 
@@ -254,6 +257,45 @@ pub(super) fn think_in(text: &Str<'_>) -> Option<Think> {
 
 /// An object or array counts its compact JSON length, as serde's `ArgLen`
 /// computes it from the value's bytes (tool arguments: not per token).
+/// An object as a content chunk's fields; any other value as nothing,
+/// read as serde reads it (a number serde refuses: serde decides).
+impl Scan<'_> for Chunk {
+    fn scan(s: &mut Scanner<'_>) -> Option<Self> {
+        match s.peek()? {
+            b'{' => ChunkFields::scan(s).map(Chunk),
+            b'"' => s.string().map(|_| Chunk::default()),
+            b'-' | b'0'..=b'9' => s
+                .number()
+                .filter(|n| n.in_range())
+                .map(|_| Chunk::default()),
+            _ => s.skip().map(|()| Chunk::default()),
+        }
+    }
+}
+
+/// An array as Mistral's content chunks, anything else as [`Answer`].
+impl Scan<'_> for Content {
+    fn scan(s: &mut Scanner<'_>) -> Option<Self> {
+        match s.peek()? {
+            b'[' => Summed::<Chunk>::scan(s).map(Content::from),
+            _ => Answer::scan(s).map(|answer| Content {
+                answer,
+                reasoning: 0,
+            }),
+        }
+    }
+}
+
+/// An array as Mistral's content chunks, anything else as [`TextLen`].
+impl Scan<'_> for Thinking {
+    fn scan(s: &mut Scanner<'_>) -> Option<Self> {
+        match s.peek()? {
+            b'[' => Summed::<Chunk>::scan(s).map(Thinking::from),
+            _ => text_len(s).map(Thinking),
+        }
+    }
+}
+
 impl Scan<'_> for ArgLen {
     fn scan(s: &mut Scanner<'_>) -> Option<Self> {
         match s.peek()? {

@@ -29,6 +29,9 @@ pub(super) struct OpenAiUsage {
     prompt_tokens_details: Option<Details>,
     #[serde(default, alias = "output_tokens_details")]
     completion_tokens_details: Option<Details>,
+    /// Tells xAI's sum from OpenAI's (see `From<OpenAiUsage> for Usage`).
+    #[serde(default)]
+    total_tokens: Option<u64>,
 }
 
 scan_struct!(OpenAiUsage {
@@ -36,6 +39,7 @@ scan_struct!(OpenAiUsage {
     completion_tokens: "completion_tokens" | "output_tokens",
     prompt_tokens_details: "prompt_tokens_details" | "input_tokens_details",
     completion_tokens_details: "completion_tokens_details" | "output_tokens_details",
+    total_tokens: "total_tokens",
 });
 
 #[derive(Deserialize, Default)]
@@ -51,13 +55,37 @@ scan_struct!(Details {
     reasoning_tokens: "reasoning_tokens",
 });
 
+/// OpenAI's `completion_tokens` includes its `reasoning_tokens`, and
+/// `total_tokens` is prompt + completion. xAI's (Grok) leaves reasoning out
+/// of `completion_tokens` and adds it to the total: prompt + completion +
+/// reasoning. A total that adds up only that way says the usage is xAI's,
+/// whatever the server, and the generated tokens are then completion +
+/// reasoning (read as OpenAI's, Grok's answer tokens were lost and its
+/// reasoning came out larger than its output).
 impl From<OpenAiUsage> for Usage {
     fn from(u: OpenAiUsage) -> Self {
+        let reasoning = u.completion_tokens_details.and_then(|d| d.reasoning_tokens);
+        let output = match (
+            u.prompt_tokens,
+            u.completion_tokens,
+            reasoning,
+            u.total_tokens,
+        ) {
+            (Some(prompt), Some(completion), Some(r @ 1..), Some(total))
+                if Some(total)
+                    == prompt
+                        .checked_add(completion)
+                        .and_then(|s| s.checked_add(r)) =>
+            {
+                Some(completion + r)
+            }
+            (_, completion, ..) => completion,
+        };
         Usage {
             input: u.prompt_tokens,
             cached_input: u.prompt_tokens_details.and_then(|d| d.cached_tokens),
-            output: u.completion_tokens,
-            reasoning: u.completion_tokens_details.and_then(|d| d.reasoning_tokens),
+            output,
+            reasoning,
         }
     }
 }

@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use serde::Deserialize;
 
 use super::{
-    common::{cow, Answer, Count, Counts, Finishing, Summed, Tally, TextLen, ToolCall},
+    common::{cow, Content, Count, Counts, Finishing, Function, Summed, Tally, TextLen, ToolCall},
     lazy::{scan_struct, Reader},
     openai, ParseError, Parsed,
 };
@@ -29,8 +29,9 @@ pub(super) struct Choice<'a> {
 /// (DeepSeek, SGLang, llama.cpp, older vLLM) may both carry the same text.
 #[derive(Deserialize, Default)]
 struct Delta {
+    /// A string, or Mistral's typed chunks (see [`Content`]).
     #[serde(default)]
-    content: Answer,
+    content: Content,
     #[serde(default)]
     refusal: TextLen,
     #[serde(default)]
@@ -39,6 +40,21 @@ struct Delta {
     reasoning_content: TextLen,
     #[serde(default)]
     tool_calls: Summed<ToolCall>,
+    /// The call of the `functions` API that `tools` replaced (Azure and
+    /// older clients still send it): its name and arguments, as a tool
+    /// call's.
+    #[serde(default)]
+    function_call: Option<Function>,
+    /// Spoken output (`modalities: ["text", "audio"]`): its `transcript`
+    /// is the answer's text; `data` (base64 audio) is not counted.
+    #[serde(default)]
+    audio: Option<Audio>,
+}
+
+#[derive(Deserialize)]
+struct Audio {
+    #[serde(default)]
+    transcript: TextLen,
 }
 
 #[derive(Deserialize)]
@@ -60,18 +76,34 @@ scan_struct!(Delta {
     reasoning: "reasoning",
     reasoning_content: "reasoning_content",
     tool_calls: "tool_calls",
+    function_call: "function_call",
+    audio: "audio",
+});
+scan_struct!(Audio {
+    transcript: "transcript"
 });
 scan_struct!(Logprobs { content: "content" });
 
 impl Tally for Choice<'_> {
     fn tally(self) -> Counts {
         let d = self.delta;
+        let function = d.function_call.map_or(0, Function::len);
+        let transcript = d.audio.map_or(0, |a| a.transcript.0);
         Counts {
             // vLLM 0.11 sends the same text under both names: count it once.
-            reasoning: d.reasoning.0.max(d.reasoning_content.0),
-            output: d.content.len.saturating_add(d.refusal.0),
-            think: d.content.think,
-            tool: d.tool_calls.0.tool,
+            reasoning: d
+                .reasoning
+                .0
+                .max(d.reasoning_content.0)
+                .saturating_add(d.content.reasoning),
+            output: d
+                .content
+                .answer
+                .len
+                .saturating_add(d.refusal.0)
+                .saturating_add(transcript),
+            think: d.content.answer.think,
+            tool: d.tool_calls.0.tool.saturating_add(function),
             tokens: self
                 .token_ids
                 .or(self.logprobs.and_then(|l| l.content))

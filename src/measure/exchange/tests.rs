@@ -1412,3 +1412,44 @@ fn a_whole_body_cut_short_is_no_parse_error() {
         assert_eq!(e.timeline.tokens.generated_source, None, "{end:?}");
     }
 }
+
+/// Anthropic's `message_start` reports `output_tokens: 1` before anything
+/// is generated: a stream that ends before `message_delta` (a user's stop,
+/// an `error` event, a cut) is counted by its events, with its TPOT,
+/// not as one token.
+#[test]
+fn an_anthropic_stream_cut_before_its_count_is_counted_by_its_events() {
+    let start = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"model\":\"claude\",\"usage\":{\"input_tokens\":12,\"output_tokens\":1}}}\n\n";
+    let text = "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"ab\"}}\n\n";
+    let error = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n";
+    for (last, end) in [
+        (None, End::Failed { timeout: false }),
+        (None, End::Dropped),
+        (Some(error), End::Complete),
+    ] {
+        let (_told, mut e, _upload) = told_exchange("/v1/messages");
+        head(&mut e, "text/event-stream");
+        let t0 = Instant::now();
+        e.on_data(&Bytes::from_static(start.as_bytes()), t0);
+        for i in 1..=4u64 {
+            let at = t0 + Duration::from_millis(20 * i);
+            e.on_data(&Bytes::from_static(text.as_bytes()), at);
+        }
+        if let Some(last) = last {
+            e.on_data(
+                &Bytes::from_static(last.as_bytes()),
+                t0 + Duration::from_millis(90),
+            );
+        }
+        e.complete(end, t0 + Duration::from_millis(100));
+        let t = &e.timeline;
+        assert_eq!(t.tokens.generated, 4, "{end:?}");
+        assert_eq!(t.tokens.generated_source, Some(CountSource::Events));
+        assert_eq!(
+            t.tokens.input,
+            Some(12),
+            "the input is still message_start's"
+        );
+        assert_eq!(t.tpot(), Some(Duration::from_millis(20)), "{end:?}");
+    }
+}

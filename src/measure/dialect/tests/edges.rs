@@ -94,8 +94,25 @@ fn chat_kinds_and_choices() {
         {"index":1,"delta":{"content":"c"},"logprobs":{"content":[{}]}}]}"#;
     let p = ev(d, two);
     assert_eq!((p.output_bytes, p.tokens), (3, Some(3)));
-    let odd = r#"{"choices":[{"delta":{"content":[{"type":"text","text":"x"}]}}]}"#;
+    // Mistral's typed chunks (Magistral): reasoning, then answer.
+    let thinking = r#"{"choices":[{"delta":{"content":[{"type":"thinking","thinking":[{"type":"text","text":"hmm, "},{"type":"text","text":"so"}]}]}}]}"#;
+    let p = ev(d, thinking);
+    assert_eq!((p.reasoning_bytes, p.output_bytes), (7, 0));
+    let answer = r#"{"choices":[{"delta":{"content":[{"type":"text","text":"x"},{"type":"reference","reference_ids":[1]}]}}]}"#;
+    let p = ev(d, answer);
+    assert_eq!((p.reasoning_bytes, p.output_bytes), (0, 1));
+    // Elements that are no chunk carry nothing, and fail nothing.
+    let odd = r#"{"choices":[{"delta":{"content":["x",1,null,[{"text":"y"}]]}}]}"#;
     assert_eq!(ev(d, odd), Parsed::default());
+    // The `functions` API's call, and spoken output's transcript.
+    let call = r#"{"choices":[{"delta":{"function_call":{"name":"get_weather","arguments":""}}}]}"#;
+    assert_eq!(ev(d, call).tool_bytes, 11);
+    let call = r#"{"choices":[{"delta":{"function_call":{"arguments":"{\"a\":1}"}}}]}"#;
+    assert_eq!(ev(d, call).tool_bytes, 7);
+    let spoken = r#"{"choices":[{"delta":{"audio":{"id":"audio_1","transcript":"Hello","data":"UklGRg=="}}}]}"#;
+    let p = ev(d, spoken);
+    assert_eq!((p.output_bytes, p.tool_bytes), (5, 0));
+    assert!(p.has_token() && p.has_output());
 }
 
 #[test]

@@ -118,6 +118,8 @@ fn text_lengths_are_unescaped_lengths() {
         ("true", 0),
         (r#"{"a":["b",{"c":null}]}"#, 0),
         (r#"["x"]"#, 0),
+        (r#"[{"type":"text","text":"a\nb"}]"#, 3),
+        (r#"[{"text":"é"},{"text":null},{"thinking":"no"}]"#, 2),
     ];
     for (content, want) in cases {
         let data = format!(r#"{{"choices":[{{"delta":{{"content":{content}}}}}]}}"#);

@@ -52,7 +52,8 @@ const KEYS: &str = "\
     stop tokens_predicted tokens_evaluated stop_type stopped_eos stopped_word stopped_limit \
     index object created meta_info output_ids length matched abort timings/prompt_n \
     timings/prompt_ms timings/predicted_n timings/predicted_ms timings/cache_n token_ids \
-    request_id routed_experts input_token_details audio_tokens seconds";
+    request_id routed_experts input_token_details audio_tokens seconds function_call audio \
+    transcript total_tokens";
 
 /// Event types and values that switch a dialect's reading (and `""`).
 const WORDS: &str = "\
