@@ -118,14 +118,22 @@ fn openai(v: &Value, streamed: bool) -> Facts {
         Value::Null => &v["x_groq"]["usage"],
         usage => usage,
     };
+    let input = u["prompt_tokens"].as_u64();
+    let completion = u["completion_tokens"].as_u64();
+    let reasoning = u["completion_tokens_details"]["reasoning_tokens"].as_u64();
+    // xAI's completion leaves its reasoning out, and its total adds it.
+    let xai = match (input, completion, reasoning, u["total_tokens"].as_u64()) {
+        (Some(i), Some(c), Some(r), Some(t)) => r > 0 && t == i + c + r,
+        _ => false,
+    };
     f.usage = Usage {
-        input: u["prompt_tokens"].as_u64(),
+        input,
         // H: llama.cpp's OpenAI routes report the cached prompt in `timings`.
         cached: u["prompt_tokens_details"]["cached_tokens"]
             .as_u64()
             .or_else(|| v["timings"]["cache_n"].as_u64()),
-        output: u["completion_tokens"].as_u64(),
-        reasoning: u["completion_tokens_details"]["reasoning_tokens"].as_u64(),
+        output: completion.map(|c| c + if xai { reasoning.unwrap_or(0) } else { 0 }),
+        reasoning,
     };
     // vLLM `continuous_usage_stats`: usage on every chunk that has choices.
     if streamed && !choices.is_empty() {
@@ -140,16 +148,25 @@ fn choice(c: &Value, f: &mut Facts) {
     } else {
         &c["message"]
     };
-    f.output += text(&d["content"]) + text(&d["refusal"]) + text(&c["text"]);
+    // Spoken output's transcript is answer text too.
+    f.output += text(&d["content"])
+        + text(&d["refusal"])
+        + text(&c["text"])
+        + text(&d["audio"]["transcript"]);
     for answer in [&d["content"], &c["text"]] {
         f.answer.push_str(answer.as_str().unwrap_or_default());
     }
+    // Mistral's typed chunks: `text` ones answer, `thinking` ones reasoning.
+    let (chunk_output, chunk_reasoning) = chunks(&d["content"]);
+    f.output += chunk_output;
     // vLLM sends the same text under both names.
-    let reasoning = text(&d["reasoning"]).max(text(&d["reasoning_content"]));
+    let reasoning = text(&d["reasoning"]).max(text(&d["reasoning_content"])) + chunk_reasoning;
     f.reasoning += reasoning;
     f.raw_reasoning |= reasoning > 0;
-    for call in d["tool_calls"].as_array().into_iter().flatten() {
-        let function = &call["function"];
+    // The `functions` API's call is a tool call.
+    let legacy = [&d["function_call"]];
+    let calls = d["tool_calls"].as_array().into_iter().flatten();
+    for function in calls.map(|call| &call["function"]).chain(legacy) {
         let name = text(&function["name"]);
         f.tool += name + args(&function["arguments"]);
         f.tool_start |= name > 0;
@@ -165,6 +182,20 @@ fn choice(c: &Value, f: &mut Facts) {
     if let Some(reason) = string(&c["finish_reason"]) {
         f.finish = Some(reason);
     }
+}
+
+/// The answer and reasoning bytes of Mistral's content chunks (an array):
+/// `{"type":"text","text":…}` is answer, `{"type":"thinking","thinking":…}`
+/// reasoning, whose own chunks' text (or a string) is all reasoning.
+fn chunks(content: &Value) -> (u64, u64) {
+    let mut sum = (0, 0);
+    for chunk in content.as_array().into_iter().flatten() {
+        sum.0 += text(&chunk["text"]);
+        let thinking = &chunk["thinking"];
+        let (inner_output, inner_reasoning) = chunks(thinking);
+        sum.1 += text(thinking) + inner_output + inner_reasoning;
+    }
+    sum
 }
 
 fn responses(name: &str, v: &Value) -> Facts {
@@ -269,7 +300,12 @@ fn anthropic_event(name: &str, v: &Value) -> Facts {
         "message_start" => {
             f.model = string(&v["message"]["model"]);
             f.response_id = string(&v["message"]["id"]);
-            f.usage = anthropic_usage(&v["message"]["usage"]);
+            // Its `output_tokens` is a placeholder, not a count.
+            f.usage = Usage {
+                output: None,
+                reasoning: None,
+                ..anthropic_usage(&v["message"]["usage"])
+            };
         }
         "content_block_start" => {
             let block = &v["content_block"];
