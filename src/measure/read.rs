@@ -40,7 +40,8 @@ pub struct ReadSettings {
 /// What the proxy learnt of the server behind each path several servers
 /// answer in different shapes ([`Shared`]): `/generate` (TGI, SGLang),
 /// `/api/chat` (Ollama, llama.cpp), `POST /` (TGI, TEI, any other), TEI's
-/// routes (TEI, any other) and `/rerank` (TEI, the Cohere-style servers).
+/// routes (TEI, any other), `/rerank` (TEI, the Cohere-style servers) and
+/// `/completions` (llama.cpp, OpenAI-style proxies).
 /// Until an answer tells, each is the path's dialect.
 #[derive(Clone, Debug)]
 pub struct Learnt {
@@ -54,6 +55,8 @@ pub struct Learnt {
     pub tei: LearntServer,
     /// Behind `/rerank`.
     pub rerank: LearntServer,
+    /// Behind `/completions`.
+    pub completions: LearntServer,
 }
 
 impl Default for Learnt {
@@ -65,6 +68,7 @@ impl Default for Learnt {
             root: new(Shared::Root),
             tei: new(Shared::Tei),
             rerank: new(Shared::Rerank),
+            completions: new(Shared::Completions),
         }
     }
 }
@@ -78,6 +82,7 @@ impl Learnt {
             Shared::Root => &self.root,
             Shared::Tei => &self.tei,
             Shared::Rerank => &self.rerank,
+            Shared::Completions => &self.completions,
         }
     }
 }

@@ -124,6 +124,13 @@ pub enum Shared {
     /// which answers there as on `/v1/chat/completions` (OpenAI chat, SSE)
     /// for the clients that speak Ollama's API to it (the path's: Ollama).
     ApiChat,
+    /// `/completions`: llama.cpp's native completion (its alias of
+    /// `/completion`), and OpenAI's legacy completions where a server
+    /// serves OpenAI's routes without `/v1` (LiteLLM's proxy, whose
+    /// documented `base_url` has none). Both stream SSE and answer JSON:
+    /// the first event, or the whole body, tells (OpenAI's has `choices`,
+    /// llama.cpp's `content`; the path's: llama.cpp).
+    Completions,
 }
 
 /// Which of Hugging Face's routers answered, as the response head's
@@ -169,6 +176,7 @@ impl Shared {
                 Some(Self::Tei)
             }
             "/rerank" if post => Some(Self::Rerank),
+            "/completions" if post => Some(Self::Completions),
             _ => None,
         }
     }
@@ -192,6 +200,8 @@ impl Shared {
             (Self::Root | Self::Tei | Self::Rerank, _, Router::Tei) => Some(Dialect::Tei),
             (Self::Root | Self::Tei, _, _) => Some(Dialect::Unknown),
             (Self::Rerank, _, _) => Some(Dialect::Rerank),
+            // The first event or the body tells ([`Shared::body_of`]).
+            (Self::Completions, _, _) => None,
         }
     }
 
@@ -203,6 +213,7 @@ impl Shared {
             Self::ApiChat => Dialect::Ollama,
             Self::Root | Self::Tei => Dialect::Unknown,
             Self::Rerank => Dialect::Rerank,
+            Self::Completions => Dialect::LlamaCpp,
         }
     }
 
@@ -218,7 +229,23 @@ impl Shared {
         match self {
             Self::Generate => Dialect::generate_body_of(body),
             Self::ApiChat => Dialect::api_chat_body_of(body),
+            Self::Completions => Dialect::completions_payload_of(body),
             Self::Root | Self::Tei | Self::Rerank => None,
+        }
+    }
+
+    /// Whether an event stream's first event tells which server answered
+    /// here (its head does not).
+    pub(crate) fn told_by_event(self) -> bool {
+        matches!(self, Self::Completions)
+    }
+
+    /// Which server wrote the first event of a stream on this path, if it
+    /// tells ([`Shared::told_by_event`]).
+    pub(crate) fn event_of(self, data: &[u8]) -> Option<Dialect> {
+        match self {
+            Self::Completions => Dialect::completions_payload_of(data),
+            _ => None,
         }
     }
 }
@@ -328,6 +355,29 @@ impl Dialect {
             Some(Self::Tgi)
         } else {
             None
+        }
+    }
+
+    /// Which server wrote a `/completions` chunk or body: OpenAI's has
+    /// `choices`, llama.cpp's native one `content` (and no `choices`).
+    /// `None` for anything else: an error (both write OpenAI's error
+    /// object), `[DONE]`.
+    pub(crate) fn completions_payload_of(data: &[u8]) -> Option<Self> {
+        #[derive(serde::Deserialize)]
+        struct Shape {
+            #[serde(default)]
+            choices: Option<serde::de::IgnoredAny>,
+            #[serde(default)]
+            content: Option<serde::de::IgnoredAny>,
+        }
+        if data.trim_ascii_start().first() != Some(&b'{') {
+            return None;
+        }
+        let shape = serde_json::from_slice::<Shape>(data).ok()?;
+        match (shape.choices, shape.content) {
+            (Some(_), _) => Some(Self::OpenAiCompletions),
+            (None, Some(_)) => Some(Self::LlamaCpp),
+            (None, None) => None,
         }
     }
 
@@ -556,7 +606,24 @@ impl Dialect {
 #[derive(Debug)]
 pub struct Events {
     dialect: Dialect,
+    /// Whether the first event tells the dialect, and what it told: in
+    /// the padding after `dialect` (an exchange is held for its request's
+    /// whole life, in a future whose size is watched).
+    tell: Tell,
     learnt: openai::Learnt,
+}
+
+/// Whether a stream's first event on a shared path tells its dialect
+/// ([`Shared::event_of`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Tell {
+    /// Not asked.
+    No,
+    /// The first event, when it comes, tells which server on this path
+    /// wrote it.
+    Waiting(Shared),
+    /// Told, until [`Events::told`] takes it.
+    Told(Dialect),
 }
 
 // === impl Events ===
@@ -566,6 +633,7 @@ impl Events {
     pub fn new(dialect: Dialect) -> Self {
         Self {
             dialect,
+            tell: Tell::No,
             learnt: openai::Learnt::default(),
         }
     }
@@ -575,8 +643,30 @@ impl Events {
         self.dialect
     }
 
+    /// Has the first event tell which server on `shared` wrote the stream,
+    /// and be read, with every one after it, as that server's.
+    pub(crate) fn tell_by_first(&mut self, shared: Shared) {
+        self.tell = Tell::Waiting(shared);
+    }
+
+    /// The dialect the first event told ([`Events::tell_by_first`]), once.
+    pub(crate) fn told(&mut self) -> Option<Dialect> {
+        match self.tell {
+            Tell::Told(dialect) => {
+                self.tell = Tell::No;
+                Some(dialect)
+            }
+            _ => None,
+        }
+    }
+
     /// Reads the next event of the response (see [`Dialect::parse_event`]).
     pub fn parse<'a>(&mut self, name: &[u8], data: &'a [u8]) -> Result<Parsed<'a>, ParseError> {
+        if let Tell::Waiting(shared) = self.tell {
+            // Before it is read: as its own dialect's.
+            self.dialect = shared.event_of(data).unwrap_or(self.dialect);
+            self.tell = Tell::Told(self.dialect);
+        }
         match self.dialect {
             Dialect::OpenAiChat => openai_chat::event_in_stream(&mut self.learnt, data),
             Dialect::OpenAiCompletions => {

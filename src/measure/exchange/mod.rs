@@ -185,8 +185,9 @@ impl Exchange {
                 let max = self.max_event_bytes as usize;
                 self.reader = Reader::error_body(&head.headers, max);
             }
-            if !self.reader.tell_by_body(shared) {
-                // No whole body will tell: the dialect it started under stays.
+            if !self.reader.tell_by_body(shared) && !self.reader.tell_by_event(shared) {
+                // No whole body, nor first event, will tell: the dialect it
+                // started under stays.
                 self.decide(self.timeline.dialect, false);
             }
         }
@@ -285,6 +286,11 @@ impl Observe for Exchange {
     fn on_data(&mut self, data: &Bytes, at: Instant) {
         self.timeline.bytes_out += data.len() as u64;
         self.reader.feed(data, at, &mut self.timeline);
+        if self.undecided.is_some() {
+            if let Some(dialect) = self.reader.told() {
+                self.decide(dialect, true);
+            }
+        }
         // A branch per frame; the work runs when a milestone is new, or
         // while the label waits for the request or the response to name it.
         if !self.settled || self.timeline.reached() != self.noticed {

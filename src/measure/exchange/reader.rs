@@ -131,6 +131,27 @@ impl Reader {
         }
     }
 
+    /// Has an event stream's events read as the dialect its first event
+    /// shows itself to be on `shared`, which [`Reader::told`] then
+    /// returns; whether the body is such a stream (else nothing changes).
+    pub(super) fn tell_by_event(&mut self, shared: Shared) -> bool {
+        match &mut self.read {
+            Read::Sse { events, .. } if shared.told_by_event() => {
+                events.tell_by_first(shared);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The dialect the first event told ([`Reader::tell_by_event`]), once.
+    pub(super) fn told(&mut self) -> Option<Dialect> {
+        match &mut self.read {
+            Read::Sse { events, .. } => events.told(),
+            _ => None,
+        }
+    }
+
     /// Whether the body is read as a stream of events.
     pub(super) fn is_stream(&self) -> bool {
         matches!(self.read, Read::Sse { .. } | Read::Ndjson { .. })

@@ -1453,3 +1453,66 @@ fn an_anthropic_stream_cut_before_its_count_is_counted_by_its_events() {
         assert_eq!(t.tpot(), Some(Duration::from_millis(20)), "{end:?}");
     }
 }
+
+/// `/completions`: llama.cpp's native completion, and OpenAI's legacy
+/// completions where a proxy serves OpenAI's routes without `/v1`
+/// (LiteLLM's). Both stream SSE, so the first event tells, before it is
+/// read; a whole body tells at its end.
+#[test]
+fn the_first_event_on_completions_tells_which_api_answered() {
+    const OPENAI: &str = "data: {\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"model\":\"m\",\"choices\":[{\"index\":0,\"text\":\"Hi\",\"finish_reason\":null}]}\n\n\
+        data: {\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"model\":\"m\",\"choices\":[{\"index\":0,\"text\":\" there\",\"finish_reason\":\"stop\"}]}\n\n\
+        data: {\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"model\":\"m\",\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2,\"total_tokens\":5}}\n\n\
+        data: [DONE]\n\n";
+    const LLAMACPP: &str = "data: {\"content\":\"Hi\",\"stop\":false,\"tokens_predicted\":1}\n\n\
+        data: {\"content\":\"\",\"stop\":true,\"model\":\"m\",\"tokens_predicted\":3,\"tokens_evaluated\":4,\"stop_type\":\"eos\"}\n\n";
+    let reading = shared_settings();
+    let (told, mut e) = generate_with(&reading, "/completions");
+    head_with(&mut e, &[("content-type", "text/event-stream")]);
+    assert_eq!(e.dialect(), Dialect::LlamaCpp, "undecided: the path's");
+    data(&mut e, OPENAI);
+    e.on_end(End::Complete, Instant::now());
+    let lines = told.take();
+    let moved = lines
+        .iter()
+        .position(|l| l == "moved llamacpp openai_completions");
+    let milestone = lines.iter().position(|l| l.starts_with("Re"));
+    assert!(moved.is_some() && moved < milestone, "{lines:?}");
+    assert!(no_parse_error(&lines), "{lines:?}");
+    assert_eq!(
+        lines.last().map(String::as_str),
+        Some("finished openai_completions 2 tokens")
+    );
+    // Learnt: the next request starts there, and a llama.cpp stream moves
+    // it back.
+    assert_eq!(reading.learnt.completions.get(), Dialect::OpenAiCompletions);
+    let (told, mut e) = generate_with(&reading, "/completions");
+    head_with(&mut e, &[("content-type", "text/event-stream")]);
+    data(&mut e, LLAMACPP);
+    e.on_end(End::Complete, Instant::now());
+    let lines = told.take();
+    assert_eq!(
+        lines.first().map(String::as_str),
+        Some("in openai_completions")
+    );
+    assert!(no_parse_error(&lines), "{lines:?}");
+    assert_eq!(
+        lines.last().map(String::as_str),
+        Some("finished llamacpp 3 tokens")
+    );
+    // A whole body tells at its end.
+    let body = r#"{"id":"cmpl-2","object":"text_completion","model":"m","choices":[{"index":0,"text":"Hi","finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}"#;
+    let (told, mut e) = generate_with(&reading, "/completions");
+    head_with(&mut e, &[("content-type", "application/json")]);
+    data(&mut e, body);
+    e.on_end(End::Complete, Instant::now());
+    assert_eq!(
+        told.take().last().map(String::as_str),
+        Some("finished openai_completions 1 tokens")
+    );
+    // `/completion` is llama.cpp's alone.
+    let request = Request::post("/completion").body(()).unwrap_or_default();
+    let (e, _upload) = Exchange::start(Instant::now(), &request, &reading, None);
+    assert!(e.undecided.is_none());
+    assert_eq!(e.dialect(), Dialect::LlamaCpp);
+}

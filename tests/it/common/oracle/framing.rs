@@ -66,6 +66,22 @@ impl Family {
             .next()
             .unwrap_or_default()
             .trim_end_matches('/');
+        if trimmed == "/completions" {
+            // llama.cpp's native completion, or OpenAI's (a proxy serving
+            // OpenAI's routes without `/v1`): OpenAI's when its first event
+            // (or the body) has `choices`.
+            let first = match framing {
+                Framing::Sse => String::from_utf8_lossy(body)
+                    .lines()
+                    .find_map(|l| l.strip_prefix("data:").map(|d| d.trim().to_owned()))
+                    .unwrap_or_default(),
+                _ => String::from_utf8_lossy(body).into_owned(),
+            };
+            let openai = serde_json::from_str::<serde_json::Value>(&first)
+                .map(|v| v.get("choices").is_some())
+                .unwrap_or(false);
+            return if openai { Self::Completions } else { family };
+        }
         if trimmed == "/api/chat" {
             let openai = match framing {
                 Framing::Sse => true,
