@@ -63,14 +63,19 @@ pub fn run(config: Config, source: proxy::reload::Source) -> Result<(), StartErr
         }
     };
     let runtime = builder.enable_all().build().map_err(StartError::Runtime)?;
-    runtime.block_on(async move {
+    let served = runtime.block_on(async move {
         // Handlers first: a signal that arrives once we listen must drain us,
         // not kill us with the default action.
         let shutdown = termination();
         let hangups = proxy::reload::Hangups::install();
         let bound = Bound::bind(config).await?.with_reloads(source, hangups);
         bound.run(shutdown).await
-    })
+    });
+    // Not the drop's wait for every blocking thread: one a hung mount
+    // blocks (a reload's open, a record write given up on) would hold the
+    // exit forever.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    served
 }
 
 /// Installs SIGTERM and SIGINT handlers now; the future resolves on the

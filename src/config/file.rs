@@ -137,12 +137,31 @@ impl Default for File {
     }
 }
 
+/// A regular file's text (a symlink to one, as Kubernetes mounts a
+/// ConfigMap, too). Opened without blocking and refused unless regular: a
+/// FIFO's open would block until a writer came, the start's or a
+/// reload's, and with it the thread that opened it.
+fn read_regular(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    let mut text = String::new();
+    file.read_to_string(&mut text)?;
+    Ok(text)
+}
+
 // === impl File ===
 
 impl File {
     /// Reads and parses a config file. Unknown keys are errors.
     pub fn read(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        let text = read_regular(path).map_err(|source| ConfigError::Read {
             path: path.display().to_string(),
             source,
         })?;

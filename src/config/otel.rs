@@ -144,10 +144,11 @@ impl OtelFile {
 /// (the endpoint is logged; credentials go in `headers`).
 fn traces_url(endpoint: &str) -> Result<Uri, ConfigError> {
     let key = "otel.endpoint";
+    let shown = super::upstream::shown(endpoint);
     let uri: Uri = endpoint
         .trim()
         .parse()
-        .map_err(|e| ConfigError::invalid(key, format!("`{endpoint}` is not a URL: {e}")))?;
+        .map_err(|e| ConfigError::invalid(key, format!("`{shown}` is not a URL: {e}")))?;
     if !matches!(uri.scheme_str(), Some("http" | "https")) {
         return Err(ConfigError::invalid(
             key,
@@ -164,6 +165,7 @@ fn traces_url(endpoint: &str) -> Result<Uri, ConfigError> {
     if uri.query().is_some() {
         return Err(ConfigError::invalid(key, "must not have a query string"));
     }
+    super::upstream::port(authority).map_err(|e| ConfigError::invalid(key, e))?;
     let base = uri.path().trim_end_matches('/');
     let url = format!(
         "{}://{authority}{base}/v1/traces",

@@ -34,12 +34,48 @@ pub struct Upstream {
     pub roots: Arc<RootCertStore>,
 }
 
+/// Checks an authority's port, if it has one: the `http` crate keeps
+/// whatever follows the `:`, and reads no port from what is not a number
+/// up to 65535, so `:108856` (or `:8O00`) connected to port 80, the
+/// scheme's default, with the requests' credentials.
+pub(crate) fn port(authority: &Authority) -> Result<(), String> {
+    // After the host (an IPv6 one is in brackets): `:` and the port.
+    let text = authority.as_str();
+    let after_host = text.rfind(']').map_or(text, |end| &text[end..]);
+    let Some((_, port)) = after_host.rsplit_once(':') else {
+        return Ok(());
+    };
+    match port.parse::<u16>() {
+        Ok(1..) => Ok(()),
+        _ => Err(format!("port `{port}` is not a number from 1 to 65535")),
+    }
+}
+
+/// A URL as an error shows it: without its query or user info, which may
+/// hold a key or a password.
+pub(crate) fn shown(url: &str) -> String {
+    let url = url.trim().split(['?', '#']).next().unwrap_or_default();
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let authority = match authority.rsplit_once('@') {
+        Some((_, host)) => format!("…@{host}"),
+        None => authority.to_owned(),
+    };
+    match scheme {
+        "" => format!("{authority}{path}"),
+        scheme => format!("{scheme}://{authority}{path}"),
+    }
+}
+
 impl Upstream {
     /// Parses `http://host:port` or `https://host[:port]`. A trailing `/` is
     /// accepted; any other path, a query or user info is refused, since
     /// tokenclock forwards the client's path unchanged.
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let uri: Uri = text
+    pub fn parse(raw: &str) -> Result<Self, String> {
+        // What the errors show: not a query, nor user info, which may hold
+        // a key (the error line goes to the log).
+        let text = shown(raw);
+        let uri: Uri = raw
             .trim()
             .parse()
             .map_err(|e| format!("invalid URL `{text}`: {e}"))?;
@@ -64,6 +100,7 @@ impl Upstream {
         if authority.host().is_empty() {
             return Err(format!("`{text}` has no host"));
         }
+        port(&authority).map_err(|e| format!("`{text}`: {e}"))?;
         if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
             return Err(format!(
                 "`{text}` has a path or query: give scheme://host:port only; request paths are forwarded as they come"

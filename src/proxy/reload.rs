@@ -118,6 +118,9 @@ impl Hangups {
     }
 }
 
+/// How long the exit waits for the record log's queue to be written.
+const RECORDS_FLUSH: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Owns what a generation is built from, and builds the next one.
 pub(crate) struct Reloader {
     source: Option<Source>,
@@ -177,24 +180,56 @@ impl Reloader {
 
     /// Reloads on each SIGHUP until `stop` fires, then hands itself back.
     /// Without `hangups` it only waits for `stop`.
+    ///
+    /// A reload reads the config file and opens the record log's: file
+    /// system calls, which a hung network mount can block for as long as
+    /// it hangs. So it runs on a blocking thread, never on one of the
+    /// runtime's, which serve the traffic: on one, it stopped the proxy
+    /// (the current-thread runtime whole). The requests keep the running
+    /// settings meanwhile. A shutdown does not wait for such a reload:
+    /// `None`, and the record log is left as it is (its queue unwritten).
     pub(crate) async fn serve(
         mut self,
         hangups: Option<Hangups>,
         mut stop: oneshot::Receiver<()>,
-    ) -> Self {
+    ) -> Option<Self> {
         let mut hangups = hangups.unwrap_or(Hangups(None));
         loop {
             tokio::select! {
-                _ = &mut stop => return self,
-                () = hangups.recv() => self.reload(),
+                _ = &mut stop => return Some(self),
+                () = hangups.recv() => {}
             }
+            let mut reloading = tokio::task::spawn_blocking(move || {
+                self.reload();
+                self
+            });
+            self = tokio::select! {
+                reloaded = &mut reloading => match reloaded {
+                    Ok(reloader) => reloader,
+                    Err(e) => {
+                        tracing::error!(error = %e, "The config reload failed; no more reloads.");
+                        return None;
+                    }
+                },
+                _ = &mut stop => {
+                    tracing::warn!("Shutting down during a config reload that has not finished (a file system call blocked?): the record log is not flushed.");
+                    return None;
+                }
+            };
         }
     }
 
-    /// Writes the records still queued and ends the record writers, then
-    /// flushes the spans still queued (for a bounded time).
+    /// Writes the records still queued and ends the record writers, for
+    /// at most [`RECORDS_FLUSH`] (a write a hung mount blocks would hold
+    /// the exit forever), then flushes the spans still queued (for a
+    /// bounded time).
     pub(crate) async fn close(self) {
-        self.records.close().await;
+        if tokio::time::timeout(RECORDS_FLUSH, self.records.close())
+            .await
+            .is_err()
+        {
+            tracing::warn!("The record log was not flushed within 2 s (a write blocked?); the records still queued are lost.");
+        }
         if let Some(traces) = self.traces {
             traces.close().await;
         }

@@ -212,7 +212,8 @@ impl Bound {
         let _ = stop_reloads.send(());
         finish(drain, config.shutdown_grace).await;
         match reloads.await {
-            Ok(reloader) => reloader.close().await,
+            Ok(Some(reloader)) => reloader.close().await,
+            Ok(None) => {}
             Err(e) => tracing::warn!(error = %e, "The config reloader ended abnormally."),
         }
         background.shutdown().await;

@@ -208,6 +208,15 @@ fn bad_config_exits_2_with_one_line_naming_the_key() {
             "upstream = \"http://127.0.0.1:8000\"\n[metrics]\ndisable = [\"phase_seconds:nope\"]\n",
             "metrics.disable",
         ),
+        // Not ports: the `http` crate reads no port from them, and the
+        // requests went to port 80.
+        ("upstream = \"http://127.0.0.1:108856\"\n", "upstream"),
+        ("upstream = \"http://127.0.0.1:8O00\"\n", "upstream"),
+        ("upstream = \"http://127.0.0.1:0\"\n", "upstream"),
+        (
+            "upstream = \"http://127.0.0.1:8000\"\n[otel]\nendpoint = \"http://127.0.0.1:notaport\"\n",
+            "otel.endpoint",
+        ),
     ] {
         let (code, stdout, stderr) = check_config(text);
         assert_eq!(code, Some(2), "{key}: {stderr}");
@@ -221,6 +230,23 @@ fn bad_config_exits_2_with_one_line_naming_the_key() {
             !stderr.contains("panicked") && !stderr.contains("Error {"),
             "{stderr}"
         );
+    }
+}
+
+/// A key in a refused URL's query, or a password in its user info, stays
+/// out of the error line, which goes to the log.
+#[test]
+fn a_refused_url_is_shown_without_its_secrets() {
+    for text in [
+        "upstream = \"https://127.0.0.1:8000/?key=SECRET\"\n",
+        "upstream = \"https://127.0.0.1:8000?key=SECRET\"\n",
+        "upstream = \"http://user:SECRET@127.0.0.1:99999\"\n",
+        "upstream = \"http:// user:SECRET@h\"\n",
+        "upstream = \"http://127.0.0.1:1\"\n[otel]\nendpoint = \"http://c:4318 ?key=SECRET\"\n",
+    ] {
+        let (code, _, stderr) = check_config(text);
+        assert_eq!(code, Some(2), "{text}: {stderr}");
+        assert!(!stderr.contains("SECRET"), "{stderr}");
     }
 }
 

@@ -351,3 +351,109 @@ async fn the_server_learnt_behind_generate_outlives_a_reload() {
     );
     stop(served).await;
 }
+
+/// Makes a FIFO at `path` (`mkfifo`).
+fn mkfifo(path: &Path) {
+    let _ = std::fs::remove_file(path);
+    let status = Command::new("mkfifo").arg(path).status().expect("mkfifo");
+    assert!(status.success(), "mkfifo {}", path.display());
+}
+
+/// A reload to files whose open would wait forever (a FIFO nobody opens,
+/// as a hung mount does): the records path, then the config file itself.
+/// Before, the open blocked a runtime thread, and with it every request,
+/// `/healthz`, `/metrics` and SIGTERM; and a FIFO as the records path at
+/// start bound the ports and served nothing. Now each is refused at once,
+/// naming the file, and the running config stays.
+#[tokio::test]
+async fn a_reload_to_a_fifo_is_refused_and_stops_nothing() {
+    let (upstream, _) = upstream().await;
+    let dir = std::env::temp_dir().join(format!("tokenclock-fifo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let (fifo, records) = (dir.join("records.fifo"), dir.join("records.jsonl"));
+    mkfifo(&fifo);
+    let records_at = |path: &Path| config(upstream, &format!("[records]\npath = {path:?}\n"));
+    let file = ConfigFile::new("fifo", &records_at(&records));
+    let served = process::serve_config(file.path());
+    stream_ok(served.addr, "alpha").await;
+
+    file.write(&records_at(&fifo));
+    let line = sighup(&served, "refused").await;
+    assert!(line.contains("records"), "{line}");
+    stream_ok(served.addr, "alpha").await;
+    let config_fifo = dir.join("config.fifo");
+    mkfifo(&config_fifo);
+    std::fs::rename(&config_fifo, file.path()).expect("the config file becomes a FIFO");
+    let skip = served.log().len();
+    served.signal("HUP");
+    let line = served.log_line(skip, "refused").await;
+    assert!(line.contains("regular file"), "{line}");
+    stream_ok(served.addr, "alpha").await;
+    let reloads = "tokenclock_config_reloads_total";
+    assert_eq!(sample(&served, reloads, &["result=\"error\""]).await, 2.0);
+    let log = stop(served).await;
+    let written = std::fs::read_to_string(&records).expect("records");
+    assert_eq!(written.lines().count(), 3, "{log:#?}");
+
+    // At start: exit 2, naming the key, before serving.
+    std::fs::remove_file(file.path()).expect("the FIFO goes");
+    file.write(&records_at(&fifo));
+    let serving = tokio::process::Command::new(BIN)
+        .arg("serve")
+        .arg("--config")
+        .arg(file.path())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(std::time::Duration::from_secs(30), serving)
+        .await
+        .expect("it exits, not blocks on the FIFO")
+        .expect("serve");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("records.path"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A records path that is a FIFO whose reader stopped reading (a log
+/// shipper stuck): the records that do not fit are lost and counted, and
+/// SIGTERM still exits at once. Before, a write blocked the writer, and
+/// the exit waited for it forever.
+#[tokio::test]
+async fn a_records_fifo_nobody_reads_loses_records_and_never_holds_the_exit() {
+    use std::os::unix::fs::OpenOptionsExt;
+    let (upstream, _) = upstream().await;
+    let dir = std::env::temp_dir().join(format!("tokenclock-stuck-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let fifo = dir.join("records.fifo");
+    mkfifo(&fifo);
+    // The reader: open, and never read.
+    let _reader = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .open(&fifo)
+        .expect("open the FIFO's reading end");
+    let file = ConfigFile::new(
+        "stuck",
+        &config(upstream, &format!("[records]\npath = {fifo:?}\n")),
+    );
+    let served = process::serve_config(file.path());
+    let dropped = "tokenclock_records_dropped_total";
+    for _ in 0..50 {
+        for _ in 0..20 {
+            stream_ok(served.addr, "alpha").await;
+        }
+        if sample(&served, dropped, &[]).await > 0.0 {
+            break;
+        }
+    }
+    assert!(
+        sample(&served, dropped, &[]).await > 0.0,
+        "{:#?}",
+        served.log()
+    );
+    served.sigterm();
+    let waited = tokio::time::timeout(std::time::Duration::from_secs(30), served.wait()).await;
+    let (status, log) = waited.expect("tokenclock exits, not waits on the FIFO");
+    assert_eq!(status.code(), Some(0), "{log:#?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

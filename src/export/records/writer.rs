@@ -15,6 +15,7 @@ use std::{
     collections::HashSet,
     fs::{self, File, OpenOptions},
     io::{self, Write},
+    os::unix::fs::OpenOptionsExt,
     path::{Path, PathBuf},
     sync::{Arc, RwLock},
 };
@@ -357,6 +358,7 @@ impl Sink {
             .create(true)
             .write(true)
             .truncate(true)
+            .custom_flags(NONBLOCK)
             .open(&self.path)?;
         self.file = Some(file);
         self.size = 0;
@@ -373,8 +375,20 @@ impl Sink {
     }
 }
 
+/// `O_NONBLOCK`: a path that is a FIFO (or a device) must not block the
+/// open, nor a write, of whatever thread does them: opened so, a FIFO with
+/// no reader refuses the open (`ENXIO`), and one whose reader stopped
+/// reading refuses the write (`EAGAIN`), counted as lost records. Without
+/// it the open blocked the start, a reload and the whole runtime's thread,
+/// and a write a shutdown, forever. A regular file ignores it.
+const NONBLOCK: i32 = rustix::fs::OFlags::NONBLOCK.bits() as i32;
+
 fn open_append(path: &Path) -> io::Result<(File, u64)> {
-    let file = OpenOptions::new().create(true).append(true).open(path)?;
+    let file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .custom_flags(NONBLOCK)
+        .open(path)?;
     let size = file.metadata()?.len();
     Ok((file, size))
 }
