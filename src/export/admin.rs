@@ -1,12 +1,19 @@
 //! The metrics listener: `GET /metrics`, `/healthz` and `/readyz`.
 
-use std::{convert::Infallible, future::Future, pin::Pin, sync::Arc};
+use std::{
+    convert::Infallible,
+    future::Future,
+    pin::Pin,
+    sync::Arc,
+    task::{Context, Poll},
+};
 
 use crate::proxy::server::ReceivedBody as Incoming;
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
-use http_body_util::Full;
-use tokio::sync::Semaphore;
+use http_body::{Body, Frame, SizeHint};
+use prometheus::IntCounter;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::{
     export::metrics::Metrics,
@@ -21,11 +28,29 @@ pub(crate) struct Admin {
     /// One render at a time: scrapes that come together wait their turn
     /// rather than take a blocking thread each.
     rendering: Arc<Semaphore>,
+    /// At most [`SENT_AT_ONCE`] expositions being sent (see [`Exposition`]).
+    sending: Arc<Semaphore>,
+    /// Scrapes refused for want of one.
+    refused: IntCounter,
 }
+
+/// Expositions sent at once, at most: Prometheus scrapes a target once an
+/// interval, twice from an HA pair. Each is a copy of every series (MBs
+/// with many models and label values), held until its client has read it
+/// all; without a cap, clients that sent `GET /metrics` and read nothing
+/// held one each (64 of 8 MB: 531 MB), enough for the kernel to kill the
+/// pod, and every stream through it.
+const SENT_AT_ONCE: usize = 4;
+
+/// What a slice of an exposition copies out for the connection to write:
+/// hyper buffers a few before it waits for its client, and a copy, not a
+/// slice of the whole, lets the whole go with its place when the client
+/// stops reading. Bytes.
+const SLICE: usize = 64 * 1024;
 
 /// What a request to the admin listener gets.
 enum Answer {
-    Now(Response<Full<Bytes>>),
+    Now(Response<Exposition>),
     /// `/metrics`: rendered off the runtime's worker threads.
     Render,
 }
@@ -35,22 +60,35 @@ impl Admin {
     pub(crate) fn new(health: Health, metrics: Metrics) -> Self {
         Self {
             health,
+            refused: metrics.scrapes_refused(),
             metrics,
             rendering: Arc::new(Semaphore::new(1)),
+            sending: Arc::new(Semaphore::new(SENT_AT_ONCE)),
         }
     }
 
     /// The text exposition of every family. Rendering thousands of series
     /// takes milliseconds of CPU; on the blocking pool, the worker threads
     /// that forward traffic never wait for a scrape.
-    async fn render(self) -> Response<Full<Bytes>> {
+    async fn render(self) -> Response<Exposition> {
+        let Ok(place) = self.sending.clone().try_acquire_owned() else {
+            self.refused.inc();
+            return text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "too many expositions being sent\n",
+            );
+        };
         let Ok(_turn) = self.rendering.acquire().await else {
             return text(StatusCode::SERVICE_UNAVAILABLE, "shutting down\n");
         };
         let metrics = self.metrics.clone();
         match tokio::task::spawn_blocking(move || metrics.encode()).await {
             Ok(body) => {
-                let mut response = Response::new(Full::new(Bytes::from(body)));
+                let body = Exposition {
+                    rest: Bytes::from(body),
+                    place: Some(place),
+                };
+                let mut response = Response::new(body);
                 response.headers_mut().insert(
                     header::CONTENT_TYPE,
                     HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
@@ -89,9 +127,9 @@ impl Admin {
 }
 
 impl hyper::service::Service<Request<Incoming>> for Admin {
-    type Response = Response<Full<Bytes>>;
+    type Response = Response<Exposition>;
     type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Response<Full<Bytes>>, Infallible>> + Send>>;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Exposition>, Infallible>> + Send>>;
 
     fn call(&self, request: Request<Incoming>) -> Self::Future {
         match self.respond(&request) {
@@ -104,12 +142,147 @@ impl hyper::service::Service<Request<Incoming>> for Admin {
     }
 }
 
-fn text(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::copy_from_slice(body.as_bytes())));
+/// An admin answer's body: a short text, or an exposition, handed out in
+/// copied slices of [`SLICE`] bytes while it keeps its place among the
+/// [`SENT_AT_ONCE`], until it is all handed out or its connection goes.
+pub(crate) struct Exposition {
+    rest: Bytes,
+    place: Option<OwnedSemaphorePermit>,
+}
+
+impl Body for Exposition {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        if self.rest.is_empty() {
+            self.place = None;
+            return Poll::Ready(None);
+        }
+        let slice = match self.place {
+            // A text: as it is.
+            None => std::mem::take(&mut self.rest),
+            Some(_) => {
+                let n = self.rest.len().min(SLICE);
+                let slice = Bytes::copy_from_slice(&self.rest[..n]);
+                self.rest = self.rest.slice(n..);
+                slice
+            }
+        };
+        if self.rest.is_empty() {
+            // All handed out: the whole is dropped, and its place freed.
+            self.rest = Bytes::new();
+            self.place = None;
+        }
+        Poll::Ready(Some(Ok(Frame::data(slice))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.rest.is_empty()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.rest.len() as u64)
+    }
+}
+
+fn text(status: StatusCode, body: &str) -> Response<Exposition> {
+    let body = Exposition {
+        rest: Bytes::copy_from_slice(body.as_bytes()),
+        place: None,
+    };
+    let mut response = Response::new(body);
     *response.status_mut() = status;
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use http_body_util::BodyExt;
+    use hyper::service::Service;
+
+    use super::*;
+    use crate::config::File;
+    use crate::proxy::{forward::Capacity, health::Load, server::h1};
+
+    fn admin() -> Admin {
+        let text = "upstream = \"http://127.0.0.1:1\"\n";
+        let config = File::parse(text, "t").and_then(File::validate);
+        let export = config.unwrap_or_else(|e| panic!("{e}")).export;
+        let metrics = Metrics::new(&export).unwrap_or_else(|e| panic!("{e}"));
+        let refused = IntCounter::new("refused", "refused").unwrap_or_else(|e| panic!("{e}"));
+        let load = Load::new(Arc::new(Semaphore::new(8)), Capacity::new(8, refused));
+        Admin::new(Health::serving(false, load), metrics)
+    }
+
+    async fn get(admin: &Admin, path: &str) -> Response<Exposition> {
+        let request = Request::get(path)
+            .body(Incoming::Own(h1::Body::empty()))
+            .unwrap_or_else(|e| panic!("{e}"));
+        match admin.call(request).await {
+            Ok(response) => response,
+            Err(never) => match never {},
+        }
+    }
+
+    /// Expositions held by clients that do not read them take their place
+    /// until they go: the fifth scrape is refused, and counted, and health
+    /// answers; once one is read whole, or its client gone, a scrape
+    /// succeeds again.
+    #[tokio::test]
+    async fn expositions_held_unread_are_at_most_four() {
+        let admin = admin();
+        let mut held = Vec::new();
+        for _ in 0..SENT_AT_ONCE {
+            let response = get(&admin, "/metrics").await;
+            assert_eq!(response.status(), StatusCode::OK);
+            held.push(response.into_body());
+        }
+        assert_eq!(get(&admin, "/metrics").await.status(), 503);
+        assert_eq!(admin.refused.get(), 1);
+        assert_eq!(get(&admin, "/healthz").await.status(), 200);
+        // Read whole: its place is free.
+        let read = held.pop().map(|body| body.collect());
+        let text = read.expect("held").await.map(|b| b.to_bytes());
+        let text = text.unwrap_or_else(|never| match never {});
+        assert!(text.starts_with(b"# HELP"));
+        let response = get(&admin, "/metrics").await;
+        assert_eq!(response.status(), StatusCode::OK);
+        // Its client gone: the same.
+        drop(response);
+        drop(held.pop());
+        assert_eq!(get(&admin, "/metrics").await.status(), StatusCode::OK);
+        assert_eq!(admin.refused.get(), 1);
+    }
+
+    /// An exposition goes out whole, in slices of at most [`SLICE`] bytes,
+    /// and frees its place as its last slice goes.
+    #[tokio::test]
+    async fn an_exposition_goes_out_whole_in_slices() {
+        let whole: Vec<u8> = (0..SLICE * 3 + 7).map(|i| (i % 251) as u8).collect();
+        let places = Arc::new(Semaphore::new(1));
+        let place = places.clone().try_acquire_owned().ok();
+        let mut body = Exposition {
+            rest: Bytes::from(whole.clone()),
+            place,
+        };
+        let mut sent = Vec::new();
+        while let Some(frame) = body.frame().await {
+            let data = frame
+                .map(|f| f.into_data())
+                .unwrap_or_else(|never| match never {});
+            let data = data.unwrap_or_else(|_| panic!("data"));
+            assert!(data.len() <= SLICE);
+            sent.extend_from_slice(&data);
+        }
+        assert_eq!(sent, whole);
+        assert_eq!(places.available_permits(), 1, "its place is free");
+    }
 }

@@ -11,6 +11,7 @@ pub(super) struct ConnectionFamilies {
     refused: IntCounterVec,
     closed: IntCounterVec,
     requests_refused: IntCounter,
+    scrapes_refused: IntCounter,
 }
 
 impl ConnectionFamilies {
@@ -43,13 +44,24 @@ impl ConnectionFamilies {
         registry.register(Box::new(open.clone()))?;
         registry.register(Box::new(refused.clone()))?;
         registry.register(Box::new(closed.clone()))?;
+        let scrapes_refused = IntCounter::with_opts(Opts::new(
+            "tokenclock_scrapes_refused_total",
+            "GET /metrics answered 503 because 4 expositions were still being sent: each is a copy of every series, held until its client has read it, and a client that does not read would otherwise hold one each.",
+        ))?;
         registry.register(Box::new(requests_refused.clone()))?;
+        registry.register(Box::new(scrapes_refused.clone()))?;
         Ok(Self {
             open,
             refused,
             closed,
             requests_refused,
+            scrapes_refused,
         })
+    }
+
+    /// Scrapes refused while the most expositions were being sent.
+    pub(super) fn scrapes_refused(&self) -> IntCounter {
+        self.scrapes_refused.clone()
     }
 
     /// Requests refused at the cap on requests in flight (proxy listener).

@@ -234,6 +234,11 @@ impl Metrics {
         self.shared.connections.listener(listener)
     }
 
+    /// Scrapes refused while the most expositions were being sent.
+    pub(crate) fn scrapes_refused(&self) -> IntCounter {
+        self.shared.connections.scrapes_refused()
+    }
+
     /// Requests refused because `max_connections` were in flight.
     pub(crate) fn requests_refused(&self) -> IntCounter {
         self.shared.connections.requests_refused()
