@@ -316,7 +316,14 @@ fn validate_ranges(key: &str, bounds: &[u64]) -> Result<Vec<u64>, ConfigError> {
     Ok(bounds.to_vec())
 }
 
+/// The path is checked for what it says, not against this machine's
+/// files: `check-config` runs where the pod's volume may not exist, and
+/// the start opens the file (exit 2 naming `records.path` if it cannot).
 fn validate_records(r: &RecordsFile) -> Result<Records, ConfigError> {
+    let path = r.path.as_os_str();
+    if path.is_empty() || path.as_encoded_bytes().ends_with(b"/") {
+        return Err(ConfigError::invalid("records.path", "must name a file"));
+    }
     if r.queue == 0 {
         return Err(ConfigError::invalid("records.queue", "must be at least 1"));
     }

@@ -213,6 +213,16 @@ fn bad_config_exits_2_with_one_line_naming_the_key() {
         ("upstream = \"http://127.0.0.1:108856\"\n", "upstream"),
         ("upstream = \"http://127.0.0.1:8O00\"\n", "upstream"),
         ("upstream = \"http://127.0.0.1:0\"\n", "upstream"),
+        // Paths that name no file (a missing directory is this
+        // machine's, not the config's: the start says so).
+        (
+            "upstream = \"http://127.0.0.1:8000\"\n[records]\npath = \"\"\n",
+            "records.path",
+        ),
+        (
+            "upstream = \"http://127.0.0.1:8000\"\n[records]\npath = \"/var/log/tokenclock/\"\n",
+            "records.path",
+        ),
         (
             "upstream = \"http://127.0.0.1:8000\"\n[otel]\nendpoint = \"http://127.0.0.1:notaport\"\n",
             "otel.endpoint",
