@@ -173,8 +173,8 @@ impl Body for Exposition {
             }
         };
         if self.rest.is_empty() {
-            // All handed out: the whole is dropped, and its place freed.
-            self.rest = Bytes::new();
+            // All handed out: the whole is dropped (an empty slice holds
+            // none of it), and its place freed.
             self.place = None;
         }
         Poll::Ready(Some(Ok(Frame::data(slice))))

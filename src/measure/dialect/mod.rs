@@ -224,7 +224,9 @@ impl Shared {
         matches!(self, Self::Root | Self::Tei | Self::Rerank)
     }
 
-    /// Which server wrote a whole body on this path, if the body tells.
+    /// Which server wrote a whole body on this path, if the body tells;
+    /// on a path told by its first event ([`Shared::told_by_event`]),
+    /// which wrote that event.
     pub(crate) fn body_of(self, body: &[u8]) -> Option<Dialect> {
         match self {
             Self::Generate => Dialect::generate_body_of(body),
@@ -235,18 +237,9 @@ impl Shared {
     }
 
     /// Whether an event stream's first event tells which server answered
-    /// here (its head does not).
+    /// here (its head does not), as [`Shared::body_of`] reads it.
     pub(crate) fn told_by_event(self) -> bool {
         matches!(self, Self::Completions)
-    }
-
-    /// Which server wrote the first event of a stream on this path, if it
-    /// tells ([`Shared::told_by_event`]).
-    pub(crate) fn event_of(self, data: &[u8]) -> Option<Dialect> {
-        match self {
-            Self::Completions => Dialect::completions_payload_of(data),
-            _ => None,
-        }
     }
 }
 
@@ -614,7 +607,7 @@ pub struct Events {
 }
 
 /// Whether a stream's first event on a shared path tells its dialect
-/// ([`Shared::event_of`]).
+/// ([`Shared::told_by_event`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Tell {
     /// Not asked.
@@ -664,7 +657,7 @@ impl Events {
     pub fn parse<'a>(&mut self, name: &[u8], data: &'a [u8]) -> Result<Parsed<'a>, ParseError> {
         if let Tell::Waiting(shared) = self.tell {
             // Before it is read: as its own dialect's.
-            self.dialect = shared.event_of(data).unwrap_or(self.dialect);
+            self.dialect = shared.body_of(data).unwrap_or(self.dialect);
             self.tell = Tell::Told(self.dialect);
         }
         match self.dialect {
