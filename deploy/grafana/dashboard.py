@@ -398,7 +398,7 @@ def panels():
             )
         ),
         0, 66, 12, 8, "Turned away at max_connections",
-        "Per second: requests answered 503 (overloaded) because max_connections requests were in flight, which only HTTP/2 clients reach, and client connections closed at accept because max_connections were open. TokenclockAtCapacity alerts on either.",
+        "Per second: requests answered 503 (overloaded) because max_connections requests were in flight, which only HTTP/2 clients reach, and client connections closed at accept because max_connections were open, each with a request in flight. TokenclockAtCapacity alerts on either.",
     )
     add(
         series("short").with_target(

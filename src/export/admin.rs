@@ -210,7 +210,11 @@ mod tests {
 
     use super::*;
     use crate::config::File;
-    use crate::proxy::{forward::Capacity, health::Load, server::h1};
+    use crate::proxy::{
+        forward::Capacity,
+        health::Load,
+        server::{h1, Slots},
+    };
 
     fn admin() -> Admin {
         let text = "upstream = \"http://127.0.0.1:1\"\n";
@@ -218,7 +222,8 @@ mod tests {
         let export = config.unwrap_or_else(|e| panic!("{e}")).export;
         let metrics = Metrics::new(&export).unwrap_or_else(|e| panic!("{e}"));
         let refused = IntCounter::new("refused", "refused").unwrap_or_else(|e| panic!("{e}"));
-        let load = Load::new(Arc::new(Semaphore::new(8)), Capacity::new(8, refused));
+        let slots = Slots::new(Arc::new(Semaphore::new(8)), Arc::default());
+        let load = Load::new(slots, Capacity::new(8, refused));
         Admin::new(Health::serving(false, load), metrics)
     }
 

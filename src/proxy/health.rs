@@ -10,7 +10,8 @@
 //! while its engine is dead, and the health path is the operator's own
 //! statement of what healthy means. Either way, never while shutting down,
 //! and never at capacity: while the proxy listener holds `max_connections`
-//! connections (a new one would be closed at once) or `max_connections`
+//! connections each with a request in flight (a new one would be closed at
+//! once; one with none would give it its place) or `max_connections`
 //! requests are in flight (a new one would be answered `503`), traffic sent
 //! here would not flow, so an orchestrator should send it elsewhere.
 
@@ -24,9 +25,9 @@ use std::{
     time::Duration,
 };
 
-use tokio::{sync::Semaphore, time::Instant};
+use tokio::time::Instant;
 
-use crate::proxy::forward::Capacity;
+use crate::proxy::{forward::Capacity, server::Slots};
 
 pub(crate) use self::probe::Probe;
 
@@ -59,13 +60,13 @@ struct Inner {
 /// listener, and requests in flight across its connections.
 #[derive(Debug)]
 pub(crate) struct Load {
-    connections: Arc<Semaphore>,
+    connections: Slots,
     requests: Arc<Capacity>,
 }
 
 impl Load {
-    /// The listener's free connection slots and the request cap.
-    pub(crate) fn new(connections: Arc<Semaphore>, requests: Arc<Capacity>) -> Self {
+    /// The listener's room for connections and the request cap.
+    pub(crate) fn new(connections: Slots, requests: Arc<Capacity>) -> Self {
         Self {
             connections,
             requests,
@@ -74,7 +75,7 @@ impl Load {
 
     /// A new connection or a new request would be refused now.
     fn full(&self) -> bool {
-        self.connections.available_permits() == 0 || self.requests.full()
+        self.connections.full() || self.requests.full()
     }
 }
 
@@ -188,7 +189,10 @@ impl Health {
 
 #[cfg(test)]
 mod tests {
+    use tokio::sync::Semaphore;
+
     use super::*;
+    use crate::proxy::server::Waiting;
 
     #[tokio::test(start_paused = true)]
     async fn ready_only_within_the_window_and_not_while_draining() {
@@ -230,10 +234,12 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn not_ready_while_either_cap_is_full() {
         let connections = Arc::new(Semaphore::new(2));
+        let waiting = Arc::new(Waiting::default());
         let refused =
             prometheus::IntCounter::new("refused", "refused").unwrap_or_else(|e| panic!("{e}"));
         let requests = Capacity::new(1, refused);
-        let load = Load::new(connections.clone(), requests.clone());
+        let slots = Slots::new(connections.clone(), waiting.clone());
+        let load = Load::new(slots, requests.clone());
         let health = Health::serving(false, load);
         health.upstream_answered();
         assert_eq!(health.readiness(), Ok(()));
@@ -241,6 +247,13 @@ mod tests {
         let one = connections.clone().try_acquire_owned();
         assert_eq!(health.readiness(), Ok(()), "one slot is still free");
         let two = connections.clone().try_acquire_owned();
+        // Both connections have no request in flight: a new one would take
+        // the place of the one that waited longest.
+        let (one_waits, two_waits) = (waiting.join(), waiting.join());
+        assert_eq!(health.readiness(), Ok(()));
+        drop(one_waits);
+        assert_eq!(health.readiness(), Ok(()));
+        drop(two_waits);
         assert_eq!(health.readiness(), Err(NotReady::AtCapacity));
         drop(two);
         assert_eq!(health.readiness(), Ok(()));

@@ -17,6 +17,7 @@ pub(crate) mod h1;
 mod quiet;
 mod received;
 mod turns;
+mod waiting;
 
 use std::{future::Future, io, net::SocketAddr, sync::Arc, time::Duration};
 
@@ -24,8 +25,10 @@ use tokio::{net::TcpListener, sync::oneshot, task::JoinSet};
 
 pub(crate) use self::fds::TooFewDescriptors;
 pub(crate) use self::received::{ReceivedBody, ReceivedError};
+#[cfg(test)]
+pub(crate) use self::waiting::Waiting;
 pub(crate) use self::{
-    accept::Listener,
+    accept::{Listener, Slots},
     conn::{Drain, Serve},
 };
 

@@ -1,8 +1,10 @@
 //! Client connections can never deny service: sockets that send nothing or
 //! half a head are closed after `header_read_timeout`, idle and
-//! unresponsive h2 connections are closed, a flood beyond `max_connections`
-//! is refused while `/healthz` and `/metrics` keep answering, and shutdown
-//! does not wait for connections with nothing in flight.
+//! unresponsive h2 connections are closed, at `max_connections` a new
+//! connection takes the place of the one that waited longest with nothing
+//! in flight (and is refused only when every one has a request in flight)
+//! while `/healthz` and `/metrics` keep answering, and shutdown does not
+//! wait for connections with nothing in flight.
 
 use std::{net::SocketAddr, time::Duration};
 
@@ -295,10 +297,41 @@ async fn an_h2_client_that_stops_answering_pings_is_closed() {
     assert!(pinged, "closed without a PING");
 }
 
+/// Waits until `series` on `metrics` reads `want` (bounded by [`BOUND`]).
+async fn metric_soon(metrics: SocketAddr, series: &str, want: f64) -> f64 {
+    for _ in 0..500 {
+        let value = metric(metrics, series).await;
+        if value == want {
+            return value;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    metric(metrics, series).await
+}
+
+/// Opens `n` sockets that send nothing, one after another, each seen by
+/// the proxy before the next (so the first has waited longest).
+async fn silent_sockets(
+    addr: SocketAddr,
+    metrics: SocketAddr,
+    open: &str,
+    n: usize,
+) -> Vec<TcpStream> {
+    let before = metric(metrics, open).await;
+    let mut silent = Vec::new();
+    for i in 1..=n {
+        silent.push(TcpStream::connect(addr).await.expect("connect"));
+        let seen = before + i as f64;
+        assert_eq!(metric_soon(metrics, open, seen).await, seen, "socket {i}");
+    }
+    silent
+}
+
 #[tokio::test]
-async fn beyond_max_connections_new_ones_are_refused_and_metrics_answer() {
+async fn at_the_cap_a_new_connection_takes_the_place_of_the_one_that_waited_longest() {
     let upstream = Echo::start().await;
-    let extra = "max_connections = 4\nheader_read_timeout = \"3s\"\n";
+    // Long enough that no deadline closes the silent sockets meanwhile.
+    let extra = "max_connections = 4\nheader_read_timeout = \"60s\"\n";
     let proxy = common::proxy(upstream.addr, extra).await;
     let open = "tokenclock_connections_open{listener=\"proxy\"}";
     let ready = (200, "ready\n");
@@ -306,18 +339,93 @@ async fn beyond_max_connections_new_ones_are_refused_and_metrics_answer() {
         readyz_soon(proxy.metrics_addr, ready).await,
         (200, "ready\n".into())
     );
+    let mut silent = silent_sockets(proxy.addr, proxy.metrics_addr, open, 4).await;
+    // Full, but of connections with nothing in flight: traffic would flow.
+    assert_eq!(readyz(proxy.metrics_addr).await, (200, "ready\n".into()));
+    // A client gets in at once, in the place of the first silent socket.
+    let request = Request::get("/v1/models")
+        .header("host", "a")
+        .body(Full::new(Bytes::new()))
+        .expect("request");
+    let response = send(proxy.addr, request).await.expect("served at the cap");
+    assert_eq!(response.status(), StatusCode::OK);
+    let (first, rest) = silent.split_at_mut(1);
+    assert!(
+        closed_within(&mut first[0], BOUND).await,
+        "the longest waiting was kept"
+    );
+    for other in rest {
+        assert!(
+            !closed_within(other, Duration::from_millis(200)).await,
+            "a newer one was closed"
+        );
+    }
+    assert_eq!(metric(proxy.metrics_addr, &closed("evicted")).await, 1.0);
+    let refused = "tokenclock_connections_refused_total{listener=\"proxy\"}";
+    assert_eq!(metric(proxy.metrics_addr, refused).await, 0.0);
+}
+
+#[tokio::test]
+async fn at_the_metrics_cap_silent_sockets_cannot_fail_the_liveness_probe() {
+    let upstream = Echo::start().await;
+    let extra = "metrics_max_connections = 4\nheader_read_timeout = \"60s\"\n";
+    let proxy = common::proxy(upstream.addr, extra).await;
+    // Accepted in the order they connect: the first waits longest.
     let mut silent = Vec::new();
     for _ in 0..4 {
-        silent.push(TcpStream::connect(proxy.addr).await.expect("connect"));
+        silent.push(
+            TcpStream::connect(proxy.metrics_addr)
+                .await
+                .expect("connect"),
+        );
     }
-    for _ in 0..100 {
-        if metric(proxy.metrics_addr, open).await == 4.0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    for _ in 0..10 {
+        let health = tokio::time::timeout(BOUND, get(proxy.metrics_addr, "/healthz")).await;
+        assert_eq!(
+            health.map(|r| r.status).ok(),
+            Some(StatusCode::OK),
+            "/healthz failed at the cap"
+        );
     }
-    assert_eq!(metric(proxy.metrics_addr, open).await, 4.0);
-    // Saturated: a fifth is closed at once, and the metrics listener serves.
+    // The probes took the silent sockets' places, the first one's first.
+    assert!(
+        closed_within(&mut silent[0], BOUND).await,
+        "the longest waiting was kept"
+    );
+    let evicted = "tokenclock_connections_closed_total{listener=\"metrics\",reason=\"evicted\"}";
+    assert!(metric(proxy.metrics_addr, evicted).await >= 1.0);
+    let refused = "tokenclock_connections_refused_total{listener=\"metrics\"}";
+    assert_eq!(metric(proxy.metrics_addr, refused).await, 0.0);
+}
+
+#[tokio::test]
+async fn beyond_max_connections_with_requests_in_flight_new_ones_are_refused_and_metrics_answer() {
+    let release = std::sync::Arc::new(tokio::sync::Notify::new());
+    let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+    let mut upstream = Scripted::start(vec![
+        Step::Wait(release.clone()),
+        Step::Write(Bytes::from_static(answer)),
+    ])
+    .await;
+    let extra = "max_connections = 4\nheader_read_timeout = \"60s\"\n";
+    let proxy = common::proxy(upstream.addr, extra).await;
+    let ready = (200, "ready\n");
+    assert_eq!(
+        readyz_soon(proxy.metrics_addr, ready).await,
+        (200, "ready\n".into())
+    );
+    let mut busy = Vec::new();
+    for _ in 0..4 {
+        let mut stream = TcpStream::connect(proxy.addr).await.expect("connect");
+        stream
+            .write_all(b"GET /v1/models HTTP/1.1\r\nHost: a\r\n\r\n")
+            .await
+            .expect("write");
+        upstream.next_request().await;
+        busy.push(stream);
+    }
+    // Saturated with requests in flight: a fifth is closed at once, and
+    // the metrics listener serves.
     let mut fifth = TcpStream::connect(proxy.addr).await.expect("connect");
     assert!(closed_within(&mut fifth, BOUND).await, "not refused");
     assert_eq!(
@@ -326,22 +434,31 @@ async fn beyond_max_connections_new_ones_are_refused_and_metrics_answer() {
     );
     let refused = "tokenclock_connections_refused_total{listener=\"proxy\"}";
     assert!(metric(proxy.metrics_addr, refused).await >= 1.0);
+    assert_eq!(metric(proxy.metrics_addr, &closed("evicted")).await, 0.0);
     // Traffic sent here now would not flow: not ready.
     assert_eq!(
         readyz(proxy.metrics_addr).await,
         (503, "at capacity\n".into())
     );
-    // Once the silent ones time out, a client is served again, and the
-    // proxy is ready again.
-    assert_eq!(served_soon(proxy.addr).await, StatusCode::OK);
+    // Once the answers are out, the kept-alive connections are idle: ready
+    // again, and a client is served in the place of one of them.
+    // Released now, and every later request at once.
+    let releasing = tokio::spawn(async move {
+        loop {
+            release.notify_waiters();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+    for stream in &mut busy {
+        assert_eq!(common::client::read_head(stream).await.0, 200);
+    }
     assert_eq!(
         readyz_soon(proxy.metrics_addr, ready).await,
         (200, "ready\n".into())
     );
-    assert_eq!(
-        metric(proxy.metrics_addr, &closed("head_timeout")).await,
-        4.0
-    );
+    assert_eq!(served_soon(proxy.addr).await, StatusCode::OK);
+    assert_eq!(metric(proxy.metrics_addr, &closed("evicted")).await, 1.0);
+    releasing.abort();
 }
 
 /// Retries a request (connections may be refused for a while) until it is
@@ -424,8 +541,9 @@ async fn under_a_low_fd_limit_a_flood_of_silent_sockets_keeps_healthz_green() {
         Some(StatusCode::OK),
         "/healthz stopped answering under the flood"
     );
-    let refused = "tokenclock_connections_refused_total{listener=\"proxy\"}";
-    assert!(metric(metrics, refused).await > 0.0);
+    // Each took the place of the one that had waited longest.
+    let evicted = "tokenclock_connections_closed_total{listener=\"proxy\",reason=\"evicted\"}";
+    assert!(metric(metrics, evicted).await > 0.0);
     assert_eq!(served_soon(listen).await, StatusCode::OK);
     assert!(!log_text().contains("Accept failed"), "{}", log_text());
 }

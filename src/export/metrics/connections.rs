@@ -26,14 +26,14 @@ impl ConnectionFamilies {
         let refused = IntCounterVec::new(
             Opts::new(
                 "tokenclock_connections_refused_total",
-                "Client connections closed at accept because the listener was at its cap (max_connections or metrics_max_connections).",
+                "Client connections closed at accept because the listener was at its cap (max_connections or metrics_max_connections) and every connection had a request in flight.",
             ),
             &["listener"],
         )?;
         let closed = IntCounterVec::new(
             Opts::new(
                 "tokenclock_connections_closed_total",
-                "Client connections tokenclock closed on its own: head_timeout (no whole first request head within header_read_timeout), idle_timeout (no request in flight for client_idle_timeout), shutdown (idle or head-less at shutdown), bad_head (a request head refused, malformed or past the head limits, answered 400, 414 or 431 as hyper answers it: no request was forwarded or counted).",
+                "Client connections tokenclock closed on its own: head_timeout (no whole first request head within header_read_timeout), idle_timeout (no request in flight for client_idle_timeout), shutdown (idle or head-less at shutdown), bad_head (a request head refused, malformed or past the head limits, answered 400, 414 or 431 as hyper answers it: no request was forwarded or counted), evicted (at the listener's cap, closed for a new connection to take its place: of the connections with no request in flight, idle or still owing a first head, it had waited longest).",
             ),
             &["listener", "reason"],
         )?;
@@ -79,6 +79,7 @@ impl ConnectionFamilies {
             idle_timeout: closed("idle_timeout"),
             shutdown: closed("shutdown"),
             bad_head: closed("bad_head"),
+            evicted: closed("evicted"),
         }
     }
 }
@@ -98,6 +99,9 @@ pub(crate) struct ConnectionMetrics {
     pub shutdown: IntCounter,
     /// Closed after a request head it refused (`400`, `414`, `431`).
     pub bad_head: IntCounter,
+    /// Closed at the listener's cap for a new connection to take its
+    /// place: it had waited longest with no request in flight.
+    pub evicted: IntCounter,
 }
 
 impl ConnectionMetrics {

@@ -1,7 +1,10 @@
 //! The accept loop, shared by the proxy, metrics and simulator listeners:
-//! at most `max` connections open; beyond it, a new connection is accepted
-//! and closed at once, and counted, so a flood of sockets takes a bounded
-//! number of file descriptors and the process keeps the rest.
+//! at most `max` connections open. At the cap, a new connection takes the
+//! place of the one that has waited longest with no request in flight
+//! ([`Waiting`]); when every one has a request in flight, it is accepted
+//! and closed at once, and counted. So a flood of sockets takes a bounded
+//! number of file descriptors, the process keeps the rest, and sockets
+//! that say nothing cannot keep a client out.
 
 use std::{future::Future, io, sync::Arc, time::Duration};
 
@@ -14,14 +17,26 @@ use tokio::{
 };
 
 use super::conn::{self, Drain, Serve};
+use super::waiting::Waiting;
 use crate::export::metrics::ConnectionMetrics;
 
 /// A listener with its connection cap.
 pub(crate) struct Listener {
     listener: TcpListener,
     permits: Arc<Semaphore>,
+    waiting: Arc<Waiting>,
     serve: Arc<Serve>,
 }
+
+/// How long the accept loop waits for a connection told to close to give
+/// its slot back. It closes at its next poll, within microseconds; only
+/// one whose request started as it was told (the call is then void)
+/// keeps it, and the next longest waiting is told.
+const CLOSE_WAIT: Duration = Duration::from_millis(100);
+
+/// How many connections one accept tells to close before the new one is
+/// refused: each that keeps its slot has just started a request.
+const CLOSE_TRIES: usize = 3;
 
 impl Listener {
     /// Serves connections from `listener` as `serve` says, at most `max` at once.
@@ -29,14 +44,34 @@ impl Listener {
         Self {
             listener,
             permits: Arc::new(Semaphore::new(max.min(Semaphore::MAX_PERMITS))),
+            waiting: Arc::default(),
             serve: Arc::new(serve),
         }
     }
 
-    /// The free connection slots: none left means a new connection would
-    /// be closed at once.
-    pub(crate) fn slots(&self) -> Arc<Semaphore> {
-        self.permits.clone()
+    /// The free connection slots, and the connections with no request in
+    /// flight: with neither, a new connection would be closed at once.
+    pub(crate) fn slots(&self) -> Slots {
+        Slots {
+            free: self.permits.clone(),
+            waiting: self.waiting.clone(),
+        }
+    }
+
+    /// At the cap: tells the connection that has waited longest to close,
+    /// and takes its slot; `None` when every connection has a request in
+    /// flight.
+    async fn make_room(&self) -> Option<OwnedSemaphorePermit> {
+        for _ in 0..CLOSE_TRIES {
+            if !self.waiting.close_longest() {
+                return None;
+            }
+            let freed = self.permits.clone().acquire_owned();
+            if let Ok(Ok(permit)) = tokio::time::timeout(CLOSE_WAIT, freed).await {
+                return Some(permit);
+            }
+        }
+        None
     }
 
     /// Accepts connections until `shutdown` resolves; the listener is
@@ -72,7 +107,11 @@ impl Listener {
                 },
                 () = &mut shutdown => return,
             };
-            let Ok(permit) = self.permits.clone().try_acquire_owned() else {
+            let permit = match self.permits.clone().try_acquire_owned() {
+                Ok(permit) => Some(permit),
+                Err(_) => self.make_room().await,
+            };
+            let Some(permit) = permit else {
                 // Closed before a byte is read: the client sees the
                 // connection end and may retry; the fd is free again.
                 self.serve.metrics.refused.inc();
@@ -86,12 +125,35 @@ impl Listener {
             let serve = self.serve.clone();
             let service = service.clone();
             let drain = drain.watch();
+            let place = self.waiting.join();
             tokio::spawn(async move {
-                let result = conn::serve(stream, service, &serve, drain).await;
+                let result = conn::serve(stream, service, &serve, drain, place).await;
                 conn::closed(peer, result);
                 drop(open);
             });
         }
+    }
+}
+
+/// Whether a listener has room for a new connection: a free slot, or a
+/// connection with no request in flight to take the place of.
+#[derive(Debug)]
+pub(crate) struct Slots {
+    free: Arc<Semaphore>,
+    waiting: Arc<Waiting>,
+}
+
+impl Slots {
+    /// A new connection would be closed at once.
+    pub(crate) fn full(&self) -> bool {
+        self.free.available_permits() == 0 && self.waiting.is_empty()
+    }
+
+    /// The slots `free` and the connections `waiting`: for tests of what
+    /// reads them.
+    #[cfg(test)]
+    pub(crate) fn new(free: Arc<Semaphore>, waiting: Arc<Waiting>) -> Self {
+        Self { free, waiting }
     }
 }
 

@@ -7,8 +7,10 @@
 //! open is never closed. So every connection is driven here until its first
 //! request head reaches the service (within `header_read_timeout`), and
 //! then closed whenever it has had no request in flight for
-//! `client_idle_timeout`. On shutdown, idle and head-less connections are
-//! closed at once; busy ones finish their requests first.
+//! `client_idle_timeout`, or sooner when its listener is at its cap and it
+//! has waited longest ([`Waiting`](super::waiting)). On shutdown, idle and
+//! head-less connections are closed at once; busy ones finish their
+//! requests first.
 
 use std::{
     future::Future,
@@ -31,6 +33,7 @@ use super::{
     h1,
     quiet::Quiet,
     turns::Turns,
+    waiting::Place,
     ReceivedBody,
 };
 use crate::proxy::woken::Woken;
@@ -197,6 +200,7 @@ pub(super) async fn serve<S, B>(
     service: S,
     serve: &Serve,
     mut drain: watch::Receiver<bool>,
+    mut place: Place,
 ) -> Result<(), BoxError>
 where
     S: hyper::service::Service<Request<ReceivedBody>, Response = Response<B>>
@@ -214,7 +218,8 @@ where
     B::Error: Into<BoxError> + Send,
 {
     let deadline = Instant::now() + serve.header_read;
-    let Some(protocol) = serve.choose(&stream, deadline, &mut drain).await else {
+    let chosen = serve.choose(&stream, deadline, &mut drain, &place);
+    let Some(protocol) = chosen.await else {
         return Ok(());
     };
     let activity = Arc::new(match protocol {
@@ -232,17 +237,17 @@ where
     match protocol {
         Protocol::Http1 if serve.own_http1 => {
             let conn = h1::Connection::new(io, service, serve.header_read);
-            drive(conn, serve, drain, activity, deadline).await
+            drive(conn, serve, drain, activity, deadline, &mut place).await
         }
         Protocol::Http1 => {
             let conn = serve.http1.serve_connection(io, service);
-            drive(conn, serve, drain, activity, deadline).await
+            drive(conn, serve, drain, activity, deadline, &mut place).await
         }
         Protocol::Sniffed => {
             let conn = serve.builder.serve_connection(io, service);
             // Boxed: inline, this branch would size every connection's
             // task (HTTP/1.1's too) for h2's state (see the tests).
-            Box::pin(drive(conn, serve, drain, activity, deadline)).await
+            Box::pin(drive(conn, serve, drain, activity, deadline, &mut place)).await
         }
     }
 }
@@ -316,14 +321,16 @@ where
     }
 }
 
-/// Drives `conn` until it closes, a deadline passes, or shutdown ends it;
-/// `deadline` is when its first head is due.
+/// Drives `conn` until it closes, a deadline passes, shutdown ends it, or
+/// its listener at its cap needs its `place`; `deadline` is when its first
+/// head is due.
 async fn drive<C: Connection>(
     conn: C,
     serve: &Serve,
     mut drain: watch::Receiver<bool>,
     activity: Arc<Activity>,
     mut deadline: Instant,
+    place: &mut Place,
 ) -> Result<(), BoxError> {
     tokio::pin!(conn);
     let turns = activity.turns();
@@ -332,16 +339,18 @@ async fn drive<C: Connection>(
     let mut wait = Wait::Head;
     // False once shutdown began, or if the drain went away without one.
     let mut watching = true;
-    // Whether the activity, the deadline or the drain woke the task since
-    // they were last polled pending: most wake-ups are the connection's
-    // (every event forwarded), and those leave the three as they were.
+    // Whether the activity, the deadline, the drain or the listener woke
+    // the task since they were last polled pending: most wake-ups are the
+    // connection's (every event forwarded), and those leave the four as
+    // they were.
     let side = Woken::new();
     loop {
         let idle = activity.is_idle();
         let changed = activity.changed();
         let sleep = tokio::time::sleep_until(deadline);
         let drained = drain.changed();
-        tokio::pin!(changed, sleep, drained);
+        let closing = place.closing();
+        tokio::pin!(changed, sleep, drained, closing);
         side.ready(); // new futures: each is polled once
         let event = std::future::poll_fn(|cx| {
             if let Some(turns) = turns {
@@ -364,6 +373,9 @@ async fn drive<C: Connection>(
             if idle && sleep.as_mut().poll(&mut cx).is_ready() {
                 return Poll::Ready(Event::Deadline);
             }
+            if closing.as_mut().poll(&mut cx).is_ready() {
+                return Poll::Ready(Event::Closing);
+            }
             if watching {
                 if let Poll::Ready(result) = drained.as_mut().poll(&mut cx) {
                     return Poll::Ready(Event::Drain(result.is_ok()));
@@ -385,7 +397,19 @@ async fn drive<C: Connection>(
                         wait = Wait::Idle;
                     }
                     deadline = Instant::now() + serve.limit(wait);
+                    place.wait();
+                } else {
+                    place.busy();
                 }
+            }
+            Event::Closing => {
+                // A request may have started since the listener looked.
+                if !activity.is_idle() {
+                    place.busy();
+                    continue;
+                }
+                serve.metrics.evicted.inc();
+                return Ok(());
             }
             Event::Deadline => {
                 // A request may have started while the connection was polled.
@@ -442,6 +466,9 @@ enum Event<E> {
     Activity,
     /// The deadline of the wait passed.
     Deadline,
+    /// The listener, at its cap, needs the connection's place: it has
+    /// waited longest with no request in flight.
+    Closing,
     /// The drain changed: `true` when shutdown began, `false` when it went
     /// away without one.
     Drain(bool),
@@ -463,12 +490,14 @@ async fn is_http1(stream: &TcpStream) -> std::io::Result<bool> {
 impl Serve {
     /// How a new connection is served, once its first bytes arrive by
     /// `deadline`; `None` when it is to be closed unserved: it sent nothing
-    /// in time (a head timeout), closed, or shutdown began first.
+    /// in time (a head timeout), closed, shutdown began first, or its
+    /// listener at its cap needs its `place`.
     async fn choose(
         &self,
         stream: &TcpStream,
         deadline: Instant,
         drain: &mut watch::Receiver<bool>,
+        place: &Place,
     ) -> Option<Protocol> {
         tokio::select! {
             biased;
@@ -485,6 +514,10 @@ impl Serve {
             // (A drain gone without a shutdown disables this branch.)
             Ok(()) = drain.changed() => {
                 self.metrics.shutdown.inc();
+                None
+            }
+            () = place.closing() => {
+                self.metrics.evicted.inc();
                 None
             }
         }
@@ -520,6 +553,7 @@ mod tests {
     use tokio::net::TcpListener;
 
     use super::*;
+    use crate::proxy::server::waiting::Waiting;
 
     const TIMEOUTS: Timeouts = Timeouts {
         connect: Duration::from_secs(5),
@@ -549,7 +583,8 @@ mod tests {
         let metrics = ConnectionMetrics::unexported().expect("metrics");
         let serving = Serve::new(&TIMEOUTS, metrics);
         let drain = Drain::new();
-        let future = serve(stream, service, &serving, drain.watch());
+        let place = Arc::new(Waiting::default()).join();
+        let future = serve(stream, service, &serving, drain.watch(), place);
         let size = std::mem::size_of_val(&future);
         assert!(size <= 2560, "the connection's future is {size} bytes");
     }
@@ -587,7 +622,16 @@ mod tests {
             ticket: Arc::clone(&ticket),
         };
         let deadline = Instant::now() + TIMEOUTS.header_read;
-        let driven = drive(conn, &serving, drain.watch(), activity.clone(), deadline);
+        let mut place = Arc::new(Waiting::default()).join();
+        let watch = drain.watch();
+        let driven = drive(
+            conn,
+            &serving,
+            watch,
+            activity.clone(),
+            deadline,
+            &mut place,
+        );
         driven.await.expect("closed");
         let ticket = ticket.lock().expect("lock").expect("a ticket");
         let cx = Context::from_waker(std::task::Waker::noop());
