@@ -42,6 +42,15 @@ pub(crate) struct Admin {
 /// pod, and every stream through it.
 const SENT_AT_ONCE: usize = 4;
 
+/// How long a request on the metrics listener may be in flight before its
+/// connection is closed: a client that sent `GET /metrics` and reads
+/// nothing would otherwise keep one of the [`SENT_AT_ONCE`] places for as
+/// long as its connection lasts, and four such, every scrape after them
+/// (each refused `503`). Prometheus gives up on a scrape after its
+/// `scrape_timeout` (10 s by default, at most the scrape interval); a
+/// render and its sending take milliseconds.
+pub(crate) const ANSWER_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// What a slice of an exposition copies out for the connection to write:
 /// hyper buffers a few before it waits for its client, and a copy, not a
 /// slice of the whole, lets the whole go with its place when the client

@@ -189,7 +189,8 @@ impl Bound {
         let admin = Listener::new(
             admin,
             config.connections.metrics_max,
-            Serve::new(&config.timeouts, metrics.connections("metrics")),
+            Serve::new(&config.timeouts, metrics.connections("metrics"))
+                .with_answer_limit(admin::ANSWER_LIMIT),
         );
         let resends = metrics.upstream_resends();
         let admin_service = admin::Admin::new(health.clone(), metrics);

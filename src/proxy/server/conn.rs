@@ -67,6 +67,9 @@ pub(crate) struct Serve {
     http1: http1::Builder,
     header_read: Duration,
     idle: Duration,
+    /// How long a request may be in flight before its connection is
+    /// closed; `None`: as long as it lasts (a stream through the proxy).
+    answer: Option<Duration>,
     pub(super) metrics: ConnectionMetrics,
     /// Where the connections' writes leave their frames to be read (see
     /// `after_write::Backlog`); `None`: each write reads its own at once.
@@ -83,6 +86,7 @@ impl Serve {
             http1: http1_builder(timeouts),
             header_read: timeouts.header_read,
             idle: timeouts.client_idle,
+            answer: None,
             metrics,
             backlog: None,
             own_http1: false,
@@ -92,6 +96,15 @@ impl Serve {
     /// HTTP/1.1 connections spoken in tokenclock's own codec when `own`.
     pub(crate) fn with_own_http1(mut self, own: bool) -> Self {
         self.own_http1 = own;
+        self
+    }
+
+    /// Connections closed once a request has been in flight for `limit`
+    /// (from when the connection last had none): for a listener whose
+    /// answers are short, so that a client that asks and never reads does
+    /// not hold what its answer holds for as long as it stays connected.
+    pub(crate) fn with_answer_limit(mut self, limit: Duration) -> Self {
+        self.answer = Some(limit);
         self
     }
 
@@ -339,6 +352,9 @@ async fn drive<C: Connection>(
     let mut wait = Wait::Head;
     // False once shutdown began, or if the drain went away without one.
     let mut watching = true;
+    // Whether `deadline` is when the requests in flight must be answered
+    // by (`Serve::answer`), rather than a wait's.
+    let mut answering = false;
     // Whether the activity, the deadline, the drain or the listener woke
     // the task since they were last polled pending: most wake-ups are the
     // connection's (every event forwarded), and those leave the four as
@@ -370,7 +386,7 @@ async fn drive<C: Connection>(
             if changed.as_mut().poll(&mut cx).is_ready() {
                 return Poll::Ready(Event::Activity);
             }
-            if idle && sleep.as_mut().poll(&mut cx).is_ready() {
+            if (idle || answering) && sleep.as_mut().poll(&mut cx).is_ready() {
                 return Poll::Ready(Event::Deadline);
             }
             if closing.as_mut().poll(&mut cx).is_ready() {
@@ -397,9 +413,14 @@ async fn drive<C: Connection>(
                         wait = Wait::Idle;
                     }
                     deadline = Instant::now() + serve.limit(wait);
+                    answering = false;
                     place.wait();
                 } else {
                     place.busy();
+                    if let (Some(limit), false) = (serve.answer, answering) {
+                        deadline = Instant::now() + limit;
+                        answering = true;
+                    }
                 }
             }
             Event::Closing => {
@@ -409,6 +430,15 @@ async fn drive<C: Connection>(
                     continue;
                 }
                 serve.metrics.evicted.inc();
+                return Ok(());
+            }
+            Event::Deadline if answering => {
+                if activity.is_idle() {
+                    // The answer went as the deadline passed; its end's
+                    // notice, kept, is the next event, and a wait begins.
+                    continue;
+                }
+                serve.metrics.answer_timeout.inc();
                 return Ok(());
             }
             Event::Deadline => {
@@ -587,6 +617,64 @@ mod tests {
         let future = serve(stream, service, &serving, drain.watch(), place);
         let size = std::mem::size_of_val(&future);
         assert!(size <= 2560, "the connection's future is {size} bytes");
+    }
+
+    /// A response body that never ends: an answer its client never reads
+    /// holds its connection so.
+    struct Forever;
+
+    impl http_body::Body for Forever {
+        type Data = Bytes;
+        type Error = Infallible;
+
+        fn poll_frame(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<http_body::Frame<Bytes>, Infallible>>> {
+            Poll::Pending
+        }
+    }
+
+    /// Whether a connection whose answer never ends is closed within 60 s
+    /// (in the runtime's paused time), served with `limit`.
+    async fn closed_unanswered(limit: Option<Duration>) -> (bool, u64) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let service = hyper::service::service_fn(|_: Request<ReceivedBody>| {
+            Box::pin(async { Ok::<_, Infallible>(Response::new(Forever)) })
+        });
+        let metrics = ConnectionMetrics::unexported().expect("metrics");
+        let mut serving = Serve::new(&TIMEOUTS, metrics.clone());
+        if let Some(limit) = limit {
+            serving = serving.with_answer_limit(limit);
+        }
+        let drain = Drain::new();
+        let watch = drain.watch();
+        let server = tokio::spawn(async move {
+            let (stream, _) = listener.accept().await.expect("accept");
+            let place = Arc::new(Waiting::default()).join();
+            let _ = serve(stream, service, &serving, watch, place).await;
+        });
+        let mut client = TcpStream::connect(addr).await.expect("connect");
+        client
+            .write_all(b"GET /metrics HTTP/1.1\r\nhost: a\r\n\r\n")
+            .await
+            .expect("write");
+        let mut sink = [0u8; 1024];
+        let read_to_end = async { while client.read(&mut sink).await.is_ok_and(|n| n > 0) {} };
+        let limit = Duration::from_secs(60);
+        let closed = tokio::time::timeout(limit, read_to_end).await.is_ok();
+        server.abort();
+        (closed, metrics.answer_timeout.get())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_in_flight_past_the_answer_limit_closes_its_connection() {
+        let limit = Some(Duration::from_secs(30));
+        assert_eq!(closed_unanswered(limit).await, (true, 1));
+        // Without a limit (the proxy's listener), it is held.
+        assert_eq!(closed_unanswered(None).await, (false, 0));
     }
 
     /// A connection that ends in the turn a stream took its ticket in:
