@@ -356,7 +356,7 @@ def panels():
             )
         ),
         12, 49, 12, 9, "Outcomes",
-        "Finished requests per second by outcome: ok, http_error, upstream_error, client_cancelled, timeout (the upstream's) or client_timeout.",
+        "Finished requests per second by outcome: ok, http_error, upstream_error, client_cancelled, timeout (the upstream's), client_timeout or shutdown (cut when the shutdown grace ran out).",
     )
 
     # Row 8: finish reasons and parse errors.

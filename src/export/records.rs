@@ -61,8 +61,8 @@ pub struct Record {
     pub response_model: Option<String>,
     /// The HTTP status the client received; `null` if it left first.
     pub status: Option<u16>,
-    /// `ok`, `http_error`, `upstream_error`, `client_cancelled`, `timeout` or
-    /// `client_timeout`.
+    /// `ok`, `http_error`, `upstream_error`, `client_cancelled`, `timeout`,
+    /// `client_timeout` or `shutdown`.
     pub outcome: String,
     /// The last finish reason the server sent, as sent (at most 64 bytes);
     /// `null` when it sent none.

@@ -45,7 +45,7 @@ pub use self::{
     ids::{Hex, RequestIds, TraceParent, MAX_ID_BYTES},
     live::{Milestone, Milestones, Stage},
     phases::Phase,
-    sink::TimelineSink,
+    sink::{Cutting, Sinks, TimelineSink},
 };
 pub(crate) use self::{
     counts::{Gaps, TokenCounts},
@@ -84,21 +84,25 @@ pub enum Outcome {
     Timeout,
     /// The client stalled mid-request-body past `request_body_timeout`.
     ClientTimeout,
+    /// Still in flight when tokenclock's shutdown grace ran out: cut by
+    /// tokenclock, neither the client's doing nor the upstream's.
+    Shutdown,
 }
 
 impl Outcome {
     /// Every outcome, in order.
-    pub const ALL: [Outcome; 6] = [
+    pub const ALL: [Outcome; 7] = [
         Self::Ok,
         Self::HttpError,
         Self::UpstreamError,
         Self::ClientCancelled,
         Self::Timeout,
         Self::ClientTimeout,
+        Self::Shutdown,
     ];
 
     /// The label value: `ok`, `http_error`, `upstream_error`,
-    /// `client_cancelled`, `timeout`, `client_timeout`.
+    /// `client_cancelled`, `timeout`, `client_timeout`, `shutdown`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Ok => "ok",
@@ -107,6 +111,7 @@ impl Outcome {
             Self::ClientCancelled => "client_cancelled",
             Self::Timeout => "timeout",
             Self::ClientTimeout => "client_timeout",
+            Self::Shutdown => "shutdown",
         }
     }
 }

@@ -26,7 +26,7 @@ use crate::{
     export::otel::Traces,
     export::records::RecordLog,
     measure::read::{Learnt, ReadSettings},
-    measure::timeline::TimelineSink,
+    measure::timeline::{Cutting, Sinks, TimelineSink},
     proxy::server::StartError,
 };
 
@@ -137,6 +137,8 @@ pub(crate) struct Reloader {
     /// `POST /`, TEI's routes, `/rerank`), as learnt since start: the upstream needs a restart to change, so every generation
     /// shares it.
     learnt: Learnt,
+    /// Set when the shutdown grace is over; every generation shares it.
+    cutting: Cutting,
 }
 
 // === impl Reloader ===
@@ -144,11 +146,13 @@ pub(crate) struct Reloader {
 impl Reloader {
     /// Opens the record log and builds the first generation from `config`.
     /// `extra` receives every finished timeline too, in every generation.
+    /// `cutting` is set when the shutdown grace is over.
     pub(crate) fn start(
         config: &Config,
         metrics: Metrics,
         extra: Option<Arc<dyn TimelineSink>>,
         source: Option<Source>,
+        cutting: Cutting,
     ) -> Result<Self, StartError> {
         let records = config.export.records.as_ref();
         let records = RecordLog::open(records, metrics.records_dropped()).map_err(|source| {
@@ -160,8 +164,13 @@ impl Reloader {
         let traces = Traces::start(config.otel.as_ref(), &metrics)?;
         let sinks = extras(extra.as_ref(), traces.as_ref());
         let learnt = config.reading.learnt.clone();
+        let sinks = Sinks {
+            sinks,
+            cutting: cutting.clone(),
+        };
         let settings = generation(&metrics, &records, sinks, config, &learnt);
         Ok(Self {
+            cutting,
             source,
             metrics,
             records,
@@ -274,6 +283,8 @@ impl Reloader {
                 source: e,
             })?;
         let sinks = extras(self.extra.as_ref(), self.traces.as_ref());
+        let cutting = self.cutting.clone();
+        let sinks = Sinks { sinks, cutting };
         let settings = generation(&self.metrics, &self.records, sinks, &config, &self.learnt);
         self.live.replace(settings);
         self.slo_names.extend(slo_names(&config));
@@ -313,17 +324,22 @@ fn extras(
 fn generation(
     metrics: &Metrics,
     records: &RecordLog,
-    extra: Vec<Arc<dyn TimelineSink>>,
+    extra: Sinks,
     config: &Config,
     learnt: &Learnt,
 ) -> Settings {
     let export = &config.export;
+    let Sinks {
+        sinks: extra,
+        cutting,
+    } = extra;
     let mut sinks: Vec<Arc<dyn TimelineSink>> = vec![Arc::new(metrics.reconfigured(export))];
     sinks.extend(extra);
     if export.records.is_some() {
         let labels = export.labels.iter().map(|l| l.name.clone()).collect();
         sinks.push(Arc::new(records.writer(export.slos.clone(), labels)));
     }
+    let sinks = Sinks { sinks, cutting };
     let mut reading = config.reading.clone();
     reading.learnt = learnt.clone();
     Settings {

@@ -36,7 +36,10 @@ use crate::{
     config::{Config, Http1Server},
     export::admin,
     export::metrics::Metrics,
-    measure::{after_write::Backlog, timeline::TimelineSink},
+    measure::{
+        after_write::Backlog,
+        timeline::{Cutting, TimelineSink},
+    },
     proxy::forward::{Capacity, Proxy},
     proxy::health::{Health, Load, Probe},
     proxy::reload::{Hangups, Reloader, Source},
@@ -176,7 +179,8 @@ impl Bound {
         );
         let probe = Probe::new(health.clone(), &config, metrics.upstream_health())?;
         let (source, hangups) = reloads.map_or((None, None), |(s, h)| (Some(s), Some(h)));
-        let reloader = Reloader::start(&config, metrics.clone(), sink, source)?;
+        let cutting = Cutting::default();
+        let reloader = Reloader::start(&config, metrics.clone(), sink, source, cutting.clone())?;
         let live = reloader.live();
         let (stop_reloads, reloads_stopped) = oneshot::channel();
         let reloads = tokio::spawn(reloader.serve(hangups, reloads_stopped));
@@ -202,7 +206,7 @@ impl Bound {
                 .await;
         });
 
-        let service = Proxy::new(&config, health.clone(), live, capacity, resends)?;
+        let service = Proxy::new(&config, health.clone(), live, capacity.clone(), resends)?;
         let drain = Drain::new();
         tracing::info!(
             %listen,
@@ -214,7 +218,7 @@ impl Bound {
 
         health.start_draining();
         let _ = stop_reloads.send(());
-        finish(drain, config.shutdown_grace).await;
+        finish(drain, config.shutdown_grace, &cutting, &capacity).await;
         match reloads.await {
             Ok(Some(reloader)) => reloader.close().await,
             Ok(None) => {}
@@ -241,12 +245,35 @@ async fn bind(key: &'static str, addr: SocketAddr) -> Result<TcpListener, StartE
         .map_err(|source| StartError::Bind { key, addr, source })
 }
 
+/// How long the requests cut at the end of the grace get to end, each
+/// handing its timeline to the sinks (its access-log line, its record),
+/// before the record log is closed. Their connections close at once; an
+/// HTTP/2 stream's body ends on a task of its own, just after.
+const CUT_WAIT: Duration = Duration::from_secs(1);
+
 /// Lets in-flight requests finish for up to `grace`; idle and head-less
-/// connections are closed at once.
-async fn finish(drain: Drain, grace: Duration) {
+/// connections are closed at once. Then cuts what is still in flight,
+/// while the sinks are open: each such request ends `shutdown`, with its
+/// log line and record (dropped with the runtime, they had neither).
+async fn finish(drain: Drain, grace: Duration, cutting: &Cutting, requests: &Capacity) {
     tracing::info!(grace = ?grace, "Shutting down: draining in-flight requests.");
     tokio::select! {
-        () = drain.shutdown() => tracing::info!("All connections closed."),
-        () = tokio::time::sleep(grace) => tracing::warn!("Grace period over; closing the remaining connections."),
+        () = drain.shutdown() => {
+            tracing::info!("All connections closed.");
+            return;
+        }
+        () = tokio::time::sleep(grace) => {}
     }
+    tracing::warn!(
+        requests = requests.in_flight(),
+        "Grace period over; cutting the requests still in flight."
+    );
+    cutting.start();
+    let cut = async {
+        drain.cut(CUT_WAIT).await;
+        while requests.in_flight() > 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    let _ = tokio::time::timeout(CUT_WAIT, cut).await;
 }

@@ -1,7 +1,7 @@
 //! Criterion benchmark of the `GET /metrics` render with every family
 //! populated. Run with `cargo bench --bench metrics_render`.
 //!
-//! - `metrics_render/32_models_x_8_endpoints_x_6_outcomes`: one
+//! - `metrics_render/32_models_x_8_endpoints_x_7_outcomes`: one
 //!   [`Metrics::encode`], the call the admin endpoint makes for each
 //!   scrape (gathering the registry, process collector included, and
 //!   encoding the text format 0.0.4), on a registry fed one finished
@@ -40,7 +40,7 @@ use tokenclock::{
     config::File,
     export::metrics::Metrics,
     measure::dialect::{Dialect, Parsed, ServerTimings},
-    measure::timeline::{Outcome, Phase, Timeline, TimelineSink},
+    measure::timeline::{Cutting, Outcome, Phase, Sinks, Timeline, TimelineSink},
 };
 use tokio::time::Instant;
 
@@ -50,14 +50,7 @@ use crate::recorded::{check, read, read_into, Stream, RECORDINGS};
 const MODELS: usize = 32;
 
 /// Every outcome a request can end with.
-const OUTCOMES: [Outcome; 6] = [
-    Outcome::Ok,
-    Outcome::HttpError,
-    Outcome::UpstreamError,
-    Outcome::ClientCancelled,
-    Outcome::Timeout,
-    Outcome::ClientTimeout,
-];
+const OUTCOMES: [Outcome; 7] = Outcome::ALL;
 
 /// Reasoning events each streamed request begins with.
 const REASONING_EVENTS: u64 = 24;
@@ -157,7 +150,7 @@ impl Endpoint {
                 t.status = Some(StatusCode::TOO_MANY_REQUESTS);
                 t0 + ms(5 + jitter / 50)
             }
-            Outcome::Ok | Outcome::UpstreamError | Outcome::ClientCancelled => {
+            Outcome::Ok | Outcome::UpstreamError | Outcome::ClientCancelled | Outcome::Shutdown => {
                 t.request_sent = Some(t0 + ms(1 + n % 3));
                 let head = t0 + ms(20 + jitter / 4);
                 t.response_head = Some(head);
@@ -264,7 +257,10 @@ fn bench(c: &mut Criterion) {
         .and_then(File::validate)
         .expect("the bench config is valid");
     let metrics = Metrics::new(&config.export).expect("the families register");
-    let sink: Vec<Arc<dyn TimelineSink>> = vec![Arc::new(metrics.clone())];
+    let sink = Sinks {
+        sinks: vec![Arc::new(metrics.clone())],
+        cutting: Cutting::default(),
+    };
     let endpoints = Endpoint::all();
     let mut n = 0u64;
     for model in models() {

@@ -3,7 +3,7 @@
 use std::{process::Command, time::Duration};
 
 use crate::common::{
-    client::send,
+    client::{send, send_h2},
     process::{self, BIN},
     upstream::{bytes, chunk, head, Scripted, Step},
 };
@@ -63,6 +63,76 @@ async fn sigterm_lets_the_stream_finish_then_exits_0() {
     assert_eq!(got, want);
     let (status, _) = served.wait().await;
     assert_eq!(status.code(), Some(0));
+}
+
+/// Streams still in flight when `shutdown_grace` runs out are cut while
+/// the sinks are open: each ends `shutdown` (neither the client's doing
+/// nor the upstream's), with its access-log line and its record, over
+/// HTTP/1.1 and HTTP/2 alike, and a request still waiting for its
+/// response head too. Dropped with the runtime, they had neither.
+#[tokio::test]
+async fn requests_in_flight_when_the_grace_ends_are_cut_logged_and_recorded_as_shutdown() {
+    let sse = "content-type: text/event-stream";
+    let script = vec![
+        Step::AtHeader("x-hold-ms"),
+        Step::Write(head("200 OK", &[sse, "transfer-encoding: chunked"])),
+        Step::Write(chunk(b"data: {\"i\":0}\n\n")),
+        Step::Pause(Duration::from_secs(60)),
+    ];
+    let upstream = Scripted::start(script).await;
+    let dir = std::env::temp_dir().join(format!("tokenclock-cut-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let records = dir.join("records.jsonl");
+    let _ = std::fs::remove_file(&records);
+    let config = dir.join("config.toml");
+    let text = format!(
+        "shutdown_grace = \"1s\"\n[records]\npath = {:?}\n",
+        records.display().to_string()
+    );
+    std::fs::write(&config, text).expect("config");
+    let config = config.display().to_string();
+    let served = process::serve(upstream.addr, &["--config", &config], &[]);
+    let addr = served.addr;
+    let get = |hold: &str| {
+        Request::get("/v1/chat/completions")
+            .header("host", "a")
+            .header("x-hold-ms", hold)
+            .body(Full::new(Bytes::new()))
+            .expect("request")
+    };
+    let mut http1 = send(addr, get("0")).await.expect("head").into_body();
+    let mut h2 = send_h2(addr, get("0")).await.expect("head").into_body();
+    for body in [&mut http1, &mut h2] {
+        let first = body.frame().await.expect("frame").expect("data");
+        assert!(first.is_data());
+    }
+    let waiting = tokio::spawn(send(addr, get("60000")));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    served.sigterm();
+    let waited = tokio::time::timeout(Duration::from_secs(15), served.wait()).await;
+    let (status, log) = waited.expect("exits soon after the grace");
+    assert_eq!(status.code(), Some(0));
+    // The clients see their streams cut, never ended cleanly.
+    assert!(
+        http1.collect().await.is_err(),
+        "HTTP/1.1 stream ended cleanly"
+    );
+    assert!(h2.collect().await.is_err(), "HTTP/2 stream ended cleanly");
+    assert!(waiting.await.expect("join").is_err(), "answered");
+    let logged = log
+        .iter()
+        .filter(|l| l.contains("outcome=\"shutdown\"") || l.contains("\"outcome\":\"shutdown\""))
+        .count();
+    assert_eq!(logged, 3, "{log:#?}");
+    let written = std::fs::read_to_string(&records).expect("records");
+    let outcomes: Vec<String> = written
+        .lines()
+        .map(|l| {
+            let record: serde_json::Value = serde_json::from_str(l).expect("a JSON record");
+            record["outcome"].as_str().unwrap_or_default().to_owned()
+        })
+        .collect();
+    assert_eq!(outcomes, ["shutdown"; 3], "{written}");
 }
 
 /// `--worker-threads 1` runs everything on the process's one runtime

@@ -240,6 +240,9 @@ impl Exchange {
         let status = self.timeline.status.map_or(0, |s| s.as_u16());
         match (self.local_failure, end) {
             (Some(failure), _) => failure,
+            (None, End::Dropped) if self.sink.as_ref().is_some_and(|s| s.cutting()) => {
+                Outcome::Shutdown
+            }
             (None, End::Dropped) => Outcome::ClientCancelled,
             (None, End::Failed { timeout: true }) => Outcome::Timeout,
             (None, End::Failed { timeout: false }) => Outcome::UpstreamError,

@@ -43,32 +43,71 @@ pub trait TimelineSink: Send + Sync + 'static {
 
     /// Called once per request, after its response ended.
     fn finished(&self, timeline: &Timeline);
+
+    /// Whether tokenclock is cutting the requests still in flight, its
+    /// shutdown grace over: a request that ends now without its
+    /// response's end was cut for that, not by its client ([`Cutting`]).
+    fn cutting(&self) -> bool {
+        false
+    }
 }
 
-/// Sends timelines to several sinks, in order.
-impl TimelineSink for Vec<std::sync::Arc<dyn TimelineSink>> {
+/// Set once tokenclock's shutdown grace is over and it cuts what is still
+/// in flight; shared by every generation of sinks.
+#[derive(Clone, Debug, Default)]
+pub struct Cutting(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Cutting {
+    /// From now on, requests that end unfinished were cut.
+    pub fn start(&self) {
+        self.0.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Whether [`Cutting::start`] was called.
+    pub fn is_set(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Acquire)
+    }
+}
+
+/// One generation's sinks, in order, and whether requests are being cut.
+pub struct Sinks {
+    /// Where timelines go.
+    pub sinks: Vec<std::sync::Arc<dyn TimelineSink>>,
+    /// Set at the end of the shutdown grace.
+    pub cutting: Cutting,
+}
+
+/// Sends timelines to each sink, in order.
+impl TimelineSink for Sinks {
     fn started(&self, dialect: Dialect) {
-        self.iter().for_each(|sink| sink.started(dialect));
+        self.sinks.iter().for_each(|sink| sink.started(dialect));
     }
 
     fn moved(&self, from: Dialect, to: Dialect) {
-        self.iter().for_each(|sink| sink.moved(from, to));
+        self.sinks.iter().for_each(|sink| sink.moved(from, to));
     }
 
     fn progressed(&self, timeline: &Timeline, milestones: Milestones) {
-        self.iter()
+        self.sinks
+            .iter()
             .for_each(|sink| sink.progressed(timeline, milestones));
     }
 
     fn entered(&self, dialect: Dialect, stage: Stage) {
-        self.iter().for_each(|sink| sink.entered(dialect, stage));
+        self.sinks
+            .iter()
+            .for_each(|sink| sink.entered(dialect, stage));
     }
 
     fn left(&self, dialect: Dialect, stage: Stage) {
-        self.iter().for_each(|sink| sink.left(dialect, stage));
+        self.sinks.iter().for_each(|sink| sink.left(dialect, stage));
     }
 
     fn finished(&self, timeline: &Timeline) {
-        self.iter().for_each(|sink| sink.finished(timeline));
+        self.sinks.iter().for_each(|sink| sink.finished(timeline));
+    }
+
+    fn cutting(&self) -> bool {
+        self.cutting.is_set()
     }
 }

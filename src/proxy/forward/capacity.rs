@@ -43,6 +43,12 @@ impl Capacity {
         })
     }
 
+    /// Requests in flight now: each holds its slot until its exchange has
+    /// ended (its timeline handed to the sinks).
+    pub(crate) fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Acquire)
+    }
+
     /// A slot for one more request, or `None` (counted) when `max` are in
     /// flight. Never grants more than `max`, and never refuses while one is
     /// free: the count moves only by exchange from a value below `max`.

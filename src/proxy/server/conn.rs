@@ -174,25 +174,43 @@ const H2_MAX_HEAD: u32 = 64 * 1024;
 /// Tells connections to finish, and learns when they all have.
 #[derive(Debug)]
 pub(crate) struct Drain {
-    signal: watch::Sender<bool>,
+    signal: watch::Sender<Stop>,
+}
+
+/// What the connections are told.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Stop {
+    /// Serve on.
+    No,
+    /// Finish the requests in flight, then close.
+    Draining,
+    /// Close now, cutting what is in flight.
+    Cut,
 }
 
 impl Drain {
     pub(crate) fn new() -> Self {
         Self {
-            signal: watch::channel(false).0,
+            signal: watch::channel(Stop::No).0,
         }
     }
 
     /// What a connection watches; it holds the drain open until dropped.
-    pub(super) fn watch(&self) -> watch::Receiver<bool> {
+    pub(super) fn watch(&self) -> watch::Receiver<Stop> {
         self.signal.subscribe()
     }
 
     /// Signals every connection, then waits until all are closed.
-    pub(crate) async fn shutdown(self) {
-        self.signal.send_replace(true);
+    pub(crate) async fn shutdown(&self) {
+        self.signal.send_replace(Stop::Draining);
         self.signal.closed().await;
+    }
+
+    /// Tells the connections still open to close now, cutting what they
+    /// have in flight; waits until they have, for at most `limit`.
+    pub(crate) async fn cut(&self, limit: Duration) {
+        self.signal.send_replace(Stop::Cut);
+        let _ = tokio::time::timeout(limit, self.signal.closed()).await;
     }
 }
 
@@ -212,7 +230,7 @@ pub(super) async fn serve<S, B>(
     stream: TcpStream,
     service: S,
     serve: &Serve,
-    mut drain: watch::Receiver<bool>,
+    mut drain: watch::Receiver<Stop>,
     mut place: Place,
 ) -> Result<(), BoxError>
 where
@@ -340,7 +358,7 @@ where
 async fn drive<C: Connection>(
     conn: C,
     serve: &Serve,
-    mut drain: watch::Receiver<bool>,
+    mut drain: watch::Receiver<Stop>,
     activity: Arc<Activity>,
     mut deadline: Instant,
     place: &mut Place,
@@ -350,8 +368,10 @@ async fn drive<C: Connection>(
     // However the connection ends, no stream waits for a turn of it.
     let _closed = turns.map(Closed);
     let mut wait = Wait::Head;
-    // False once shutdown began, or if the drain went away without one.
+    // False if the drain went away without a shutdown.
     let mut watching = true;
+    // What the drain says, read while `drain` waits for its next word.
+    let stop = drain.clone();
     // Whether `deadline` is when the requests in flight must be answered
     // by (`Serve::answer`), rather than a wait's.
     let mut answering = false;
@@ -454,8 +474,15 @@ async fn drive<C: Connection>(
                 return Ok(());
             }
             Event::Drain(signalled) => {
-                watching = false;
                 if !signalled {
+                    watching = false;
+                    continue;
+                }
+                if *stop.borrow() == Stop::Cut {
+                    // The grace is over: what is in flight ends here.
+                    return Ok(());
+                }
+                if matches!(wait, Wait::Linger) {
                     continue;
                 }
                 if activity.is_idle() {
@@ -499,8 +526,8 @@ enum Event<E> {
     /// The listener, at its cap, needs the connection's place: it has
     /// waited longest with no request in flight.
     Closing,
-    /// The drain changed: `true` when shutdown began, `false` when it went
-    /// away without one.
+    /// The drain changed: `true` when shutdown began or its grace ended,
+    /// `false` when it went away without one.
     Drain(bool),
 }
 
@@ -526,7 +553,7 @@ impl Serve {
         &self,
         stream: &TcpStream,
         deadline: Instant,
-        drain: &mut watch::Receiver<bool>,
+        drain: &mut watch::Receiver<Stop>,
         place: &Place,
     ) -> Option<Protocol> {
         tokio::select! {
