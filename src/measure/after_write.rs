@@ -109,6 +109,12 @@ impl AfterWrite {
         }
     }
 
+    /// A write found the socket full and none has moved bytes since: what
+    /// the connection last wrote still waits for its client to read it.
+    pub fn is_blocked(&self) -> bool {
+        self.blocked.load(Ordering::Relaxed)
+    }
+
     /// A write moved bytes after the socket was full: the body in flight
     /// is told how long its client did not take them.
     #[cold]

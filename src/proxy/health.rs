@@ -192,7 +192,7 @@ mod tests {
     use tokio::sync::Semaphore;
 
     use super::*;
-    use crate::proxy::server::Waiting;
+    use crate::proxy::server::{Waiting, MIN_WAIT};
 
     #[tokio::test(start_paused = true)]
     async fn ready_only_within_the_window_and_not_while_draining() {
@@ -247,9 +247,13 @@ mod tests {
         let one = connections.clone().try_acquire_owned();
         assert_eq!(health.readiness(), Ok(()), "one slot is still free");
         let two = connections.clone().try_acquire_owned();
-        // Both connections have no request in flight: a new one would take
-        // the place of the one that waited longest.
+        assert_eq!(health.readiness(), Err(NotReady::AtCapacity));
+        // Both connections have no request in flight: once they have
+        // waited long enough, a new one would take the place of the one
+        // that waited longest.
         let (one_waits, two_waits) = (waiting.join(), waiting.join());
+        assert_eq!(health.readiness(), Err(NotReady::AtCapacity));
+        tokio::time::advance(MIN_WAIT).await;
         assert_eq!(health.readiness(), Ok(()));
         drop(one_waits);
         assert_eq!(health.readiness(), Ok(()));

@@ -26,7 +26,7 @@ use tokio::{net::TcpListener, sync::oneshot, task::JoinSet};
 pub(crate) use self::fds::TooFewDescriptors;
 pub(crate) use self::received::{ReceivedBody, ReceivedError};
 #[cfg(test)]
-pub(crate) use self::waiting::Waiting;
+pub(crate) use self::waiting::{Waiting, MIN_WAIT};
 pub(crate) use self::{
     accept::{Listener, Slots},
     conn::{Drain, Serve},

@@ -34,6 +34,7 @@ mod raw {
     pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
     pub const SETTINGS: u8 = 4;
     pub const PING: u8 = 6;
+    pub const GOAWAY: u8 = 7;
     pub const END_STREAM: u8 = 0x1;
 
     pub fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
@@ -63,6 +64,24 @@ mod raw {
         stream.read_exact(&mut payload).await.ok()?;
         let id = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
         Some((head[3], head[4], id))
+    }
+
+    /// An h2 connection whose `GET /` on stream 1 has been answered
+    /// (waiting up to 10 s).
+    pub async fn answered(addr: std::net::SocketAddr) -> TcpStream {
+        let mut stream = handshake(addr).await;
+        stream.write_all(&get()).await.expect("HEADERS");
+        let answered = async {
+            while let Some((_, flags, id)) = read(&mut stream).await {
+                if id == 1 && flags & END_STREAM != 0 {
+                    return true;
+                }
+            }
+            false
+        };
+        let done = tokio::time::timeout(std::time::Duration::from_secs(10), answered).await;
+        assert_eq!(done.ok(), Some(true), "GET / unanswered");
+        stream
     }
 
     /// Preface and SETTINGS, then the server's SETTINGS acknowledged.
@@ -340,7 +359,9 @@ async fn at_the_cap_a_new_connection_takes_the_place_of_the_one_that_waited_long
         (200, "ready\n".into())
     );
     let mut silent = silent_sockets(proxy.addr, proxy.metrics_addr, open, 4).await;
-    // Full, but of connections with nothing in flight: traffic would flow.
+    // Full, but of connections with nothing in flight: once they have
+    // waited 10 ms (a head on its way is not cut off), traffic would flow.
+    tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(readyz(proxy.metrics_addr).await, (200, "ready\n".into()));
     // A client gets in at once, in the place of the first silent socket.
     let request = Request::get("/v1/models")
@@ -365,6 +386,103 @@ async fn at_the_cap_a_new_connection_takes_the_place_of_the_one_that_waited_long
     assert_eq!(metric(proxy.metrics_addr, refused).await, 0.0);
 }
 
+/// Reads a raw HTTP/1.1 response whose head says `content-length`; the
+/// body's length as read, up to the peer's close (bounded by [`BOUND`]).
+async fn body_length(stream: &mut TcpStream) -> usize {
+    let (status, head) = common::client::read_head(stream).await;
+    assert_eq!(status, 200, "{head}");
+    let mut sink = vec![0u8; 64 * 1024];
+    let mut read = 0;
+    let want = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length: "))
+        .and_then(|n| n.trim().parse::<usize>().ok())
+        .expect("content-length");
+    let body = async {
+        while read < want {
+            match stream.read(&mut sink).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => read += n,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(BOUND, body).await;
+    read
+}
+
+#[tokio::test]
+async fn at_the_cap_a_connection_whose_answer_is_unread_is_not_closed_for_a_new_one() {
+    // More than the sockets' buffers hold: the answer is all handed to the
+    // connection, its request over, and its tail still waits for the
+    // client to read it.
+    let size = 4_200_000;
+    let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {size}\r\n\r\n");
+    let upstream = Scripted::start(vec![
+        Step::Write(Bytes::from(head)),
+        Step::Write(Bytes::from(vec![b'x'; size])),
+    ])
+    .await;
+    let extra = "max_connections = 2\nheader_read_timeout = \"60s\"\n";
+    let proxy = common::proxy(upstream.addr, extra).await;
+    let mut unread = TcpStream::connect(proxy.addr).await.expect("connect");
+    unread
+        .write_all(b"GET /big HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await
+        .expect("write");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let open = "tokenclock_connections_open{listener=\"proxy\"}";
+    let mut silent = silent_sockets(proxy.addr, proxy.metrics_addr, open, 1).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // The unread one has waited longest, but declines; the silent one goes.
+    let request = Request::get("/v1/models")
+        .header("host", "a")
+        .body(Full::new(Bytes::new()))
+        .expect("request");
+    let response = send(proxy.addr, request).await.expect("served at the cap");
+    assert_eq!(response.status(), StatusCode::OK);
+    assert!(
+        closed_within(&mut silent[0], BOUND).await,
+        "the silent one was kept"
+    );
+    // Longer than a connection closed for a new one lingers.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        body_length(&mut unread).await,
+        size,
+        "the unread answer was cut"
+    );
+    assert_eq!(metric(proxy.metrics_addr, &closed("evicted")).await, 1.0);
+}
+
+#[tokio::test]
+async fn an_idle_h2_connection_closed_for_a_new_one_is_told_goaway() {
+    let upstream = Echo::start().await;
+    let extra = "max_connections = 1\nheader_read_timeout = \"60s\"\n";
+    let proxy = common::proxy(upstream.addr, extra).await;
+    let mut h2 = raw::answered(proxy.addr).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // A new client takes its place: the h2 client is told GOAWAY (so it
+    // sends its next request elsewhere), not just dropped.
+    let (served, goaway) = tokio::join!(served_soon(proxy.addr), async {
+        let goaway = async {
+            while let Some((kind, _, _)) = raw::read(&mut h2).await {
+                if kind == raw::GOAWAY {
+                    return true;
+                }
+                if kind == raw::PING {
+                    let ack = raw::frame(raw::PING, 0x1, 0, &[0; 8]);
+                    let _ = h2.write_all(&ack).await;
+                }
+            }
+            false
+        };
+        tokio::time::timeout(BOUND, goaway).await.ok()
+    });
+    assert_eq!(served, StatusCode::OK);
+    assert_eq!(goaway, Some(true), "closed without GOAWAY");
+    assert_eq!(metric(proxy.metrics_addr, &closed("evicted")).await, 1.0);
+}
+
 #[tokio::test]
 async fn at_the_metrics_cap_silent_sockets_cannot_fail_the_liveness_probe() {
     let upstream = Echo::start().await;
@@ -379,6 +497,7 @@ async fn at_the_metrics_cap_silent_sockets_cannot_fail_the_liveness_probe() {
                 .expect("connect"),
         );
     }
+    tokio::time::sleep(Duration::from_millis(50)).await;
     for _ in 0..10 {
         let health = tokio::time::timeout(BOUND, get(proxy.metrics_addr, "/healthz")).await;
         assert_eq!(
@@ -572,17 +691,7 @@ async fn shutdown_does_not_wait_for_head_less_or_idle_connections() {
     let _silent = TcpStream::connect(addr).await.expect("connect");
     // An h2 client that got its answer and then stopped reading: it will
     // never answer the shutdown GOAWAY's PING.
-    let mut mute = raw::handshake(addr).await;
-    mute.write_all(&raw::get()).await.expect("HEADERS");
-    let answered = async {
-        while let Some((_, flags, stream)) = raw::read(&mut mute).await {
-            if stream == 1 && flags & raw::END_STREAM != 0 {
-                return true;
-            }
-        }
-        false
-    };
-    assert_eq!(tokio::time::timeout(BOUND, answered).await.ok(), Some(true));
+    let _mute = raw::answered(addr).await;
     // Let the server see every connection before the signal.
     tokio::time::sleep(Duration::from_millis(200)).await;
     served.sigterm();

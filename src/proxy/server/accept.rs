@@ -29,13 +29,14 @@ pub(crate) struct Listener {
 }
 
 /// How long the accept loop waits for a connection told to close to give
-/// its slot back. It closes at its next poll, within microseconds; only
-/// one whose request started as it was told (the call is then void)
-/// keeps it, and the next longest waiting is told.
+/// its slot back. HTTP/1.1 closes at its next poll, within microseconds;
+/// h2 once its client has answered the `GOAWAY`'s `PING`, a round trip.
+/// One that declines (its request started as it was told, or its last
+/// answer is still unread) says so, and the next is told at once.
 const CLOSE_WAIT: Duration = Duration::from_millis(100);
 
 /// How many connections one accept tells to close before the new one is
-/// refused: each that keeps its slot has just started a request.
+/// refused.
 const CLOSE_TRIES: usize = 3;
 
 impl Listener {
@@ -63,12 +64,17 @@ impl Listener {
     /// flight.
     async fn make_room(&self) -> Option<OwnedSemaphorePermit> {
         for _ in 0..CLOSE_TRIES {
+            let declined = self.waiting.declined();
+            tokio::pin!(declined);
+            declined.as_mut().enable();
             if !self.waiting.close_longest() {
                 return None;
             }
-            let freed = self.permits.clone().acquire_owned();
-            if let Ok(Ok(permit)) = tokio::time::timeout(CLOSE_WAIT, freed).await {
-                return Some(permit);
+            tokio::select! {
+                biased;
+                Ok(permit) = self.permits.clone().acquire_owned() => return Some(permit),
+                () = &mut declined => {}
+                () = tokio::time::sleep(CLOSE_WAIT) => {}
             }
         }
         None
@@ -136,7 +142,8 @@ impl Listener {
 }
 
 /// Whether a listener has room for a new connection: a free slot, or a
-/// connection with no request in flight to take the place of.
+/// connection that has waited long enough with no request in flight to
+/// take the place of.
 #[derive(Debug)]
 pub(crate) struct Slots {
     free: Arc<Semaphore>,
@@ -146,7 +153,7 @@ pub(crate) struct Slots {
 impl Slots {
     /// A new connection would be closed at once.
     pub(crate) fn full(&self) -> bool {
-        self.free.available_permits() == 0 && self.waiting.is_empty()
+        self.free.available_permits() == 0 && !self.waiting.has_room()
     }
 
     /// The slots `free` and the connections `waiting`: for tests of what

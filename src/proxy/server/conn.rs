@@ -231,7 +231,7 @@ pub(super) async fn serve<S, B>(
     service: S,
     serve: &Serve,
     mut drain: watch::Receiver<Stop>,
-    mut place: Place,
+    place: Place,
 ) -> Result<(), BoxError>
 where
     S: hyper::service::Service<Request<ReceivedBody>, Response = Response<B>>
@@ -264,23 +264,31 @@ where
         None => AfterWrite::new(),
     });
     let io = Quiet::new(stream, hook.clone());
-    let service = Tracked::new(service, activity.clone(), hook);
+    let service = Tracked::new(service, activity.clone(), hook.clone());
+    let place = Waits { place, hook };
     match protocol {
         Protocol::Http1 if serve.own_http1 => {
             let conn = h1::Connection::new(io, service, serve.header_read);
-            drive(conn, serve, drain, activity, deadline, &mut place).await
+            drive(conn, serve, drain, activity, deadline, place).await
         }
         Protocol::Http1 => {
             let conn = serve.http1.serve_connection(io, service);
-            drive(conn, serve, drain, activity, deadline, &mut place).await
+            drive(conn, serve, drain, activity, deadline, place).await
         }
         Protocol::Sniffed => {
             let conn = serve.builder.serve_connection(io, service);
             // Boxed: inline, this branch would size every connection's
             // task (HTTP/1.1's too) for h2's state (see the tests).
-            Box::pin(drive(conn, serve, drain, activity, deadline, &mut place)).await
+            Box::pin(drive(conn, serve, drain, activity, deadline, place)).await
         }
     }
+}
+
+/// A connection's place among its listener's waiting connections, and
+/// what tells whether its last answer has been read.
+struct Waits {
+    place: Place,
+    hook: Arc<AfterWrite>,
 }
 
 /// How a connection is served, from its first bytes.
@@ -361,8 +369,9 @@ async fn drive<C: Connection>(
     mut drain: watch::Receiver<Stop>,
     activity: Arc<Activity>,
     mut deadline: Instant,
-    place: &mut Place,
+    mut waits: Waits,
 ) -> Result<(), BoxError> {
+    let place = &mut waits.place;
     tokio::pin!(conn);
     let turns = activity.turns();
     // However the connection ends, no stream waits for a turn of it.
@@ -434,7 +443,9 @@ async fn drive<C: Connection>(
                     }
                     deadline = Instant::now() + serve.limit(wait);
                     answering = false;
-                    place.wait();
+                    if !matches!(wait, Wait::Linger) {
+                        place.wait();
+                    }
                 } else {
                     place.busy();
                     if let (Some(limit), false) = (serve.answer, answering) {
@@ -449,8 +460,21 @@ async fn drive<C: Connection>(
                     place.busy();
                     continue;
                 }
+                // Closed now, the last answer's unread bytes would be lost.
+                if waits.hook.is_blocked() {
+                    place.decline();
+                    continue;
+                }
                 serve.metrics.evicted.inc();
-                return Ok(());
+                place.closes();
+                if matches!(wait, Wait::Head) {
+                    return Ok(()); // it never sent a whole request
+                }
+                // As at shutdown: h2 says GOAWAY (a request its client sent
+                // meanwhile is served, not lost), HTTP/1.1 closes at once.
+                wait = Wait::Linger;
+                deadline = Instant::now() + SHUTDOWN_LINGER;
+                conn.as_mut().graceful_shutdown();
             }
             Event::Deadline if answering => {
                 if activity.is_idle() {
@@ -737,16 +761,13 @@ mod tests {
             ticket: Arc::clone(&ticket),
         };
         let deadline = Instant::now() + TIMEOUTS.header_read;
-        let mut place = Arc::new(Waiting::default()).join();
+        let place = Arc::new(Waiting::default()).join();
+        let waits = Waits {
+            place,
+            hook: Arc::new(AfterWrite::new()),
+        };
         let watch = drain.watch();
-        let driven = drive(
-            conn,
-            &serving,
-            watch,
-            activity.clone(),
-            deadline,
-            &mut place,
-        );
+        let driven = drive(conn, &serving, watch, activity.clone(), deadline, waits);
         driven.await.expect("closed");
         let ticket = ticket.lock().expect("lock").expect("a ticket");
         let cx = Context::from_waker(std::task::Waker::noop());
