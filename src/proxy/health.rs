@@ -248,10 +248,15 @@ mod tests {
         assert_eq!(health.readiness(), Ok(()), "one slot is still free");
         let two = connections.clone().try_acquire_owned();
         assert_eq!(health.readiness(), Err(NotReady::AtCapacity));
-        // Both connections have no request in flight: once they have
-        // waited long enough, a new one would take the place of the one
-        // that waited longest.
-        let (one_waits, two_waits) = (waiting.join(), waiting.join());
+        // Neither connection has sent a request: a new one would take the
+        // place of the one that waited longest.
+        let (mut one_waits, mut two_waits) = (waiting.join(), waiting.join());
+        assert_eq!(health.readiness(), Ok(()));
+        // Both idle just after a request: only once they have waited.
+        for place in [&mut one_waits, &mut two_waits] {
+            place.busy();
+            place.wait(false);
+        }
         assert_eq!(health.readiness(), Err(NotReady::AtCapacity));
         tokio::time::advance(MIN_WAIT).await;
         assert_eq!(health.readiness(), Ok(()));

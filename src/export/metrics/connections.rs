@@ -26,7 +26,7 @@ impl ConnectionFamilies {
         let refused = IntCounterVec::new(
             Opts::new(
                 "tokenclock_connections_refused_total",
-                "Client connections closed at accept because the listener was at its cap (max_connections or metrics_max_connections) and every connection had a request in flight.",
+                "Client connections closed at accept because the listener was at its cap (max_connections or metrics_max_connections) and none could be closed for it: each had a request in flight, was idle under 10 ms after one, or had its last answer unread.",
             ),
             &["listener"],
         )?;

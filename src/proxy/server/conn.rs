@@ -48,6 +48,13 @@ use crate::{
 /// is dropped. Short: a client that answers at all answers within an RTT.
 const SHUTDOWN_LINGER: Duration = Duration::from_secs(1);
 
+/// How long an idle connection closed for a new one gets to finish on its
+/// own: its slot goes to the new one only then, and the accept loop waits
+/// for it (`accept::CLOSE_WAIT`). Long enough for a client near by to
+/// answer the h2 GOAWAY's PING; one that does not (httpx reads nothing on
+/// an idle connection) is dropped then, having had its GOAWAY.
+const EVICTED_LINGER: Duration = Duration::from_millis(50);
+
 /// The HTTP/2 connection preface (RFC 9113 §3.4); anything else is HTTP/1.
 const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -223,6 +230,9 @@ enum Wait {
     Idle,
     /// Shutdown began; the connection may finish on its own.
     Linger,
+    /// Closed for a new connection at its listener's cap: the same, for
+    /// [`EVICTED_LINGER`].
+    Evicted,
 }
 
 /// Serves `stream` until it closes, a deadline passes, or shutdown ends it.
@@ -443,8 +453,8 @@ async fn drive<C: Connection>(
                     }
                     deadline = Instant::now() + serve.limit(wait);
                     answering = false;
-                    if !matches!(wait, Wait::Linger) {
-                        place.wait();
+                    if !matches!(wait, Wait::Linger | Wait::Evicted) {
+                        place.wait(matches!(wait, Wait::Head));
                     }
                 } else {
                     place.busy();
@@ -472,8 +482,8 @@ async fn drive<C: Connection>(
                 }
                 // As at shutdown: h2 says GOAWAY (a request its client sent
                 // meanwhile is served, not lost), HTTP/1.1 closes at once.
-                wait = Wait::Linger;
-                deadline = Instant::now() + SHUTDOWN_LINGER;
+                wait = Wait::Evicted;
+                deadline = Instant::now() + EVICTED_LINGER;
                 conn.as_mut().graceful_shutdown();
             }
             Event::Deadline if answering => {
@@ -493,7 +503,7 @@ async fn drive<C: Connection>(
                 match wait {
                     Wait::Head => serve.metrics.head_timeout.inc(),
                     Wait::Idle => serve.metrics.idle_timeout.inc(),
-                    Wait::Linger => {}
+                    Wait::Linger | Wait::Evicted => {}
                 }
                 return Ok(());
             }
@@ -506,7 +516,7 @@ async fn drive<C: Connection>(
                     // The grace is over: what is in flight ends here.
                     return Ok(());
                 }
-                if matches!(wait, Wait::Linger) {
+                if matches!(wait, Wait::Linger | Wait::Evicted) {
                     continue;
                 }
                 if activity.is_idle() {
@@ -609,6 +619,7 @@ impl Serve {
             Wait::Head => self.header_read,
             Wait::Idle => self.idle,
             Wait::Linger => SHUTDOWN_LINGER,
+            Wait::Evicted => EVICTED_LINGER,
         }
     }
 }

@@ -12,12 +12,15 @@
 //! does the same when it runs out of connections: it closes its "reusable"
 //! ones (idle keep-alive, waiting for a first request), oldest first.
 //!
-//! A connection is closed so only once it has waited [`MIN_WAIT`]: one
-//! between two requests of a client that sends them back to back, or a
-//! new one whose first head is on its way, is not; a cap full of those is
-//! full. One whose request starts as it is told declines, and so does one
-//! whose last answer still waits for its client to read it (its bytes
-//! would be lost); the accept loop then tells the next at once.
+//! A connection idle after a request is closed so only once it has waited
+//! [`MIN_WAIT`]: one between two requests of a client that sends them back
+//! to back is not, and a cap full of those is full. One that never sent a
+//! whole request has no such grace: a flood of new sockets must not stop
+//! the cap's turnover (a liveness probe gets in while sockets arrive faster
+//! than the cap every 10 ms), and a new connection is the last to go.
+//! One whose request starts as it is told declines, and so does one whose
+//! last answer still waits for its client to read it (its bytes would be
+//! lost); the accept loop then tells the next at once.
 
 use std::{
     collections::BTreeMap,
@@ -33,10 +36,9 @@ use tokio::{
     time::{Duration, Instant},
 };
 
-/// How long a connection must have had no request in flight before it can
-/// be closed for a new one: longer than a client takes between two
-/// requests it sends back to back, or to send its first head once
-/// connected (a round trip within a data centre).
+/// How long a connection idle after a request must have waited before it
+/// can be closed for a new one: longer than a client takes between two
+/// requests it sends back to back.
 pub(crate) const MIN_WAIT: Duration = Duration::from_millis(10);
 
 /// One listener's waiting connections, oldest first.
@@ -51,7 +53,34 @@ pub(crate) struct Waiting {
 struct Queue {
     /// The key the next connection to wait gets: keys rise with time.
     next: u64,
-    by_age: BTreeMap<u64, Entry>,
+    /// Connections that never sent a whole request.
+    head_less: BTreeMap<u64, Entry>,
+    /// Connections idle after a request.
+    idle: BTreeMap<u64, Entry>,
+}
+
+impl Queue {
+    fn of(&mut self, head_less: bool) -> &mut BTreeMap<u64, Entry> {
+        if head_less {
+            &mut self.head_less
+        } else {
+            &mut self.idle
+        }
+    }
+
+    /// The connection to close for a new one: the one that has waited
+    /// longest of those that may be (head-less, or idle for [`MIN_WAIT`]).
+    fn longest(&self) -> Option<(bool, u64)> {
+        let head_less = self.head_less.keys().next().copied();
+        let idle = self.idle.first_key_value();
+        let idle = idle.filter(|(_, entry)| entry.since.elapsed() >= MIN_WAIT);
+        match (head_less, idle.map(|(key, _)| *key)) {
+            (Some(h), Some(i)) if i < h => Some((false, i)),
+            (Some(h), _) => Some((true, h)),
+            (None, Some(i)) => Some((false, i)),
+            (None, None) => None,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -76,34 +105,31 @@ impl Waiting {
             call: Arc::default(),
             key: None,
         };
-        place.wait();
+        place.wait(true);
         place
     }
 
-    /// Tells the connection that has waited longest to close, and takes it
-    /// out of the queue; `false` when none has waited [`MIN_WAIT`].
+    /// Tells the connection that has waited longest to close (of those
+    /// that may be), and takes it out of the queue; `false` when none may.
     pub(crate) fn close_longest(&self) -> bool {
         let call = {
             let mut queue = self.lock();
-            let Some(longest) = queue.by_age.first_entry() else {
+            let Some((head_less, key)) = queue.longest() else {
                 return false;
             };
-            if longest.get().since.elapsed() < MIN_WAIT {
-                return false;
+            match queue.of(head_less).remove(&key) {
+                Some(entry) => entry.call,
+                None => return false,
             }
-            longest.remove().call
         };
         call.closing.store(true, Ordering::Release);
         call.notify.notify_one();
         true
     }
 
-    /// Whether a connection has waited [`MIN_WAIT`], to be closed for a
-    /// new one.
+    /// Whether a connection may be closed for a new one.
     pub(crate) fn has_room(&self) -> bool {
-        let queue = self.lock();
-        let longest = queue.by_age.first_key_value();
-        longest.is_some_and(|(_, entry)| entry.since.elapsed() >= MIN_WAIT)
+        self.lock().longest().is_some()
     }
 
     /// Resolves when a connection told to close declines; enable it before
@@ -125,38 +151,44 @@ impl Waiting {
 pub(crate) struct Place {
     waiting: Arc<Waiting>,
     call: Arc<Call>,
-    key: Option<u64>,
+    /// Its key, and whether it is among the head-less.
+    key: Option<(bool, u64)>,
 }
 
 impl Place {
-    /// No request in flight from now: the back of the queue.
-    pub(crate) fn wait(&mut self) {
+    /// No request in flight from now: the back of the queue, among the
+    /// connections that never sent a whole request if `head_less`.
+    pub(crate) fn wait(&mut self, head_less: bool) {
         let mut queue = self.waiting.lock();
-        if let Some(key) = self.key.take() {
-            queue.by_age.remove(&key);
+        if let Some((was, key)) = self.key.take() {
+            queue.of(was).remove(&key);
         }
         let key = queue.next;
         queue.next += 1;
         let since = Instant::now();
         let call = self.call.clone();
-        queue.by_age.insert(key, Entry { since, call });
-        self.key = Some(key);
+        queue.of(head_less).insert(key, Entry { since, call });
+        self.key = Some((head_less, key));
     }
 
     /// A request is in flight: not to be closed, and any call to close
     /// that crossed its start is declined.
     pub(crate) fn busy(&mut self) {
-        if let Some(key) = self.key.take() {
-            self.waiting.lock().by_age.remove(&key);
-        }
+        self.leave();
         self.void();
     }
 
     /// Told to close, the connection cannot yet (its last answer waits for
     /// its client): it waits again from now, and the call is declined.
     pub(crate) fn decline(&mut self) {
-        self.wait();
+        self.wait(false);
         self.void();
+    }
+
+    fn leave(&mut self) {
+        if let Some((head_less, key)) = self.key.take() {
+            self.waiting.lock().of(head_less).remove(&key);
+        }
     }
 
     /// Closing as told: the call is answered (and no longer pending).
@@ -189,9 +221,7 @@ impl Place {
 
 impl Drop for Place {
     fn drop(&mut self) {
-        if let Some(key) = self.key.take() {
-            self.waiting.lock().by_age.remove(&key);
-        }
+        self.leave();
     }
 }
 
@@ -215,25 +245,43 @@ mod tests {
     async fn the_connection_that_waited_longest_is_closed_first() {
         let waiting = Arc::new(Waiting::default());
         let mut first = waiting.join();
-        let second = waiting.join();
+        let mut second = waiting.join();
         let third = waiting.join();
-        // The first served a request and waits again: now the newest.
+        // The first and second served a request each and wait again,
+        // idle: the second first.
+        second.busy();
+        second.wait(false);
         first.busy();
-        first.wait();
-        // None has waited long enough to be closed for a new one yet.
+        first.wait(false);
+        // A head-less one may go at once, whatever its age.
+        assert!(waiting.has_room());
+        assert!(waiting.close_longest());
+        assert!(closing(&third));
+        // The idle ones, only once they have waited long enough.
         assert!(!waiting.has_room());
         assert!(!waiting.close_longest());
         tokio::time::advance(MIN_WAIT).await;
         assert!(waiting.has_room());
         assert!(waiting.close_longest());
-        assert!(closing(&second));
-        assert!(!closing(&first) && !closing(&third));
-        assert!(waiting.close_longest());
-        assert!(closing(&third));
+        assert!(closing(&second) && !closing(&first));
         assert!(waiting.close_longest());
         assert!(closing(&first));
         assert!(!waiting.close_longest());
         assert!(!waiting.has_room());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn of_head_less_and_idle_connections_the_older_goes_first() {
+        let waiting = Arc::new(Waiting::default());
+        let mut idle = waiting.join();
+        idle.busy();
+        idle.wait(false);
+        tokio::time::advance(MIN_WAIT).await;
+        let head_less = waiting.join();
+        assert!(waiting.close_longest());
+        assert!(closing(&idle) && !closing(&head_less));
+        assert!(waiting.close_longest());
+        assert!(closing(&head_less));
     }
 
     #[tokio::test(start_paused = true)]
@@ -246,7 +294,7 @@ mod tests {
         assert!(!waiting.close_longest());
         // Told to close just as its request started: it declines, and the
         // accept loop hears so.
-        place.wait();
+        place.wait(false);
         tokio::time::advance(MIN_WAIT).await;
         let mut heard = pin!(waiting.declined());
         heard.as_mut().enable();
@@ -255,7 +303,7 @@ mod tests {
         place.busy();
         assert!(declined(&mut heard));
         assert!(!closing(&place));
-        place.wait();
+        place.wait(false);
         assert!(!closing(&place), "a stale call closed a connection");
         // Its last answer unread: it declines, and waits again from now.
         tokio::time::advance(MIN_WAIT).await;
@@ -274,7 +322,6 @@ mod tests {
     async fn a_closed_connection_leaves_the_queue() {
         let waiting = Arc::new(Waiting::default());
         let place = waiting.join();
-        tokio::time::advance(MIN_WAIT).await;
         assert!(waiting.has_room());
         drop(place);
         assert!(!waiting.has_room());
