@@ -1,8 +1,8 @@
 //! The accept loop, shared by the proxy, metrics and simulator listeners:
 //! at most `max` connections open. At the cap, a new connection takes the
 //! place of the one that has waited longest with no request in flight
-//! ([`Waiting`]); when every one has a request in flight, it is accepted
-//! and closed at once, and counted. So a flood of sockets takes a bounded
+//! ([`Waiting`]); when none may be closed for it, it is accepted and
+//! closed at once, and counted. So a flood of sockets takes a bounded
 //! number of file descriptors, the process keeps the rest, and sockets
 //! that say nothing cannot keep a client out.
 
@@ -30,8 +30,8 @@ pub(crate) struct Listener {
 
 /// How long the accept loop waits for a connection told to close to give
 /// its slot back. HTTP/1.1 closes at its next poll, within microseconds;
-/// h2 once its client has answered the `GOAWAY`'s `PING`, a round trip.
-/// One that declines (its request started as it was told, or its last
+/// h2 once its client has answered the `GOAWAY`'s `PING` (a round trip),
+/// or 50 ms after it (`conn::EVICTED_LINGER`). One that declines (its request started as it was told, or its last
 /// answer is still unread) says so, and the next is told at once.
 const CLOSE_WAIT: Duration = Duration::from_millis(100);
 
@@ -50,8 +50,9 @@ impl Listener {
         }
     }
 
-    /// The free connection slots, and the connections with no request in
-    /// flight: with neither, a new connection would be closed at once.
+    /// The free connection slots, and the connections that may be closed
+    /// for a new one: with neither, a new connection would be closed at
+    /// once.
     pub(crate) fn slots(&self) -> Slots {
         Slots {
             free: self.permits.clone(),
@@ -60,8 +61,8 @@ impl Listener {
     }
 
     /// At the cap: tells the connection that has waited longest to close,
-    /// and takes its slot; `None` when every connection has a request in
-    /// flight.
+    /// and takes its slot; `None` when none may be closed for it, or none
+    /// of the [`CLOSE_TRIES`] told gave its slot back in time.
     async fn make_room(&self) -> Option<OwnedSemaphorePermit> {
         for _ in 0..CLOSE_TRIES {
             let declined = self.waiting.declined();

@@ -7,8 +7,8 @@
 //! it (`header_read_timeout`, `client_idle_timeout`), only sooner. So
 //! sockets that send nothing, or keep a connection open unused, can fill
 //! the cap and still never keep a client out: a kubelet's liveness probe
-//! on the metrics listener, a user's request on the proxy's. Only when
-//! every connection has a request in flight is a new one refused. nginx
+//! on the metrics listener, a user's request on the proxy's. Only when no
+//! connection may be closed so (below) is a new one refused. nginx
 //! does the same when it runs out of connections: it closes its "reusable"
 //! ones (idle keep-alive, waiting for a first request), oldest first.
 //!
