@@ -477,8 +477,11 @@ async fn drive<C: Connection>(
                 }
                 serve.metrics.evicted.inc();
                 place.closes();
-                if matches!(wait, Wait::Head) {
-                    return Ok(()); // it never sent a whole request
+                // One that never sent a whole request is dropped; one whose
+                // first just ended (its wait not yet moved on, as in
+                // `Event::Deadline`) finishes as an idle one does.
+                if matches!(wait, Wait::Head) && !activity.has_started() {
+                    return Ok(());
                 }
                 // As at shutdown: h2 says GOAWAY (a request its client sent
                 // meanwhile is served, not lost), HTTP/1.1 closes at once.
