@@ -39,10 +39,10 @@ pub struct File {
     pub(super) upstream_health_timeout: Duration,
     #[serde(with = "duration")]
     pub(super) connect_timeout: Duration,
-    #[serde(with = "duration")]
-    pub(super) response_header_timeout: Duration,
-    #[serde(with = "duration")]
-    pub(super) idle_timeout: Duration,
+    #[serde(with = "duration::option", skip_serializing_if = "Option::is_none")]
+    pub(super) response_header_timeout: Option<Duration>,
+    #[serde(with = "duration::option", skip_serializing_if = "Option::is_none")]
+    pub(super) idle_timeout: Option<Duration>,
     #[serde(with = "duration")]
     pub(super) request_body_timeout: Duration,
     #[serde(with = "duration")]
@@ -101,8 +101,8 @@ impl Default for File {
             upstream_health_path: None,
             upstream_health_timeout: Duration::from_secs(1),
             connect_timeout: Duration::from_secs(5),
-            response_header_timeout: Duration::from_secs(300),
-            idle_timeout: Duration::from_secs(300),
+            response_header_timeout: None,
+            idle_timeout: None,
             request_body_timeout: Duration::from_secs(30),
             header_read_timeout: Duration::from_secs(30),
             client_idle_timeout: Duration::from_secs(90),
@@ -241,8 +241,6 @@ impl File {
         }
         for (key, value) in [
             ("connect_timeout", self.connect_timeout),
-            ("response_header_timeout", self.response_header_timeout),
-            ("idle_timeout", self.idle_timeout),
             ("request_body_timeout", self.request_body_timeout),
             ("header_read_timeout", self.header_read_timeout),
             ("client_idle_timeout", self.client_idle_timeout),
@@ -252,6 +250,17 @@ impl File {
         ] {
             if value.is_zero() {
                 return Err(ConfigError::invalid(key, "must be greater than zero"));
+            }
+        }
+        for (key, value) in [
+            ("response_header_timeout", self.response_header_timeout),
+            ("idle_timeout", self.idle_timeout),
+        ] {
+            if value.is_some_and(|d| d.is_zero()) {
+                return Err(ConfigError::invalid(
+                    key,
+                    "must be greater than zero (leave it out for no limit)",
+                ));
             }
         }
         for (key, value) in [

@@ -95,10 +95,18 @@ pub struct UpstreamHealth {
 pub struct Timeouts {
     /// TCP (and TLS) connect to the upstream; exceeded → 504.
     pub connect: Duration,
-    /// Request sent → upstream response head; exceeded → 504.
-    pub response_header: Duration,
-    /// Between two upstream body frames; exceeded → the client's stream is aborted.
-    pub idle: Duration,
+    /// Request sent → upstream response head; exceeded → 504. `None` (the
+    /// default): no limit. A model server's answer to a request that is
+    /// not streamed comes whole, after the last token, and a streamed one
+    /// may wait in its queue for minutes; the client's own timeout (600 s
+    /// in the OpenAI and Anthropic SDKs) says how long it will wait, and a
+    /// client that leaves has its upstream request dropped at once.
+    pub response_header: Option<Duration>,
+    /// Between two upstream body frames; exceeded → the client's stream is
+    /// aborted. `None` (the default): no limit, for the same reason (a
+    /// stream's first event waits for the queue and the prefill). A peer
+    /// gone without a word is found by TCP keep-alive on upstream sockets.
+    pub idle: Option<Duration>,
     /// Between two request body frames from the client, while the upstream
     /// waits for them; exceeded → 408.
     pub request_body: Duration,

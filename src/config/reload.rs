@@ -147,7 +147,7 @@ mod tests {
         assert_eq!(reload.applied, ["max_models", "slo"]);
         assert_eq!(reload.needs_restart, ["idle_timeout", "listen"]);
         assert_eq!(reload.config.listen.to_string(), "127.0.0.1:7000");
-        assert_eq!(reload.config.timeouts.idle.as_secs(), 300);
+        assert_eq!(reload.config.timeouts.idle, None);
         assert_eq!(reload.config.export.max_values, 8);
         assert_eq!(reload.config.export.slos.len(), 1);
     }

@@ -47,8 +47,10 @@ fn defaults_are_the_documented_ones() {
     assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
     assert_eq!(c.metrics_listen.to_string(), "127.0.0.1:9464");
     assert_eq!(c.timeouts.connect, Duration::from_secs(5));
-    assert_eq!(c.timeouts.response_header, Duration::from_secs(300));
-    assert_eq!(c.timeouts.idle, Duration::from_secs(300));
+    // No limit on the upstream's answer: the client's own timeout says how
+    // long it waits for a long generation or a deep queue.
+    assert_eq!(c.timeouts.response_header, None);
+    assert_eq!(c.timeouts.idle, None);
     assert_eq!(c.timeouts.header_read, Duration::from_secs(30));
     assert_eq!(c.pool.idle_timeout, Duration::from_secs(4));
     assert_eq!(c.shutdown_grace, Duration::from_secs(30));
@@ -96,6 +98,14 @@ fn bad_duration_is_named() {
         e.starts_with("connect_timeout: must be greater than zero"),
         "{e}"
     );
+    // "0s" is not how to ask for no limit: leaving the key out is.
+    let e = error("upstream = \"http://a:1\"\nidle_timeout = \"0s\"\n");
+    assert!(
+        e.starts_with("idle_timeout: must be greater than zero (leave it out for no limit)"),
+        "{e}"
+    );
+    let c = parse("upstream = \"http://a:1\"\nresponse_header_timeout = \"10m\"\n").expect("valid");
+    assert_eq!(c.timeouts.response_header, Some(Duration::from_secs(600)));
 }
 
 #[test]

@@ -192,12 +192,14 @@ impl Inner {
                 Err(e) => return Ok(local_response(e, exchange)),
             }
         };
-        // The wait for the head, in this future's own state and in one
-        // expression: an `async fn` around it would keep what it was given
+        // The wait for the head (bounded only when `response_header_timeout`
+        // is set), in this future's own state and in one expression per arm: an `async fn` around it would keep what it was given
         // beside the wait, and a future held in a local first would be
         // kept twice (the local, and the await's copy).
-        let limit = self.timeouts.response_header;
-        let sent = timeout(limit, outgoing.send(start)).await;
+        let sent = match self.timeouts.response_header {
+            Some(limit) => timeout(limit, outgoing.send(start)).await,
+            None => Ok(outgoing.send(start).await),
+        };
         let answer = match self.answered(sent, &fault, switching) {
             Ok(answer) => answer,
             Err(e) => return Ok(local_response(e, exchange)),
@@ -251,7 +253,10 @@ impl Inner {
                 Some(client) => ProxyError::ClientBody(client.clone()),
                 None => e.into_error(self.timeouts.connect),
             }),
-            Err(_) => Err(ProxyError::HeaderTimeout(self.timeouts.response_header)),
+            // Elapsed only when there is a limit.
+            Err(_) => Err(ProxyError::HeaderTimeout(
+                self.timeouts.response_header.unwrap_or_default(),
+            )),
         }
     }
 

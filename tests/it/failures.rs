@@ -72,6 +72,64 @@ async fn no_response_head_in_time_is_a_504() {
     assert_eq!(response.error_type(), "upstream_timeout");
 }
 
+/// The longest a model server may take, in the tests below, before its head
+/// (a request not streamed: the answer comes whole after its last token)
+/// or before its first event (a streamed request waiting in a deep queue).
+const LONG_WAIT: Duration = Duration::from_secs(20 * 60);
+
+/// Time is paused: it moves to the next timer whenever every task waits,
+/// so the 20-minute waits take no time (the sockets are real, on loopback).
+#[tokio::test(start_paused = true)]
+async fn by_default_no_wait_for_the_upstream_is_cut_however_long() {
+    let non_streamed = vec![
+        Step::Pause(LONG_WAIT),
+        Step::Write(head(
+            "200 OK",
+            &["content-type: application/json", "content-length: 2"],
+        )),
+        Step::Write(bytes("{}")),
+    ];
+    let queued = vec![
+        Step::Write(sse_head()),
+        Step::Pause(LONG_WAIT),
+        Step::Write(chunk(b"data: {\"x\":1}\n\n")),
+        Step::Write(chunk(b"")),
+    ];
+    for (name, script, body) in [
+        ("non-streamed", non_streamed, &b"{}"[..]),
+        ("queued", queued, &b"data: {\"x\":1}\n\n"[..]),
+    ] {
+        let upstream = Scripted::start(script.clone()).await;
+        let proxy = common::proxy(upstream.addr, "").await;
+        let began = Instant::now();
+        let response = send(proxy.addr, get("/v1/chat/completions"))
+            .await
+            .expect("head");
+        assert_eq!(response.status(), 200, "{name}");
+        let got = collect(response).await.expect("whole, not cut");
+        assert_eq!(got.body(), body, "{name}");
+        assert!(began.elapsed() >= LONG_WAIT, "{name}: the wait was waited");
+
+        // The same with the limits set: each is cut at its limit, so the
+        // default's answer above is not the clock failing to move.
+        let upstream = Scripted::start(script).await;
+        let limits = "response_header_timeout = \"10m\"\nidle_timeout = \"10m\"";
+        let proxy = common::proxy(upstream.addr, limits).await;
+        let response = send(proxy.addr, get("/v1/chat/completions"))
+            .await
+            .expect("head");
+        if name == "non-streamed" {
+            assert_eq!(response.status(), 504, "{name}");
+        } else {
+            assert_eq!(response.status(), 200, "{name}");
+            assert!(
+                collect(response).await.is_err(),
+                "{name}: cut at idle_timeout"
+            );
+        }
+    }
+}
+
 #[tokio::test]
 async fn upstream_closing_mid_stream_cuts_the_clients_stream() {
     let cut_chunked = vec![

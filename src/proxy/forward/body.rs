@@ -107,8 +107,9 @@ pin_project! {
 }
 
 impl ResponseBody {
-    /// The upstream's body, failed after `idle` without a frame.
-    pub(crate) fn upstream(source: Source, idle: Duration, slot: Slot) -> Self {
+    /// The upstream's body, failed after `idle` without a frame (`None`:
+    /// never).
+    pub(crate) fn upstream(source: Source, idle: Option<Duration>, slot: Slot) -> Self {
         Self::Upstream {
             body: IdleTimeout::new(Received::new(source), idle),
             slot,
@@ -372,7 +373,8 @@ impl Body for Received {
 }
 
 pin_project! {
-    /// Fails a body that yields nothing for `timeout` while it is being read.
+    /// Fails a body that yields nothing for `timeout` while it is being read
+    /// (`None`: passes it on as it is, with no timer).
     ///
     /// The clock runs only while the reader waits on the body: time the
     /// reader spends not polling (a slow client) is not upstream idleness.
@@ -390,7 +392,7 @@ pin_project! {
         inner: B,
         #[pin]
         sleep: Sleep,
-        timeout: Duration,
+        timeout: Option<Duration>,
         // When the current wait fails; `None` while the reader holds a frame.
         deadline: Option<Instant>,
         // The task the timer wakes when it fires; `None` until first polled.
@@ -400,11 +402,12 @@ pin_project! {
 }
 
 impl<B, E> IdleTimeout<B, E> {
-    /// Wraps `inner`.
-    pub(crate) fn new(inner: B, timeout: Duration) -> Self {
+    /// Wraps `inner`. A timer not polled is not in tokio's wheel: without
+    /// a `timeout` it never is.
+    pub(crate) fn new(inner: B, timeout: Option<Duration>) -> Self {
         Self {
             inner,
-            sleep: tokio::time::sleep(timeout),
+            sleep: tokio::time::sleep(timeout.unwrap_or(Duration::MAX)),
             timeout,
             deadline: None,
             registered: None,
@@ -426,7 +429,12 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, E>>> {
         let mut this = self.project();
-        let timeout = *this.timeout;
+        let Some(timeout) = *this.timeout else {
+            return this
+                .inner
+                .poll_frame(cx)
+                .map(|f| f.map(|f| f.map_err(E::from)));
+        };
         let deadline = *this
             .deadline
             .get_or_insert_with(|| Instant::now() + timeout);
@@ -511,7 +519,7 @@ mod tests {
             .iter()
             .map(|g| TIMEOUT.mul_f64(*g))
             .collect();
-        Box::pin(IdleTimeout::new(Paced { gaps, sleep: None }, TIMEOUT))
+        Box::pin(IdleTimeout::new(Paced { gaps, sleep: None }, Some(TIMEOUT)))
     }
 
     /// The next frame; a pinned box is `Unpin`, the body inside is not.

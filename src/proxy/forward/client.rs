@@ -161,12 +161,28 @@ impl Unanswered {
     }
 }
 
-/// TCP with `TCP_NODELAY` and the connect timeout, TLS with the
+/// TCP keep-alive on upstream sockets: the first probe after this long
+/// without a segment either way.
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(30);
+/// Between unanswered probes.
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+/// Unanswered probes after which the socket fails (`ETIMEDOUT`): a peer
+/// gone without a word is found about 60 s after it last spoke.
+const KEEPALIVE_PROBES: u32 = 3;
+
+/// TCP with `TCP_NODELAY`, keep-alive and the connect timeout, TLS with the
 /// configured roots for `https://` and ALPN for the configured protocol.
 fn connector(config: &Config) -> Result<Connector, rustls::Error> {
     let mut http = HttpConnector::new();
     // Without it a small SSE write can wait ~40 ms for a delayed ACK.
     http.set_nodelay(true);
+    // No limit bounds the wait for an answer by default (a long generation
+    // is not a fault), so a peer that vanished without FIN or RST (a host
+    // or a NAT gone on the way to a remote API) is found by TCP: its kernel
+    // answers probes while the model server is merely slow.
+    http.set_keepalive(Some(KEEPALIVE_IDLE));
+    http.set_keepalive_interval(Some(KEEPALIVE_INTERVAL));
+    http.set_keepalive_retries(Some(KEEPALIVE_PROBES));
     http.set_connect_timeout(Some(config.timeouts.connect));
     http.enforce_http(false);
 
@@ -206,4 +222,43 @@ where
             .http2_max_header_list_size(MAX_HEAD as u32);
     }
     Ok(builder.build(connector(config)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use tower::Service;
+
+    use super::*;
+    use crate::proxy::forward::connect::Stream;
+
+    /// Every upstream socket probes a silent peer, whose death no answer
+    /// limit finds by default.
+    #[tokio::test]
+    async fn upstream_sockets_have_tcp_keepalive() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let config = crate::config::File::parse(&format!("upstream = \"http://{addr}\""), "t.toml")
+            .and_then(crate::config::File::validate)
+            .expect("valid");
+        let mut connector = connector(&config).expect("connector");
+        let uri: Uri = format!("http://{addr}/").parse().expect("uri");
+        let timed = connector.call(uri).await.expect("connected");
+        let Stream::Plain(tcp) = timed.into_inner() else {
+            panic!("plain TCP");
+        };
+        let socket = socket2::SockRef::from(tcp.inner());
+        assert!(socket.keepalive().expect("SO_KEEPALIVE"));
+        assert_eq!(socket.tcp_keepalive_time().expect("idle"), KEEPALIVE_IDLE);
+        assert_eq!(
+            socket.tcp_keepalive_interval().expect("interval"),
+            KEEPALIVE_INTERVAL
+        );
+        assert_eq!(
+            socket.tcp_keepalive_retries().expect("probes"),
+            KEEPALIVE_PROBES
+        );
+        assert!(socket.tcp_nodelay().expect("TCP_NODELAY"));
+    }
 }

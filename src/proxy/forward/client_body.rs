@@ -127,7 +127,7 @@ impl ClientBody {
     pub(crate) fn new(body: Incoming, stall: Option<Duration>, fault: ClientFault) -> Self {
         let inner = match stall {
             Some(timeout) => Timed::Stalls {
-                body: IdleTimeout::new(body, timeout),
+                body: IdleTimeout::new(body, Some(timeout)),
             },
             None => Timed::Untimed { body },
         };

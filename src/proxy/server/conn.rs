@@ -652,8 +652,8 @@ mod tests {
 
     const TIMEOUTS: Timeouts = Timeouts {
         connect: Duration::from_secs(5),
-        response_header: Duration::from_secs(5),
-        idle: Duration::from_secs(5),
+        response_header: Some(Duration::from_secs(5)),
+        idle: Some(Duration::from_secs(5)),
         request_body: Duration::from_secs(5),
         header_read: Duration::from_secs(5),
         client_idle: Duration::from_secs(5),

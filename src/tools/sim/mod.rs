@@ -37,8 +37,8 @@ use crate::{
 /// ones do not apply to it.
 const SIM_TIMEOUTS: Timeouts = Timeouts {
     connect: Duration::from_secs(5),
-    response_header: Duration::from_secs(300),
-    idle: Duration::from_secs(300),
+    response_header: None,
+    idle: None,
     request_body: Duration::from_secs(30),
     header_read: Duration::from_secs(30),
     client_idle: Duration::from_secs(300),
