@@ -251,7 +251,14 @@ impl Inner {
             Ok(Ok(answer)) => Ok(answer),
             Ok(Err(e)) => Err(match fault.get() {
                 Some(client) => ProxyError::ClientBody(client.clone()),
-                None => e.into_error(self.timeouts.connect),
+                None => {
+                    let e = e.into_error(self.timeouts.connect);
+                    if matches!(e, ProxyError::Unavailable(_)) {
+                        // The next request would fail the same way.
+                        self.health.unreachable();
+                    }
+                    e
+                }
             }),
             // Elapsed only when there is a limit.
             Err(_) => Err(ProxyError::HeaderTimeout(

@@ -3,7 +3,11 @@
 //! A background [`Probe`] checks the upstream every [`PROBE_INTERVAL`].
 //! Without `upstream_health_path` it opens a TCP connection, and ready
 //! means the upstream accepted one, or answered a forwarded request with
-//! anything, within the last [`READY_WINDOW`]. With it, the probe sends
+//! anything, within the last [`READY_WINDOW`], and no connection to it
+//! (the probe's or a forwarded request's) has failed since: refused,
+//! unreachable, no such host, so nothing would flow to it now. A probe
+//! that timed out only lets the window run: connections already pooled
+//! may still carry requests to an upstream too busy to accept. With it, the probe sends
 //! `GET <path>` and ready means the last probe, within [`READY_WINDOW`],
 //! got a 2xx: proxied responses do not count, not even a 2xx, since a
 //! model server's API front end can answer (`/v1/models`, a cached error)
@@ -140,12 +144,23 @@ impl Health {
     }
 
     /// A probe ended: `ok` when it passed. A failed health check makes the
-    /// proxy not ready at once; a failed TCP probe only lets the window run out.
+    /// proxy not ready at once; a TCP probe that timed out only lets the
+    /// window run out (one that could not connect is [`Self::unreachable`]).
     pub(crate) fn probed(&self, ok: bool) {
         match (ok, self.inner.checked) {
             (true, _) => self.answered_now(),
             (false, true) => self.inner.last_answer_ms.store(0, Ordering::Relaxed),
             (false, false) => {}
+        }
+    }
+
+    /// A connection to the upstream just failed to open, for the TCP probe
+    /// or a forwarded request (refused, unreachable, no such host): a new
+    /// request would fail the same way, so not ready until the upstream
+    /// answers again. Ignored when the health check decides.
+    pub(crate) fn unreachable(&self) {
+        if !self.inner.checked {
+            self.inner.last_answer_ms.store(0, Ordering::Relaxed);
         }
     }
 
@@ -224,11 +239,29 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_failed_tcp_probe_lets_the_window_run_out() {
+    async fn a_timed_out_tcp_probe_lets_the_window_run_out() {
         let health = Health::new();
         health.probed(true);
         health.probed(false);
         assert_eq!(health.readiness(), Ok(()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_upstream_that_cannot_be_reached_is_not_ready_until_it_answers() {
+        let health = Health::new();
+        health.probed(true);
+        health.unreachable();
+        assert_eq!(health.readiness(), Err(NotReady::UpstreamSilent));
+        health.upstream_answered();
+        assert_eq!(health.readiness(), Ok(()));
+        health.unreachable();
+        health.probed(true);
+        assert_eq!(health.readiness(), Ok(()));
+        // The health check alone decides when there is one.
+        let checked = Health::health_checked();
+        checked.probed(true);
+        checked.unreachable();
+        assert_eq!(checked.readiness(), Ok(()));
     }
 
     #[tokio::test(start_paused = true)]

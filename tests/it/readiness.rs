@@ -243,6 +243,58 @@ async fn without_the_key_any_answer_keeps_readyz_green() {
     assert!(metric(&proxy, ok).await >= 1.0, "the TCP probe is counted");
 }
 
+/// Answers every connection `200` and closes it, so nothing is pooled and
+/// each forwarded request connects anew; the listener closes when aborted.
+async fn serve_and_close(listener: TcpListener) {
+    while let Ok((mut stream, _)) = listener.accept().await {
+        tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let mut head = [0u8; 1024];
+            let _ = stream.read(&mut head).await;
+            let answer = b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nok";
+            let _ = stream.write_all(answer).await;
+        });
+    }
+}
+
+/// Without `upstream_health_path`, a model server that stops listening (it
+/// crashed, or is restarting) turns `/readyz` red as soon as a forwarded
+/// request or the TCP probe finds nothing there; until 2026-12-06 it
+/// stayed green for up to 10 s after the last answer, while every request
+/// sent here got `502`.
+#[tokio::test]
+async fn without_the_key_an_upstream_that_stops_listening_turns_readyz_red_at_once() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let serving = tokio::spawn(serve_and_close(listener));
+    let proxy = common::proxy(addr, "").await;
+    let ready = (200, "ready\n");
+    assert_eq!(client::readyz_soon(proxy.metrics_addr, ready).await.0, 200);
+    assert_eq!(client::get(proxy.addr, "/v1/models").await.status, 200);
+
+    serving.abort();
+    let _ = serving.await;
+    let proxied = client::get(proxy.addr, "/v1/models").await;
+    assert_eq!(proxied.status, 502, "nothing listens");
+    let (status, body) = client::readyz(proxy.metrics_addr).await;
+    assert_eq!((status, body.as_str()), (503, "upstream not answering\n"));
+
+    // Back on the same port: the next probe turns it green.
+    let listener = TcpListener::bind(addr).await.expect("bind the same port");
+    let serving = tokio::spawn(serve_and_close(listener));
+    assert_eq!(client::readyz_soon(proxy.metrics_addr, ready).await.0, 200);
+
+    // Gone again, with no request to find out: the next TCP probe does,
+    // within a probe interval (the window alone would take 10 s).
+    serving.abort();
+    let _ = serving.await;
+    let red = (503, "upstream not answering\n");
+    let (status, _) = client::readyz_soon(proxy.metrics_addr, red).await;
+    assert_eq!(status, 503, "red within a probe interval");
+    let errors = "tokenclock_upstream_health_probes_total{result=\"error\"}";
+    assert!(metric(&proxy, errors).await >= 1.0);
+}
+
 /// With `upstream_protocol = "http2"` the probe speaks HTTP/2 like the
 /// proxied requests: an upstream that speaks only h2c turns `/readyz` green,
 /// and red when its `/health` fails.

@@ -182,7 +182,10 @@ impl Probe {
         if let Err(e) = result {
             tracing::debug!(error = %e, "Upstream probe failed.");
         }
-        self.health.probed(result.is_ok());
+        match result {
+            Err(ProbeFailure::Connect(_)) => self.health.unreachable(),
+            _ => self.health.probed(result.is_ok()),
+        }
     }
 }
 
