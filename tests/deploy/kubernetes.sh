@@ -7,8 +7,9 @@
 #    against the schemas kubernetes-validate bundles (PyPI, pinned, in
 #    target/venv-deploy; no network) for Kubernetes 1.33 and 1.37 (below); the PodMonitor
 #    (a CRD, no bundled schema) against the script's own schema of its fields
-#    and against the Deployment it selects; the tokenclock container's
-#    securityContext and requests;
+#    and against the Deployment it selects; the NetworkPolicy against the
+#    Deployment's pods and ports; the tokenclock container's securityContext
+#    and requests;
 # 2. the checks can fail: each mutation below breaks one manifest in a copy;
 # 3. systemd-analyze verify deploy/systemd/tokenclock.service, where
 #    systemd-analyze exists (skipped with a message otherwise), with ExecStart
@@ -53,6 +54,11 @@ mutations=(
   "PodMonitor selects nothing|podmonitor.yaml|s/matchLabels: { app: vllm }/matchLabels: { app: sglang }/"
   "PodMonitor bad interval|podmonitor.yaml|s/interval: 15s/interval: 15/"
   "PodMonitor misspelled field|podmonitor.yaml|s/podMetricsEndpoints:/podMetricEndpoints:/"
+  "NetworkPolicy selects nothing|networkpolicy.yaml|s/matchLabels: { app: vllm }/matchLabels: { app: sglang }/"
+  "NetworkPolicy port unknown|networkpolicy.yaml|s/{ port: metrics, protocol: TCP }/{ port: prometheus, protocol: TCP }/"
+  "NetworkPolicy metrics open to all|networkpolicy.yaml|/- { port: http, protocol: TCP }/a\\        - { port: metrics, protocol: TCP }"
+  "NetworkPolicy clients shut out|networkpolicy.yaml|/# Clients, from anywhere./,/- { port: http, protocol: TCP }/d"
+  "NetworkPolicy misspelled field|networkpolicy.yaml|s/policyTypes:/policyType:/"
 )
 for m in "${mutations[@]}"; do
   IFS='|' read -r name file expr <<<"$m"

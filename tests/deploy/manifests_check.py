@@ -11,7 +11,10 @@ Prints one line per problem and exits 1 if there is any.
   with the types the CRD gives them (monitoring.coreos.com/v1), and its
   selector must select the Deployment's pods and name a port of them;
 - the tokenclock container runs with the security context the README
-  documents and has CPU and memory requests.
+  documents and has CPU and memory requests;
+- a NetworkPolicy selects the Deployment's pods, names only their ports,
+  lets anyone reach tokenclock's `http` port (the clients) and only chosen
+  peers its `metrics` port (Prometheus; the kubelet comes from the node).
 """
 import sys
 
@@ -109,6 +112,33 @@ def check_pod_monitor(monitor, deployments):
     return ["PodMonitor: selector %r selects no Deployment's pods" % (wanted,)]
 
 
+def check_network_policy(policy, deployments):
+    spec = policy["spec"]
+    wanted = spec["podSelector"].get("matchLabels", {})
+    pods = [d["spec"]["template"] for d in deployments
+            if wanted and all(d["spec"]["template"]["metadata"].get("labels", {}).get(k) == v
+                              for k, v in wanted.items())]
+    if not pods:
+        return ["selector %r selects no Deployment's pods" % (wanted,)]
+    named = {p.get("name") for c in pods[0]["spec"]["containers"] for p in c.get("ports", [])}
+    found = []
+    open_ports, peered_ports = set(), set()
+    for rule in spec.get("ingress", []):
+        ports = {p.get("port") for p in rule.get("ports", [])}
+        found += ["port %r is not a named port of the pods" % p
+                  for p in sorted(ports - named, key=str)]
+        (peered_ports if rule.get("from") else open_ports).update(ports)
+        if not rule.get("ports"):
+            found.append("a rule without ports opens every port")
+    if "http" not in open_ports:
+        found.append("clients cannot reach the http port from everywhere")
+    if "metrics" in open_ports:
+        found.append("the metrics port is open to every peer")
+    if "metrics" not in peered_ports:
+        found.append("no peer (Prometheus) may reach the metrics port")
+    return found
+
+
 def main():
     version, files = sys.argv[1], sys.argv[2:]
     docs = []
@@ -124,7 +154,9 @@ def main():
         else:
             try:
                 kubernetes_validate.validate(d, version, strict=True)
-                problems = check_tokenclock(d) if kind == "Deployment" else []
+                problems = (check_tokenclock(d) if kind == "Deployment"
+                            else check_network_policy(d, deployments) if kind == "NetworkPolicy"
+                            else [])
             except (kubernetes_validate.ValidationError, kubernetes_validate.SchemaNotFoundError) as e:
                 problems = [str(e).split("\n")[0]]
         found += ["%s: %s/%s: %s" % (f, kind, name, p) for p in problems]
