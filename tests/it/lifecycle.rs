@@ -135,6 +135,81 @@ async fn requests_in_flight_when_the_grace_ends_are_cut_logged_and_recorded_as_s
     assert_eq!(outcomes, ["shutdown"; 3], "{written}");
 }
 
+/// A WebSocket session still open when `shutdown_grace` runs out is cut
+/// like a stream: its client's connection closed, and the session ends
+/// `shutdown`, with its access-log line and its record (`code` 101), before
+/// the record log closes.
+#[tokio::test]
+async fn a_websocket_session_open_when_the_grace_ends_is_cut_logged_and_recorded() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let switch = head(
+        "101 Switching Protocols",
+        &[
+            "upgrade: websocket",
+            "connection: Upgrade",
+            "sec-websocket-accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=",
+        ],
+    );
+    // The server greets, then listens for a minute.
+    let greeting = Bytes::from_static(b"\x81\x02hi");
+    let script = vec![
+        Step::Write(switch),
+        Step::Write(greeting),
+        Step::Pause(Duration::from_secs(60)),
+    ];
+    let upstream = Scripted::start(script).await;
+    let dir = std::env::temp_dir().join(format!("tokenclock-ws-cut-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let records = dir.join("records.jsonl");
+    let _ = std::fs::remove_file(&records);
+    let config = dir.join("config.toml");
+    let text = format!(
+        "shutdown_grace = \"1s\"\n[records]\npath = {:?}\n",
+        records.display().to_string()
+    );
+    std::fs::write(&config, text).expect("config");
+    let config = config.display().to_string();
+    let served = process::serve(upstream.addr, &["--config", &config], &[]);
+    let mut client = tokio::net::TcpStream::connect(served.addr)
+        .await
+        .expect("connect");
+    client
+        .write_all(
+            b"GET /v1/realtime HTTP/1.1\r\nhost: a\r\nconnection: Upgrade\r\n\
+              upgrade: websocket\r\nsec-websocket-version: 13\r\n\
+              sec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+        )
+        .await
+        .expect("handshake");
+    let mut seen = Vec::new();
+    while !seen.ends_with(b"\x81\x02hi") {
+        let mut buf = [0u8; 1024];
+        let n = client.read(&mut buf).await.expect("read");
+        assert!(n > 0, "closed before the greeting: {seen:?}");
+        seen.extend_from_slice(&buf[..n]);
+    }
+    assert!(seen.starts_with(b"HTTP/1.1 101 "), "{seen:?}");
+
+    served.sigterm();
+    let waited = tokio::time::timeout(Duration::from_secs(15), served.wait()).await;
+    let (status, log) = waited.expect("exits soon after the grace");
+    assert_eq!(status.code(), Some(0));
+    let mut rest = Vec::new();
+    let _ = client.read_to_end(&mut rest).await;
+    assert!(rest.is_empty(), "nothing after the cut: {rest:?}");
+    let logged: Vec<&String> = log
+        .iter()
+        .filter(|l| l.contains("Request finished."))
+        .collect();
+    assert_eq!(logged.len(), 1, "{log:#?}");
+    assert!(logged[0].contains("outcome=\"shutdown\""), "{logged:?}");
+    let written = std::fs::read_to_string(&records).expect("records");
+    let record: serde_json::Value =
+        serde_json::from_str(written.trim_end()).expect("one JSON record");
+    assert_eq!(record["outcome"], "shutdown", "{written}");
+    assert_eq!(record["status"], 101, "{written}");
+}
+
 /// `--worker-threads 1` runs everything on the process's one runtime
 /// thread (tokio's current-thread scheduler, not the multi-thread one):
 /// a stream is forwarded and measured, a scrape answers while it flows
