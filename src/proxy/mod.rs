@@ -15,9 +15,12 @@
 //!   as the exchange's two bodies.
 //! - `woken`: a poll that nothing can have changed returns at once, for
 //!   the body, its idle timer and the connection loop above.
+//! - `keepalive`: TCP keep-alive on client and upstream sockets, which
+//!   finds a peer gone without a word and never cuts a slow one.
 
 pub mod forward;
 pub mod health;
+mod keepalive;
 pub mod reload;
 pub(crate) mod server;
 pub(crate) mod upgrade;

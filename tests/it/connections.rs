@@ -792,3 +792,50 @@ async fn a_later_head_begun_and_not_finished_is_closed_after_header_read_timeout
         "a half head on a reused connection is never closed"
     );
 }
+
+/// The kernel's timer of the TCP socket from `local` to `remote` (both
+/// IPv4), from `/proc/net/tcp`'s `tr` column: 0 none, 1 retransmit, 2
+/// keep-alive, 3 TIME_WAIT, 4 zero-window probe.
+fn tcp_timer(local: SocketAddr, remote: SocketAddr) -> Option<u8> {
+    let hex = |addr: SocketAddr| match addr {
+        SocketAddr::V4(v4) => format!(
+            "{:08X}:{:04X}",
+            u32::from_le_bytes(v4.ip().octets()),
+            v4.port()
+        ),
+        SocketAddr::V6(_) => String::new(),
+    };
+    let (local, remote) = (hex(local), hex(remote));
+    let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
+    table.lines().skip(1).find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        (fields.get(1) == Some(&local.as_str()) && fields.get(2) == Some(&remote.as_str()))
+            .then(|| fields.get(5)?.split(':').next()?.parse().ok())
+            .flatten()
+    })
+}
+
+/// A client connection is kept alive by TCP probes: a client gone without
+/// a word (a laptop asleep, a NAT that forgot the flow) while it waits for
+/// a long answer is found, and its upstream request dropped, instead of
+/// the model server generating for no one until the end.
+#[tokio::test]
+async fn client_sockets_probe_a_peer_gone_without_a_word() {
+    let upstream = Scripted::start(vec![Step::Pause(Duration::from_secs(30))]).await;
+    let proxy = common::proxy(upstream.addr, "").await;
+    let client = TcpStream::connect(proxy.addr).await.expect("connect");
+    let mine = client.local_addr().expect("local");
+    // The accept loop sets it as it takes the connection.
+    let mut timer = None;
+    for _ in 0..50 {
+        timer = tcp_timer(proxy.addr, mine);
+        if timer == Some(2) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(timer, Some(2), "the proxy's socket has its keep-alive timer");
+    // The client's own socket, not set by anyone, has none: the column
+    // tells the two apart.
+    assert_eq!(tcp_timer(mine, proxy.addr), Some(0));
+}

@@ -27,7 +27,7 @@ use super::{
     pool::{self, Pool, PoolError},
     RequestBody,
 };
-use crate::proxy::wire::client::MAX_HEAD;
+use crate::proxy::{keepalive, wire::client::MAX_HEAD};
 use crate::{
     config::{Config, UpstreamProtocol},
     measure::exchange::Upload,
@@ -161,28 +161,17 @@ impl Unanswered {
     }
 }
 
-/// TCP keep-alive on upstream sockets: the first probe after this long
-/// without a segment either way.
-const KEEPALIVE_IDLE: Duration = Duration::from_secs(30);
-/// Between unanswered probes.
-const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
-/// Unanswered probes after which the socket fails (`ETIMEDOUT`): a peer
-/// gone without a word is found about 60 s after it last spoke.
-const KEEPALIVE_PROBES: u32 = 3;
-
 /// TCP with `TCP_NODELAY`, keep-alive and the connect timeout, TLS with the
 /// configured roots for `https://` and ALPN for the configured protocol.
 fn connector(config: &Config) -> Result<Connector, rustls::Error> {
     let mut http = HttpConnector::new();
     // Without it a small SSE write can wait ~40 ms for a delayed ACK.
     http.set_nodelay(true);
-    // No limit bounds the wait for an answer by default (a long generation
-    // is not a fault), so a peer that vanished without FIN or RST (a host
-    // or a NAT gone on the way to a remote API) is found by TCP: its kernel
-    // answers probes while the model server is merely slow.
-    http.set_keepalive(Some(KEEPALIVE_IDLE));
-    http.set_keepalive_interval(Some(KEEPALIVE_INTERVAL));
-    http.set_keepalive_retries(Some(KEEPALIVE_PROBES));
+    // No limit bounds the wait for an answer by default: a peer gone
+    // without a word is found by TCP (`keepalive`).
+    http.set_keepalive(Some(keepalive::IDLE));
+    http.set_keepalive_interval(Some(keepalive::INTERVAL));
+    http.set_keepalive_retries(Some(keepalive::PROBES));
     http.set_connect_timeout(Some(config.timeouts.connect));
     http.enforce_http(false);
 
@@ -248,17 +237,7 @@ mod tests {
         let Stream::Plain(tcp) = timed.into_inner() else {
             panic!("plain TCP");
         };
-        let socket = socket2::SockRef::from(tcp.inner());
-        assert!(socket.keepalive().expect("SO_KEEPALIVE"));
-        assert_eq!(socket.tcp_keepalive_time().expect("idle"), KEEPALIVE_IDLE);
-        assert_eq!(
-            socket.tcp_keepalive_interval().expect("interval"),
-            KEEPALIVE_INTERVAL
-        );
-        assert_eq!(
-            socket.tcp_keepalive_retries().expect("probes"),
-            KEEPALIVE_PROBES
-        );
-        assert!(socket.tcp_nodelay().expect("TCP_NODELAY"));
+        crate::proxy::keepalive::tests::assert_probes(tcp.inner());
+        assert!(tcp.inner().nodelay().expect("TCP_NODELAY"));
     }
 }

@@ -19,6 +19,7 @@ use tokio::{
 use super::conn::{self, Drain, Serve};
 use super::waiting::Waiting;
 use crate::export::metrics::ConnectionMetrics;
+use crate::proxy::keepalive;
 
 /// A listener with its connection cap.
 pub(crate) struct Listener {
@@ -127,6 +128,9 @@ impl Listener {
             };
             if let Err(e) = stream.set_nodelay(true) {
                 tracing::debug!(%peer, error = %e, "Cannot set TCP_NODELAY.");
+            }
+            if let Err(e) = keepalive::set(&stream) {
+                tracing::debug!(%peer, error = %e, "Cannot set TCP keep-alive.");
             }
             let open = Open::new(permit, &self.serve.metrics);
             let serve = self.serve.clone();
