@@ -193,9 +193,11 @@ impl Inner {
             }
         };
         // The wait for the head (bounded only when `response_header_timeout`
-        // is set), in this future's own state and in one expression per arm: an `async fn` around it would keep what it was given
-        // beside the wait, and a future held in a local first would be
-        // kept twice (the local, and the await's copy).
+        // is set), in this future's own state and in one expression per
+        // arm: an `async fn` around it would keep what it was given beside
+        // the wait, and a future held in a local first would be kept twice
+        // (the local, and the await's copy). Nor is the limit kept across
+        // the await for the error: 24 bytes more per waiting request.
         let sent = match self.timeouts.response_header {
             Some(limit) => timeout(limit, outgoing.send(start)).await,
             None => Ok(outgoing.send(start).await),

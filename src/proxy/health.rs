@@ -4,15 +4,15 @@
 //! Without `upstream_health_path` it opens a TCP connection, and ready
 //! means the upstream accepted one, or answered a forwarded request with
 //! anything, within the last [`READY_WINDOW`], and no connection to it
-//! (the probe's or a forwarded request's) has failed since: refused,
-//! unreachable, no such host, so nothing would flow to it now. A probe
-//! that timed out only lets the window run: connections already pooled
-//! may still carry requests to an upstream too busy to accept. With it, the probe sends
-//! `GET <path>` and ready means the last probe, within [`READY_WINDOW`],
-//! got a 2xx: proxied responses do not count, not even a 2xx, since a
-//! model server's API front end can answer (`/v1/models`, a cached error)
-//! while its engine is dead, and the health path is the operator's own
-//! statement of what healthy means. Either way, never while shutting down,
+//! (the probe's or a forwarded request's) has failed to open since:
+//! refused, unreachable, no such host, so nothing would flow to it now. A
+//! probe that timed out only lets the window run: connections already
+//! pooled may still carry requests to an upstream too busy to accept.
+//! With it, the probe sends `GET <path>` and ready means the last probe,
+//! within [`READY_WINDOW`], got a 2xx: proxied responses do not count, not
+//! even a 2xx, since a model server's API front end can answer
+//! (`/v1/models`, a cached error) while its engine is dead, and the health
+//! path is the operator's own statement of what healthy means. Either way, never while shutting down,
 //! and never at capacity: while the proxy listener holds `max_connections`
 //! connections each with a request in flight (a new one would be closed at
 //! once; one with none would give it its place) or `max_connections`

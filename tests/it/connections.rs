@@ -834,7 +834,11 @@ async fn client_sockets_probe_a_peer_gone_without_a_word() {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert_eq!(timer, Some(2), "the proxy's socket has its keep-alive timer");
+    assert_eq!(
+        timer,
+        Some(2),
+        "the proxy's socket has its keep-alive timer"
+    );
     // The client's own socket, not set by anyone, has none: the column
     // tells the two apart.
     assert_eq!(tcp_timer(mine, proxy.addr), Some(0));
