@@ -36,7 +36,7 @@ pub(crate) use self::{
     body::ResponseBody,
     client::{build as upstream_client, Connector},
     client_body::ClientBody,
-    error::ProxyError,
+    error::{is_unreachable, ProxyError},
     inject::RequestBody,
 };
 use crate::{
@@ -169,7 +169,7 @@ impl Inner {
             // Asked to switch: what goes upstream after the head (which has
             // no body) is the client's bytes once switched. The client may
             // listen for long: its silence is not a stall (the upstream's
-            // is, at `idle_timeout`).
+            // is, at `idle_timeout` when it is set).
             let bytes = parts.extensions.get::<Asked>().and_then(Asked::take_bytes);
             switching = bytes.is_some();
             let (body, stall) = match bytes {
@@ -254,12 +254,11 @@ impl Inner {
             Ok(Err(e)) => Err(match fault.get() {
                 Some(client) => ProxyError::ClientBody(client.clone()),
                 None => {
-                    let e = e.into_error(self.timeouts.connect);
-                    if matches!(e, ProxyError::Unavailable(_)) {
+                    if e.unreachable() {
                         // The next request would fail the same way.
                         self.health.unreachable();
                     }
-                    e
+                    e.into_error(self.timeouts.connect)
                 }
             }),
             // Elapsed only when there is a limit.

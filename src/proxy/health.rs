@@ -4,8 +4,8 @@
 //! Without `upstream_health_path` it opens a TCP connection, and ready
 //! means the upstream accepted one, or answered a forwarded request with
 //! anything, within the last [`READY_WINDOW`], and no connection to it
-//! (the probe's or a forwarded request's) has failed to open since:
-//! refused, unreachable, no such host, so nothing would flow to it now. A
+//! (the probe's or a forwarded request's) has failed to open since as
+//! refused or unreachable, so nothing would flow to it now. A
 //! probe that timed out only lets the window run: connections already
 //! pooled may still carry requests to an upstream too busy to accept.
 //! With it, the probe sends `GET <path>` and ready means the last probe,
@@ -52,6 +52,13 @@ struct Inner {
     /// Milliseconds after `epoch` of the last good answer, plus one;
     /// 0 = never, or (health-checked) the last probe failed.
     last_answer_ms: AtomicU64,
+    /// The later of the last answer and the last connect that found the
+    /// upstream unreachable, as `order << 1 | answered`: taken with
+    /// `fetch_max`, the later event wins whichever thread stores last (a
+    /// plain store of "unreachable" could erase a newer answer).
+    latest: AtomicU64,
+    /// Where events are in `latest`'s order.
+    order: AtomicU64,
     /// Only the HTTP health check decides; proxied answers are ignored.
     checked: bool,
     draining: AtomicBool,
@@ -128,6 +135,8 @@ impl Health {
             inner: Arc::new(Inner {
                 epoch: Instant::now(),
                 last_answer_ms: AtomicU64::new(0),
+                latest: AtomicU64::new(0),
+                order: AtomicU64::new(0),
                 checked,
                 draining: AtomicBool::new(false),
                 load,
@@ -155,18 +164,28 @@ impl Health {
     }
 
     /// A connection to the upstream just failed to open, for the TCP probe
-    /// or a forwarded request (refused, unreachable, no such host): a new
-    /// request would fail the same way, so not ready until the upstream
-    /// answers again. Ignored when the health check decides.
+    /// or a forwarded request, refused or unreachable
+    /// ([`crate::proxy::forward::is_unreachable`]): a new request would
+    /// fail the same way, so not ready until the upstream answers again.
+    /// Ignored when the health check decides.
     pub(crate) fn unreachable(&self) {
         if !self.inner.checked {
-            self.inner.last_answer_ms.store(0, Ordering::Relaxed);
+            self.latest(false);
         }
     }
 
     fn answered_now(&self) {
         let ms = self.now_ms();
         self.inner.last_answer_ms.fetch_max(ms, Ordering::Relaxed);
+        self.latest(true);
+    }
+
+    /// Records an answer (`true`) or an unreachable upstream as the latest
+    /// event, unless a later one is already recorded.
+    fn latest(&self, answered: bool) {
+        let order = self.inner.order.fetch_add(1, Ordering::Relaxed) + 1;
+        let event = order << 1 | u64::from(answered);
+        self.inner.latest.fetch_max(event, Ordering::Relaxed);
     }
 
     /// Milliseconds since `epoch`, plus one (0 means never).
@@ -188,7 +207,11 @@ impl Health {
         }
         let last = self.inner.last_answer_ms.load(Ordering::Relaxed);
         let now = self.now_ms();
-        if last == 0 || now.saturating_sub(last) > READY_WINDOW.as_millis() as u64 {
+        let unreachable = self.inner.latest.load(Ordering::Relaxed) & 1 == 0;
+        if last == 0
+            || now.saturating_sub(last) > READY_WINDOW.as_millis() as u64
+            || (unreachable && !self.inner.checked)
+        {
             return Err(if self.inner.checked {
                 NotReady::UpstreamUnhealthy
             } else {
@@ -257,6 +280,17 @@ mod tests {
         health.unreachable();
         health.probed(true);
         assert_eq!(health.readiness(), Ok(()));
+        // The later event wins, whichever is recorded last.
+        health.latest(true);
+        let answer = health.inner.latest.load(Ordering::Relaxed);
+        health.unreachable();
+        let failure = health.inner.latest.load(Ordering::Relaxed);
+        health.inner.latest.store(answer, Ordering::Relaxed);
+        health.inner.latest.fetch_max(failure, Ordering::Relaxed);
+        assert_eq!(health.readiness(), Err(NotReady::UpstreamSilent));
+        health.inner.latest.store(failure, Ordering::Relaxed);
+        health.inner.latest.fetch_max(answer, Ordering::Relaxed);
+        assert_eq!(health.readiness(), Err(NotReady::UpstreamSilent));
         // The health check alone decides when there is one.
         let checked = Health::health_checked();
         checked.probed(true);

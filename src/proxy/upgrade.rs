@@ -18,7 +18,7 @@
 //! bytes apart, in [`Asked`], as hyper offers an upgraded connection. So a session is one
 //! request everywhere requests are counted (`code="101"`, its bytes each
 //! way, its duration as E2E), holds its slot under `max_connections` while
-//! it lasts, and ends at `idle_timeout` of silence from the upstream (a
+//! it lasts, and ends at `idle_timeout` (when set) of silence from the upstream (a
 //! WebSocket server's pings, every 20 s for uvicorn's, keep it open). Its
 //! bytes are not read as events: WebSocket frames are not SSE.
 //!

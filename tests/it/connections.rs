@@ -800,7 +800,8 @@ fn tcp_timer(local: SocketAddr, remote: SocketAddr) -> Option<u8> {
     let hex = |addr: SocketAddr| match addr {
         SocketAddr::V4(v4) => format!(
             "{:08X}:{:04X}",
-            u32::from_le_bytes(v4.ip().octets()),
+            // The kernel prints the address as the u32 it holds.
+            u32::from_ne_bytes(v4.ip().octets()),
             v4.port()
         ),
         SocketAddr::V6(_) => String::new(),

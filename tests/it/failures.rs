@@ -109,12 +109,16 @@ async fn by_default_no_wait_for_the_upstream_is_cut_however_long() {
         let got = collect(response).await.expect("whole, not cut");
         assert_eq!(got.body(), body, "{name}");
         assert!(began.elapsed() >= LONG_WAIT, "{name}: the wait was waited");
+        // Its TCP probe of the upstream would go on every 2 s of the
+        // clock that jumps.
+        proxy.shutdown().await;
 
         // The same with the limits set: each is cut at its limit, so the
         // default's answer above is not the clock failing to move.
         let upstream = Scripted::start(script).await;
         let limits = "response_header_timeout = \"10m\"\nidle_timeout = \"10m\"";
         let proxy = common::proxy(upstream.addr, limits).await;
+        let began = Instant::now();
         let response = send(proxy.addr, get("/v1/chat/completions"))
             .await
             .expect("head");
@@ -127,6 +131,10 @@ async fn by_default_no_wait_for_the_upstream_is_cut_however_long() {
                 "{name}: cut at idle_timeout"
             );
         }
+        let cut = began.elapsed();
+        let limit = Duration::from_secs(600);
+        assert!(cut >= limit && cut < LONG_WAIT, "{name}: cut after {cut:?}");
+        proxy.shutdown().await;
     }
 }
 

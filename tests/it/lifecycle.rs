@@ -184,7 +184,8 @@ async fn a_websocket_session_open_when_the_grace_ends_is_cut_logged_and_recorded
     let mut seen = Vec::new();
     while !seen.ends_with(b"\x81\x02hi") {
         let mut buf = [0u8; 1024];
-        let n = client.read(&mut buf).await.expect("read");
+        let read = tokio::time::timeout(Duration::from_secs(10), client.read(&mut buf));
+        let n = read.await.expect("the greeting in time").expect("read");
         assert!(n > 0, "closed before the greeting: {seen:?}");
         seen.extend_from_slice(&buf[..n]);
     }
@@ -208,6 +209,7 @@ async fn a_websocket_session_open_when_the_grace_ends_is_cut_logged_and_recorded
         serde_json::from_str(written.trim_end()).expect("one JSON record");
     assert_eq!(record["outcome"], "shutdown", "{written}");
     assert_eq!(record["status"], 101, "{written}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `--worker-threads 1` runs everything on the process's one runtime

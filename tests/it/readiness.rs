@@ -257,6 +257,25 @@ async fn serve_and_close(listener: TcpListener) {
     }
 }
 
+/// A socket bound to `addr` with `SO_REUSEPORT`: others like it may bind
+/// the same port (the same user's), nothing else may.
+fn shared_port(addr: SocketAddr) -> socket2::Socket {
+    let socket =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
+    socket.set_reuse_port(true).expect("SO_REUSEPORT");
+    socket.bind(&addr.into()).expect("bind");
+    socket
+}
+
+/// A listener on `addr` (port 0: any), its port shareable with
+/// [`shared_port`].
+fn listening(addr: SocketAddr) -> TcpListener {
+    let socket = shared_port(addr);
+    socket.listen(128).expect("listen");
+    socket.set_nonblocking(true).expect("non-blocking");
+    TcpListener::from_std(socket.into()).expect("tokio listener")
+}
+
 /// Without `upstream_health_path`, a model server that stops listening (it
 /// crashed, or is restarting) turns `/readyz` red as soon as a forwarded
 /// request or the TCP probe finds nothing there; until 2026-12-06 it
@@ -264,8 +283,12 @@ async fn serve_and_close(listener: TcpListener) {
 /// sent here got `502`.
 #[tokio::test]
 async fn without_the_key_an_upstream_that_stops_listening_turns_readyz_red_at_once() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let listener = listening("127.0.0.1:0".parse().expect("addr"));
     let addr = listener.local_addr().expect("addr");
+    // Holds the port while nothing listens on it (a socket bound, not
+    // listening: connects are refused), so no other test's socket takes
+    // it before the server comes back.
+    let _held = shared_port(addr);
     let serving = tokio::spawn(serve_and_close(listener));
     let proxy = common::proxy(addr, "").await;
     let ready = (200, "ready\n");
@@ -280,7 +303,7 @@ async fn without_the_key_an_upstream_that_stops_listening_turns_readyz_red_at_on
     assert_eq!((status, body.as_str()), (503, "upstream not answering\n"));
 
     // Back on the same port: the next probe turns it green.
-    let listener = TcpListener::bind(addr).await.expect("bind the same port");
+    let listener = listening(addr);
     let serving = tokio::spawn(serve_and_close(listener));
     assert_eq!(client::readyz_soon(proxy.metrics_addr, ready).await.0, 200);
 

@@ -149,6 +149,16 @@ pub(super) enum Unanswered {
 // === impl Unanswered ===
 
 impl Unanswered {
+    /// Whether it failed because the upstream cannot be reached now
+    /// ([`super::error::is_unreachable`]).
+    pub(super) fn unreachable(&self) -> bool {
+        match self {
+            Self::Pool(PoolError::Connect(e)) => super::error::is_unreachable(e.as_ref()),
+            Self::Pool(_) => false,
+            Self::Client(e) => e.is_connect() && super::error::is_unreachable(e),
+        }
+    }
+
     /// The proxy's error; `connect_timeout` names a connect that timed out.
     pub(super) fn into_error(self, connect_timeout: Duration) -> ProxyError {
         match self {

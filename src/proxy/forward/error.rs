@@ -157,6 +157,25 @@ pub(super) fn source_chain<'a>(
     std::iter::successors(Some(err), |e| (*e).source())
 }
 
+/// Whether `err` says nothing listens at the upstream or it cannot be
+/// reached (refused, host or network unreachable): a new request would
+/// fail the same way. Not a timeout (the upstream may only be busy), not
+/// a TLS or protocol failure, not the proxy's own (out of descriptors or
+/// ports), and not a request given up while it waited for another's
+/// connect.
+pub(crate) fn is_unreachable(err: &(dyn std::error::Error + 'static)) -> bool {
+    source_chain(err).any(|e| {
+        e.downcast_ref::<io::Error>().is_some_and(|e| {
+            matches!(
+                e.kind(),
+                io::ErrorKind::ConnectionRefused
+                    | io::ErrorKind::HostUnreachable
+                    | io::ErrorKind::NetworkUnreachable
+            )
+        })
+    })
+}
+
 /// The most specific message in the chain ("Connection refused (os error 111)").
 fn innermost(err: &(dyn std::error::Error + 'static)) -> String {
     source_chain(err)
@@ -208,6 +227,34 @@ mod tests {
             response.headers().get(header::RETRY_AFTER),
             Some(&HeaderValue::from_static("1"))
         );
+    }
+
+    /// Only a connect that found nothing listening, or no way there, says
+    /// the upstream cannot be reached (and turns `/readyz` red).
+    #[test]
+    fn unreachable_is_refused_or_no_route_never_a_timeout_or_a_cancel() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("connect error")]
+        struct Wrapped(#[source] io::Error);
+        for kind in [
+            io::ErrorKind::ConnectionRefused,
+            io::ErrorKind::HostUnreachable,
+            io::ErrorKind::NetworkUnreachable,
+        ] {
+            assert!(is_unreachable(&Wrapped(io::Error::from(kind))), "{kind:?}");
+        }
+        for kind in [
+            io::ErrorKind::TimedOut,
+            io::ErrorKind::AddrNotAvailable,
+            io::ErrorKind::ConnectionReset,
+            io::ErrorKind::Other,
+        ] {
+            assert!(!is_unreachable(&Wrapped(io::Error::from(kind))), "{kind:?}");
+        }
+        // A request given up while it waited for another's connect
+        // (hyper-util's `CheckoutNoLongerWanted`) carries no I/O error.
+        let canceled = io::Error::other("request was canceled");
+        assert!(!is_unreachable(&canceled));
     }
 
     #[test]

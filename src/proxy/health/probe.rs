@@ -14,7 +14,7 @@ use super::{Health, PROBE_INTERVAL};
 use crate::{
     config::{Config, Upstream, UpstreamProtocol},
     export::metrics::UpstreamHealthMetrics,
-    proxy::forward::{upstream_client, Connector},
+    proxy::forward::{is_unreachable, upstream_client, Connector},
 };
 
 /// Most of a health endpoint's body read, in bytes, so its connection can
@@ -183,7 +183,7 @@ impl Probe {
             tracing::debug!(error = %e, "Upstream probe failed.");
         }
         match result {
-            Err(ProbeFailure::Connect(_)) => self.health.unreachable(),
+            Err(ProbeFailure::Connect(e)) if is_unreachable(e) => self.health.unreachable(),
             _ => self.health.probed(result.is_ok()),
         }
     }
