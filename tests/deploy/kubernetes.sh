@@ -39,35 +39,39 @@ for version in "$k8s" "$k8s_newest"; do
   "$py" tests/deploy/manifests_check.py "$version" deploy/kubernetes/*.yaml
 done
 
-# Each mutation: a name, the file, and a sed expression applied to a copy.
+# Each mutation: a name, the file, a sed expression applied to a copy, and
+# what manifests_check.py must say of it (so that it is caught for its own
+# reason, not another).
 mutations=(
-  "misspelled field (strict schema)|vllm-sidecar.yaml|s/readOnlyRootFilesystem: true/readOnlyRootFilesytem: true/"
-  "runAsUser a string|vllm-sidecar.yaml|s/runAsUser: 65532/runAsUser: \"65532\"/"
-  "root filesystem writable|vllm-sidecar.yaml|s/readOnlyRootFilesystem: true/readOnlyRootFilesystem: false/"
-  "privilege escalation allowed|vllm-sidecar.yaml|/allowPrivilegeEscalation: false/d"
-  "capabilities kept|vllm-sidecar.yaml|/capabilities: { drop: \[\"ALL\"\] }/d"
-  "no seccomp profile|vllm-sidecar.yaml|/seccompProfile: { type: RuntimeDefault }/d"
-  "no CPU request|vllm-sidecar.yaml|s/requests: { cpu: 200m, memory: 64Mi }/requests: { memory: 64Mi }/"
-  "preStop not a handler|vllm-sidecar.yaml|s/exec: { command: \[\"sleep\", \"55\"\] }/sleep: \"55\"/"
-  "PodMonitor without port|podmonitor.yaml|/- port: metrics/{s/- port: metrics/- path: \/metrics/;n;d}"
-  "PodMonitor port unknown|podmonitor.yaml|s/- port: metrics/- port: prometheus/"
-  "PodMonitor selects nothing|podmonitor.yaml|s/matchLabels: { app: vllm }/matchLabels: { app: sglang }/"
-  "PodMonitor bad interval|podmonitor.yaml|s/interval: 15s/interval: 15/"
-  "PodMonitor misspelled field|podmonitor.yaml|s/podMetricsEndpoints:/podMetricEndpoints:/"
-  "NetworkPolicy selects nothing|networkpolicy.yaml|s/matchLabels: { app: vllm }/matchLabels: { app: sglang }/"
-  "NetworkPolicy port unknown|networkpolicy.yaml|s/{ port: metrics, protocol: TCP }/{ port: prometheus, protocol: TCP }/"
-  "NetworkPolicy metrics open to all|networkpolicy.yaml|/- { port: http, protocol: TCP }/a\\        - { port: metrics, protocol: TCP }"
-  "NetworkPolicy clients shut out|networkpolicy.yaml|/# Clients, from anywhere./,/- { port: http, protocol: TCP }/d"
-  "NetworkPolicy misspelled field|networkpolicy.yaml|s/policyTypes:/policyType:/"
+  "misspelled field (strict schema)|vllm-sidecar.yaml|s/readOnlyRootFilesystem: true/readOnlyRootFilesytem: true/|readOnlyRootFilesytem"
+  "runAsUser a string|vllm-sidecar.yaml|s/runAsUser: 65532/runAsUser: \"65532\"/|'65532' is not of type"
+  "root filesystem writable|vllm-sidecar.yaml|s/readOnlyRootFilesystem: true/readOnlyRootFilesystem: false/|readOnlyRootFilesystem is False"
+  "privilege escalation allowed|vllm-sidecar.yaml|/allowPrivilegeEscalation: false/d|allowPrivilegeEscalation is None"
+  "capabilities kept|vllm-sidecar.yaml|/capabilities: { drop: \[\"ALL\"\] }/d|capabilities is None"
+  "no seccomp profile|vllm-sidecar.yaml|/seccompProfile: { type: RuntimeDefault }/d|seccompProfile is None"
+  "no CPU request|vllm-sidecar.yaml|s/requests: { cpu: 200m, memory: 64Mi }/requests: { memory: 64Mi }/|no cpu request"
+  "preStop not a handler|vllm-sidecar.yaml|s/exec: { command: \[\"sleep\", \"55\"\] }/sleep: \"55\"/|'55' is not of type"
+  "PodMonitor without port|podmonitor.yaml|/- port: metrics/{s/- port: metrics/- path: \/metrics/;n;d}|'port' is a required property"
+  "PodMonitor port unknown|podmonitor.yaml|s/- port: metrics/- port: prometheus/|port 'prometheus' is not a named port"
+  "PodMonitor selects nothing|podmonitor.yaml|s/matchLabels: { app: vllm }/matchLabels: { app: sglang }/|selects no Deployment's pods"
+  "PodMonitor bad interval|podmonitor.yaml|s/interval: 15s/interval: 15/|15 is not of type 'string'"
+  "PodMonitor misspelled field|podmonitor.yaml|s/podMetricsEndpoints:/podMetricEndpoints:/|'podMetricsEndpoints' is a required property"
+  "NetworkPolicy selects nothing|networkpolicy.yaml|s/matchLabels: { app: vllm }/matchLabels: { app: sglang }/|selects no Deployment's pods"
+  "NetworkPolicy port unknown|networkpolicy.yaml|s/{ port: metrics, protocol: TCP }/{ port: prometheus, protocol: TCP }/|port 'prometheus' is not a named port of the pods"
+  "NetworkPolicy metrics open to all|networkpolicy.yaml|/- { port: http, protocol: TCP }/a\\        - { port: metrics, protocol: TCP }|the metrics port is open to every peer"
+  "NetworkPolicy clients shut out|networkpolicy.yaml|/# Clients, from anywhere./,/- { port: http, protocol: TCP }/d|clients cannot reach the http port"
+  "NetworkPolicy misspelled field|networkpolicy.yaml|s/policyTypes:/policyType:/|'policyType' was unexpected"
+  "NetworkPolicy metrics to any address|networkpolicy.yaml|/- from:/a\\        - ipBlock: { cidr: 0.0.0.0/0 }|the metrics port is open to every peer"
 )
 for m in "${mutations[@]}"; do
-  IFS='|' read -r name file expr <<<"$m"
+  IFS='|' read -r name file expr expected <<<"$m"
   rm -rf "$tmp/k" && mkdir "$tmp/k" && cp deploy/kubernetes/*.yaml "$tmp/k/"
   sed -i "$expr" "$tmp/k/$file"
   cmp -s "deploy/kubernetes/$file" "$tmp/k/$file" && fail "mutation '$name' changed nothing"
   if "$py" tests/deploy/manifests_check.py "$k8s" "$tmp"/k/*.yaml >"$tmp/out" 2>&1; then
     fail "mutation '$name': manifests_check.py passed"
   fi
+  grep -qF -- "$expected" "$tmp/out" || fail "mutation '$name' failed, but not with \"$expected\": $(grep -v ' valid against ' "$tmp/out" | head -3)"
   log "mutation '$name' caught: $(grep -v ' valid against ' "$tmp/out" | head -1 | sed "s|^$tmp/k/||")"
 done
 

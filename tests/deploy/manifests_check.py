@@ -112,6 +112,16 @@ def check_pod_monitor(monitor, deployments):
     return ["PodMonitor: selector %r selects no Deployment's pods" % (wanted,)]
 
 
+def is_everyone(peer):
+    """Whether a `from` peer admits any address: an ipBlock of a whole
+    address family, or every pod of every namespace."""
+    block = peer.get("ipBlock")
+    if block is not None:
+        return block.get("cidr") in ("0.0.0.0/0", "::/0") and not block.get("except")
+    namespaces, pods = peer.get("namespaceSelector"), peer.get("podSelector")
+    return namespaces == {} and not pods
+
+
 def check_network_policy(policy, deployments):
     spec = policy["spec"]
     wanted = spec["podSelector"].get("matchLabels", {})
@@ -127,7 +137,9 @@ def check_network_policy(policy, deployments):
         ports = {p.get("port") for p in rule.get("ports", [])}
         found += ["port %r is not a named port of the pods" % p
                   for p in sorted(ports - named, key=str)]
-        (peered_ports if rule.get("from") else open_ports).update(ports)
+        peers = rule.get("from") or []
+        everyone = not peers or any(is_everyone(peer) for peer in peers)
+        (open_ports if everyone else peered_ports).update(ports)
         if not rule.get("ports"):
             found.append("a rule without ports opens every port")
     if "http" not in open_ports:
