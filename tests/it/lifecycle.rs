@@ -65,6 +65,28 @@ async fn sigterm_lets_the_stream_finish_then_exits_0() {
     assert_eq!(status.code(), Some(0));
 }
 
+/// Serves `upstream` with a 1 s `shutdown_grace` and its records in
+/// `records.jsonl` of a fresh directory of its own (`name` tells the
+/// tests' apart), returned with the process.
+fn serve_recording(
+    upstream: std::net::SocketAddr,
+    name: &str,
+) -> (process::Served, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("tokenclock-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let records = dir.join("records.jsonl");
+    let _ = std::fs::remove_file(&records);
+    let config = dir.join("config.toml");
+    let text = format!(
+        "shutdown_grace = \"1s\"\n[records]\npath = {:?}\n",
+        records.display().to_string()
+    );
+    std::fs::write(&config, text).expect("config");
+    let config = config.display().to_string();
+    let served = process::serve(upstream, &["--config", &config], &[]);
+    (served, dir)
+}
+
 /// Streams still in flight when `shutdown_grace` runs out are cut while
 /// the sinks are open: each ends `shutdown` (neither the client's doing
 /// nor the upstream's), with its access-log line and its record, over
@@ -80,18 +102,8 @@ async fn requests_in_flight_when_the_grace_ends_are_cut_logged_and_recorded_as_s
         Step::Pause(Duration::from_secs(60)),
     ];
     let upstream = Scripted::start(script).await;
-    let dir = std::env::temp_dir().join(format!("tokenclock-cut-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    let (served, dir) = serve_recording(upstream.addr, "cut");
     let records = dir.join("records.jsonl");
-    let _ = std::fs::remove_file(&records);
-    let config = dir.join("config.toml");
-    let text = format!(
-        "shutdown_grace = \"1s\"\n[records]\npath = {:?}\n",
-        records.display().to_string()
-    );
-    std::fs::write(&config, text).expect("config");
-    let config = config.display().to_string();
-    let served = process::serve(upstream.addr, &["--config", &config], &[]);
     let addr = served.addr;
     let get = |hold: &str| {
         Request::get("/v1/chat/completions")
@@ -158,18 +170,8 @@ async fn a_websocket_session_open_when_the_grace_ends_is_cut_logged_and_recorded
         Step::Pause(Duration::from_secs(60)),
     ];
     let upstream = Scripted::start(script).await;
-    let dir = std::env::temp_dir().join(format!("tokenclock-ws-cut-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    let (served, dir) = serve_recording(upstream.addr, "ws-cut");
     let records = dir.join("records.jsonl");
-    let _ = std::fs::remove_file(&records);
-    let config = dir.join("config.toml");
-    let text = format!(
-        "shutdown_grace = \"1s\"\n[records]\npath = {:?}\n",
-        records.display().to_string()
-    );
-    std::fs::write(&config, text).expect("config");
-    let config = config.display().to_string();
-    let served = process::serve(upstream.addr, &["--config", &config], &[]);
     let mut client = tokio::net::TcpStream::connect(served.addr)
         .await
         .expect("connect");
