@@ -70,6 +70,7 @@ pub struct File {
     pub(super) max_models: usize,
     pub(super) max_label_value_bytes: usize,
     pub(super) models: Vec<String>,
+    pub(super) template_opens_reasoning: Vec<String>,
     pub(super) slo_headers: bool,
     pub(super) request_id_headers: Vec<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -123,6 +124,7 @@ impl Default for File {
             max_models: 32,
             max_label_value_bytes: 128,
             models: Vec::new(),
+            template_opens_reasoning: Vec::new(),
             slo_headers: false,
             request_id_headers: vec!["x-request-id".to_owned()],
             labels: Vec::new(),
@@ -299,6 +301,7 @@ impl File {
             slo_headers: export.slo_headers,
             request_id_headers: self.request_id_headers()?,
             max_logged_model_bytes: export.max_value_bytes,
+            template_opens_reasoning: self.template_opens_reasoning()?,
             learnt: Default::default(),
         };
         Ok(Config {
@@ -388,6 +391,21 @@ impl File {
             }
         };
         Ok(UpstreamHealth { path, timeout })
+    }
+
+    /// `template_opens_reasoning`: model globs, none empty (an empty one
+    /// would match only a request that names no model, surely not meant).
+    fn template_opens_reasoning(&self) -> Result<std::sync::Arc<[String]>, ConfigError> {
+        for (i, glob) in self.template_opens_reasoning.iter().enumerate() {
+            if glob.trim().is_empty() {
+                let key = format!("template_opens_reasoning[{i}]");
+                return Err(ConfigError::invalid(
+                    &key,
+                    "must name a model or a glob of them",
+                ));
+            }
+        }
+        Ok(self.template_opens_reasoning.as_slice().into())
     }
 
     /// `request_id_headers`: valid header names, in order of preference.

@@ -17,13 +17,14 @@ use super::{Config, ConfigError, File};
 use crate::measure::slo::REQUEST_SLO;
 
 /// Keys a reload applies live, to requests that start afterwards.
-pub(crate) const LIVE: [&str; 13] = [
+pub(crate) const LIVE: [&str; 14] = [
     "log_filter",
     "max_event_bytes",
     "request_capture_bytes",
     "dialects",
     "max_models",
     "models",
+    "template_opens_reasoning",
     "max_label_value_bytes",
     "slo_headers",
     "request_id_headers",

@@ -83,6 +83,18 @@ fn upstream_health_path_is_a_path_and_its_timeout_fits_the_window() {
 }
 
 #[test]
+fn template_opens_reasoning_takes_model_globs_and_names_an_empty_one() {
+    let c = parse("upstream = \"http://a:1\"\ntemplate_opens_reasoning = [\"*R1*\", \"qwq\"]\n")
+        .expect("valid");
+    assert_eq!(&*c.reading.template_opens_reasoning, ["*R1*", "qwq"]);
+    let defaults = parse("upstream = \"http://a:1\"").expect("valid");
+    assert!(defaults.reading.template_opens_reasoning.is_empty());
+    let e = error("upstream = \"http://a:1\"\ntemplate_opens_reasoning = [\"a\", \" \"]\n");
+    assert!(e.starts_with("template_opens_reasoning[1]: "), "{e}");
+    assert!(!e.contains('\n'), "one line: {e}");
+}
+
+#[test]
 fn unknown_key_is_named() {
     let e = error("upstream = \"http://a:1\"\nconect_timeout = \"1s\"\n");
     assert!(e.contains("conect_timeout"), "{e}");

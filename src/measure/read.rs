@@ -31,6 +31,10 @@ pub struct ReadSettings {
     /// Longest `model` written to the access log, in bytes
     /// (`max_label_value_bytes`); a longer one is cut there.
     pub max_logged_model_bytes: usize,
+    /// Model globs whose chat template opens `<think>` in the prompt
+    /// (`template_opens_reasoning`): their answers' text is reasoning
+    /// until `</think>`.
+    pub template_opens_reasoning: Arc<[String]>,
     /// Which server answers each path several serve, as the last answer
     /// that told showed it; shared by every request and kept across
     /// reloads.

@@ -198,6 +198,96 @@ async fn reasoning_comes_before_the_answer() {
     }
 }
 
+/// The text a stream's events carried in `pointer`, joined.
+fn streamed_text(body: &[u8], pointer: &str) -> String {
+    payloads(body)
+        .iter()
+        .filter_map(|e| e.pointer(pointer)?.as_str().map(str::to_owned))
+        .collect()
+}
+
+/// DeepSeek-R1 served without a reasoning parser: its chat template ends
+/// the prompt with `<think>`, so the answer writes its reasoning in
+/// `content` and shows only the close. Named in `template_opens_reasoning`
+/// the text before the close is reasoning (TTFO after TTFT), streamed and
+/// whole; unnamed it is answer, as it always was. A raw prompt that ends
+/// in `<think>` (the template applied by the client) needs no naming.
+#[tokio::test]
+async fn a_prompt_that_opened_think_is_reasoning_until_the_close() {
+    let sim = start(fast()).await;
+    let (named, mut named_timelines) =
+        proxy_with_timelines(sim.addr, "template_opens_reasoning = [\"*-r1*\"]\n").await;
+    let (unnamed, mut unnamed_timelines) = proxy_with_timelines(sim.addr, "").await;
+    let body = request(CHAT, "sim-r1", 8, true, "");
+    // What the client gets: the answer's text with the close and no open.
+    let got = post(named.addr, CHAT, &body, &[])
+        .await
+        .expect("whole body");
+    let text = streamed_text(&got.body(), "/choices/0/delta/content");
+    assert!(
+        !text.contains("<think>") && text.contains("</think>"),
+        "{text}"
+    );
+    let t = next_timeline(&mut named_timelines).await;
+    assert!(t.parse_errors.is_empty(), "{:?}", t.parse_errors);
+    let (ttft, ttfo) = (t.ttft().expect("ttft"), t.ttfo().expect("ttfo"));
+    assert!(ttfo > ttft, "{ttft:?} {ttfo:?}");
+    assert_eq!((t.tokens.reasoning, t.tokens.generated), (4, 8));
+    assert_eq!(t.tokens.reasoning_source, Some(CountSource::Events));
+    assert!(t.phases().get(Phase::Reasoning).is_some());
+
+    post(unnamed.addr, CHAT, &body, &[])
+        .await
+        .expect("whole body");
+    let t = next_timeline(&mut unnamed_timelines).await;
+    assert_eq!(t.ttfo(), t.ttft());
+    assert_eq!((t.tokens.reasoning, t.tokens.generated), (0, 8));
+
+    // A whole answer: the text before the close is reasoning's share.
+    let whole = request(CHAT, "sim-r1", 8, false, "");
+    post(named.addr, CHAT, &whole, &[])
+        .await
+        .expect("whole body");
+    let t = next_timeline(&mut named_timelines).await;
+    assert!(
+        t.tokens.reasoning > 0 && t.tokens.reasoning < 8,
+        "{:?}",
+        t.tokens
+    );
+    assert_eq!(t.tokens.reasoning_source, Some(CountSource::Estimated));
+
+    // A raw prompt that ends in `<think>`, on every raw-text route, with
+    // nothing named; the same prompt without the tag is answered alone.
+    for path in [
+        "/v1/completions",
+        "/generate",
+        "/generate_stream",
+        "/completion",
+    ] {
+        let plain = request(path, "sim-llama", 8, true, "");
+        let opening = plain.replace("briefly.", r"briefly.<｜Assistant｜><think>\n");
+        assert_ne!(plain, opening, "{path}");
+        let got = post(unnamed.addr, path, &opening, &[])
+            .await
+            .expect("whole body");
+        assert!(
+            !String::from_utf8_lossy(&got.body()).contains("<think>"),
+            "{path}"
+        );
+        let t = next_timeline(&mut unnamed_timelines).await;
+        assert!(t.parse_errors.is_empty(), "{path}: {:?}", t.parse_errors);
+        let (ttft, ttfo) = (t.ttft().expect("ttft"), t.ttfo().expect("ttfo"));
+        assert!(ttfo > ttft, "{path}: {ttft:?} {ttfo:?}");
+        assert_eq!((t.tokens.reasoning, t.tokens.generated), (4, 8), "{path}");
+        post(unnamed.addr, path, &plain, &[])
+            .await
+            .expect("whole body");
+        let t = next_timeline(&mut unnamed_timelines).await;
+        assert_eq!(t.ttfo(), t.ttft(), "{path}");
+        assert_eq!(t.tokens.reasoning, 0, "{path}");
+    }
+}
+
 /// Responses events name their item by its index in `output`: the answer
 /// is item 0, or item 1 after a reasoning item.
 #[tokio::test]

@@ -446,6 +446,19 @@ impl Dialect {
         !matches!(self, Self::Tei | Self::Unknown)
     }
 
+    /// Whether its prompt is raw text the model continues as written,
+    /// with no chat template around it: completions' and llama.cpp's
+    /// `prompt`, SGLang's `text`, TGI's `inputs` (not Ollama's
+    /// `/api/generate`, which wraps it in the model's template unless
+    /// asked `raw`). Such a prompt that ends in `<think>` opens the
+    /// answer's reasoning ([`RequestInfo::opens_reasoning`]).
+    pub(crate) fn raw_prompt(self) -> bool {
+        matches!(
+            self,
+            Self::OpenAiCompletions | Self::LlamaCpp | Self::Sglang | Self::Tgi
+        )
+    }
+
     /// Whether a successful answer's body is read at all: not an
     /// `unknown` one, nor TEI's, whose head reports what there is.
     pub(crate) fn reads_body(self) -> bool {

@@ -54,6 +54,12 @@ const PROMPT_FIELDS: [&str; 18] = [
     "data_2",
 ];
 
+/// Prompt fields whose text the model continues as written, with no chat
+/// template around it (completions' `prompt`, llama.cpp's too, SGLang's
+/// `text`, TGI's `inputs`), when a string: one that ends in an open
+/// `<think>` opens the answer's reasoning ([`RequestInfo::opens_reasoning`]).
+const RAW_PROMPT_FIELDS: [&str; 3] = ["prompt", "text", "inputs"];
+
 /// What tokenclock learns from a request body (a capped copy read on the
 /// side while it streams upstream). Unknown or unreadable bodies give the
 /// default: nothing learned.
@@ -80,6 +86,12 @@ pub struct RequestInfo {
     /// `queries`, `items`, `data_1` and `data_2`): the basis
     /// of the input-token estimate when the server reports no usage.
     pub prompt_bytes: u64,
+    /// A raw prompt field (`prompt`, `text`, `inputs`) is a string that
+    /// ends in `<think>`, maybe with whitespace after it: the prompt opened
+    /// the reasoning, and the answer's text is reasoning until `</think>`.
+    /// Only the raw-text dialects' prompts are read so
+    /// ([`Dialect::raw_prompt`]); a chat's is wrapped in a template.
+    pub opens_reasoning: bool,
 }
 
 impl RequestInfo {
@@ -118,6 +130,10 @@ impl RequestInfo {
                 .filter_map(|f| v.get(*f))
                 .map(text_bytes)
                 .sum(),
+            opens_reasoning: RAW_PROMPT_FIELDS
+                .iter()
+                .filter_map(|f| v.get(*f).and_then(Value::as_str))
+                .any(opens_think),
         }
     }
 }
@@ -151,8 +167,71 @@ impl RequestInfo {
                 .and_then(|v| std::str::from_utf8(v).ok())
                 .and_then(|v| v.parse().ok()),
             prompt_bytes: 0,
+            opens_reasoning: false,
         }
     }
+}
+
+/// Whitespace a prompt may end with after its `<think>` (JSON's).
+const SPACE: [char; 4] = [' ', '\n', '\r', '\t'];
+
+/// Whether `text` ends in `<think>`, whitespace after it allowed: the
+/// reference's reading of a raw prompt.
+fn opens_think(text: &str) -> bool {
+    text.trim_end_matches(SPACE).ends_with("<think>")
+}
+
+/// [`opens_think`] on a JSON string's raw bytes (`escaped`: it holds
+/// escapes), read back from its end: a prompt's tail is all it takes.
+fn raw_opens_think(raw: &[u8], escaped: bool) -> bool {
+    let mut end = raw.len();
+    let mut back = || {
+        let (unit, len) = unit_before(raw, end, escaped)?;
+        end -= len;
+        Some(unit)
+    };
+    let mut unit = back();
+    while unit.is_some_and(|u| SPACE.iter().any(|&c| u == c as u32)) {
+        unit = back();
+    }
+    for want in b"<think>".iter().rev() {
+        if unit != Some(u32::from(*want)) {
+            return false;
+        }
+        unit = back();
+    }
+    true
+}
+
+/// The text unit that ends at `end` of a JSON string's raw bytes and how
+/// many raw bytes it takes: an escape (`\n`, `\u003c`: a UTF-16 unit) or one
+/// byte as itself. A backslash escapes what follows it only when an odd
+/// run of them ends there (`\\n` is a backslash and an `n`).
+fn unit_before(raw: &[u8], end: usize, escaped: bool) -> Option<(u32, usize)> {
+    let last = *raw.get(end.checked_sub(1)?)?;
+    if !escaped {
+        return Some((u32::from(last), 1));
+    }
+    // Whether the backslash at `at` starts an escape.
+    let escapes = |at: usize| raw[..=at].iter().rev().take_while(|&&b| b == b'\\').count() % 2 == 1;
+    if end >= 6 && raw[end - 6] == b'\\' && raw[end - 5] == b'u' && escapes(end - 6) {
+        let hex = std::str::from_utf8(&raw[end - 4..end]).ok();
+        if let Some(unit) = hex.and_then(|h| u32::from_str_radix(h, 16).ok()) {
+            return Some((unit, 6));
+        }
+    }
+    if end >= 2 && raw[end - 2] == b'\\' && escapes(end - 2) {
+        let unit = match last {
+            b'n' => b'\n',
+            b't' => b'\t',
+            b'r' => b'\r',
+            b'b' => 8,
+            b'f' => 12,
+            other => other,
+        };
+        return Some((u32::from(unit), 2));
+    }
+    Some((u32::from(last), 1))
 }
 
 /// A boolean form value as the servers read one (pydantic's lax booleans,
@@ -223,6 +302,11 @@ pub(super) fn scan(body: &[u8]) -> Option<RequestInfo> {
             b"parameters" => [caps[5]] = in_object(s, [&b"max_new_tokens"[..]], as_u64)?,
             b"sampling_params" => {
                 [caps[6], caps[7]] = in_object(s, [&b"max_new_tokens"[..], b"max_tokens"], as_u64)?;
+            }
+            b"prompt" | b"text" | b"inputs" if s.peek()? == b'"' => {
+                let string = s.string()?;
+                info.prompt_bytes += string.len as u64;
+                info.opens_reasoning |= raw_opens_think(string.raw(), string.escaped);
             }
             _ => info.prompt_bytes += scanned_text_bytes(s)?,
         }

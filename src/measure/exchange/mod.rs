@@ -27,7 +27,7 @@ use crate::{
     measure::dialect::{Dialect, Framed, Router, Shared},
     measure::observe::{End, Observe},
     measure::read::{LearntServer, ReadSettings},
-    measure::slo::Limits,
+    measure::slo::{glob, Limits},
     measure::timeline::{Hex, Milestones, Outcome, RequestIds, Stage, Timeline, TimelineSink},
 };
 
@@ -103,6 +103,7 @@ impl Exchange {
             request.headers(),
             reading.request_capture_bytes,
             stage,
+            Some(reading.template_opens_reasoning.clone()).filter(|globs| !globs.is_empty()),
         );
         let mut timeline = Timeline::new(start, dialect);
         let headers = request.headers();
@@ -335,6 +336,7 @@ impl Exchange {
                 return;
             }
             self.timeline.model = self.timeline.model_label();
+            self.reasoning_opened_by_prompt();
         }
         let fresh = reached.without(self.timeline.delivered);
         if fresh.is_empty() {
@@ -364,6 +366,24 @@ impl Exchange {
         self.upload.stage.relabel(dialect);
         if let Some(sink) = &self.sink {
             sink.moved(from, dialect);
+        }
+    }
+
+    /// Once the model and the dialect are known: whether the prompt opened
+    /// `<think>`, so that the answer's text is reasoning from its start. A
+    /// raw prompt shows it ([`Dialect::raw_prompt`]); a chat's template is
+    /// the model's, named in `template_opens_reasoning`. Decided before
+    /// the first event unless only the response names the model: text
+    /// read before that stays answer.
+    fn reasoning_opened_by_prompt(&mut self) {
+        let t = &mut self.timeline;
+        let raw = t.request.opens_reasoning && t.dialect.raw_prompt();
+        let listed = self.upload.template_opens.as_deref().is_some_and(|globs| {
+            let model = t.model.as_deref().unwrap_or_default();
+            globs.iter().any(|g| glob(g, model))
+        });
+        if raw || listed {
+            t.inline.opened_by_prompt();
         }
     }
 

@@ -17,6 +17,7 @@ fn exchange(status: u16) -> Exchange {
         request_id_headers: Vec::new(),
         slo_headers: false,
         max_logged_model_bytes: 128,
+        template_opens_reasoning: Default::default(),
         learnt: Default::default(),
     };
     let (mut e, _upload) = Exchange::start(Instant::now(), &request, &reading, None);
@@ -709,6 +710,7 @@ fn shared_settings() -> ReadSettings {
         request_id_headers: Vec::new(),
         slo_headers: false,
         max_logged_model_bytes: 128,
+        template_opens_reasoning: Default::default(),
         learnt: Default::default(),
     }
 }
@@ -944,6 +946,7 @@ fn the_root_path_of_another_server_stays_unknown() {
         request_id_headers: Vec::new(),
         slo_headers: false,
         max_logged_model_bytes: 128,
+        template_opens_reasoning: Default::default(),
         learnt: Default::default(),
     };
     let (e, _upload) = Exchange::start(Instant::now(), &request, &reading, None);
@@ -1515,4 +1518,96 @@ fn the_first_event_on_completions_tells_which_api_answered() {
     let (e, _upload) = Exchange::start(Instant::now(), &request, &reading, None);
     assert!(e.undecided.is_none());
     assert_eq!(e.dialect(), Dialect::LlamaCpp);
+}
+
+/// The events of a stream that `events` (payloads) make, read for a
+/// request on `path` with `body`, under `template_opens_reasoning` =
+/// `globs`, one event every 10 ms: which events were answer (by index,
+/// from TTFO) and how many were reasoning.
+fn opened(path: &str, body: &'static str, globs: &[&str], events: &[&str]) -> (Option<u64>, u64) {
+    let request = Request::post(path).body(()).unwrap_or_default();
+    let reading = ReadSettings {
+        template_opens_reasoning: globs.iter().map(|g| g.to_string()).collect(),
+        ..shared_settings()
+    };
+    let (mut e, up) = Exchange::start(Instant::now(), &request, &reading, None);
+    upload(up, body);
+    head(&mut e, "text/event-stream");
+    let start = Instant::now();
+    let at = |i: usize| start + Duration::from_millis(10 * i as u64);
+    for (i, event) in events.iter().enumerate() {
+        e.on_data(&Bytes::from(format!("data: {event}\n\n")), at(i + 1));
+    }
+    e.on_data(
+        &Bytes::from_static(b"data: [DONE]\n\n"),
+        at(events.len() + 1),
+    );
+    let t = &e.timeline;
+    let answer_at = t
+        .first_output
+        .map(|o| (o.duration_since(start).as_millis() / 10) as u64 - 1);
+    let mut tokens = t.tokens.clone();
+    tokens.settle(&t.usage, &t.request);
+    (answer_at, tokens.reasoning)
+}
+
+fn content(text: &str) -> String {
+    format!(r#"{{"choices":[{{"delta":{{"content":{text:?}}}}}]}}"#)
+}
+
+/// DeepSeek-R1's template ends the prompt with `<think>`: its answer
+/// shows only the close. Named in `template_opens_reasoning` (by the
+/// request, or by the response when the request names none, before its
+/// first text), the text before the close is reasoning; unnamed, or for
+/// a model that does not match, it is answer, as before.
+#[test]
+fn a_model_whose_template_opens_think_reasons_until_the_close() {
+    let chat = "/v1/chat/completions";
+    let [role, okay, so, close, hi] = [
+        r#"{"model":"deepseek-r1-distill","choices":[{"delta":{"role":"assistant","content":""}}]}"#
+            .to_owned(),
+        content("Okay"),
+        content(", so"),
+        content("</think>"),
+        content("Hi"),
+    ];
+    let events = [&role, &okay, &so, &close, &hi].map(String::as_str);
+    let named = r#"{"model":"deepseek-r1-distill","stream":true,"messages":[]}"#;
+    assert_eq!(opened(chat, named, &["*-r1-*"], &events), (Some(4), 3));
+    assert_eq!(opened(chat, named, &["qwq*"], &events), (Some(1), 0));
+    assert_eq!(opened(chat, named, &[], &events), (Some(1), 0));
+    // The request names no model: the role chunk names it, before text.
+    let unnamed = r#"{"stream":true,"messages":[]}"#;
+    assert_eq!(
+        opened(chat, unnamed, &["deepseek-r1*"], &events),
+        (Some(4), 3)
+    );
+    // vLLM with its reasoning parser: the reasoning comes in its field,
+    // and the content is answer.
+    let field = r#"{"choices":[{"delta":{"reasoning_content":"Okay"}}]}"#;
+    let parsed = [role.as_str(), field, hi.as_str()];
+    assert_eq!(opened(chat, named, &["*-r1-*"], &parsed), (Some(2), 1));
+}
+
+/// A raw prompt that ends in `<think>` (the client applied the template)
+/// opens the reasoning on the raw-text routes, with nothing configured;
+/// on a chat route a `prompt` field is no prompt the model continues.
+#[test]
+fn a_raw_prompt_ending_in_think_reasons_until_the_close() {
+    let text = |t: &str| format!(r#"{{"choices":[{{"text":{t:?}}}]}}"#);
+    let events = [text("Okay"), text("</think>"), text("Hi")];
+    let events = events.each_ref().map(String::as_str);
+    let opening = r#"{"model":"m","stream":true,"prompt":"<｜User｜>2+2<｜Assistant｜><think>\n"}"#;
+    let plain = r#"{"model":"m","stream":true,"prompt":"2+2="}"#;
+    assert_eq!(
+        opened("/v1/completions", opening, &[], &events),
+        (Some(2), 2)
+    );
+    assert_eq!(opened("/v1/completions", plain, &[], &events), (Some(0), 0));
+    let chat = [content("Okay"), content("</think>"), content("Hi")];
+    let chat = chat.each_ref().map(String::as_str);
+    assert_eq!(
+        opened("/v1/chat/completions", opening, &[], &chat),
+        (Some(0), 0)
+    );
 }

@@ -59,6 +59,12 @@ pub(super) struct UploadShared {
     ended: AtomicBool,
     /// Where the request is; both sides move it.
     pub(super) stage: StageCell,
+    /// Model globs whose chat template opens `<think>` in the prompt
+    /// (`template_opens_reasoning`), for the response side to match the
+    /// model against once it is known; `None` when there are none. Kept
+    /// here, on the heap, not in the exchange: a waiting request's future
+    /// has no bytes to spare.
+    pub(super) template_opens: Option<Arc<[String]>>,
 }
 
 // === impl Upload ===
@@ -70,6 +76,7 @@ impl Upload {
         headers: &HeaderMap,
         cap: usize,
         stage: StageCell,
+        template_opens: Option<Arc<[String]>>,
     ) -> Self {
         // A coding it cannot decode: not read, as a body past its cap.
         let coding = Coding::of(headers);
@@ -91,6 +98,7 @@ impl Upload {
                 done: Mutex::new(None),
                 ended: AtomicBool::new(false),
                 stage,
+                template_opens,
             }),
             dialect,
             capture,

@@ -3,11 +3,13 @@
 //! raw-text API): which of an event's answer bytes are reasoning, as the
 //! response goes (README, "Inline reasoning").
 //!
-//! A stream's reasoning is opened only by a `<think>` before any answer
-//! text: a `</think>` alone (the prompt opened it, as DeepSeek-R1's and
-//! QwQ's templates do) comes after text already counted as answer, whose
-//! TTFO may have been observed, and no clock is taken back. A whole body
-//! has no clocks, so there it closes what came before it too.
+//! A stream's reasoning is opened by a `<think>` before any answer text,
+//! or by the prompt ([`Inline::Prompted`]): DeepSeek-R1's and QwQ's
+//! templates end the prompt with `<think>`, so the answer shows only the
+//! close. That must be known before the answer's first text: a `</think>`
+//! alone comes after text already counted as answer, whose TTFO may have
+//! been observed, and no clock is taken back. A whole body has no clocks,
+//! so there a close alone closes what came before it too.
 
 use crate::measure::dialect::Parsed;
 
@@ -20,6 +22,12 @@ pub(crate) enum Inline {
     Start,
     /// Inside `<think>`: the answer's text is reasoning until `</think>`.
     Thinking,
+    /// The prompt opened `<think>` (a template that ends with it, or a raw
+    /// prompt that does), and nothing came yet: the answer's text is
+    /// reasoning until `</think>`, unless the server sends its reasoning
+    /// in a field of its own or a tool call first (it parsed the tags
+    /// itself, and its answer is the answer).
+    Prompted,
     /// Settled: the answer began, the server sent its reasoning in a field
     /// of its own, or the inline reasoning closed. Tags are text from here.
     Off,
@@ -50,6 +58,14 @@ impl Split {
 }
 
 impl Inline {
+    /// The prompt opened `<think>`: from the start, the answer's text is
+    /// reasoning until `</think>`. Only before any text was read.
+    pub(crate) fn opened_by_prompt(&mut self) {
+        if *self == Self::Start {
+            *self = Self::Prompted;
+        }
+    }
+
     /// Splits `parsed`'s bytes and moves on; `whole`: a whole body.
     pub(crate) fn split(&mut self, parsed: &Parsed<'_>, whole: bool) -> Split {
         let answer = parsed.output_bytes;
@@ -58,7 +74,7 @@ impl Inline {
         let span = |from: u32, to: u32| to.min(answer).saturating_sub(from.min(answer));
         let moved = match before {
             Self::Off => 0,
-            Self::Start if parsed.reasoning_bytes + parsed.tool_bytes > 0 => {
+            Self::Start | Self::Prompted if parsed.reasoning_bytes + parsed.tool_bytes > 0 => {
                 *self = Self::Off;
                 0
             }
@@ -83,20 +99,28 @@ impl Inline {
                 }
                 _ => 0,
             },
-            Self::Thinking => match parsed.think.close() {
+            Self::Thinking | Self::Prompted => match parsed.think.close() {
                 Some(end) => {
                     *self = Self::Off;
                     span(0, end)
                 }
-                None => answer,
+                None => {
+                    if answer > 0 {
+                        *self = Self::Thinking;
+                    }
+                    answer
+                }
             },
         };
         let output = answer - moved;
+        // Still inside the reasoning, or it closed in this event: whatever
+        // the event's tokens are, they are reasoning's.
+        let inside = matches!(before, Self::Thinking | Self::Prompted) && *self != Self::Off;
         Split {
             reasoning: parsed.reasoning_bytes.saturating_add(moved),
             output,
             tool: parsed.tool_bytes,
-            reasoning_only: output == 0 && (moved > 0 || before == Self::Thinking),
+            reasoning_only: output == 0 && (moved > 0 || inside),
         }
     }
 }
@@ -116,7 +140,11 @@ mod tests {
 
     /// (reasoning, output) bytes of each text, read in order.
     fn read(texts: &[&str], whole: bool) -> Vec<(u32, u32)> {
-        let mut inline = Inline::default();
+        read_from(Inline::default(), texts, whole)
+    }
+
+    /// [`read`] from the state `inline`.
+    fn read_from(mut inline: Inline, texts: &[&str], whole: bool) -> Vec<(u32, u32)> {
         texts
             .iter()
             .map(|t| {
@@ -175,6 +203,83 @@ mod tests {
             [(0, 4), (0, 8), (0, 2)]
         );
         assert_eq!(read(&["Okay</think>\n\nHi"], true), [(12, 4)]);
+    }
+
+    /// Once told the prompt opened `<think>`, the answer's text is
+    /// reasoning until the close, in a stream and a whole body alike, and
+    /// all of it when the close never comes (cut while thinking). A
+    /// `<think>` the model writes anyway is reasoning text too.
+    #[test]
+    fn a_prompt_opened_reasoning_lasts_until_the_close() {
+        let prompted = Inline::Prompted;
+        assert_eq!(
+            read_from(prompted, &["Okay", ", so", "</think>", "\n\nHi"], false),
+            [(4, 0), (4, 0), (8, 0), (0, 4)]
+        );
+        assert_eq!(read_from(prompted, &["Okay</think>Hi"], false), [(12, 2)]);
+        assert_eq!(read_from(prompted, &["Okay</think>Hi"], true), [(12, 2)]);
+        assert_eq!(
+            read_from(prompted, &["Hmm", " wait"], false),
+            [(3, 0), (5, 0)]
+        );
+        assert_eq!(read_from(prompted, &["Hmm wait"], true), [(8, 0)]);
+        assert_eq!(
+            read_from(prompted, &["<think>", "a", "</think>b"], false),
+            [(7, 0), (1, 0), (8, 1)]
+        );
+        // The tags after the close are text, as ever.
+        assert_eq!(
+            read_from(prompted, &["a</think>", "<think>b</think>"], false),
+            [(9, 0), (0, 16)]
+        );
+        // Told only before any text: an answer already begun stays one.
+        let mut begun = Inline::default();
+        begun.split(&answer("Hi"), false);
+        begun.opened_by_prompt();
+        assert_eq!(begun, Inline::Off);
+        let mut thinking = Inline::default();
+        thinking.split(&answer("<think>"), false);
+        thinking.opened_by_prompt();
+        assert_eq!(thinking, Inline::Thinking);
+    }
+
+    /// A server that parses the tags itself sends its reasoning in a field
+    /// (vLLM's `reasoning_content`), or a tool call first: its answer text
+    /// is the answer, however the prompt opened. Events with neither text
+    /// nor field before it (a role chunk) change nothing.
+    #[test]
+    fn a_prompt_opened_reasoning_gives_way_to_the_servers_own_split() {
+        for first in [
+            Parsed {
+                reasoning_bytes: 5,
+                ..Parsed::default()
+            },
+            Parsed {
+                tool_bytes: 9,
+                ..Parsed::default()
+            },
+        ] {
+            let mut inline = Inline::Prompted;
+            assert_eq!(inline.split(&answer(""), false).reasoning, 0);
+            assert_eq!(inline, Inline::Prompted);
+            let split = inline.split(&first, false);
+            assert!(!split.reasoning_only, "{first:?}");
+            let Split {
+                reasoning, output, ..
+            } = inline.split(&answer("Hi</think>"), false);
+            assert_eq!((reasoning, output), (0, 10), "{first:?}");
+        }
+        // Text first: the server does not parse, and a later field does
+        // not end the reasoning the prompt opened.
+        let mut inline = Inline::Prompted;
+        inline.split(&answer("Hmm"), false);
+        let field = Parsed {
+            reasoning_bytes: 2,
+            output_bytes: 3,
+            think: crate::measure::dialect::Think::NONE,
+            ..Parsed::default()
+        };
+        assert_eq!(inline.split(&field, false).reasoning, 5);
     }
 
     #[test]

@@ -50,7 +50,7 @@ fn plan(job: &Job, config: &SimConfig, reasoning_ok: bool) -> Vec<(Kind, u64)> {
         .max(1);
     let share = match config.reasoning_share {
         share if share > 0.0 => share,
-        _ if job.request.reasoning_model() => 0.5,
+        _ if job.request.reasoning_model() || job.request.think_in_prompt => 0.5,
         _ => 0.0,
     };
     let reasoning = if reasoning_ok {
@@ -167,7 +167,10 @@ impl Generation {
     async fn steps(&mut self, steps: &[(Kind, u64)]) -> Option<Instant> {
         let mut first = None;
         let malformed_at = self.job.fault.malformed.then_some(steps.len() / 2);
-        let inline = self.encoder.inline_reasoning();
+        // A chat's template that opened `<think>` (a DeepSeek-R1 served
+        // without a reasoning parser) puts the reasoning in the answer too.
+        let opened = self.job.request.think_in_prompt;
+        let inline = self.encoder.inline_reasoning() || opened;
         let last_reasoning = steps.iter().rposition(|s| s.0 == Kind::Reasoning);
         for (i, &(kind, n)) in steps.iter().enumerate() {
             Self::unless_gone(&self.out, self.pacer.wait(i as u64)).await?;
@@ -175,7 +178,7 @@ impl Generation {
                 (0..n).map(|_| text::word(&mut self.job.rng)).collect();
             let kind = match kind {
                 Kind::Reasoning if inline => {
-                    tag(&mut words, i == 0, Some(i) == last_reasoning);
+                    tag(&mut words, i == 0 && !opened, Some(i) == last_reasoning);
                     Kind::Output
                 }
                 kind => kind,

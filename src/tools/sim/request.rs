@@ -157,6 +157,11 @@ pub(crate) struct SimRequest {
     /// The body has `input` (the embeddings' and pooling routes' prompt
     /// field).
     pub input: bool,
+    /// The prompt opened `<think>`, so the answer starts inside the
+    /// reasoning and does not write the tag: a raw prompt (`prompt`,
+    /// `text`, `inputs`) that ends in it, or a chat with a model whose
+    /// template ends the prompt with it ([`SimRequest::template_opens_think`]).
+    pub think_in_prompt: bool,
 }
 
 /// The vectors an embeddings request asks for.
@@ -238,34 +243,66 @@ impl SimRequest {
             Some(stream) => stream,
             None => format.is_ollama(),
         };
-        Some(Self {
-            format,
-            model: object
-                .get("model")
-                .and_then(Value::as_str)
-                .unwrap_or(default_model)
-                .to_owned(),
-            stream,
-            input_tokens: match object.get("token_ids").and_then(Value::as_array) {
-                // vLLM's token-in API: the prompt is its token ids.
-                Some(ids) => ids.len() as u64,
-                None => text_bytes(&value) / 4,
+        Some(
+            Self {
+                format,
+                model: object
+                    .get("model")
+                    .and_then(Value::as_str)
+                    .unwrap_or(default_model)
+                    .to_owned(),
+                stream,
+                input_tokens: match object.get("token_ids").and_then(Value::as_array) {
+                    // vLLM's token-in API: the prompt is its token ids.
+                    Some(ids) => ids.len() as u64,
+                    None => text_bytes(&value) / 4,
+                }
+                .max(1),
+                max_tokens,
+                tools: object
+                    .get("tools")
+                    .and_then(Value::as_array)
+                    .is_some_and(|t| !t.is_empty()),
+                include_usage: option("include_usage"),
+                continuous_usage: option("continuous_usage_stats"),
+                logprobs: flag(object.get("logprobs")),
+                details: flag(value.pointer("/parameters/details")),
+                vectors: Vectors::of(object),
+                documents: documents(object),
+                inputs: object.contains_key("inputs"),
+                input: object.contains_key("input"),
+                think_in_prompt: false,
             }
-            .max(1),
-            max_tokens,
-            tools: object
-                .get("tools")
-                .and_then(Value::as_array)
-                .is_some_and(|t| !t.is_empty()),
-            include_usage: option("include_usage"),
-            continuous_usage: option("continuous_usage_stats"),
-            logprobs: flag(object.get("logprobs")),
-            details: flag(value.pointer("/parameters/details")),
-            vectors: Vectors::of(object),
-            documents: documents(object),
-            inputs: object.contains_key("inputs"),
-            input: object.contains_key("input"),
-        })
+            .with_think_in_prompt(object),
+        )
+    }
+
+    /// Sets `think_in_prompt` from the request's prompt or model.
+    fn with_think_in_prompt(mut self, object: &serde_json::Map<String, Value>) -> Self {
+        let field = match self.format {
+            Format::Completions | Format::LlamaCpp => "prompt",
+            Format::SglangGenerate => "text",
+            Format::TgiStream | Format::TgiRoot => "inputs",
+            Format::Chat => {
+                self.think_in_prompt = self.template_opens_think();
+                return self;
+            }
+            _ => return self,
+        };
+        self.think_in_prompt = object.get(field).and_then(Value::as_str).is_some_and(|p| {
+            p.trim_end_matches([' ', '\n', '\r', '\t'])
+                .ends_with("<think>")
+        });
+        self
+    }
+
+    /// Whether the model is DeepSeek-R1-like (its name holds `-r1`),
+    /// served without a reasoning parser: its chat template ends the prompt
+    /// with `<think>`, so a chat's answer writes its reasoning in `content`
+    /// and shows only the close, as vLLM or SGLang without
+    /// `--reasoning-parser` stream DeepSeek-R1's.
+    pub(crate) fn template_opens_think(&self) -> bool {
+        self.model.to_ascii_lowercase().contains("-r1")
     }
 
     /// Reads a speech-to-text form (`body`, of `content_type`): its fields
@@ -298,6 +335,7 @@ impl SimRequest {
             documents: Vec::new(),
             inputs: false,
             input: false,
+            think_in_prompt: false,
         })
     }
 
@@ -318,7 +356,7 @@ impl SimRequest {
     /// Whether the model name marks a reasoning model.
     pub(crate) fn reasoning_model(&self) -> bool {
         let name = self.model.to_ascii_lowercase();
-        name.contains("reason") || name.contains("think")
+        name.contains("reason") || name.contains("think") || self.template_opens_think()
     }
 }
 

@@ -20,6 +20,7 @@ fn chat_request() {
         continuous_usage: Some(false),
         max_tokens: Some(256),
         prompt_bytes: 9 + 5,
+        opens_reasoning: false,
     };
     assert_eq!(info(Dialect::OpenAiChat, body), want);
 }
@@ -39,6 +40,48 @@ fn completions_prompt_array() {
         (got.prompt_bytes, got.max_tokens, got.stream),
         (5, Some(5), Some(false))
     );
+}
+
+/// A raw prompt (DeepSeek-R1's template applied by the client, then sent
+/// to `/v1/completions`) that ends in `<think>` opens the reasoning,
+/// however its tail is escaped; anything after the tag but whitespace, a
+/// close, or a chat's messages do not. Both readers agree.
+#[test]
+fn a_raw_prompt_ending_in_think_opens_the_reasoning() {
+    let opens = |body: &str| {
+        let scanned = request::scan(body.as_bytes()).map(|i| i.opens_reasoning);
+        let reference = RequestInfo::parse_reference(body.as_bytes()).opens_reasoning;
+        assert_eq!(scanned.unwrap_or(reference), reference, "{body}");
+        reference
+    };
+    for body in [
+        r#"{"prompt":"<｜User｜>2+2?<｜Assistant｜><think>\n"}"#,
+        r#"{"prompt":"Q: 2+2?\nA: <think>"}"#,
+        r#"{"prompt":"x\u003cthink\u003e \t\r\n"}"#,
+        r#"{"prompt":"x<think\u003E\u000a"}"#,
+        r#"{"text":"<|im_start|>assistant\n<think>\n\n"}"#,
+        r#"{"inputs":"<think>"}"#,
+        r#"{"prompt":"a\\<think>"}"#,
+        r#"{"model":"m","prompt":"<think>","prompt_logprobs":null}"#,
+    ] {
+        assert!(opens(body), "{body}");
+    }
+    for body in [
+        r#"{"prompt":"<think>x"}"#,
+        r#"{"prompt":"<think></think>\n\n"}"#,
+        r#"{"prompt":"<think>\\n"}"#,
+        r#"{"prompt":"<think>\\\\n"}"#,
+        r#"{"prompt":"<think>\u00a0"}"#,
+        r#"{"prompt":"<Think>"}"#,
+        r#"{"prompt":"think>"}"#,
+        r#"{"prompt":["<think>"]}"#,
+        r#"{"messages":[{"role":"assistant","content":"<think>"}]}"#,
+        r#"{"input":"<think>"}"#,
+        r#"{"prompt":"<think>\u005cn"}"#,
+        r#"{"prompt":"\\u003cthink>"}"#,
+    ] {
+        assert!(!opens(body), "{body}");
+    }
 }
 
 #[test]

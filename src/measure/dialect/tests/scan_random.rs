@@ -481,8 +481,25 @@ fn request_key() -> impl Strategy<Value = String> {
     prop_oneof![6 => words(REQUEST_KEYS).prop_map(str::to_owned), 1 => text()]
 }
 
+/// A prompt that may end in a reasoning tag, then whitespace or not
+/// (what [`RequestInfo::opens_reasoning`] reads from a prompt's end).
+fn tagged_prompt() -> impl Strategy<Value = J> {
+    let tag = prop::sample::select(vec![
+        "<think>",
+        "</think>",
+        "think>",
+        "<think",
+        "<think\\u003e",
+        "\\u003cthink>",
+        "\\\\<think>",
+        "",
+    ]);
+    let space = prop::sample::select(vec!["", " ", "\n", "\t\r\n", "\\", "\\n", "\u{a0}", "x"]);
+    (text(), tag, space.clone(), space).prop_map(|(t, tag, a, b)| J::Str(format!("{t}{tag}{a}{b}")))
+}
+
 fn request_value() -> impl Strategy<Value = J> {
-    leaf().prop_recursive(4, 32, 4, |inner| {
+    prop_oneof![3 => leaf(), 1 => tagged_prompt()].prop_recursive(4, 32, 4, |inner| {
         prop_oneof![
             prop::collection::vec(inner.clone(), 0..4).prop_map(J::Arr),
             prop::collection::vec((request_key(), inner), 0..5).prop_map(J::Obj),
@@ -510,5 +527,21 @@ proptest! {
             prop_assert_eq!(&scanned, &reference, "{}", String::from_utf8_lossy(&body));
         }
         prop_assert_eq!(RequestInfo::parse(Dialect::OpenAiChat, &body), reference);
+    }
+
+    /// A raw prompt's end is read back from its last byte, escapes and
+    /// all: the same as the reference on random prompts ending near a tag.
+    #[test]
+    fn random_prompt_ends_read_as_the_reference(
+        key in words("prompt text inputs"),
+        prompt in tagged_prompt(),
+        style in any::<u64>(),
+    ) {
+        let mut w = Writer { out: Vec::new(), style };
+        w.value(&J::Obj(vec![(key.to_owned(), prompt)]));
+        let reference = RequestInfo::parse_reference(&w.out);
+        if let Some(scanned) = request::scan(&w.out) {
+            prop_assert_eq!(&scanned, &reference, "{}", String::from_utf8_lossy(&w.out));
+        }
     }
 }

@@ -32,13 +32,20 @@ impl OpenAi {
         }
     }
 
-    fn usage(totals: &Totals) -> Value {
-        json!({
+    /// The usage; a server that streams the reasoning inline in the text
+    /// (completions, or a chat whose template opened `<think>`: no
+    /// reasoning parser) does not know which tokens were reasoning, and
+    /// says nothing of them, as vLLM's usage does not.
+    fn usage(&self, totals: &Totals) -> Value {
+        let mut usage = json!({
             "prompt_tokens": totals.input,
             "completion_tokens": totals.generated(),
             "total_tokens": totals.input + totals.generated(),
-            "completion_tokens_details": {"reasoning_tokens": totals.reasoning},
-        })
+        });
+        if self.chat && !self.request.think_in_prompt {
+            usage["completion_tokens_details"] = json!({"reasoning_tokens": totals.reasoning});
+        }
+        usage
     }
 
     /// A chunk with `choices`; usage on every chunk when asked to.
@@ -53,7 +60,7 @@ impl OpenAi {
             "model": self.model, "choices": choices,
         });
         if self.request.continuous_usage {
-            chunk["usage"] = Self::usage(totals);
+            chunk["usage"] = self.usage(totals);
         }
         Event::Json(None, chunk)
     }
@@ -134,7 +141,7 @@ impl Encoder for OpenAi {
         if self.request.include_usage || self.request.continuous_usage {
             let mut usage = self.chunk(json!([]), totals);
             if let Event::Json(_, chunk) = &mut usage {
-                chunk["usage"] = Self::usage(totals);
+                chunk["usage"] = self.usage(totals);
             }
             events.push(usage);
         }
@@ -163,6 +170,6 @@ impl Encoder for OpenAi {
             "text_completion"
         };
         json!({"id": self.id, "object": object, "created": self.created, "model": self.model,
-               "choices": [choice], "usage": Self::usage(totals)})
+               "choices": [choice], "usage": self.usage(totals)})
     }
 }
