@@ -183,8 +183,19 @@ impl Health {
     /// Records an answer (`true`) or an unreachable upstream as the latest
     /// event, unless a later one is already recorded.
     fn latest(&self, answered: bool) {
+        self.record(self.ticket(answered));
+    }
+
+    /// An answer's (`true`) or a failure's place in the order of events,
+    /// taken when it happened: a thread may record it after another
+    /// thread recorded a later one.
+    fn ticket(&self, answered: bool) -> u64 {
         let order = self.inner.order.fetch_add(1, Ordering::Relaxed) + 1;
-        let event = order << 1 | u64::from(answered);
+        order << 1 | u64::from(answered)
+    }
+
+    /// Records `event` unless a later one is already recorded.
+    fn record(&self, event: u64) {
         self.inner.latest.fetch_max(event, Ordering::Relaxed);
     }
 
@@ -280,17 +291,23 @@ mod tests {
         health.unreachable();
         health.probed(true);
         assert_eq!(health.readiness(), Ok(()));
-        // The later event wins, whichever is recorded last.
-        health.latest(true);
-        let answer = health.inner.latest.load(Ordering::Relaxed);
-        health.unreachable();
-        let failure = health.inner.latest.load(Ordering::Relaxed);
-        health.inner.latest.store(answer, Ordering::Relaxed);
-        health.inner.latest.fetch_max(failure, Ordering::Relaxed);
-        assert_eq!(health.readiness(), Err(NotReady::UpstreamSilent));
-        health.inner.latest.store(failure, Ordering::Relaxed);
-        health.inner.latest.fetch_max(answer, Ordering::Relaxed);
-        assert_eq!(health.readiness(), Err(NotReady::UpstreamSilent));
+        // The later event wins, whichever thread records it last: a
+        // failure after an answer, recorded first or last, and the other
+        // way round.
+        for answer_first in [true, false] {
+            for record_in_order in [true, false] {
+                let (first, then) = (health.ticket(answer_first), health.ticket(!answer_first));
+                match record_in_order {
+                    true => [first, then].map(|e| health.record(e)),
+                    false => [then, first].map(|e| health.record(e)),
+                };
+                let want = match answer_first {
+                    true => Err(NotReady::UpstreamSilent),
+                    false => Ok(()),
+                };
+                assert_eq!(health.readiness(), want, "{answer_first} {record_in_order}");
+            }
+        }
         // The health check alone decides when there is one.
         let checked = Health::health_checked();
         checked.probed(true);
