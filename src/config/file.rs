@@ -19,7 +19,10 @@ use super::{
     Config, ConfigError, Connections, Http1Server, LogFormat, MetricsFile, Override, Overrides,
     Pool, Timeouts, Upstream, UpstreamHealth, UpstreamProtocol, UsageMode,
 };
-use crate::measure::{dialect::Dialect, read::ReadSettings};
+use crate::measure::{
+    dialect::Dialect,
+    read::{CaptureBudget, ReadSettings},
+};
 
 /// The config file as written: every key optional, defaults filled in.
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -66,6 +69,7 @@ pub struct File {
     pub(super) log_filter: String,
     pub(super) max_event_bytes: usize,
     pub(super) request_capture_bytes: usize,
+    pub(super) request_capture_total_bytes: usize,
     pub(super) usage_mode: UsageMode,
     pub(super) max_models: usize,
     pub(super) max_label_value_bytes: usize,
@@ -120,6 +124,7 @@ impl Default for File {
             log_filter: "info".to_owned(),
             max_event_bytes: 1024 * 1024,
             request_capture_bytes: 8 * 1024 * 1024,
+            request_capture_total_bytes: 64 * 1024 * 1024,
             usage_mode: UsageMode::Passive,
             max_models: 32,
             max_label_value_bytes: 128,
@@ -281,6 +286,15 @@ impl File {
                 "must be greater than zero",
             ));
         }
+        if self.request_capture_total_bytes < self.request_capture_bytes {
+            return Err(ConfigError::invalid(
+                "request_capture_total_bytes",
+                format_args!(
+                    "must be at least request_capture_bytes ({}), or no body that large is ever read",
+                    self.request_capture_bytes
+                ),
+            ));
+        }
         let export = export::validate(
             (self.max_models, self.max_label_value_bytes),
             &self.models,
@@ -303,6 +317,7 @@ impl File {
             max_logged_model_bytes: export.max_value_bytes,
             template_opens_reasoning: self.template_opens_reasoning()?,
             learnt: Default::default(),
+            capture_budget: CaptureBudget::new(self.request_capture_total_bytes),
         };
         Ok(Config {
             listen: self.listen,

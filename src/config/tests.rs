@@ -95,6 +95,21 @@ fn template_opens_reasoning_takes_model_globs_and_names_an_empty_one() {
 }
 
 #[test]
+fn the_capture_budget_holds_at_least_one_whole_copy() {
+    let c = parse("upstream = \"http://a:1\"").expect("valid");
+    assert_eq!(c.reading.capture_budget.held(), 0);
+    let e = error("upstream = \"http://a:1\"\nrequest_capture_bytes = 2000\nrequest_capture_total_bytes = 1999\n");
+    assert!(
+        e.starts_with("request_capture_total_bytes: must be at least request_capture_bytes (2000)"),
+        "{e}"
+    );
+    parse(
+        "upstream = \"http://a:1\"\nrequest_capture_bytes = 0\nrequest_capture_total_bytes = 0\n",
+    )
+    .expect("reading nothing needs no budget");
+}
+
+#[test]
 fn unknown_key_is_named() {
     let e = error("upstream = \"http://a:1\"\nconect_timeout = \"1s\"\n");
     assert!(e.contains("conect_timeout"), "{e}");

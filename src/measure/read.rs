@@ -4,7 +4,7 @@
 use std::{
     collections::HashMap,
     sync::{
-        atomic::{AtomicU8, Ordering},
+        atomic::{AtomicU8, AtomicUsize, Ordering},
         Arc,
     },
 };
@@ -39,6 +39,97 @@ pub struct ReadSettings {
     /// that told showed it; shared by every request and kept across
     /// reloads.
     pub learnt: Learnt,
+    /// What the copies of the request bodies in flight may hold at once,
+    /// all requests together (`request_capture_total_bytes`); shared by
+    /// every request and kept across reloads.
+    pub capture_budget: CaptureBudget,
+}
+
+/// Memory that the copies of request bodies in flight may hold at once,
+/// all requests together, in bytes: each copy holds up to
+/// `request_capture_bytes` (8 MiB), and a burst of large uploads (images
+/// as base64 in a chat, long documents) would otherwise hold that many
+/// times over, enough for a sidecar's memory limit to kill the process
+/// and every stream it carries. A body that would take the budget past
+/// its limit is forwarded unread (its measurement loses what the request
+/// said, counted), never delayed.
+#[derive(Clone, Debug)]
+pub struct CaptureBudget(Arc<BudgetInner>);
+
+#[derive(Debug)]
+struct BudgetInner {
+    limit: usize,
+    held: AtomicUsize,
+}
+
+impl CaptureBudget {
+    /// A budget of `limit` bytes, none of it held.
+    pub fn new(limit: usize) -> Self {
+        Self(Arc::new(BudgetInner {
+            limit,
+            held: AtomicUsize::new(0),
+        }))
+    }
+
+    /// Bytes held now, by every copy together.
+    pub fn held(&self) -> usize {
+        self.0.held.load(Ordering::Relaxed)
+    }
+
+    /// A holder of none of it yet, that takes more as its copy grows.
+    pub fn holder(&self) -> Held {
+        Held {
+            budget: self.clone(),
+            bytes: 0,
+        }
+    }
+
+    fn take(&self, bytes: usize) -> bool {
+        let limit = self.0.limit;
+        self.0
+            .held
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
+                held.checked_add(bytes).filter(|&after| after <= limit)
+            })
+            .is_ok()
+    }
+}
+
+impl Default for CaptureBudget {
+    /// 64 MiB, `request_capture_total_bytes`' default.
+    fn default() -> Self {
+        Self::new(64 * 1024 * 1024)
+    }
+}
+
+/// A share of a [`CaptureBudget`], given back when dropped.
+#[derive(Debug)]
+pub struct Held {
+    budget: CaptureBudget,
+    bytes: usize,
+}
+
+impl Held {
+    /// Takes `more` bytes of the budget; `false`, taking nothing, when
+    /// that would go past its limit.
+    pub fn grow(&mut self, more: usize) -> bool {
+        let taken = self.budget.take(more);
+        if taken {
+            self.bytes += more;
+        }
+        taken
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.budget.0.held.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
 }
 
 /// What the proxy learnt of the server behind each path several servers
@@ -155,5 +246,32 @@ impl ReadSettings {
             Some(server) => server.get(),
             None => self.dialect(path),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CaptureBudget;
+
+    /// Holders take from one budget until its limit, each all it asks or
+    /// nothing, and give it all back when dropped.
+    #[test]
+    fn a_budget_is_shared_up_to_its_limit_and_given_back() {
+        let budget = CaptureBudget::new(100);
+        let (mut a, mut b) = (budget.holder(), budget.holder());
+        assert!(a.grow(60));
+        assert!(!b.grow(41), "past the limit");
+        assert_eq!((b.bytes(), budget.held()), (0, 60));
+        assert!(b.grow(40));
+        assert!(!a.grow(1));
+        assert_eq!(budget.held(), 100);
+        drop(a);
+        assert_eq!(budget.held(), 40);
+        assert!(b.grow(60));
+        drop(b);
+        assert_eq!(budget.held(), 0);
+        // A request larger than anything left, or than usize holds.
+        assert!(!budget.holder().grow(usize::MAX));
+        assert_eq!(budget.held(), 0);
     }
 }

@@ -45,6 +45,7 @@ use crate::{
     measure::dialect::Dialect,
     measure::exchange::{Exchange, Upload},
     measure::observe::ObservedBody,
+    measure::read::CaptureBudget,
     proxy::health::Health,
     proxy::reload::Live,
     proxy::upgrade::{self, Asked},
@@ -177,7 +178,10 @@ impl Inner {
                 None => (body, Some(self.timeouts.request_body)),
             };
             let body = ClientBody::new(body, stall, fault.clone());
-            let cap = live.reading.request_capture_bytes;
+            let cap = (
+                live.reading.request_capture_bytes,
+                &live.reading.capture_budget,
+            );
             let body = match self.prepare(&mut parts, body, cap, &mut exchange).await {
                 Ok(body) => body,
                 Err(e) => return Ok(local_response(e, exchange)),
@@ -218,7 +222,7 @@ impl Inner {
         &self,
         parts: &mut http::request::Parts,
         body: ClientBody,
-        cap: usize,
+        (cap, budget): (usize, &CaptureBudget),
         exchange: &mut Exchange,
     ) -> Result<RequestBody, ProxyError> {
         // Not on a path two servers share: the dialect there is a guess
@@ -227,7 +231,7 @@ impl Inner {
         if exchange.undecided() || !self.injects(parts, exchange.dialect()) {
             return Ok(RequestBody::Streaming(body));
         }
-        let (body, rewritten) = inject::read_and_inject(body, cap).await?;
+        let (body, rewritten) = inject::read_and_inject(body, cap, budget).await?;
         if rewritten {
             parts.headers.remove(header::CONTENT_LENGTH);
             exchange.set_usage_injected();

@@ -25,7 +25,7 @@ use crate::{
     export::metrics::Metrics,
     export::otel::Traces,
     export::records::RecordLog,
-    measure::read::{Learnt, ReadSettings},
+    measure::read::{CaptureBudget, Learnt, ReadSettings},
     measure::timeline::{Cutting, Sinks, TimelineSink},
     proxy::server::StartError,
 };
@@ -137,6 +137,9 @@ pub(crate) struct Reloader {
     /// `POST /`, TEI's routes, `/rerank`), as learnt since start: the upstream needs a restart to change, so every generation
     /// shares it.
     learnt: Learnt,
+    /// What the request bodies' copies hold: `request_capture_total_bytes`
+    /// needs a restart to change, and every generation shares it.
+    capture_budget: CaptureBudget,
     /// Set when the shutdown grace is over; every generation shares it.
     cutting: Cutting,
 }
@@ -164,11 +167,18 @@ impl Reloader {
         let traces = Traces::start(config.otel.as_ref(), &metrics)?;
         let sinks = extras(extra.as_ref(), traces.as_ref());
         let learnt = config.reading.learnt.clone();
+        let capture_budget = config.reading.capture_budget.clone();
         let sinks = Sinks {
             sinks,
             cutting: cutting.clone(),
         };
-        let settings = generation(&metrics, &records, sinks, config, &learnt);
+        let settings = generation(
+            &metrics,
+            &records,
+            sinks,
+            config,
+            (&learnt, &capture_budget),
+        );
         Ok(Self {
             cutting,
             source,
@@ -179,6 +189,7 @@ impl Reloader {
             live: Live::new(settings),
             slo_names: slo_names(config).collect(),
             learnt,
+            capture_budget,
         })
     }
 
@@ -285,7 +296,8 @@ impl Reloader {
         let sinks = extras(self.extra.as_ref(), self.traces.as_ref());
         let cutting = self.cutting.clone();
         let sinks = Sinks { sinks, cutting };
-        let settings = generation(&self.metrics, &self.records, sinks, &config, &self.learnt);
+        let kept = (&self.learnt, &self.capture_budget);
+        let settings = generation(&self.metrics, &self.records, sinks, &config, kept);
         self.live.replace(settings);
         self.slo_names.extend(slo_names(&config));
         if let Some(source) = &mut self.source {
@@ -319,14 +331,14 @@ fn extras(
         .collect()
 }
 
-/// The generation `config` describes, sharing families, writers and what
-/// was learnt of the upstream (`learnt`).
+/// The generation `config` describes, sharing families, writers, what
+/// was learnt of the upstream (`learnt`) and the capture budget.
 fn generation(
     metrics: &Metrics,
     records: &RecordLog,
     extra: Sinks,
     config: &Config,
-    learnt: &Learnt,
+    (learnt, capture_budget): (&Learnt, &CaptureBudget),
 ) -> Settings {
     let export = &config.export;
     let Sinks {
@@ -342,6 +354,7 @@ fn generation(
     let sinks = Sinks { sinks, cutting };
     let mut reading = config.reading.clone();
     reading.learnt = learnt.clone();
+    reading.capture_budget = capture_budget.clone();
     Settings {
         reading,
         sink: Some(Arc::new(sinks)),

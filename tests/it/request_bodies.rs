@@ -310,3 +310,91 @@ async fn huge_bodies_are_streamed_not_held() {
     assert!(status.success(), "tokenclock exited with {status}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A streamed chat request whose one message is `len` bytes of `fill`.
+fn chat_of(model: &str, fill: u8, len: usize) -> Vec<u8> {
+    let mut body =
+        format!(r#"{{"model":"{model}","stream":true,"messages":[{{"role":"user","content":""#)
+            .into_bytes();
+    body.extend(std::iter::repeat_n(fill, len));
+    body.extend_from_slice(br#""}]}"#);
+    body
+}
+
+/// The copies of the request bodies in flight share
+/// `request_capture_total_bytes`: while one client's slow upload holds
+/// most of it, another's large body is forwarded byte for byte, unread,
+/// and counted (`request_over_budget`); in `inject` mode it is also not
+/// rewritten. Once the slow upload ends, it is read, and so are the next
+/// bodies. Without the budget, each would hold up to
+/// `request_capture_bytes`, and a burst of image uploads the pod's memory.
+#[tokio::test]
+async fn request_copies_in_flight_share_one_budget() {
+    use tokenclock::measure::dialect::ParseError;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    for mode in ["passive", "inject"] {
+        let upstream = Echo::start().await;
+        let extra = format!(
+            "usage_mode = \"{mode}\"\nrequest_capture_bytes = 1000000\n\
+             request_capture_total_bytes = 1000000\n"
+        );
+        let (proxy, mut timelines) = common::proxy_with_timelines(upstream.addr, &extra).await;
+        // A slow upload: all but its last bytes sent, then a pause.
+        let held = chat_of("held", b'a', 700_000);
+        let (first, rest) = held.split_at(held.len() - 10);
+        let mut slow = tokio::net::TcpStream::connect(proxy.addr)
+            .await
+            .expect("connect");
+        let head = format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+             content-length: {}\r\nconnection: close\r\n\r\n",
+            held.len()
+        );
+        slow.write_all(head.as_bytes()).await.expect("head");
+        slow.write_all(first).await.expect("most of the body");
+        // Larger than what is left beside it, once the proxy holds it.
+        let large = chat_of("large", b'b', 400_000);
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            // Within the budget, `inject` asks for usage: other bytes.
+            let got = echoed(proxy.addr, &large).await;
+            let t = next_timeline(&mut timelines).await;
+            let over = t.parse_errors == [ParseError::RequestOverBudget];
+            // `inject`'s read takes the budget whole, the copy as a `Vec`
+            // grows (doubling): while the slow upload's first bytes are
+            // still arriving, the copy may not fit where the read did.
+            if over && !t.usage_injected {
+                assert!(got == large, "{mode}: forwarded unchanged");
+                assert_eq!(t.request.model, None, "{mode}: unread");
+                assert_eq!(t.outcome.as_str(), "ok", "{mode}");
+                break;
+            }
+            assert!(
+                over || t.parse_errors.is_empty(),
+                "{mode}: {:?}",
+                t.parse_errors
+            );
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{mode}: never over the budget"
+            );
+        }
+        // The slow upload ends: whole upstream, and read.
+        slow.write_all(rest).await.expect("the rest");
+        let mut answer = Vec::new();
+        slow.read_to_end(&mut answer).await.expect("the answer");
+        assert!(answer.starts_with(b"HTTP/1.1 200"), "{mode}");
+        let t = next_timeline(&mut timelines).await;
+        assert_eq!(t.request.model.as_deref(), Some("held"), "{mode}");
+        if mode == "passive" {
+            assert_eq!(t.bytes_in, held.len() as u64, "{mode}");
+        }
+        assert!(t.parse_errors.is_empty(), "{mode}: {:?}", t.parse_errors);
+        // Given back: the next large body is read.
+        echoed(proxy.addr, &large).await;
+        let t = next_timeline(&mut timelines).await;
+        assert_eq!(t.request.model.as_deref(), Some("large"), "{mode}");
+        assert!(t.parse_errors.is_empty(), "{mode}: {:?}", t.parse_errors);
+        proxy.shutdown().await;
+    }
+}

@@ -1011,6 +1011,10 @@ pub enum ParseError {
     /// gzip or deflate, or one that could not be inflated.
     #[error("unparsed encoding")]
     Encoding,
+    /// A request body not read: its copy would have taken the copies of
+    /// the requests in flight past `request_capture_total_bytes`.
+    #[error("request over the capture budget")]
+    RequestOverBudget,
 }
 
 impl ParseError {
@@ -1020,6 +1024,7 @@ impl ParseError {
             Self::Json => "invalid_json",
             Self::TooLarge => "event_too_large",
             Self::Encoding => "unparsed_encoding",
+            Self::RequestOverBudget => "request_over_budget",
         }
     }
 }

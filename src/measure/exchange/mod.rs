@@ -101,7 +101,7 @@ impl Exchange {
             },
             request.method(),
             request.headers(),
-            reading.request_capture_bytes,
+            (reading.request_capture_bytes, &reading.capture_budget),
             stage,
             Some(reading.template_opens_reasoning.clone()).filter(|globs| !globs.is_empty()),
         );
@@ -320,6 +320,9 @@ impl Exchange {
         if !self.request_read {
             self.request_read = self.upload.take(&mut self.timeline);
             self.request_of_known_endpoint();
+            if self.request_read {
+                self.reasoning_opened_by_prompt(false);
+            }
         }
         let reached = self.timeline.reached();
         if reached != self.noticed {
@@ -336,7 +339,7 @@ impl Exchange {
                 return;
             }
             self.timeline.model = self.timeline.model_label();
-            self.reasoning_opened_by_prompt();
+            self.reasoning_opened_by_prompt(true);
         }
         let fresh = reached.without(self.timeline.delivered);
         if fresh.is_empty() {
@@ -369,20 +372,35 @@ impl Exchange {
         }
     }
 
-    /// Once the model and the dialect are known: whether the prompt opened
-    /// `<think>`, so that the answer's text is reasoning from its start. A
-    /// raw prompt shows it ([`Dialect::raw_prompt`]); a chat's template is
-    /// the model's, named in `template_opens_reasoning`. Decided before
-    /// the first event unless only the response names the model: text
-    /// read before that stays answer.
-    fn reasoning_opened_by_prompt(&mut self) {
+    /// Whether the prompt opened `<think>`, so that the answer's text is
+    /// reasoning from its start: a raw prompt shows it
+    /// ([`Dialect::raw_prompt`]); any other is wrapped in the model's
+    /// template, which `template_opens_reasoning` names. Asked once the
+    /// request was read (normally by the response head, before any event),
+    /// with the model it named, and again once the model label is
+    /// `settled`, for a model only the response names: text read before
+    /// that stays answer. The dialect may still be a shared path's guess
+    /// then, but the servers of one shared path take the same kind of
+    /// prompt (`/generate`, `/completions`: raw; `/api/chat`: a chat).
+    fn reasoning_opened_by_prompt(&mut self, settled: bool) {
         let t = &mut self.timeline;
-        let raw = t.request.opens_reasoning && t.dialect.raw_prompt();
-        let listed = self.upload.template_opens.as_deref().is_some_and(|globs| {
-            let model = t.model.as_deref().unwrap_or_default();
-            globs.iter().any(|g| glob(g, model))
-        });
-        if raw || listed {
+        let raw = t.dialect.raw_prompt();
+        let model = match settled {
+            true => t.model.as_deref(),
+            false => t.request.model.as_deref().filter(|m| !m.is_empty()),
+        };
+        // Before it settles, a request that names no model waits for the
+        // response's name.
+        let listed = |globs: &[String]| match (model, settled) {
+            (Some(model), _) => globs.iter().any(|g| glob(g, model)),
+            (None, true) => globs.iter().any(|g| glob(g, "")),
+            (None, false) => false,
+        };
+        let opened = match raw {
+            true => t.request.opens_reasoning,
+            false => self.upload.template_opens.as_deref().is_some_and(listed),
+        };
+        if opened {
             t.inline.opened_by_prompt();
         }
     }

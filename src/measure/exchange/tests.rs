@@ -3,6 +3,7 @@ use http::{HeaderValue, Request, Response};
 use super::*;
 use crate::measure::coding::tests::ZstdEncoder;
 use crate::measure::dialect::ParseError;
+use crate::measure::read::CaptureBudget;
 use crate::measure::timeline::{CountSource, Milestone, Stage};
 
 fn exchange(status: u16) -> Exchange {
@@ -19,6 +20,7 @@ fn exchange(status: u16) -> Exchange {
         max_logged_model_bytes: 128,
         template_opens_reasoning: Default::default(),
         learnt: Default::default(),
+        capture_budget: Default::default(),
     };
     let (mut e, _upload) = Exchange::start(Instant::now(), &request, &reading, None);
     let (head, ()) = Response::builder()
@@ -712,6 +714,7 @@ fn shared_settings() -> ReadSettings {
         max_logged_model_bytes: 128,
         template_opens_reasoning: Default::default(),
         learnt: Default::default(),
+        capture_budget: Default::default(),
     }
 }
 
@@ -948,6 +951,7 @@ fn the_root_path_of_another_server_stays_unknown() {
         max_logged_model_bytes: 128,
         template_opens_reasoning: Default::default(),
         learnt: Default::default(),
+        capture_budget: Default::default(),
     };
     let (e, _upload) = Exchange::start(Instant::now(), &request, &reading, None);
     assert!(e.undecided.is_none());
@@ -1610,4 +1614,132 @@ fn a_raw_prompt_ending_in_think_reasons_until_the_close() {
         opened("/v1/chat/completions", opening, &[], &chat),
         (Some(0), 0)
     );
+    // A model named in `template_opens_reasoning` is a chat's template: a
+    // raw prompt is its own, and one that does not end in the tag is not
+    // opened, nor is vLLM's token-in route, which carries no text.
+    assert_eq!(
+        opened("/v1/completions", plain, &["m"], &events),
+        (Some(0), 0)
+    );
+    let ids = |ids: &str| format!(r#"{{"choices":[{{"index":0,"token_ids":{ids}}}]}}"#);
+    let tokens = [ids("[791]"), ids("[6864,315]")];
+    let tokens = tokens.each_ref().map(String::as_str);
+    let token_prompt = r#"{"model":"m","token_ids":[1,2],"sampling_params":{"max_tokens":3}}"#;
+    assert_eq!(
+        opened("/inference/v1/generate", token_prompt, &["m"], &tokens),
+        (Some(0), 0)
+    );
+    // The request decides, before the first event, when it names no model
+    // (vLLM's and llama.cpp's servers take that; llama.cpp names it only
+    // on its last event) and on `/completions`, a path two servers share.
+    let unnamed = r#"{"stream":true,"prompt":"<think>\n"}"#;
+    assert_eq!(
+        opened("/v1/completions", unnamed, &[], &events),
+        (Some(2), 2)
+    );
+    assert_eq!(opened("/completions", opening, &[], &events), (Some(2), 2));
+    let llama = [
+        r#"{"index":0,"content":"Okay","stop":false,"tokens_predicted":1}"#,
+        r#"{"index":0,"content":"</think>","stop":false,"tokens_predicted":2}"#,
+        r#"{"index":0,"content":"Hi","stop":false,"tokens_predicted":3}"#,
+        r#"{"index":0,"content":"","stop":true,"model":"r1.gguf","tokens_predicted":3}"#,
+    ];
+    assert_eq!(opened("/completion", unnamed, &[], &llama), (Some(2), 2));
+}
+
+/// A whole answer on a path two servers share (SGLang's `/generate`, no
+/// router head to tell it from TGI's) is read once its body tells which
+/// answered: a raw prompt that opened the reasoning is known by then, and
+/// an answer cut while thinking is all reasoning.
+#[test]
+fn a_whole_answer_on_a_shared_path_cut_while_thinking_is_reasoning() {
+    let request = Request::post("/generate").body(()).unwrap_or_default();
+    let reading = shared_settings();
+    let (mut e, up) = Exchange::start(Instant::now(), &request, &reading, None);
+    upload(
+        up,
+        r#"{"text":"2+2?<think>\n","sampling_params":{"max_new_tokens":4}}"#,
+    );
+    head(&mut e, "application/json");
+    let body = r#"{"text":"Okay, so","output_ids":[1,2,3,4],"meta_info":{"id":"x","finish_reason":{"type":"length","length":4},"prompt_tokens":5,"completion_tokens":4}}"#;
+    e.on_data(&Bytes::from_static(body.as_bytes()), Instant::now());
+    e.complete(End::Complete, Instant::now());
+    let t = &e.timeline;
+    assert_eq!(t.dialect, Dialect::Sglang);
+    assert_eq!(
+        (t.tokens.generated, t.tokens.reasoning),
+        (4, 4),
+        "{:?}",
+        t.tokens
+    );
+}
+
+/// The copies of request bodies in flight share `request_capture_total_bytes`:
+/// a body whose copy would pass what is left is not read (counted as
+/// `request_over_budget`), the others are, and a copy gives its share back
+/// once its request was read, failed or was dropped.
+#[test]
+fn request_copies_share_one_budget_and_give_it_back() {
+    let reading = ReadSettings {
+        request_capture_bytes: 1024,
+        capture_budget: CaptureBudget::new(1024),
+        ..shared_settings()
+    };
+    let start = |reading: &ReadSettings| {
+        let request = Request::post("/v1/chat/completions")
+            .body(())
+            .unwrap_or_default();
+        Exchange::start(Instant::now(), &request, reading, None)
+    };
+    let part = |text: String| Bytes::from(text);
+    // A first body, half sent, holds what its copy's capacity took.
+    let (_first, mut first_up) = start(&reading);
+    first_up.on_data(
+        &part(format!(r#"{{"model":"first","x":"{}"#, "a".repeat(600))),
+        Instant::now(),
+    );
+    let held = reading.capture_budget.held();
+    assert!((600..=1024).contains(&held), "{held}");
+    // A second does not fit beside it: forwarded unread, and counted.
+    let (mut second, mut second_up) = start(&reading);
+    second_up.on_data(
+        &part(format!(r#"{{"model":"second","x":"{}"}}"#, "b".repeat(500))),
+        Instant::now(),
+    );
+    assert_eq!(
+        reading.capture_budget.held(),
+        held,
+        "the second took nothing"
+    );
+    second_up.on_end(End::Complete, Instant::now());
+    head(&mut second, "text/event-stream");
+    assert_eq!(second.timeline.request.model, None);
+    assert_eq!(
+        second.timeline.parse_errors,
+        [ParseError::RequestOverBudget]
+    );
+    // The first ends, is read, and gives its share back.
+    first_up.on_data(&part(r#""}"#.to_owned()), Instant::now());
+    first_up.on_end(End::Complete, Instant::now());
+    assert_eq!(reading.capture_budget.held(), 0);
+    // A third, sent whole now, is read; one dropped unfinished gives
+    // its share back too.
+    let (mut third, third_up) = start(&reading);
+    upload(third_up, r#"{"model":"third"}"#);
+    head(&mut third, "text/event-stream");
+    assert_eq!(third.timeline.request.model.as_deref(), Some("third"));
+    assert!(third.timeline.parse_errors.is_empty());
+    let (_fourth, mut fourth_up) = start(&reading);
+    fourth_up.on_data(&part("{".repeat(300)), Instant::now());
+    assert!(reading.capture_budget.held() >= 300);
+    drop(fourth_up);
+    assert_eq!(reading.capture_budget.held(), 0);
+    // Past `request_capture_bytes` is not the budget's doing: not counted.
+    let (mut big, big_up) = start(&reading);
+    let body: &'static str =
+        Box::leak(format!(r#"{{"x":"{}"}}"#, "c".repeat(2000)).into_boxed_str());
+    upload(big_up, body);
+    head(&mut big, "text/event-stream");
+    assert!(big.timeline.parse_errors.is_empty());
+    assert_eq!(reading.capture_budget.held(), 0);
 }

@@ -19,9 +19,10 @@ use tokio::time::Instant;
 use super::stage::StageCell;
 use crate::{
     measure::coding::{decode_whole, Coding},
-    measure::dialect::{Dialect, RequestInfo, FORM_FIELDS},
+    measure::dialect::{Dialect, ParseError, RequestInfo, FORM_FIELDS},
     measure::frame::form::FormFields,
     measure::observe::{End, Observe},
+    measure::read::{CaptureBudget, Held},
     measure::timeline::{Stage, Timeline},
 };
 
@@ -42,10 +43,55 @@ pub struct Upload {
 
 /// How a request body is read.
 enum Capture {
-    /// A copy of the body, read whole at its end; dropped past `cap`.
-    Copy(Vec<u8>),
+    /// A copy of the body, read whole at its end; dropped past `cap` or
+    /// the budget (boxed: a waiting request's future has no bytes to
+    /// spare).
+    Copy(Box<BodyCopy>),
     /// A form's fields, read as it passes (boxed: few requests are forms).
     Form(Box<FormFields>),
+}
+
+/// A body's copy, and the share of the capture budget its capacity takes.
+struct BodyCopy {
+    bytes: Vec<u8>,
+    held: Held,
+}
+
+/// Why a copy was dropped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Dropped {
+    /// Past `request_capture_bytes`.
+    TooLarge,
+    /// Past what the budget had left.
+    OverBudget,
+}
+
+impl BodyCopy {
+    fn new(budget: &CaptureBudget) -> Self {
+        Self {
+            bytes: Vec::new(),
+            held: budget.holder(),
+        }
+    }
+
+    /// Appends `data` unless the copy would pass `cap` bytes or the
+    /// budget. Grows as a `Vec` does (doubling, up to `cap`), each growth
+    /// taken from the budget before it is allocated.
+    fn push(&mut self, data: &[u8], cap: usize) -> Result<(), Dropped> {
+        let needed = self.bytes.len() + data.len();
+        if needed > cap {
+            return Err(Dropped::TooLarge);
+        }
+        if needed > self.bytes.capacity() {
+            let target = needed.max(cap.min(self.bytes.capacity() * 2));
+            if !self.held.grow(target.saturating_sub(self.held.bytes())) {
+                return Err(Dropped::OverBudget);
+            }
+            self.bytes.reserve_exact(target - self.bytes.len());
+        }
+        self.bytes.extend_from_slice(data);
+        Ok(())
+    }
 }
 
 /// What the request side hands to the response side.
@@ -57,6 +103,9 @@ pub(super) struct UploadShared {
     /// The body ended and `done` is filled: one load tells the response
     /// side, so it takes the lock only once, when there is something.
     ended: AtomicBool,
+    /// Its copy was dropped for the capture budget: the request was not
+    /// read, and that is counted.
+    over_budget: AtomicBool,
     /// Where the request is; both sides move it.
     pub(super) stage: StageCell,
     /// Model globs whose chat template opens `<think>` in the prompt
@@ -74,7 +123,7 @@ impl Upload {
         dialect: Dialect,
         method: &Method,
         headers: &HeaderMap,
-        cap: usize,
+        (cap, budget): (usize, &CaptureBudget),
         stage: StageCell,
         template_opens: Option<Arc<[String]>>,
     ) -> Self {
@@ -90,13 +139,14 @@ impl Upload {
             // A compressed form: not read, nor copied.
             Some(_) if !matches!(coding, Ok(Coding::Identity)) => None,
             Some(form) => Some(Capture::Form(Box::new(form))),
-            None => readable.then(|| Capture::Copy(Vec::new())),
+            None => readable.then(|| Capture::Copy(Box::new(BodyCopy::new(budget)))),
         };
         Self {
             shared: Arc::new(UploadShared {
                 bytes: AtomicU64::new(0),
                 done: Mutex::new(None),
                 ended: AtomicBool::new(false),
+                over_budget: AtomicBool::new(false),
                 stage,
                 template_opens,
             }),
@@ -136,10 +186,15 @@ impl Observe for Upload {
             .bytes
             .fetch_add(data.len() as u64, Ordering::Relaxed);
         match &mut self.capture {
-            Some(Capture::Copy(copy)) if copy.len() + data.len() <= self.cap => {
-                copy.extend_from_slice(data);
+            Some(Capture::Copy(copy)) => {
+                if let Err(dropped) = copy.push(data, self.cap) {
+                    let over_budget = dropped == Dropped::OverBudget;
+                    self.shared
+                        .over_budget
+                        .store(over_budget, Ordering::Relaxed);
+                    self.capture = None;
+                }
             }
-            Some(Capture::Copy(_)) => self.capture = None,
             Some(Capture::Form(form)) => form.feed(data),
             None => {}
         }
@@ -151,7 +206,7 @@ impl Observe for Upload {
         }
         let complete = end == End::Complete;
         let info = match (self.capture, complete) {
-            (Some(Capture::Copy(copy)), true) => decode_whole(self.coding, copy, self.cap)
+            (Some(Capture::Copy(copy)), true) => decode_whole(self.coding, copy.bytes, self.cap)
                 .map(|plain| RequestInfo::parse(self.dialect, &plain))
                 .unwrap_or_default(),
             (Some(Capture::Form(form)), true) => RequestInfo::from_form(|i| form.value(i)),
@@ -180,6 +235,9 @@ impl UploadShared {
         if let Some((sent, info)) = done {
             timeline.request_sent = sent;
             timeline.request = info;
+            if self.over_budget.load(Ordering::Relaxed) {
+                timeline.parse_error(ParseError::RequestOverBudget);
+            }
         }
         true
     }

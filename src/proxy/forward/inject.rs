@@ -21,7 +21,7 @@ use pin_project_lite::pin_project;
 use serde::{de::IgnoredAny, Deserialize};
 
 use super::client_body::{ClientBody, ClientBodyError};
-use crate::measure::frame::sse::SseFramer;
+use crate::measure::{frame::sse::SseFramer, read::CaptureBudget};
 
 /// A request body on its way upstream: streamed as it comes, or read first.
 pub(crate) enum RequestBody {
@@ -85,19 +85,28 @@ impl Body for RequestBody {
 /// Reads the body (up to `cap` bytes) and, for a streamed request without
 /// `stream_options.include_usage`, adds it. Returns the body to forward and
 /// whether it was rewritten. Bodies over `cap`, or not such JSON, are
-/// forwarded unchanged; a body the client fails to send is an error.
+/// forwarded unchanged; a body the client fails to send is an error. What
+/// is read first is taken from `budget`, the one the bodies' copies share
+/// (`request_capture_total_bytes`): a body that does not fit in what is
+/// left is forwarded unchanged too, from where it stopped. It is given
+/// back once the body is read, when it goes upstream at the upstream's
+/// pace, not the client's.
 pub(super) async fn read_and_inject(
     mut body: ClientBody,
     cap: usize,
+    budget: &CaptureBudget,
 ) -> Result<(RequestBody, bool), ClientBodyError> {
     let mut frames = VecDeque::new();
     let mut total = 0usize;
+    let mut held = budget.holder();
     while let Some(frame) = body.frame().await {
+        let mut room = true;
         if let Ok(data) = frame?.into_data() {
             total += data.len();
+            room = held.grow(data.len());
             frames.push_back(data);
         }
-        if total > cap {
+        if total > cap || !room {
             let rest = Some(body);
             return Ok((RequestBody::Replayed { frames, rest }, false));
         }

@@ -540,8 +540,13 @@ proptest! {
         let mut w = Writer { out: Vec::new(), style };
         w.value(&J::Obj(vec![(key.to_owned(), prompt)]));
         let reference = RequestInfo::parse_reference(&w.out);
-        if let Some(scanned) = request::scan(&w.out) {
-            prop_assert_eq!(&scanned, &reference, "{}", String::from_utf8_lossy(&w.out));
+        // One string under one key: nothing the scanner leaves to serde
+        // but an escaped key.
+        let plain_key = format!("\"{key}\"");
+        let escaped = !w.out.windows(plain_key.len()).any(|k| k == plain_key.as_bytes());
+        match request::scan(&w.out) {
+            Some(scanned) => prop_assert_eq!(scanned, reference),
+            None => prop_assert!(escaped, "{}", String::from_utf8_lossy(&w.out)),
         }
     }
 }
