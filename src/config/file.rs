@@ -24,6 +24,10 @@ use crate::measure::{
     read::{CaptureBudget, ReadSettings},
 };
 
+/// `request_capture_total_bytes` when unset (and `request_capture_bytes`
+/// is not larger): 64 MiB.
+const DEFAULT_CAPTURE_TOTAL: usize = 64 * 1024 * 1024;
+
 /// The config file as written: every key optional, defaults filled in.
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
@@ -69,7 +73,8 @@ pub struct File {
     pub(super) log_filter: String,
     pub(super) max_event_bytes: usize,
     pub(super) request_capture_bytes: usize,
-    pub(super) request_capture_total_bytes: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) request_capture_total_bytes: Option<usize>,
     pub(super) usage_mode: UsageMode,
     pub(super) max_models: usize,
     pub(super) max_label_value_bytes: usize,
@@ -124,7 +129,7 @@ impl Default for File {
             log_filter: "info".to_owned(),
             max_event_bytes: 1024 * 1024,
             request_capture_bytes: 8 * 1024 * 1024,
-            request_capture_total_bytes: 64 * 1024 * 1024,
+            request_capture_total_bytes: None,
             usage_mode: UsageMode::Passive,
             max_models: 32,
             max_label_value_bytes: 128,
@@ -286,7 +291,12 @@ impl File {
                 "must be greater than zero",
             ));
         }
-        if self.request_capture_total_bytes < self.request_capture_bytes {
+        // Unset: 64 MiB, or one whole copy when `request_capture_bytes`
+        // is larger (a config written before the key keeps working).
+        let capture_total = self
+            .request_capture_total_bytes
+            .unwrap_or(DEFAULT_CAPTURE_TOTAL.max(self.request_capture_bytes));
+        if capture_total < self.request_capture_bytes {
             return Err(ConfigError::invalid(
                 "request_capture_total_bytes",
                 format_args!(
@@ -317,7 +327,7 @@ impl File {
             max_logged_model_bytes: export.max_value_bytes,
             template_opens_reasoning: self.template_opens_reasoning()?,
             learnt: Default::default(),
-            capture_budget: CaptureBudget::new(self.request_capture_total_bytes),
+            capture_budget: CaptureBudget::new(capture_total),
         };
         Ok(Config {
             listen: self.listen,

@@ -97,7 +97,10 @@ fn template_opens_reasoning_takes_model_globs_and_names_an_empty_one() {
 #[test]
 fn the_capture_budget_holds_at_least_one_whole_copy() {
     let c = parse("upstream = \"http://a:1\"").expect("valid");
-    assert_eq!(c.reading.capture_budget.held(), 0);
+    assert_eq!(c.reading.capture_budget.limit(), 64 << 20);
+    let large = parse("upstream = \"http://a:1\"\nrequest_capture_bytes = 100000000\n")
+        .expect("a config written before the key still starts");
+    assert_eq!(large.reading.capture_budget.limit(), 100_000_000);
     let e = error("upstream = \"http://a:1\"\nrequest_capture_bytes = 2000\nrequest_capture_total_bytes = 1999\n");
     assert!(
         e.starts_with("request_capture_total_bytes: must be at least request_capture_bytes (2000)"),

@@ -71,6 +71,11 @@ impl CaptureBudget {
         }))
     }
 
+    /// The most it lets copies hold, in bytes.
+    pub fn limit(&self) -> usize {
+        self.0.limit
+    }
+
     /// Bytes held now, by every copy together.
     pub fn held(&self) -> usize {
         self.0.held.load(Ordering::Relaxed)
@@ -123,6 +128,13 @@ impl Held {
     /// Bytes held.
     pub fn bytes(&self) -> usize {
         self.bytes
+    }
+
+    /// Gives `bytes` back (at most what it holds).
+    pub fn release(&mut self, bytes: usize) {
+        let bytes = bytes.min(self.bytes);
+        self.bytes -= bytes;
+        self.budget.0.held.fetch_sub(bytes, Ordering::Relaxed);
     }
 }
 

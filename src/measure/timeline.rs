@@ -264,6 +264,9 @@ impl Timeline {
         self.absorb(parsed);
         let exact = self.tokens.exact_for_event(parsed);
         let split = self.inline.split(parsed, false);
+        if split.unopened {
+            self.parse_error(ParseError::ThinkUnopened);
+        }
         let (bearing, output) = match parsed.answer_by_count {
             true => {
                 let grew = exact.is_some_and(|n| n > 0);

@@ -231,10 +231,14 @@ impl Inner {
         if exchange.undecided() || !self.injects(parts, exchange.dialect()) {
             return Ok(RequestBody::Streaming(body));
         }
-        let (body, rewritten) = inject::read_and_inject(body, cap, budget).await?;
-        if rewritten {
-            parts.headers.remove(header::CONTENT_LENGTH);
-            exchange.set_usage_injected();
+        let (body, read) = inject::read_and_inject(body, cap, budget).await?;
+        match read {
+            inject::Read::Rewritten => {
+                parts.headers.remove(header::CONTENT_LENGTH);
+                exchange.set_usage_injected();
+            }
+            inject::Read::OverBudget => exchange.set_over_budget(),
+            inject::Read::Unchanged => {}
         }
         Ok(body)
     }

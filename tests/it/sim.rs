@@ -10,7 +10,7 @@ use crate::common::{
     sim::{fast, payloads, post, post_form, start},
 };
 use tokenclock::{
-    measure::dialect::Dialect,
+    measure::dialect::{Dialect, ParseError},
     measure::timeline::{CountSource, Outcome, Phase, Timeline},
     tools::sim::SimConfig,
 };
@@ -242,6 +242,8 @@ async fn a_prompt_that_opened_think_is_reasoning_until_the_close() {
     let t = next_timeline(&mut unnamed_timelines).await;
     assert_eq!(t.ttfo(), t.ttft());
     assert_eq!((t.tokens.reasoning, t.tokens.generated), (0, 8));
+    // The measurement lost is counted: the close nothing opened.
+    assert_eq!(t.parse_errors, [ParseError::ThinkUnopened]);
 
     // A whole answer: the text before the close is reasoning's share.
     let whole = request(CHAT, "sim-r1", 8, false, "");

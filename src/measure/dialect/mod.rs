@@ -1015,6 +1015,12 @@ pub enum ParseError {
     /// the requests in flight past `request_capture_total_bytes`.
     #[error("request over the capture budget")]
     RequestOverBudget,
+    /// A stream's answer text closed a `</think>` it never opened: the
+    /// prompt opened it (a model's template not named in
+    /// `template_opens_reasoning`), and the reasoning before it was read
+    /// as answer.
+    #[error("reasoning opened by the prompt")]
+    ThinkUnopened,
 }
 
 impl ParseError {
@@ -1025,6 +1031,7 @@ impl ParseError {
             Self::TooLarge => "event_too_large",
             Self::Encoding => "unparsed_encoding",
             Self::RequestOverBudget => "request_over_budget",
+            Self::ThinkUnopened => "think_unopened",
         }
     }
 }

@@ -211,6 +211,12 @@ impl Exchange {
         self.undecided.is_some()
     }
 
+    /// `usage_mode = "inject"` found no room in the capture budget to read
+    /// the request body: it went upstream unchanged, and that is counted.
+    pub(crate) fn set_over_budget(&mut self) {
+        upload::over_budget(&mut self.timeline);
+    }
+
     /// The proxy added `stream_options.include_usage` to the request.
     pub(crate) fn set_usage_injected(&mut self) {
         self.timeline.usage_injected = true;

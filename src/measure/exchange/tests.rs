@@ -1743,3 +1743,44 @@ fn request_copies_share_one_budget_and_give_it_back() {
     assert!(big.timeline.parse_errors.is_empty());
     assert_eq!(reading.capture_budget.held(), 0);
 }
+
+/// A copy doubles as a `Vec` does while the budget has room, and grows to
+/// just what it needs when it has not; a body that says it is longer than
+/// `request_capture_bytes` takes nothing, as it would never be read.
+#[test]
+fn a_copy_grows_to_what_it_needs_when_doubling_has_no_room() {
+    let reading = ReadSettings {
+        request_capture_bytes: 1000,
+        capture_budget: CaptureBudget::new(1000),
+        ..shared_settings()
+    };
+    let mut other = reading.capture_budget.holder();
+    assert!(other.grow(100));
+    let request = Request::post("/v1/chat/completions")
+        .body(())
+        .unwrap_or_default();
+    let (mut e, mut up) = Exchange::start(Instant::now(), &request, &reading, None);
+    let body = format!(r#"{{"model":"m","x":"{}"}}"#, "a".repeat(780));
+    let (first, rest) = body.as_bytes().split_at(500);
+    up.on_data(&Bytes::copy_from_slice(first), Instant::now());
+    assert_eq!(reading.capture_budget.held(), 600);
+    // Doubled (1,000) would pass the budget; what it needs (800) fits.
+    up.on_data(&Bytes::copy_from_slice(rest), Instant::now());
+    assert_eq!(reading.capture_budget.held(), 100 + body.len());
+    up.on_end(End::Complete, Instant::now());
+    head(&mut e, "text/event-stream");
+    assert_eq!(e.timeline.request.model.as_deref(), Some("m"));
+    assert!(e.timeline.parse_errors.is_empty());
+    // Declared longer than the cap: not copied, nothing taken or counted.
+    let long = Request::post("/v1/chat/completions")
+        .header("content-length", "1001")
+        .body(())
+        .unwrap_or_default();
+    let (mut e, mut up) = Exchange::start(Instant::now(), &long, &reading, None);
+    up.on_data(&Bytes::from_static(b"{\"model\":\"m\""), Instant::now());
+    assert_eq!(reading.capture_budget.held(), 100);
+    up.on_end(End::Complete, Instant::now());
+    head(&mut e, "text/event-stream");
+    assert_eq!(e.timeline.request.model, None);
+    assert!(e.timeline.parse_errors.is_empty());
+}

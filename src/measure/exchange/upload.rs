@@ -75,18 +75,20 @@ impl BodyCopy {
     }
 
     /// Appends `data` unless the copy would pass `cap` bytes or the
-    /// budget. Grows as a `Vec` does (doubling, up to `cap`), each growth
-    /// taken from the budget before it is allocated.
+    /// budget. Grows as a `Vec` does (doubling, up to `cap`), or to just
+    /// what it needs when the budget has no room for the double; each
+    /// growth taken from the budget before it is allocated.
     fn push(&mut self, data: &[u8], cap: usize) -> Result<(), Dropped> {
         let needed = self.bytes.len() + data.len();
         if needed > cap {
             return Err(Dropped::TooLarge);
         }
         if needed > self.bytes.capacity() {
-            let target = needed.max(cap.min(self.bytes.capacity() * 2));
-            if !self.held.grow(target.saturating_sub(self.held.bytes())) {
-                return Err(Dropped::OverBudget);
-            }
+            let doubled = needed.max(cap.min(self.bytes.capacity() * 2));
+            let target = [doubled, needed]
+                .into_iter()
+                .find(|&t| self.held.grow(t.saturating_sub(self.held.bytes())))
+                .ok_or(Dropped::OverBudget)?;
             self.bytes.reserve_exact(target - self.bytes.len());
         }
         self.bytes.extend_from_slice(data);
@@ -127,8 +129,15 @@ impl Upload {
         stage: StageCell,
         template_opens: Option<Arc<[String]>>,
     ) -> Self {
-        // A coding it cannot decode: not read, as a body past its cap.
+        // A coding it cannot decode: not read, as a body past its cap; nor
+        // copied when it says it is longer than the cap, as its copy would
+        // take the budget for nothing (a form is read as it passes, never
+        // copied, whatever its length).
         let coding = Coding::of(headers);
+        let declared = headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        let fits = declared.is_none_or(|length| length <= cap as u64);
         let readable =
             dialect.reads_request() && *method == Method::POST && cap > 0 && coding.is_ok();
         let form = readable
@@ -139,7 +148,7 @@ impl Upload {
             // A compressed form: not read, nor copied.
             Some(_) if !matches!(coding, Ok(Coding::Identity)) => None,
             Some(form) => Some(Capture::Form(Box::new(form))),
-            None => readable.then(|| Capture::Copy(Box::new(BodyCopy::new(budget)))),
+            None => (readable && fits).then(|| Capture::Copy(Box::new(BodyCopy::new(budget)))),
         };
         Self {
             shared: Arc::new(UploadShared {
@@ -235,16 +244,35 @@ impl UploadShared {
         if let Some((sent, info)) = done {
             timeline.request_sent = sent;
             timeline.request = info;
-            if self.over_budget.load(Ordering::Relaxed) {
-                timeline.parse_error(ParseError::RequestOverBudget);
-            }
+            self.count_loss(timeline);
         }
         true
     }
 
-    /// Moves what the request side learned into the timeline, at its end.
+    /// Moves what the request side learned into the timeline, at its end;
+    /// a copy dropped for the budget is counted even when the body never
+    /// ended (the answer came first).
     pub(super) fn fill(&self, timeline: &mut Timeline) {
         timeline.bytes_in = self.bytes.load(Ordering::Relaxed);
         self.take(timeline);
+        self.count_loss(timeline);
+    }
+
+    /// Counts a copy dropped for the budget, once per request, whichever
+    /// of its reads (this copy, `inject`'s) found no room.
+    fn count_loss(&self, timeline: &mut Timeline) {
+        if self.over_budget.swap(false, Ordering::Relaxed) {
+            over_budget(timeline);
+        }
+    }
+}
+
+/// Counts, once, a request body left unread for the capture budget.
+pub(super) fn over_budget(timeline: &mut Timeline) {
+    if !timeline
+        .parse_errors
+        .contains(&ParseError::RequestOverBudget)
+    {
+        timeline.parse_error(ParseError::RequestOverBudget);
     }
 }

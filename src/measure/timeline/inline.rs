@@ -28,8 +28,12 @@ pub(crate) enum Inline {
     /// in a field of its own or a tool call first (it parsed the tags
     /// itself, and its answer is the answer).
     Prompted,
-    /// Settled: the answer began, the server sent its reasoning in a field
-    /// of its own, or the inline reasoning closed. Tags are text from here.
+    /// The answer began with text and no tag: tags are text from here,
+    /// but a `</think>` is worth noting (see [`Split::unopened`]).
+    Answering,
+    /// Settled: the server sent its reasoning in a field of its own, the
+    /// inline reasoning closed, or a close came unopened. Tags are text
+    /// from here.
     Off,
 }
 
@@ -43,6 +47,12 @@ pub(crate) struct Split {
     /// tokens are reasoning, whatever text it has (none, for a token
     /// counted without text).
     pub(crate) reasoning_only: bool,
+    /// A stream's answer showed a `</think>` that no `<think>` opened: its
+    /// prompt most likely opened it (a template the proxy was not told
+    /// of, `template_opens_reasoning`), so the text before it, read as
+    /// answer, was reasoning. A measurement lost, to be counted; or an
+    /// answer that writes the tag as text.
+    pub(crate) unopened: bool,
 }
 
 impl Split {
@@ -72,8 +82,16 @@ impl Inline {
         let before = *self;
         // The answer's bytes `from..to` (clamped to it), as a count.
         let span = |from: u32, to: u32| to.min(answer).saturating_sub(from.min(answer));
+        let mut unopened = false;
         let moved = match before {
             Self::Off => 0,
+            Self::Answering => {
+                if parsed.think.close().is_some() {
+                    *self = Self::Off;
+                    unopened = true;
+                }
+                0
+            }
             Self::Start | Self::Prompted if parsed.reasoning_bytes + parsed.tool_bytes > 0 => {
                 *self = Self::Off;
                 0
@@ -93,8 +111,13 @@ impl Inline {
                     *self = Self::Off;
                     span(0, end)
                 }
-                _ if answer > 0 => {
+                (None, Some(_)) => {
                     *self = Self::Off;
+                    unopened = true;
+                    0
+                }
+                _ if answer > 0 => {
+                    *self = Self::Answering;
                     0
                 }
                 _ => 0,
@@ -121,6 +144,7 @@ impl Inline {
             output,
             tool: parsed.tool_bytes,
             reasoning_only: output == 0 && (moved > 0 || inside),
+            unopened,
         }
     }
 }
@@ -236,7 +260,7 @@ mod tests {
         let mut begun = Inline::default();
         begun.split(&answer("Hi"), false);
         begun.opened_by_prompt();
-        assert_eq!(begun, Inline::Off);
+        assert_eq!(begun, Inline::Answering);
         let mut thinking = Inline::default();
         thinking.split(&answer("<think>"), false);
         thinking.opened_by_prompt();
@@ -280,6 +304,48 @@ mod tests {
             ..Parsed::default()
         };
         assert_eq!(inline.split(&field, false).reasoning, 5);
+    }
+
+    /// Which events of a stream showed a close that nothing opened.
+    fn unopened(from: Inline, texts: &[&str], whole: bool) -> Vec<bool> {
+        let mut inline = from;
+        texts
+            .iter()
+            .map(|t| inline.split(&answer(t), whole).unopened)
+            .collect()
+    }
+
+    /// A stream whose answer closes a `</think>` it never opened lost its
+    /// reasoning to the answer: noted once, at the close, to be counted;
+    /// not when the close ends an opened reasoning, nor in a whole body
+    /// (read whole, it is split), nor after the prompt opened it.
+    #[test]
+    fn a_close_nothing_opened_is_noted_once() {
+        let start = Inline::default();
+        assert_eq!(
+            unopened(start, &["Okay", ", so", "</think>", "Hi </think>"], false),
+            [false, false, true, false]
+        );
+        assert_eq!(
+            unopened(start, &["Okay</think>Hi", "</think>"], false),
+            [true, false]
+        );
+        assert_eq!(unopened(start, &["Okay</think>Hi"], true), [false]);
+        assert_eq!(
+            unopened(start, &["<think>", "a", "</think>", "b</think>"], false),
+            [false; 4]
+        );
+        assert_eq!(
+            unopened(Inline::Prompted, &["a", "</think>", "</think>"], false),
+            [false; 3]
+        );
+        let mut fielded = Inline::default();
+        let field = Parsed {
+            reasoning_bytes: 3,
+            ..Parsed::default()
+        };
+        fielded.split(&field, false);
+        assert_eq!(unopened(fielded, &["Hi </think>"], false), [false]);
     }
 
     #[test]

@@ -21,7 +21,10 @@ use pin_project_lite::pin_project;
 use serde::{de::IgnoredAny, Deserialize};
 
 use super::client_body::{ClientBody, ClientBodyError};
-use crate::measure::{frame::sse::SseFramer, read::CaptureBudget};
+use crate::measure::{
+    frame::sse::SseFramer,
+    read::{CaptureBudget, Held},
+};
 
 /// A request body on its way upstream: streamed as it comes, or read first.
 pub(crate) enum RequestBody {
@@ -33,6 +36,10 @@ pub(crate) enum RequestBody {
         frames: VecDeque<Bytes>,
         /// What the client has not sent yet, if anything.
         rest: Option<ClientBody>,
+        /// The capture budget's share that the frames read hold, given
+        /// back as each is sent (boxed: the body is in a waiting request's
+        /// future, which has no bytes to spare).
+        held: Box<Held>,
     },
 }
 
@@ -46,8 +53,13 @@ impl Body for RequestBody {
     ) -> Poll<Option<Result<Frame<Bytes>, ClientBodyError>>> {
         match self.get_mut() {
             Self::Streaming(body) => Pin::new(body).poll_frame(cx),
-            Self::Replayed { frames, rest } => match (frames.pop_front(), rest) {
-                (Some(frame), _) => Poll::Ready(Some(Ok(Frame::data(frame)))),
+            Self::Replayed {
+                frames, rest, held, ..
+            } => match (frames.pop_front(), rest) {
+                (Some(frame), _) => {
+                    held.release(frame.len());
+                    Poll::Ready(Some(Ok(Frame::data(frame))))
+                }
                 (None, Some(rest)) => Pin::new(rest).poll_frame(cx),
                 (None, None) => Poll::Ready(None),
             },
@@ -57,7 +69,7 @@ impl Body for RequestBody {
     fn is_end_stream(&self) -> bool {
         match self {
             Self::Streaming(body) => body.is_end_stream(),
-            Self::Replayed { frames, rest } => {
+            Self::Replayed { frames, rest, .. } => {
                 frames.is_empty() && rest.as_ref().is_none_or(|r| r.is_end_stream())
             }
         }
@@ -66,7 +78,7 @@ impl Body for RequestBody {
     fn size_hint(&self) -> SizeHint {
         match self {
             Self::Streaming(body) => body.size_hint(),
-            Self::Replayed { frames, rest } => {
+            Self::Replayed { frames, rest, .. } => {
                 let buffered: u64 = frames.iter().map(|f| f.len() as u64).sum();
                 let rest = rest
                     .as_ref()
@@ -82,23 +94,33 @@ impl Body for RequestBody {
     }
 }
 
+/// What [`read_and_inject`] did to a body.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Read {
+    /// Rewritten to ask for usage.
+    Rewritten,
+    /// Forwarded as it came: not such JSON, or over `cap`.
+    Unchanged,
+    /// Forwarded as it came, unread: the capture budget had no room.
+    OverBudget,
+}
+
 /// Reads the body (up to `cap` bytes) and, for a streamed request without
 /// `stream_options.include_usage`, adds it. Returns the body to forward and
-/// whether it was rewritten. Bodies over `cap`, or not such JSON, are
-/// forwarded unchanged; a body the client fails to send is an error. What
-/// is read first is taken from `budget`, the one the bodies' copies share
-/// (`request_capture_total_bytes`): a body that does not fit in what is
-/// left is forwarded unchanged too, from where it stopped. It is given
-/// back once the body is read, when it goes upstream at the upstream's
-/// pace, not the client's.
+/// what was done to it. Bodies over `cap`, or not such JSON, are forwarded
+/// unchanged; a body the client fails to send is an error. What is read is
+/// taken from `budget`, the one the bodies' copies share
+/// (`request_capture_total_bytes`), and given back as it goes upstream: a
+/// body that does not fit in what is left is forwarded unchanged too, from
+/// where it stopped.
 pub(super) async fn read_and_inject(
     mut body: ClientBody,
     cap: usize,
     budget: &CaptureBudget,
-) -> Result<(RequestBody, bool), ClientBodyError> {
+) -> Result<(RequestBody, Read), ClientBodyError> {
     let mut frames = VecDeque::new();
     let mut total = 0usize;
-    let mut held = budget.holder();
+    let mut held = Box::new(budget.holder());
     while let Some(frame) = body.frame().await {
         let mut room = true;
         if let Ok(data) = frame?.into_data() {
@@ -108,16 +130,35 @@ pub(super) async fn read_and_inject(
         }
         if total > cap || !room {
             let rest = Some(body);
-            return Ok((RequestBody::Replayed { frames, rest }, false));
+            let read = if room {
+                Read::Unchanged
+            } else {
+                Read::OverBudget
+            };
+            return Ok((RequestBody::Replayed { frames, rest, held }, read));
         }
     }
     let whole: Vec<u8> = frames.iter().flat_map(|f| f.iter().copied()).collect();
     match with_include_usage(&whole) {
         Some(rewritten) => {
+            // The rewritten body replaces the frames read, and their share
+            // (it is in memory either way: taken if there is room).
+            held.release(held.bytes());
+            held.grow(rewritten.len());
             let frames = VecDeque::from([Bytes::from(rewritten)]);
-            Ok((RequestBody::Replayed { frames, rest: None }, true))
+            let rest = None;
+            Ok((
+                RequestBody::Replayed { frames, rest, held },
+                Read::Rewritten,
+            ))
         }
-        None => Ok((RequestBody::Replayed { frames, rest: None }, false)),
+        None => {
+            let rest = None;
+            Ok((
+                RequestBody::Replayed { frames, rest, held },
+                Read::Unchanged,
+            ))
+        }
     }
 }
 
