@@ -173,7 +173,7 @@ impl Unanswered {
 
 /// TCP with `TCP_NODELAY`, keep-alive and the connect timeout, TLS with the
 /// configured roots for `https://` and ALPN for the configured protocol.
-fn connector(config: &Config) -> Result<Connector, rustls::Error> {
+pub(super) fn connector(config: &Config) -> Result<Connector, rustls::Error> {
     let mut http = HttpConnector::new();
     // Without it a small SSE write can wait ~40 ms for a delayed ACK.
     http.set_nodelay(true);

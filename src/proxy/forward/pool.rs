@@ -162,8 +162,8 @@ impl Pool {
             idle_timeout,
             resends,
         });
-        // Closes connections idle past the timeout while no request comes
-        // to find them; without a runtime (unit tests) they go when taken.
+        // Closes connections idle past the timeout; without a runtime (unit
+        // tests) they stay until the pool goes.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(reap(Arc::downgrade(&shared)));
         }
@@ -544,19 +544,21 @@ impl Upload {
 // === impl Shared ===
 
 impl Shared {
-    /// The most recently used idle connection still open, if any.
+    /// The most recently used idle connection still open, if any. One
+    /// idle too long is left where it is, with the rest (they went idle
+    /// earlier still): the reaper closes them, off the request's path,
+    /// which would otherwise wait for a close of each (hundreds, after a
+    /// burst) before its own connect.
     fn take(&self) -> Option<Conn> {
         let now = Instant::now();
         loop {
             let idle = {
                 let mut idle = self.idle.lock().ok()?;
-                let newest = idle.pop()?;
+                let newest = idle.last()?;
                 if now.saturating_duration_since(newest.since) >= self.idle_timeout {
-                    // The rest went idle earlier still.
-                    idle.clear();
                     return None;
                 }
-                newest
+                idle.pop()?
             };
             let mut conn = idle.conn;
             if conn.alive() {
@@ -577,11 +579,24 @@ impl Shared {
         }
     }
 
-    /// Drops the connections idle for `idle_timeout` or longer.
+    /// Closes the connections idle for `idle_timeout` or longer: taken out
+    /// under the lock (they are the oldest, first in the list), closed on
+    /// a blocking thread, so that neither a request checking out a
+    /// connection nor the events forwarded on this worker wait for a
+    /// close of each.
     fn evict(&self) {
         let now = Instant::now();
-        if let Ok(mut idle) = self.idle.lock() {
-            idle.retain(|i| now.saturating_duration_since(i.since) < self.idle_timeout);
+        let expired: Vec<Idle> = match self.idle.lock() {
+            Ok(mut idle) => {
+                let old = idle.partition_point(|i| {
+                    now.saturating_duration_since(i.since) >= self.idle_timeout
+                });
+                idle.drain(..old).collect()
+            }
+            Err(_) => return,
+        };
+        if !expired.is_empty() {
+            tokio::task::spawn_blocking(move || drop(expired));
         }
     }
 }

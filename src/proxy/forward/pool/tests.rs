@@ -137,3 +137,48 @@ async fn a_response_waiting_for_its_next_bytes_holds_no_read_buffer() {
         "a waiting stream kept its own buffer"
     );
 }
+
+/// Connections idle past the timeout are not closed by a request looking
+/// for one (it connects anew at once), but by the reaper, and closed: the
+/// upstream sees each end.
+#[tokio::test]
+async fn stale_connections_are_closed_by_the_reaper_not_on_a_requests_path() {
+    use std::sync::Mutex;
+    use tokio::io::AsyncReadExt;
+
+    let config = crate::config::File::parse("upstream = \"http://127.0.0.1:1\"\n", "t.toml")
+        .and_then(crate::config::File::validate)
+        .expect("config");
+    let idle_timeout = Duration::from_secs(4);
+    let mut idle = Vec::new();
+    let mut peers = Vec::new();
+    let long_ago = tokio::time::Instant::now()
+        .checked_sub(Duration::from_secs(5))
+        .expect("an instant 5 s ago");
+    for _ in 0..3 {
+        let (conn, peer) = connected().await;
+        idle.push(super::Idle {
+            conn,
+            since: long_ago,
+        });
+        peers.push(peer);
+    }
+    let shared = super::Shared {
+        connector: crate::proxy::forward::client::connector(&config).expect("connector"),
+        target: http::Uri::from_static("http://127.0.0.1:1/"),
+        idle: Mutex::new(idle),
+        max_idle: 8,
+        idle_timeout,
+        resends: prometheus::IntCounter::new("resends", "resends").expect("counter"),
+    };
+    let held = |shared: &super::Shared| shared.idle.lock().map(|i| i.len()).unwrap_or(0);
+    assert!(shared.take().is_none(), "none fresh");
+    assert_eq!(held(&shared), 3, "left for the reaper");
+    shared.evict();
+    assert_eq!(held(&shared), 0);
+    for mut peer in peers {
+        let mut byte = [0u8; 1];
+        let read = tokio::time::timeout(Duration::from_secs(5), peer.read(&mut byte)).await;
+        assert!(matches!(read, Ok(Ok(0))), "closed: {read:?}");
+    }
+}
