@@ -85,6 +85,12 @@ impl Inline {
         let mut unopened = false;
         let moved = match before {
             Self::Off => 0,
+            // The server's own reasoning field or a tool call: it parses
+            // the tags, and a close in the text after is the answer's.
+            Self::Answering if parsed.reasoning_bytes + parsed.tool_bytes > 0 => {
+                *self = Self::Off;
+                0
+            }
             Self::Answering => {
                 if parsed.think.close().is_some() {
                     *self = Self::Off;
@@ -346,6 +352,11 @@ mod tests {
         };
         fielded.split(&field, false);
         assert_eq!(unopened(fielded, &["Hi </think>"], false), [false]);
+        // A field after the answer began: the server parses the tags.
+        let mut answering = Inline::default();
+        answering.split(&answer("Hi"), false);
+        answering.split(&field, false);
+        assert_eq!(unopened(answering, &["a </think>"], false), [false]);
     }
 
     #[test]

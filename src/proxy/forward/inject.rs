@@ -142,9 +142,14 @@ pub(super) async fn read_and_inject(
     match with_include_usage(&whole) {
         Some(rewritten) => {
             // The rewritten body replaces the frames read, and their share
-            // (it is in memory either way: taken if there is room).
-            held.release(held.bytes());
-            held.grow(rewritten.len());
+            // (a few bytes more, taken if there is room: it is in memory
+            // either way).
+            match rewritten.len().checked_sub(held.bytes()) {
+                Some(more) => {
+                    held.grow(more);
+                }
+                None => held.release(held.bytes() - rewritten.len()),
+            }
             let frames = VecDeque::from([Bytes::from(rewritten)]);
             let rest = None;
             Ok((

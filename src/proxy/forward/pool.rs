@@ -567,16 +567,22 @@ impl Shared {
         }
     }
 
-    /// Keeps `conn` for the next request, if there is room.
+    /// Keeps `conn` for the next request, if there is room, making room
+    /// of connections idle too long when the pool is full of them (a
+    /// burst filled it, then traffic paused): else every new connection
+    /// would be used once and closed until the reaper's next turn.
     fn put(&self, conn: Conn) {
+        let now = Instant::now();
+        let mut expired = Vec::new();
         if let Ok(mut idle) = self.idle.lock() {
+            if idle.len() >= self.max_idle {
+                expired = self.expired(&mut idle, now);
+            }
             if idle.len() < self.max_idle {
-                idle.push(Idle {
-                    conn,
-                    since: Instant::now(),
-                });
+                idle.push(Idle { conn, since: now });
             }
         }
+        close(expired);
     }
 
     /// Closes the connections idle for `idle_timeout` or longer: taken out
@@ -586,18 +592,31 @@ impl Shared {
     /// close of each.
     fn evict(&self) {
         let now = Instant::now();
-        let expired: Vec<Idle> = match self.idle.lock() {
-            Ok(mut idle) => {
-                let old = idle.partition_point(|i| {
-                    now.saturating_duration_since(i.since) >= self.idle_timeout
-                });
-                idle.drain(..old).collect()
-            }
+        let expired = match self.idle.lock() {
+            Ok(mut idle) => self.expired(&mut idle, now),
             Err(_) => return,
         };
-        if !expired.is_empty() {
-            tokio::task::spawn_blocking(move || drop(expired));
-        }
+        close(expired);
+    }
+
+    /// Takes out of `idle` the connections idle too long at `now`: the
+    /// first ones, as each was pushed when it went idle.
+    fn expired(&self, idle: &mut Vec<Idle>, now: Instant) -> Vec<Idle> {
+        let old =
+            idle.partition_point(|i| now.saturating_duration_since(i.since) >= self.idle_timeout);
+        idle.drain(..old).collect()
+    }
+}
+
+/// Closes `expired` connections on a blocking thread (a close each), off
+/// the worker that forwards events; inline when there is no runtime.
+fn close(expired: Vec<Idle>) {
+    if expired.is_empty() {
+        return;
+    }
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => drop(runtime.spawn_blocking(move || drop(expired))),
+        Err(_) => drop(expired),
     }
 }
 

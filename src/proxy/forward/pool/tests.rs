@@ -138,47 +138,77 @@ async fn a_response_waiting_for_its_next_bytes_holds_no_read_buffer() {
     );
 }
 
-/// Connections idle past the timeout are not closed by a request looking
-/// for one (it connects anew at once), but by the reaper, and closed: the
-/// upstream sees each end.
-#[tokio::test]
-async fn stale_connections_are_closed_by_the_reaper_not_on_a_requests_path() {
-    use std::sync::Mutex;
-    use tokio::io::AsyncReadExt;
-
+/// A pool whose `stale` idle connections went idle 5 s ago and `fresh`
+/// ones just now (timeout 4 s, room for `max_idle`), and the peers' ends.
+async fn pool_of(stale: usize, fresh: usize, max_idle: usize) -> (super::Shared, Vec<TcpStream>) {
     let config = crate::config::File::parse("upstream = \"http://127.0.0.1:1\"\n", "t.toml")
         .and_then(crate::config::File::validate)
         .expect("config");
-    let idle_timeout = Duration::from_secs(4);
-    let mut idle = Vec::new();
-    let mut peers = Vec::new();
-    let long_ago = tokio::time::Instant::now()
+    let now = tokio::time::Instant::now();
+    let long_ago = now
         .checked_sub(Duration::from_secs(5))
         .expect("an instant 5 s ago");
-    for _ in 0..3 {
+    let (mut idle, mut peers) = (Vec::new(), Vec::new());
+    for i in 0..stale + fresh {
         let (conn, peer) = connected().await;
-        idle.push(super::Idle {
-            conn,
-            since: long_ago,
-        });
+        let since = if i < stale { long_ago } else { now };
+        idle.push(super::Idle { conn, since });
         peers.push(peer);
     }
     let shared = super::Shared {
         connector: crate::proxy::forward::client::connector(&config).expect("connector"),
         target: http::Uri::from_static("http://127.0.0.1:1/"),
-        idle: Mutex::new(idle),
-        max_idle: 8,
-        idle_timeout,
+        idle: std::sync::Mutex::new(idle),
+        max_idle,
+        idle_timeout: Duration::from_secs(4),
         resends: prometheus::IntCounter::new("resends", "resends").expect("counter"),
     };
-    let held = |shared: &super::Shared| shared.idle.lock().map(|i| i.len()).unwrap_or(0);
+    (shared, peers)
+}
+
+fn held(shared: &super::Shared) -> usize {
+    shared.idle.lock().map(|i| i.len()).unwrap_or(0)
+}
+
+/// Whether the peer's end saw its connection closed (within 5 s).
+async fn closed(peer: &mut TcpStream) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut byte = [0u8; 1];
+    let read = tokio::time::timeout(Duration::from_secs(5), peer.read(&mut byte)).await;
+    matches!(read, Ok(Ok(0)))
+}
+
+/// Connections idle past the timeout are not closed by a request looking
+/// for one (it connects anew at once), but by the reaper, and closed: the
+/// upstream sees each end; a fresh one stays.
+#[tokio::test]
+async fn stale_connections_are_closed_by_the_reaper_not_on_a_requests_path() {
+    let (shared, mut peers) = pool_of(3, 0, 8).await;
     assert!(shared.take().is_none(), "none fresh");
     assert_eq!(held(&shared), 3, "left for the reaper");
     shared.evict();
     assert_eq!(held(&shared), 0);
-    for mut peer in peers {
-        let mut byte = [0u8; 1];
-        let read = tokio::time::timeout(Duration::from_secs(5), peer.read(&mut byte)).await;
-        assert!(matches!(read, Ok(Ok(0))), "closed: {read:?}");
+    for peer in &mut peers {
+        assert!(closed(peer).await);
+    }
+    let (shared, mut peers) = pool_of(2, 1, 8).await;
+    shared.evict();
+    assert_eq!(held(&shared), 1, "the fresh one stays");
+    assert!(closed(&mut peers[0]).await && closed(&mut peers[1]).await);
+    assert!(shared.take().is_some());
+}
+
+/// A pool full of stale connections (a burst filled it, traffic paused)
+/// makes room for a connection given back, by closing them, instead of
+/// closing the live one until the reaper's next turn.
+#[tokio::test]
+async fn a_pool_full_of_stale_connections_keeps_the_one_given_back() {
+    let (shared, mut peers) = pool_of(3, 0, 3).await;
+    let (conn, _peer) = connected().await;
+    shared.put(conn);
+    assert_eq!(held(&shared), 1);
+    assert!(shared.take().is_some(), "the one given back");
+    for peer in &mut peers {
+        assert!(closed(peer).await);
     }
 }
