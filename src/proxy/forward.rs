@@ -233,9 +233,9 @@ impl Inner {
         }
         let (body, read) = inject::read_and_inject(body, cap, budget).await?;
         match read {
-            inject::Read::Rewritten => {
+            inject::Read::Rewritten { received } => {
                 parts.headers.remove(header::CONTENT_LENGTH);
-                exchange.set_usage_injected();
+                exchange.set_usage_injected(received as u64);
             }
             inject::Read::OverBudget => exchange.set_over_budget(),
             inject::Read::Unchanged => {}

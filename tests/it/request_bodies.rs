@@ -382,6 +382,11 @@ async fn request_copies_in_flight_share_one_budget() {
         assert!(answer.starts_with(b"HTTP/1.1 200"), "{mode}");
         let t = next_timeline(&mut timelines).await;
         assert_eq!(t.request.model.as_deref(), Some("held"), "{mode}");
+        assert_eq!(
+            t.bytes_in,
+            held.len() as u64,
+            "{mode}: as the client sent it"
+        );
         assert!(t.parse_errors.is_empty(), "{mode}: {:?}", t.parse_errors);
         assert_eq!(t.usage_injected, mode == "inject", "{mode}");
         // Given back: the next large body is read.

@@ -296,6 +296,9 @@ async fn usage_inject_asks_for_usage_and_hides_it_from_the_client() {
     assert!(t.usage_injected);
     assert_eq!(t.tokens.generated, 17);
     assert_eq!(t.tokens.generated_source, Some(CountSource::Usage));
+    // The bytes the client sent, not the rewritten body's.
+    assert_ne!(seen.body.len(), STREAMED_REQUEST.len());
+    assert_eq!(t.bytes_in, STREAMED_REQUEST.len() as u64);
 }
 
 #[tokio::test]

@@ -217,9 +217,12 @@ impl Exchange {
         upload::over_budget(&mut self.timeline);
     }
 
-    /// The proxy added `stream_options.include_usage` to the request.
-    pub(crate) fn set_usage_injected(&mut self) {
+    /// The proxy added `stream_options.include_usage` to the request,
+    /// whose body had `received` bytes as the client sent it (what went
+    /// upstream, and is observed, is the rewritten body).
+    pub(crate) fn set_usage_injected(&mut self, received: u64) {
         self.timeline.usage_injected = true;
+        self.upload.received_whole(received);
     }
 
     /// Whether the proxy added `stream_options.include_usage`.

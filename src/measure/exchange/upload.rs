@@ -108,6 +108,10 @@ pub(super) struct UploadShared {
     /// Its copy was dropped for the capture budget: the request was not
     /// read, and that is counted.
     over_budget: AtomicBool,
+    /// The client's body, when what went upstream was rewritten
+    /// (`usage_mode = "inject"`): its length as received; `u64::MAX` when
+    /// the body went as it came.
+    received: AtomicU64,
     /// Where the request is; both sides move it.
     pub(super) stage: StageCell,
     /// Model globs whose chat template opens `<think>` in the prompt
@@ -156,6 +160,7 @@ impl Upload {
                 done: Mutex::new(None),
                 ended: AtomicBool::new(false),
                 over_budget: AtomicBool::new(false),
+                received: AtomicU64::new(u64::MAX),
                 stage,
                 template_opens,
             }),
@@ -253,9 +258,18 @@ impl UploadShared {
     /// a copy dropped for the budget is counted even when the body never
     /// ended (the answer came first).
     pub(super) fn fill(&self, timeline: &mut Timeline) {
-        timeline.bytes_in = self.bytes.load(Ordering::Relaxed);
+        timeline.bytes_in = match self.received.load(Ordering::Relaxed) {
+            u64::MAX => self.bytes.load(Ordering::Relaxed),
+            received => received,
+        };
         self.take(timeline);
         self.count_loss(timeline);
+    }
+
+    /// The body the client sent had `received` bytes; what went upstream
+    /// was rewritten.
+    pub(super) fn received_whole(&self, received: u64) {
+        self.received.store(received, Ordering::Relaxed);
     }
 
     /// Counts a copy dropped for the budget, once per request, whichever

@@ -97,8 +97,8 @@ impl Body for RequestBody {
 /// What [`read_and_inject`] did to a body.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Read {
-    /// Rewritten to ask for usage.
-    Rewritten,
+    /// Rewritten to ask for usage; `received` bytes came from the client.
+    Rewritten { received: usize },
     /// Forwarded as it came: not such JSON, or over `cap`.
     Unchanged,
     /// Forwarded as it came, unread: the capture budget had no room.
@@ -152,10 +152,10 @@ pub(super) async fn read_and_inject(
             }
             let frames = VecDeque::from([Bytes::from(rewritten)]);
             let rest = None;
-            Ok((
-                RequestBody::Replayed { frames, rest, held },
-                Read::Rewritten,
-            ))
+            let read = Read::Rewritten {
+                received: whole.len(),
+            };
+            Ok((RequestBody::Replayed { frames, rest, held }, read))
         }
         None => {
             let rest = None;
