@@ -34,7 +34,20 @@ fn events() -> Vec<String> {
     events
 }
 
-/// An upstream that streams [`events`]; a request carrying `x-hold: 1`
+/// What a DeepSeek-R1 served without a reasoning parser streams (a model
+/// named `r1-…`): its template opened `<think>`, so its reasoning is in
+/// `content`, and only the close shows.
+fn reasoning_events() -> Vec<String> {
+    let content = |text: &str| {
+        format!("data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{text}\"}}}}]}}\n\n")
+    };
+    let mut events: Vec<String> = ["Okay", "</think>", " t2", " t3"].map(content).to_vec();
+    events.push("data: [DONE]\n\n".to_owned());
+    events
+}
+
+/// An upstream that streams [`events`] ([`reasoning_events`] for a model
+/// named `r1-…`); a request carrying `x-hold: 1`
 /// gets the first event, then the rest once `release` is notified.
 async fn upstream() -> (SocketAddr, Arc<Notify>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
@@ -71,7 +84,10 @@ async fn answer(mut stream: TcpStream, release: Arc<Notify>) {
     let chunk = |e: &str| format!("{:x}\r\n{e}\r\n", e.len());
     let start = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
                  transfer-encoding: chunked\r\nconnection: close\r\n\r\n";
-    let events = events();
+    let events = match String::from_utf8_lossy(&body).contains("\"model\":\"r1-") {
+        true => reasoning_events(),
+        false => events(),
+    };
     let first = format!("{start}{}", chunk(&events[0]));
     let _ = stream.write_all(first.as_bytes()).await;
     if head.contains("x-hold: 1") {
@@ -203,6 +219,48 @@ async fn sighup_applies_new_slos_and_models_to_requests_that_start_after_it() {
     assert_eq!(sample(&served, judged, &[]).await, 2.0);
     let reloads = "tokenclock_config_reloads_total";
     assert_eq!(sample(&served, reloads, &["result=\"ok\""]).await, 1.0);
+    stop(served).await;
+}
+
+/// `template_opens_reasoning` reloads live, for requests that start after
+/// the reload: one in flight keeps what it started with, whatever the new
+/// file says when its close arrives.
+#[tokio::test]
+async fn sighup_applies_template_opens_reasoning_to_requests_that_start_after_it() {
+    let (upstream, release) = upstream().await;
+    let file = ConfigFile::new(
+        "template",
+        &config(upstream, "template_opens_reasoning = [\"r1-a\"]\n"),
+    );
+    let served = process::serve_config(file.path());
+    let held = send(served.addr, chat("r1-b", true))
+        .await
+        .expect("response head");
+    let mut held = held.into_body();
+    held.frame().await.expect("frame").expect("the first event");
+
+    file.write(&config(upstream, "template_opens_reasoning = [\"r1-b\"]\n"));
+    sighup(&served, RELOADED).await;
+    let after = send(served.addr, chat("r1-b", false))
+        .await
+        .expect("response head");
+    collect(after).await.expect("whole body");
+    release.notify_one();
+    held.collect().await.expect("held stream completes");
+
+    // The one that started after: its two events before the close are
+    // reasoning. The held one started unnamed: none, and its close
+    // counted as one nothing opened.
+    let reasoning = ["kind=\"reasoning\""];
+    assert_eq!(
+        sample(&served, "tokenclock_output_tokens_total", &reasoning).await,
+        2.0
+    );
+    let unopened = ["reason=\"think_unopened\""];
+    assert_eq!(
+        sample(&served, "tokenclock_parse_errors_total", &unopened).await,
+        1.0
+    );
     stop(served).await;
 }
 

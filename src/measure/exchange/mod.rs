@@ -298,7 +298,13 @@ impl Exchange {
 impl Observe for Exchange {
     fn on_data(&mut self, data: &Bytes, at: Instant) {
         self.timeline.bytes_out += data.len() as u64;
-        self.reader.feed(data, at, &mut self.timeline);
+        // Until the model label settles, the event that names the model
+        // may decide how the answer's text is read.
+        let template = match self.settled {
+            true => None,
+            false => self.upload.template_opens.as_deref(),
+        };
+        self.reader.feed(data, at, &mut self.timeline, template);
         if self.undecided.is_some() {
             if let Some(dialect) = self.reader.told() {
                 self.decide(dialect, true);

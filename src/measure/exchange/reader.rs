@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use crate::{
     measure::coding::{Busy, Coding, Inflate},
-    measure::dialect::{Dialect, Events, Framed, ParseError, Shared},
+    measure::dialect::{Dialect, Events, Framed, ParseError, Parsed, Shared},
     measure::frame::ends::{BodyEnds, Ends},
     measure::frame::ndjson::NdjsonFramer,
     measure::frame::sse::SseFramer,
@@ -171,12 +171,23 @@ impl Reader {
 
     /// Reads the next bytes of the body, which arrived at `at`. A body that
     /// cannot be inflated is read no further, and counted once.
-    pub(super) fn feed(&mut self, data: &[u8], at: Instant, timeline: &mut Timeline) {
+    ///
+    /// `template`: the model globs of `template_opens_reasoning` while the
+    /// request names no model, so that the event that names it in the
+    /// response settles how its answer's text is read before that text is
+    /// (the same frame may carry both).
+    pub(super) fn feed(
+        &mut self,
+        data: &[u8],
+        at: Instant,
+        timeline: &mut Timeline,
+        template: Option<&[String]>,
+    ) {
         let Some(inflate) = &mut self.inflate else {
-            return self.read.feed(data, at, timeline);
+            return self.read.feed(data, at, timeline, template);
         };
         let read = &mut self.read;
-        let inflated = inflate.feed(data, &mut |plain| read.feed(plain, at, timeline));
+        let inflated = inflate.feed(data, &mut |plain| read.feed(plain, at, timeline, template));
         if read.is_done() {
             // A whole body past its cap (counted as such): nothing more is
             // read, so nothing more is decoded, and how the decoding would
@@ -198,7 +209,7 @@ impl Reader {
     pub(super) fn finish(&mut self, whole: bool, timeline: &mut Timeline) -> Option<Dialect> {
         if let Some(inflate) = &mut self.inflate {
             let (read, at) = (&mut self.read, Instant::now());
-            let inflated = inflate.finish(&mut |plain| read.feed(plain, at, timeline));
+            let inflated = inflate.finish(&mut |plain| read.feed(plain, at, timeline, None));
             if inflated.is_err() && whole {
                 self.broken(timeline);
                 return None;
@@ -262,7 +273,13 @@ impl Read {
     }
 
     /// Reads the next bytes of the body, which arrived at `at`.
-    fn feed(&mut self, data: &[u8], at: Instant, timeline: &mut Timeline) {
+    fn feed(
+        &mut self,
+        data: &[u8],
+        at: Instant,
+        timeline: &mut Timeline,
+        template: Option<&[String]>,
+    ) {
         match self {
             Self::Sse {
                 framer,
@@ -272,7 +289,7 @@ impl Read {
                 framer.feed(
                     data,
                     &mut |event| match events.parse(event.event, event.data) {
-                        Ok(parsed) => timeline.record(&parsed, at),
+                        Ok(parsed) => record(timeline, &parsed, at, template),
                         Err(e) => timeline.parse_error(e),
                     },
                 );
@@ -283,7 +300,9 @@ impl Read {
                 dialect,
                 oversized,
             } => {
-                framer.feed(data, &mut |line| read_line(*dialect, line, at, timeline));
+                framer.feed(data, &mut |line| {
+                    read_line(*dialect, line, at, timeline, template)
+                });
                 count_oversized(oversized, framer.stats().oversized, timeline);
             }
             Self::Json {
@@ -314,7 +333,7 @@ impl Read {
                 framer, dialect, ..
             } => {
                 let at = Instant::now();
-                framer.finish(&mut |line| read_line(*dialect, line, at, timeline));
+                framer.finish(&mut |line| read_line(*dialect, line, at, timeline, None));
                 None
             }
             Self::Json {
@@ -402,11 +421,27 @@ impl Framed {
     }
 }
 
-fn read_line(dialect: Dialect, line: &[u8], at: Instant, timeline: &mut Timeline) {
+fn read_line(
+    dialect: Dialect,
+    line: &[u8],
+    at: Instant,
+    timeline: &mut Timeline,
+    template: Option<&[String]>,
+) {
     match dialect.parse_event(b"", line) {
-        Ok(parsed) => timeline.record(&parsed, at),
+        Ok(parsed) => record(timeline, &parsed, at, template),
         Err(e) => timeline.parse_error(e),
     }
+}
+
+/// Records a streamed event; while the model is unnamed (`template`), an
+/// event that names it first may open the reasoning before its text is
+/// split.
+fn record(timeline: &mut Timeline, parsed: &Parsed<'_>, at: Instant, template: Option<&[String]>) {
+    if let Some(globs) = template {
+        timeline.named_by_response(parsed, globs);
+    }
+    timeline.record(parsed, at);
 }
 
 fn count_oversized(seen: &mut u64, now: u64, timeline: &mut Timeline) {

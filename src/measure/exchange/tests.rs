@@ -1784,3 +1784,42 @@ fn a_copy_grows_to_what_it_needs_when_doubling_has_no_room() {
     assert_eq!(e.timeline.request.model, None);
     assert!(e.timeline.parse_errors.is_empty());
 }
+
+/// A request that names no model: the response's first event names it,
+/// and when that event and the answer's first text come in one frame
+/// (as a server that writes two events at once, or TCP, joins them), the
+/// name still decides before the text is split.
+#[test]
+fn a_model_named_by_the_response_in_the_frame_of_the_first_text_opens_it() {
+    let request = Request::post("/v1/chat/completions")
+        .body(())
+        .unwrap_or_default();
+    let reading = ReadSettings {
+        template_opens_reasoning: ["sim-r1*".to_owned()].into_iter().collect(),
+        ..shared_settings()
+    };
+    let (mut e, up) = Exchange::start(Instant::now(), &request, &reading, None);
+    upload(up, r#"{"stream":true,"messages":[]}"#);
+    head(&mut e, "text/event-stream");
+    let role = r#"{"model":"sim-r1","choices":[{"delta":{"role":"assistant","content":""}}]}"#;
+    let frame = format!(
+        "data: {role}\n\ndata: {}\n\ndata: {}\n\n",
+        content("Okay"),
+        content("</think>")
+    );
+    let start = Instant::now();
+    e.on_data(&Bytes::from(frame), start + Duration::from_millis(10));
+    e.on_data(
+        &Bytes::from(format!("data: {}\n\n", content("Hi"))),
+        start + Duration::from_millis(20),
+    );
+    let t = &e.timeline;
+    assert_eq!(t.model.as_deref(), Some("sim-r1"));
+    assert!(
+        t.first_output > t.first_token,
+        "{:?} {:?}",
+        t.first_token,
+        t.first_output
+    );
+    assert!(t.parse_errors.is_empty(), "{:?}", t.parse_errors);
+}

@@ -8,6 +8,10 @@
 //! ends, once it can no longer change: see [`Timeline::model_settled`].
 
 use super::Timeline;
+use crate::measure::{
+    dialect::{Name, Parsed},
+    slo::glob,
+};
 
 impl Timeline {
     /// The `model` label: the model the request named; only when it named
@@ -28,6 +32,34 @@ impl Timeline {
     pub fn model_settled(&self, request_read: bool, response_silent: bool) -> bool {
         let named = self.request.model.as_deref().is_some_and(|m| !m.is_empty());
         request_read && (named || self.response_model.is_some() || response_silent)
+    }
+}
+
+impl Timeline {
+    /// The request named no model, and `parsed` may be the event that
+    /// names it first: when that name (as its label) matches one of the
+    /// `template_opens_reasoning` `globs`, the prompt's template opened
+    /// `<think>`, and the answer's text is reasoning from its start. Before
+    /// the event is recorded, so that text in the same event, or later in
+    /// the same frame, is split so (the exchange would decide only after
+    /// the frame). Nothing once a name was seen or text was read.
+    pub(crate) fn named_by_response(&mut self, parsed: &Parsed<'_>, globs: &[String]) {
+        if self.response_model.is_some() || self.dialect.raw_prompt() {
+            return;
+        }
+        if self.request.model.as_deref().is_some_and(|m| !m.is_empty()) {
+            return;
+        }
+        let Some(name) = parsed.model.as_ref().and_then(Name::to_text) else {
+            return;
+        };
+        if name.trim().is_empty() {
+            return;
+        }
+        let label = label_of_response(name);
+        if globs.iter().any(|g| glob(g, &label)) {
+            self.inline.opened_by_prompt();
+        }
     }
 }
 
