@@ -407,6 +407,26 @@ def panels():
         12, 66, 12, 8, "Client connections open",
         "Client connections open on each sidecar's proxy listener, to set against its max_connections.",
     )
+
+    # Row 10: memory held on the side.
+    add(
+        series("bytes")
+        .with_target(query("sum by (instance) (tokenclock_request_capture_bytes)", "{{instance}}", "A"))
+        .with_target(query("max(tokenclock_request_capture_limit_bytes)", "limit", "B")),
+        0, 74, 12, 8, "Request bodies copied on the side",
+        "Bytes the copies of the request bodies in flight hold on each sidecar, read to learn model, stream and max_tokens, against the limit they share (request_capture_total_bytes). At the limit a body is forwarded unread, and counted in the Parse errors panel as request_over_budget: raise the limit if the pod has the memory, or look for clients uploading slowly.",
+    )
+    add(
+        series("bytes").with_target(
+            query(
+                "process_resident_memory_bytes and on (job, instance) tokenclock_build_info",
+                "{{instance}}",
+                "A",
+            )
+        ),
+        12, 74, 12, 8, "Sidecar memory",
+        "Each sidecar's resident memory, to set against its container's memory limit: held streams, connections, the request-body copies (left) and the decoders of compressed responses.",
+    )
     return out
 
 

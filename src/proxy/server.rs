@@ -162,6 +162,7 @@ impl Bound {
             reloads,
         } = self;
         let metrics = Metrics::new(&config.export)?;
+        metrics.watch_capture_budget(&config.reading.capture_budget)?;
         let listen = proxy.local_addr().map_or(config.listen, |a| a);
         let backlog = backlog();
         let proxy = Listener::new(

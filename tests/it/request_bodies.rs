@@ -329,6 +329,19 @@ fn chat_of(model: &str, fill: u8, len: usize) -> Vec<u8> {
 /// bodies, and the budget is all given back. Without the budget, each
 /// would hold up to `request_capture_bytes`, and a burst of image uploads
 /// the pod's memory.
+/// `tokenclock_request_capture_bytes` and its limit, scraped.
+async fn capture_gauges(proxy: &common::Proxy) -> [f64; 2] {
+    let exposition = common::client::get(proxy.metrics_addr, "/metrics")
+        .await
+        .body();
+    let text = String::from_utf8(exposition).expect("UTF-8 exposition");
+    [
+        "tokenclock_request_capture_bytes",
+        "tokenclock_request_capture_limit_bytes",
+    ]
+    .map(|name| common::process::sample(&text, name).expect(name))
+}
+
 #[tokio::test]
 async fn request_copies_in_flight_share_one_budget() {
     use tokenclock::measure::dialect::ParseError;
@@ -340,7 +353,6 @@ async fn request_copies_in_flight_share_one_budget() {
              request_capture_total_bytes = 1500000\n"
         );
         let (proxy, mut timelines) = common::proxy_with_timelines(upstream.addr, &extra).await;
-        let budget = proxy.capture_budget.clone();
         // A slow upload: all but its last bytes sent, then a pause, once
         // the proxy holds what came (its copy, or `inject`'s read).
         let held = chat_of("held", b'a', 950_000);
@@ -355,12 +367,17 @@ async fn request_copies_in_flight_share_one_budget() {
         );
         slow.write_all(head.as_bytes()).await.expect("head");
         slow.write_all(first).await.expect("most of the body");
+        // What the copies hold, as an operator sees it.
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
-        while budget.held() < first.len() {
+        loop {
+            let [held, limit] = capture_gauges(&proxy).await;
+            assert_eq!(limit, 1_500_000.0, "{mode}: the limit");
+            if held >= first.len() as f64 {
+                break;
+            }
             assert!(
                 tokio::time::Instant::now() < deadline,
-                "{mode}: {} held",
-                budget.held()
+                "{mode}: {held} held"
             );
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         }
@@ -394,7 +411,11 @@ async fn request_copies_in_flight_share_one_budget() {
         let t = next_timeline(&mut timelines).await;
         assert_eq!(t.request.model.as_deref(), Some("large"), "{mode}");
         assert!(t.parse_errors.is_empty(), "{mode}: {:?}", t.parse_errors);
-        assert_eq!(budget.held(), 0, "{mode}: all given back");
+        assert_eq!(
+            capture_gauges(&proxy).await[0],
+            0.0,
+            "{mode}: all given back"
+        );
         proxy.shutdown().await;
     }
 }

@@ -21,6 +21,7 @@
 //! [`Metrics::encode`], the body `GET /metrics` serves.
 
 mod bundle;
+mod capture;
 mod connections;
 mod counter;
 mod families;
@@ -274,6 +275,17 @@ impl Metrics {
         collector: Box<dyn prometheus::core::Collector>,
     ) -> Result<(), prometheus::Error> {
         self.shared.registry.register(collector)
+    }
+
+    /// Exports what the copies of the request bodies in flight hold, read
+    /// from `budget` at each scrape: the process's one budget, kept across
+    /// reloads, so this is called once.
+    pub(crate) fn watch_capture_budget(
+        &self,
+        budget: &crate::measure::read::CaptureBudget,
+    ) -> Result<(), prometheus::Error> {
+        let gauges = capture::CaptureGauges::new(budget.clone())?;
+        self.shared.registry.register(Box::new(gauges))
     }
 
     /// The counter of records dropped by the record writer.

@@ -46,8 +46,6 @@ pub fn form(boundary: &str, parts: &[(&str, Option<&str>, &[u8])]) -> Vec<u8> {
 pub struct Proxy {
     pub addr: SocketAddr,
     pub metrics_addr: SocketAddr,
-    /// The budget the copies of its request bodies share, as it runs.
-    pub capture_budget: tokenclock::measure::read::CaptureBudget,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<Result<(), StartError>>,
 }
@@ -111,7 +109,6 @@ async fn start(url: &str, extra: &str, sink: Option<Arc<dyn TimelineSink>>) -> P
     let config = config::File::parse(&text, "test.toml")
         .and_then(config::File::validate)
         .expect("test config is valid");
-    let capture_budget = config.reading.capture_budget.clone();
     let mut bound = Bound::bind(config).await.expect("bind 127.0.0.1:0");
     if let Some(sink) = sink {
         bound = bound.with_sink(sink);
@@ -125,7 +122,6 @@ async fn start(url: &str, extra: &str, sink: Option<Arc<dyn TimelineSink>>) -> P
     Proxy {
         addr,
         metrics_addr,
-        capture_budget,
         stop: Some(stop),
         task,
     }
