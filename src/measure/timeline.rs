@@ -267,6 +267,9 @@ impl Timeline {
         if split.unopened {
             self.parse_error(ParseError::ThinkUnopened);
         }
+        if split.reclaimed {
+            self.reclaim_blank();
+        }
         let (bearing, output) = match parsed.answer_by_count {
             true => {
                 let grew = exact.is_some_and(|n| n > 0);
@@ -295,6 +298,23 @@ impl Timeline {
             self.first_output = Some(at);
         }
         self.last_token = Some(at);
+    }
+
+    /// The prompt opened `<think>` ([`Inline::opened_by_prompt`]): what
+    /// follows is reasoning until it closes, and so is whitespace read
+    /// before as answer.
+    pub(crate) fn opened_by_prompt(&mut self) {
+        if self.inline.opened_by_prompt() {
+            self.reclaim_blank();
+        }
+    }
+
+    /// The whitespace read as answer ([`Inline::Blank`]) was reasoning's:
+    /// its TTFO, not yet reached, is taken back, and its tokens and bytes
+    /// are counted as reasoning.
+    fn reclaim_blank(&mut self) {
+        self.first_output = None;
+        self.tokens.reclaim_as_reasoning();
     }
 
     /// Records a whole non-streamed body: its usage and text, no token times.

@@ -342,3 +342,69 @@ async fn usage_inject_leaves_a_shared_path_alone() {
         assert_eq!(t.tokens.token_events, 1, "{round}");
     }
 }
+
+/// A model that writes whitespace before its `<think>` (a raw prompt that
+/// ends without the newline its template has, a tokenizer that keeps the
+/// space apart from the tag): the whitespace is the reasoning's, and TTFO
+/// is the first answer after the close, on an SSE and an NDJSON stream.
+/// Whitespace and then words is the answer from its first whitespace.
+#[tokio::test]
+async fn whitespace_before_think_is_reasoning() {
+    // Each event, `TEXT` its answer's text.
+    let cases = [
+        (
+            "/v1/chat/completions",
+            SSE,
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"TEXT\"}}]}\n\n",
+            "data: [DONE]\n\n",
+        ),
+        (
+            "/api/chat",
+            NDJSON,
+            "{\"model\":\"m\",\"message\":{\"role\":\"assistant\",\"content\":\"TEXT\"},\"done\":false}\n",
+            "{\"model\":\"m\",\"message\":{\"role\":\"assistant\",\"content\":\"\"},\"done\":true}\n",
+        ),
+    ];
+    let thinking = [" ", "\\n", "<think>", "Hmm", "</think>", "Hi"];
+    let answering = ["\\n", " ", "Hi", "<think>"];
+    for (path, content_type, frame, last) in cases {
+        for texts in [&thinking[..], &answering[..]] {
+            let mut body = String::new();
+            let mut script = vec![Step::Write(chunked_head(content_type))];
+            for (i, text) in texts.iter().enumerate() {
+                let event = frame.replace("TEXT", text);
+                body.push_str(&event);
+                script.push(Step::At(Duration::from_millis(20 * (i as u64 + 1))));
+                script.push(Step::Write(chunk(event.as_bytes())));
+            }
+            body.push_str(last);
+            script.push(Step::Write(chunk(last.as_bytes())));
+            script.push(Step::Write(bytes("0\r\n\r\n")));
+            let upstream = Scripted::start(script).await;
+            let (proxy, mut timelines) = common::proxy_with_timelines(upstream.addr, "").await;
+            let request = Request::post(path)
+                .header("content-type", "application/json")
+                .body(Full::new(Bytes::from_static(STREAMED_REQUEST)))
+                .expect("request");
+            let response = send(proxy.addr, request).await.expect("response");
+            let got = collect(response).await.expect("stream").body();
+            assert_eq!(String::from_utf8_lossy(&got), body, "{path}: unchanged");
+            let t = next_timeline(&mut timelines).await;
+            assert!(t.parse_errors.is_empty(), "{path}: {:?}", t.parse_errors);
+            let (ttft, ttfo) = (t.ttft().expect("ttft"), t.ttfo().expect("ttfo"));
+            let reasoning = t.tokens.reasoning;
+            if texts[0] == " " {
+                // The five events before the answer, 20 ms apart.
+                assert!(
+                    ttfo >= ttft + Duration::from_millis(60),
+                    "{path}: {ttft:?} {ttfo:?}"
+                );
+                assert_eq!((reasoning, t.tokens.generated), (5, 6), "{path}");
+            } else {
+                assert_eq!(ttfo, ttft, "{path}");
+                assert_eq!((reasoning, t.tokens.generated), (0, 4), "{path}");
+            }
+            proxy.shutdown().await;
+        }
+    }
+}

@@ -415,7 +415,7 @@ impl Counts {
         self.reasoning = self.reasoning.saturating_add(o.reasoning);
         // The elements' texts read one after the other.
         if o.think != Think::NONE {
-            self.think = self.think.then(self.output, o.think);
+            self.think = self.think.then(self.output, o.think, o.output);
         }
         self.output = self.output.saturating_add(o.output);
         self.tool = self.tool.saturating_add(o.tool);
@@ -615,7 +615,9 @@ pub(super) fn summed_bodies<'a>(items: impl IntoIterator<Item = Parsed<'a>>) -> 
             sum.reasoning = add(sum.reasoning, u.reasoning);
         }
         whole.reasoning_bytes = whole.reasoning_bytes.saturating_add(one.reasoning_bytes);
-        whole.think = whole.think.then(whole.output_bytes, one.think);
+        whole.think = whole
+            .think
+            .then(whole.output_bytes, one.think, one.output_bytes);
         whole.output_bytes = whole.output_bytes.saturating_add(one.output_bytes);
         whole.tokens = plus(whole.tokens, one.tokens);
         whole.tool_bytes = whole.tool_bytes.saturating_add(one.tool_bytes);

@@ -212,16 +212,23 @@ impl Scan<'_> for Answer {
             });
         }
         let text = s.string()?;
-        // Most tokens hold neither an escape nor a `<`: no tag.
-        let think = match text.escaped || text.lt {
-            true => think_in(&text)?,
-            false => Think::NONE,
-        };
+        let think = answer_think(&text)?;
         s.counted(&text, true);
         Some(Answer {
             len: len32(text.len),
             think,
         })
+    }
+}
+
+/// The reasoning tags in an answer's string read by the scanner, and
+/// whether it is blank ([`Think`]). Most tokens hold neither an escape nor
+/// a `<`: no tag, and blank or not by their first byte that is not space.
+#[inline]
+pub(super) fn answer_think(text: &Str<'_>) -> Option<Think> {
+    match text.escaped || text.lt {
+        true => think_in(text),
+        false => Some(Think::untagged(text.raw(), false)),
     }
 }
 
@@ -233,7 +240,7 @@ impl Scan<'_> for Answer {
 /// `\u` escape, of a `<` or not) pay for a copy. `None` only when that
 /// copy cannot be made (serde decides).
 #[inline(never)]
-pub(super) fn think_in(text: &Str<'_>) -> Option<Think> {
+fn think_in(text: &Str<'_>) -> Option<Think> {
     let raw = text.raw();
     if !text.escaped {
         return Some(Think::find(raw, false));
@@ -243,13 +250,13 @@ pub(super) fn think_in(text: &Str<'_>) -> Option<Think> {
     if !unicode && !slash {
         return Some(match lt {
             true => Think::find(raw, true),
-            false => Think::NONE,
+            false => Think::untagged(raw, true),
         });
     }
     // A `<` is there as itself or as `\u003c`.
     let escaped_lt = || unicode && raw.windows(6).any(|w| w.eq_ignore_ascii_case(b"\\u003c"));
     if !lt && !escaped_lt() {
-        return Some(Think::NONE);
+        return Some(Think::untagged(raw, true));
     }
     let unescaped: String = serde_json::from_slice(text.json).ok()?;
     Some(Think::find(unescaped.as_bytes(), false))

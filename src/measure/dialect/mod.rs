@@ -795,11 +795,12 @@ impl ServerTimings {
 /// reasoning".
 ///
 /// Each offset is kept plus one, so the pair takes 8 bytes (every event's
-/// [`Parsed`] carries one).
+/// [`Parsed`] carries one), and [`Think::blank`] 4 more.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Think {
     open: Option<NonZeroU32>,
     close: Option<NonZeroU32>,
+    blank: bool,
 }
 
 impl Think {
@@ -810,6 +811,13 @@ impl Think {
     pub const NONE: Self = Self {
         open: None,
         close: None,
+        blank: false,
+    };
+
+    /// No tag, in a text that is only whitespace and not empty.
+    pub const BLANK: Self = Self {
+        blank: true,
+        ..Self::NONE
     };
 
     /// The tags at these offsets.
@@ -818,6 +826,25 @@ impl Think {
         Self {
             open: open.and_then(plus_one),
             close: close.and_then(plus_one),
+            blank: false,
+        }
+    }
+
+    /// The text is whitespace and nothing else (not empty): a newline some
+    /// templates have the model write before its `<think>`, which says
+    /// nothing yet of whether reasoning comes (README, "Inline reasoning").
+    pub fn blank(self) -> bool {
+        self.blank
+    }
+
+    /// No tag in `text` (raw bytes, JSON escapes of any kind when
+    /// `escaped`, as [`is_space`] reads them), which has no `<`: only
+    /// whether it is blank. Stops at the first byte that is not space.
+    #[inline]
+    pub(crate) fn untagged(text: &[u8], escaped: bool) -> Self {
+        match !text.is_empty() && is_space(text, escaped) {
+            true => Self::BLANK,
+            false => Self::NONE,
         }
     }
 
@@ -836,10 +863,11 @@ impl Think {
     /// of a JSON string that holds escapes but no `\u` or `\/` one, where
     /// a tag can only be written as itself and each escape is two bytes
     /// for one (offsets are then mapped to the unescaped text). A text
-    /// without a `<` costs a `memchr`.
+    /// without a `<` costs a `memchr` (and the check that it is blank, to
+    /// its first byte that is not whitespace).
     pub(crate) fn find(text: &[u8], escaped: bool) -> Self {
         if !text.contains(&b'<') {
-            return Self::NONE;
+            return Self::untagged(text, escaped);
         }
         let first = |tag: &[u8]| {
             let mut at = 0;
@@ -864,26 +892,49 @@ impl Think {
     }
 
     /// The tags of a text made of one of `before` bytes (whose tags are
-    /// `self`) and then one whose tags are `next`: a summed event's or
-    /// body's (several choices, a batch, Ollama's two fields).
-    pub(crate) fn then(self, before: u32, next: Self) -> Self {
-        Self::new(
-            // An open after other text is text (whitespace or not: the
-            // text is not kept to tell).
-            self.open().or(next.open().filter(|_| before == 0)),
-            self.close()
-                .or(next.close().map(|c| c.saturating_add(before))),
-        )
+    /// `self`) and then one of `after` bytes whose tags are `next`: a
+    /// summed event's or body's (several choices, a batch, Ollama's two
+    /// fields).
+    pub(crate) fn then(self, before: u32, next: Self, after: u32) -> Self {
+        Self {
+            // Blank when the texts that are not empty are.
+            blank: match (before, after) {
+                (0, _) => next.blank,
+                (_, 0) => self.blank,
+                _ => self.blank && next.blank,
+            },
+            ..Self::new(
+                // An open after other text is text (whitespace or not: the
+                // text is not kept to tell).
+                self.open().or(next.open().filter(|_| before == 0)),
+                self.close()
+                    .or(next.close().map(|c| c.saturating_add(before))),
+            )
+        }
     }
 }
 
-/// Whether `raw` is only whitespace once unescaped (`escaped`: JSON escapes
-/// as in [`Think::find`]).
+/// Whether `raw` is only whitespace once unescaped (`escaped`: JSON
+/// escapes, `\u` ones too), whitespace as [`u8::is_ascii_whitespace`]
+/// says: space, tab, line feed, form feed, carriage return.
 fn is_space(raw: &[u8], escaped: bool) -> bool {
     let mut bytes = raw.iter();
     while let Some(&b) = bytes.next() {
         let space = match b {
-            b'\\' if escaped => matches!(bytes.next(), Some(b'n' | b't' | b'r' | b'f')),
+            b'\\' if escaped => match bytes.next() {
+                Some(b'n' | b't' | b'r' | b'f') => true,
+                // `\u0020`, `\u000A`…: four hex digits, either case.
+                Some(b'u') => {
+                    let hex = [bytes.next(), bytes.next(), bytes.next(), bytes.next()];
+                    let unit = hex.iter().try_fold(0u32, |unit, digit| {
+                        let digit = char::from(*(*digit)?).to_digit(16)?;
+                        Some(unit << 4 | digit)
+                    });
+                    unit.and_then(|u| u8::try_from(u).ok())
+                        .is_some_and(|b| b.is_ascii_whitespace())
+                }
+                _ => false,
+            },
             b => b.is_ascii_whitespace(),
         };
         if !space {

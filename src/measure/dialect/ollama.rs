@@ -95,7 +95,7 @@ impl<'a> Line<'a> {
             reasoning_bytes: thinking.saturating_add(self.thinking.0),
             output_bytes: content.len.saturating_add(self.response.len),
             // A line has one of the two.
-            think: content.think.then(content.len, self.response.think),
+            think: (content.think).then(content.len, self.response.think, self.response.len),
             tool_bytes: tool,
             usage,
             server: (server != ServerTimings::default()).then_some(server),

@@ -416,7 +416,7 @@ impl Exchange {
             false => self.upload.template_opens.as_deref().is_some_and(listed),
         };
         if opened {
-            t.inline.opened_by_prompt();
+            t.opened_by_prompt();
         }
     }
 

@@ -126,6 +126,15 @@ impl TokenCounts {
         self.count_text(split, summary);
     }
 
+    /// Everything counted so far was reasoning: whitespace read as answer
+    /// before a `<think>` opened (the timeline's `Inline::Blank`), and any
+    /// token before it that carried no text.
+    pub(crate) fn reclaim_as_reasoning(&mut self) {
+        self.reasoning_event_tokens = self.event_tokens;
+        self.reasoning_bytes = self.text_bytes;
+        self.raw_reasoning |= self.text_bytes > 0;
+    }
+
     /// Counts the text of a whole non-streamed body.
     pub(crate) fn count_body(&mut self, split: &Split, summary: bool, tokens: Option<u32>) {
         self.read = true;

@@ -20,6 +20,14 @@ pub(crate) enum Inline {
     /// opens reasoning.
     #[default]
     Start,
+    /// Only whitespace so far (a model may write a space or a newline
+    /// before its `<think>`: a raw prompt that ends without a space, a
+    /// tokenizer that keeps the space apart from the tag): counted as
+    /// answer, as the server sent it, but a `<think>` now still opens
+    /// reasoning, which then takes that
+    /// whitespace ([`Split::reclaimed`]). Meanwhile the timeline's TTFO
+    /// stands at the whitespace and is not reached.
+    Blank,
     /// Inside `<think>`: the answer's text is reasoning until `</think>`.
     Thinking,
     /// The prompt opened `<think>` (a template that ends with it, or a raw
@@ -53,6 +61,9 @@ pub(crate) struct Split {
     /// answer, was reasoning. A measurement lost, to be counted; or an
     /// answer that writes the tag as text.
     pub(crate) unopened: bool,
+    /// The whitespace read before this event as answer ([`Inline::Blank`])
+    /// was reasoning's: a `<think>` opened after it.
+    pub(crate) reclaimed: bool,
 }
 
 impl Split {
@@ -69,11 +80,14 @@ impl Split {
 
 impl Inline {
     /// The prompt opened `<think>`: from the start, the answer's text is
-    /// reasoning until `</think>`. Only before any text was read.
-    pub(crate) fn opened_by_prompt(&mut self) {
-        if *self == Self::Start {
+    /// reasoning until `</think>`. Only before any text but whitespace was
+    /// read; `true` when there was whitespace, which is reasoning's now.
+    pub(crate) fn opened_by_prompt(&mut self) -> bool {
+        let before = *self;
+        if matches!(before, Self::Start | Self::Blank) {
             *self = Self::Prompted;
         }
+        before == Self::Blank
     }
 
     /// Splits `parsed`'s bytes and moves on; `whole`: a whole body.
@@ -82,7 +96,7 @@ impl Inline {
         let before = *self;
         // The answer's bytes `from..to` (clamped to it), as a count.
         let span = |from: u32, to: u32| to.min(answer).saturating_sub(from.min(answer));
-        let mut unopened = false;
+        let (mut unopened, mut reclaimed) = (false, false);
         let moved = match before {
             Self::Off => 0,
             // The server's own reasoning field or a tool call: it parses
@@ -98,19 +112,23 @@ impl Inline {
                 }
                 0
             }
-            Self::Start | Self::Prompted if parsed.reasoning_bytes + parsed.tool_bytes > 0 => {
+            Self::Start | Self::Blank | Self::Prompted
+                if parsed.reasoning_bytes + parsed.tool_bytes > 0 =>
+            {
                 *self = Self::Off;
                 0
             }
-            Self::Start => match (parsed.think.open(), parsed.think.close()) {
+            Self::Start | Self::Blank => match (parsed.think.open(), parsed.think.close()) {
                 // Only whitespace before it: the reasoning opens, and the
-                // whitespace is its.
+                // whitespace is its, this event's and the earlier ones'.
                 (Some(_), Some(end)) => {
                     *self = Self::Off;
+                    reclaimed = before == Self::Blank;
                     span(0, end)
                 }
                 (Some(_), None) => {
                     *self = Self::Thinking;
+                    reclaimed = before == Self::Blank;
                     answer
                 }
                 (None, Some(end)) if whole => {
@@ -120,6 +138,10 @@ impl Inline {
                 (None, Some(_)) => {
                     *self = Self::Off;
                     unopened = true;
+                    0
+                }
+                _ if answer > 0 && parsed.think.blank() => {
+                    *self = Self::Blank;
                     0
                 }
                 _ if answer > 0 => {
@@ -151,6 +173,7 @@ impl Inline {
             tool: parsed.tool_bytes,
             reasoning_only: output == 0 && (moved > 0 || inside),
             unopened,
+            reclaimed,
         }
     }
 }
@@ -233,6 +256,43 @@ mod tests {
             [(0, 4), (0, 8), (0, 2)]
         );
         assert_eq!(read(&["Okay</think>\n\nHi"], true), [(12, 4)]);
+    }
+
+    /// Whitespace alone is answer until what follows tells: a `<think>`
+    /// takes it for the reasoning ([`Split::reclaimed`]), words or the
+    /// server's own reasoning field leave it the answer's.
+    #[test]
+    fn whitespace_alone_waits_for_what_follows() {
+        let split = |inline: &mut Inline, text| {
+            let s = inline.split(&answer(text), false);
+            (s.reasoning, s.output, s.reclaimed)
+        };
+        let mut inline = Inline::default();
+        assert_eq!(split(&mut inline, "\n"), (0, 1, false));
+        assert_eq!(split(&mut inline, " "), (0, 1, false));
+        assert_eq!(inline, Inline::Blank);
+        assert_eq!(split(&mut inline, " <think>"), (8, 0, true));
+        assert_eq!(inline, Inline::Thinking);
+        let mut inline = Inline::Blank;
+        assert_eq!(split(&mut inline, "<think>a</think>b"), (16, 1, true));
+        let mut inline = Inline::Blank;
+        assert_eq!(split(&mut inline, "Hi <think>"), (0, 10, false));
+        assert_eq!(inline, Inline::Answering);
+        let mut inline = Inline::Blank;
+        let field = Parsed {
+            reasoning_bytes: 3,
+            ..Parsed::default()
+        };
+        assert!(!inline.split(&field, false).reclaimed);
+        assert_eq!(inline, Inline::Off);
+        // A close alone after whitespace: unopened, as after nothing.
+        let mut inline = Inline::Blank;
+        assert!(inline.split(&answer("a</think>"), false).unopened);
+        // The prompt opened it: the whitespace is reasoning's.
+        let mut inline = Inline::Blank;
+        assert!(inline.opened_by_prompt());
+        assert_eq!(inline, Inline::Prompted);
+        assert!(!Inline::default().opened_by_prompt());
     }
 
     /// Once told the prompt opened `<think>`, the answer's text is

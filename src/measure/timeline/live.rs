@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::{Phase, Timeline};
+use super::{Inline, Phase, Timeline};
 
 /// A clock that stops before the request ends. Each is handed to the sinks
 /// once, as soon as it stopped and the request's model label is settled
@@ -175,7 +175,11 @@ impl Timeline {
             (Milestone::RequestUpload, self.request_sent.is_some()),
             (Milestone::ResponseHeaders, self.response_head.is_some()),
             (Milestone::FirstToken, self.first_token.is_some()),
-            (Milestone::FirstOutput, self.first_output.is_some()),
+            // Whitespace alone may yet turn out to be reasoning's.
+            (
+                Milestone::FirstOutput,
+                self.first_output.is_some() && self.inline != Inline::Blank,
+            ),
         ] {
             if known {
                 set = set.with(milestone);

@@ -58,7 +58,7 @@ impl Timeline {
         }
         let label = label_of_response(name);
         if globs.iter().any(|g| glob(g, &label)) {
-            self.inline.opened_by_prompt();
+            self.opened_by_prompt();
         }
     }
 }

@@ -231,18 +231,10 @@ fn a_body_s_token_array_is_its_exact_count() {
 fn inline_think_tags_split_ttft_and_ttfo() {
     let t0 = Instant::now();
     let mut t = Timeline::new(t0, Dialect::OpenAiChat);
-    let chunk =
-        |text: &str| format!(r#"{{"choices":[{{"index":0,"delta":{{"content":"{text}"}}}}]}}"#);
     let texts = [
         "", "<think>", "\\nHmm", ", 4", "</think>", "\\n\\n", "4", ".",
     ];
-    for (i, text) in texts.iter().enumerate() {
-        let data = chunk(text);
-        let parsed = Dialect::OpenAiChat
-            .parse_event(b"", data.as_bytes())
-            .expect("a chunk");
-        t.record(&parsed, t0 + ms(100 + 10 * i as u64));
-    }
+    record_chunks(&mut t, t0, &texts);
     t.finish(Outcome::Ok, t0 + ms(200));
     assert_eq!(t.ttft(), Some(ms(110)), "the open tag is the first token");
     assert_eq!(t.ttfo(), Some(ms(150)), "the first answer after the close");
@@ -251,6 +243,76 @@ fn inline_think_tags_split_ttft_and_ttfo() {
     assert_eq!((t.tokens.generated, t.tokens.reasoning), (7, 4));
     assert_eq!(t.tokens.reasoning_source, Some(CountSource::Events));
     assert_eq!(t.phases().get(Phase::Reasoning), Some(ms(40)));
+}
+
+/// Records each text as an OpenAI chat chunk's content, 10 ms apart from
+/// `t0 + 100 ms`, and says after each whether TTFO was reached.
+fn record_chunks(t: &mut Timeline, t0: Instant, texts: &[&str]) -> Vec<bool> {
+    let chunk =
+        |text: &str| format!(r#"{{"choices":[{{"index":0,"delta":{{"content":"{text}"}}}}]}}"#);
+    let mut reached = Vec::new();
+    for (i, text) in texts.iter().enumerate() {
+        let data = chunk(text);
+        let parsed = Dialect::OpenAiChat
+            .parse_event(b"", data.as_bytes())
+            .expect("a chunk");
+        t.record(&parsed, t0 + ms(100 + 10 * i as u64));
+        reached.push(t.reached().contains(Milestone::FirstOutput));
+    }
+    reached
+}
+
+/// A model that writes whitespace before its `<think>`: the whitespace is
+/// the reasoning's, so TTFO is the first answer after the close, and the
+/// reasoning's tokens include it. Until the open came, the whitespace
+/// could have been the answer's start: TTFO was not reached meanwhile.
+#[test]
+fn whitespace_before_think_is_reasoning() {
+    let t0 = Instant::now();
+    let mut t = Timeline::new(t0, Dialect::OpenAiChat);
+    let texts = [" ", "\\n", "<think>", "Hmm", "</think>", "4"];
+    let reached = record_chunks(&mut t, t0, &texts);
+    assert_eq!(reached, [false, false, false, false, false, true]);
+    t.finish(Outcome::Ok, t0 + ms(200));
+    assert_eq!(t.ttft(), Some(ms(100)), "the whitespace is the first token");
+    assert_eq!(t.ttfo(), Some(ms(150)), "the first answer after the close");
+    assert_eq!((t.tokens.generated, t.tokens.reasoning), (6, 5));
+    assert_eq!(t.phases().get(Phase::Reasoning), Some(ms(50)));
+    assert!(t.parse_errors.is_empty(), "{:?}", t.parse_errors);
+}
+
+/// Whitespace and then words: the whitespace was the answer's start, and
+/// TTFO stands at it, reached once the words came; a stream of whitespace
+/// alone is answer at its end.
+#[test]
+fn whitespace_before_words_is_the_answers_start() {
+    let t0 = Instant::now();
+    let mut t = Timeline::new(t0, Dialect::OpenAiChat);
+    let reached = record_chunks(&mut t, t0, &["\\n", " ", "Hi", "<think>"]);
+    assert_eq!(reached, [false, false, true, true]);
+    t.finish(Outcome::Ok, t0 + ms(200));
+    assert_eq!(t.ttfo(), Some(ms(100)));
+    assert_eq!((t.tokens.generated, t.tokens.reasoning), (4, 0));
+    let mut t = Timeline::new(t0, Dialect::OpenAiChat);
+    assert_eq!(record_chunks(&mut t, t0, &["\\n", " "]), [false, false]);
+    t.finish(Outcome::Ok, t0 + ms(200));
+    assert_eq!(t.ttfo(), Some(ms(100)));
+    assert_eq!(t.tokens.reasoning, 0);
+}
+
+/// A prompt that opened `<think>`, known only once the response named its
+/// model (after whitespace came): the whitespace is reasoning's too.
+#[test]
+fn a_prompt_opened_after_whitespace_takes_the_whitespace() {
+    let t0 = Instant::now();
+    let mut t = Timeline::new(t0, Dialect::OpenAiChat);
+    record_chunks(&mut t, t0, &["\\n"]);
+    t.opened_by_prompt();
+    let reached = record_chunks(&mut t, t0 + ms(10), &["Hmm", "</think>", "4"]);
+    assert_eq!(reached, [false, false, true]);
+    t.finish(Outcome::Ok, t0 + ms(200));
+    assert_eq!(t.ttfo(), Some(ms(130)));
+    assert_eq!((t.tokens.generated, t.tokens.reasoning), (4, 3));
 }
 
 /// SGLang's `/generate` sends all the text so far: the open tag is in

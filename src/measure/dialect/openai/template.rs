@@ -36,7 +36,7 @@ use std::ops::Range;
 use super::{Envelope, Finishing, Name, Scan, Scanner, Span, Text};
 use crate::measure::dialect::{
     common::{len32, Counts},
-    lazy::think_in,
+    lazy::answer_think,
     Parsed, Think,
 };
 
@@ -165,10 +165,7 @@ impl Template {
             Kind::Output => counts.output = len,
             Kind::Answer => {
                 counts.output = len;
-                // Most tokens hold neither an escape nor a `<`: no tag.
-                if text.escaped || text.lt {
-                    counts.think = think_in(&text)?;
-                }
+                counts.think = answer_think(&text)?;
             }
             Kind::Tool => counts.tool = len,
         }
@@ -249,8 +246,8 @@ impl Template {
             return None;
         }
         let counts = value.choices.0;
-        // A chunk with a reasoning tag is read whole (each string's own
-        // tag is read from it; the kept counts have none).
+        // A chunk with a reasoning tag, or blank, is read whole (each
+        // string's own tags are read from it; the kept counts have none).
         if counts.think != Think::NONE {
             return None;
         }

@@ -447,10 +447,26 @@ fn think_tags_first_open_and_first_close() {
     // The texts of a summed event, one after the other.
     let first = think(None, None);
     assert_eq!(
-        first.then(5, think(Some(0), Some(9))),
+        first.then(5, think(Some(0), Some(9)), 9),
         think(None, Some(14))
     );
-    assert_eq!(first.then(0, think(Some(0), None)), think(Some(0), None));
+    assert_eq!(first.then(0, think(Some(0), None), 7), think(Some(0), None));
+    // Blank when the texts that are not empty are.
+    let (blank, worded) = (Think::BLANK, Think::NONE);
+    for (a, before, b, after, want) in [
+        (blank, 1, blank, 2, blank),
+        (blank, 1, worded, 0, blank),
+        (worded, 0, blank, 2, blank),
+        (blank, 1, worded, 2, worded),
+        (worded, 1, blank, 2, worded),
+        (worded, 0, worded, 0, worded),
+    ] {
+        assert_eq!(
+            a.then(before, b, after),
+            want,
+            "{a:?} {before} {b:?} {after}"
+        );
+    }
 }
 
 /// Summed texts keep their tags at their place in the sum: a batch's or

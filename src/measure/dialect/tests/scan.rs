@@ -244,6 +244,18 @@ fn think_tags_are_found_in_the_answer_however_escaped() {
         (r"a\nb<c", Think::NONE),
         (r"<thinking>", Think::NONE),
         (r"\u00e9\n", Think::NONE),
+        // Blank: whitespace only, however written; not when empty or
+        // holding anything else.
+        (r"\n\n", Think::BLANK),
+        (" ", Think::BLANK),
+        (r"\u0020\t\u000A\r\f", Think::BLANK),
+        (r"\u000c", Think::BLANK),
+        ("", Think::NONE),
+        (r" \/", Think::NONE),
+        (r"\n\u00a0", Think::NONE),
+        (r"\u0041\u0020", Think::NONE),
+        (r"\b", Think::NONE),
+        (" a", Think::NONE),
     ];
     for (dialect, shape) in answers {
         for (text, want) in texts {

@@ -76,7 +76,7 @@ const NUMBERS: &str = "\
 #[rustfmt::skip]
 const RAW: &[&str] = &[
     r"\ud83d\ude00", r"\ud800", r"\udc00", r"\ud800\u0041", r"\u00E9\u20ac", r"\/\b\f",
-    r"\x", r"\u12", "\u{1}", "\t", r"\",
+    r"\x", r"\u12", "\u{1}", "\t", r"\", r"\u0020\n", r"\u000A", r" \u000b", r"\f\t",
 ];
 
 /// One of the space-separated words of `list`, or `""`.
@@ -93,8 +93,11 @@ fn text() -> impl Strategy<Value = String> {
             '"', '\\', '/', '\n', '\0', 'é', '€', '😀', '\u{7f}', 'a'
         ]),
     ];
+    // Whitespace alone (blank, [`Think::blank`]).
+    let space = prop::sample::select(vec![' ', '\n', '\t', '\r', '\u{c}', '\u{b}']);
     prop_oneof![
         prop::collection::vec(chars, 0..12).prop_map(|c| c.into_iter().collect()),
+        prop::collection::vec(space, 0..4).prop_map(|c| c.into_iter().collect()),
         words(WORDS).prop_map(str::to_owned),
     ]
 }
