@@ -263,7 +263,15 @@ impl Timeline {
         self.stream_done |= parsed.end;
         self.absorb(parsed);
         let exact = self.tokens.exact_for_event(parsed);
+        // TTFO reached: not the whitespace's own, which waits.
+        let answered = self.first_output.is_some() && self.inline != Inline::Blank;
         let split = self.inline.split(parsed, false);
+        if answered && self.inline == Inline::Blank {
+            // A token counted as answer by its count came before the
+            // whitespace (SGLang's growing count, a partial character
+            // held back): the answer began, and its TTFO may be observed.
+            self.inline = Inline::Answering;
+        }
         if split.unopened {
             self.parse_error(ParseError::ThinkUnopened);
         }

@@ -413,10 +413,9 @@ pub(super) struct Counts {
 impl Counts {
     fn add(&mut self, o: Counts) {
         self.reasoning = self.reasoning.saturating_add(o.reasoning);
-        // The elements' texts read one after the other.
-        if o.think != Think::NONE {
-            self.think = self.think.then(self.output, o.think, o.output);
-        }
+        // The elements' texts read one after the other (a worded one
+        // without tags ends a blank run too).
+        self.think = self.think.then(self.output, o.think, o.output);
         self.output = self.output.saturating_add(o.output);
         self.tool = self.tool.saturating_add(o.tool);
         self.tokens = plus(self.tokens, o.tokens);

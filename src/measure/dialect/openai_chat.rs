@@ -7,7 +7,7 @@ use serde::Deserialize;
 use super::{
     common::{cow, Content, Count, Counts, Finishing, Function, Summed, Tally, TextLen, ToolCall},
     lazy::{scan_struct, Reader},
-    openai, ParseError, Parsed,
+    openai, ParseError, Parsed, Think,
 };
 
 #[derive(Deserialize)]
@@ -102,7 +102,13 @@ impl Tally for Choice<'_> {
                 .len
                 .saturating_add(d.refusal.0)
                 .saturating_add(transcript),
-            think: d.content.answer.think,
+            // The tags are the content's; other answer text after it (a
+            // refusal, a transcript) is words, however blank the content.
+            think: d.content.answer.think.then(
+                d.content.answer.len,
+                Think::NONE,
+                d.refusal.0.saturating_add(transcript),
+            ),
             tool: d.tool_calls.0.tool.saturating_add(function),
             tokens: self
                 .token_ids

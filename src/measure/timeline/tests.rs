@@ -300,6 +300,27 @@ fn whitespace_before_words_is_the_answers_start() {
     assert_eq!(t.tokens.reasoning, 0);
 }
 
+/// A token counted as answer by its count, with no text yet (SGLang holds
+/// back a partial character), began the answer, and its TTFO may be
+/// observed: whitespace after it continues the answer, and TTFO is never
+/// taken back.
+#[test]
+fn whitespace_after_an_answer_counted_by_growth_stays_answer() {
+    let t0 = Instant::now();
+    let mut t = Timeline::new(t0, Dialect::Sglang);
+    let texts = ["", "\\n", "\\n<think>", "\\n<think>a</think>Hi"];
+    for (i, (text, count)) in texts.iter().zip([1, 2, 3, 5]).enumerate() {
+        let data = format!(r#"{{"text":"{text}","meta_info":{{"completion_tokens":{count}}}}}"#);
+        let parsed = Dialect::Sglang
+            .parse_event(b"", data.as_bytes())
+            .expect("an event");
+        t.record(&parsed, t0 + ms(100 + 10 * i as u64));
+        assert!(t.reached().contains(Milestone::FirstOutput), "{i}");
+    }
+    t.finish(Outcome::Ok, t0 + ms(200));
+    assert_eq!(t.ttfo(), Some(ms(100)));
+}
+
 /// A prompt that opened `<think>`, known only once the response named its
 /// model (after whitespace came): the whitespace is reasoning's too.
 #[test]

@@ -486,6 +486,40 @@ fn think_tags_of_summed_texts() {
     assert_eq!((p.think, p.output_bytes), (after, 21));
 }
 
+/// A summed event is blank only when every text in it is whitespace: the
+/// choices of a chunk, in either order, and a chat delta's content beside
+/// its refusal.
+#[test]
+fn a_summed_event_is_blank_only_when_all_its_text_is() {
+    use crate::measure::dialect::Think;
+    let chat = |a: &str, b: &str| {
+        format!(
+            r#"{{"choices":[{{"index":0,"delta":{{"content":"{a}"}}}},{{"index":1,"delta":{{"content":"{b}"}}}}]}}"#
+        )
+    };
+    let completion = |a: &str, b: &str| {
+        format!(r#"{{"choices":[{{"index":0,"text":"{a}"}},{{"index":1,"text":"{b}"}}]}}"#)
+    };
+    for (a, b, blank) in [
+        (r"\n", "Hi", false),
+        ("Hi", r"\n", false),
+        (r"\n", " ", true),
+        (r"\n", "", true),
+        ("", " ", true),
+    ] {
+        for (dialect, data) in [
+            (Dialect::OpenAiChat, chat(a, b)),
+            (Dialect::OpenAiCompletions, completion(a, b)),
+        ] {
+            let p = ev(dialect, &data);
+            assert_eq!(p.think.blank(), blank, "{dialect:?} {data}");
+        }
+    }
+    let refusal = r#"{"choices":[{"index":0,"delta":{"content":"\n","refusal":"No"}}]}"#;
+    let p = ev(Dialect::OpenAiChat, refusal);
+    assert_eq!((p.think, p.output_bytes), (Think::NONE, 3));
+}
+
 /// A shared path's own dialect, which the learnt server starts from and an
 /// error that names no server falls back to, is the one its path names.
 #[test]
