@@ -184,11 +184,21 @@ impl File {
     pub fn parse(text: &str, path: &str) -> Result<Self, ConfigError> {
         let syntax = |err: toml::de::Error| {
             let (line, column) = line_column(text, err.span().map_or(0, |s| s.start));
+            let mut message = err.message().trim().to_owned();
+            // toml says only "duplicate key", its span on the key (never
+            // the value, which may be a secret): name it, as every other
+            // error names its key.
+            if message == "duplicate key" {
+                let key = err.span().and_then(|span| text.get(span));
+                if let Some(key) = key.filter(|key| !key.contains('\n')) {
+                    message = format!("duplicate key `{}`", key.trim().trim_matches('"'));
+                }
+            }
             ConfigError::Syntax {
                 path: path.to_owned(),
                 line,
                 column,
-                message: err.message().trim().to_owned(),
+                message,
             }
         };
         let de = toml::de::Deserializer::parse(text).map_err(syntax)?;

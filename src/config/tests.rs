@@ -162,6 +162,35 @@ fn bad_address_and_syntax_are_reported_on_one_line() {
     assert!(!e.contains('\n'), "{e}");
 }
 
+/// A key given twice is named, as every other bad key is, and its value
+/// is not shown (it may be a secret).
+#[test]
+fn a_duplicate_key_is_named_without_its_value() {
+    for (text, key) in [
+        (
+            "upstream = \"http://a:1\"\nlisten = \"127.0.0.1:1\"\nlisten = \"127.0.0.1:2\"\n",
+            "listen",
+        ),
+        (
+            "upstream = \"http://a:1\"\n[records]\npath = \"a\"\n[records]\npath = \"b\"\n",
+            "records",
+        ),
+        (
+            "upstream = \"http://a:1\"\n[otel]\nendpoint = \"http://c:4318\"\n\
+             headers = { authorization = \"Bearer s3cret\", authorization = \"Bearer s3cret2\" }\n",
+            "authorization",
+        ),
+        (
+            "upstream = \"http://a:1\"\n\"listen\" = \"127.0.0.1:1\"\nlisten = \"127.0.0.1:2\"\n",
+            "listen",
+        ),
+    ] {
+        let e = error(text);
+        assert!(e.contains(&format!("duplicate key `{key}`")), "{e}");
+        assert!(!e.contains("s3cret") && !e.contains('\n'), "{e}");
+    }
+}
+
 #[test]
 fn overrides_win_and_name_their_origin() {
     let mut file =
