@@ -244,11 +244,15 @@ impl Reloader {
     /// the exit forever), then flushes the spans still queued (for a
     /// bounded time).
     pub(crate) async fn close(self) {
+        let unwritten = self.records.unwritten();
         if tokio::time::timeout(RECORDS_FLUSH, self.records.close())
             .await
             .is_err()
         {
-            tracing::warn!("The record log was not flushed within 2 s (a write blocked?); the records still queued are lost.");
+            tracing::warn!(
+                lost = unwritten(),
+                "The record log was not flushed within 2 s (a write blocked?); the records still queued are lost."
+            );
         }
         if let Some(traces) = self.traces {
             traces.close().await;

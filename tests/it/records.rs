@@ -428,6 +428,27 @@ fn report_binary_fails_with_one_line_and_exit_2() {
     assert!(stderr.contains("`ttft:fast`"), "{stderr}");
 }
 
+/// What a shutdown that cannot wait for the disk would lose is known:
+/// the records queued and not yet written (the exit's warning says how
+/// many), not those already turned away at a full queue (counted dropped)
+/// nor those written. The test's runtime has one thread, so the writer
+/// runs only once the test awaits.
+#[tokio::test]
+async fn the_records_queued_and_not_yet_written_are_known() {
+    let dir = temp_dir("unwritten");
+    let path = dir.join("r.jsonl");
+    let dropped = counter();
+    let log = RecordLog::open(Some(&config(&path, 1 << 20, 2, 4)), dropped.clone())
+        .expect("record log opens");
+    let unwritten = log.unwritten();
+    let writer = log.writer(vec![], vec![]);
+    (0..10).for_each(|i| writer.finished(&request(i, 40)));
+    assert_eq!((unwritten(), dropped.get()), (4, 6));
+    log.close().await;
+    assert_eq!(unwritten(), 0);
+    assert_eq!(lines(&path).len(), 4);
+}
+
 #[tokio::test]
 async fn a_reload_moves_records_to_the_new_writer_without_losing_or_doubling_any() {
     let dir = temp_dir("reload");

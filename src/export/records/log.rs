@@ -9,12 +9,12 @@
 
 use std::{
     io,
-    sync::{Arc, RwLock},
+    sync::{atomic::Ordering, Arc, RwLock},
 };
 
 use prometheus::IntCounter;
 
-use super::writer::{self, RecordWriter, Slot, WriterHandle};
+use super::writer::{self, RecordWriter, Slot, Unwritten, WriterHandle};
 use crate::{config::Records, measure::slo::Slo};
 
 /// The record log's writers, owned by whoever applies the config.
@@ -25,6 +25,7 @@ pub struct RecordLog {
     /// A writer left running when the log was turned off by a reload.
     retiring: Option<WriterHandle>,
     dropped: IntCounter,
+    unwritten: Unwritten,
 }
 
 impl RecordLog {
@@ -35,6 +36,7 @@ impl RecordLog {
             current: None,
             retiring: None,
             dropped,
+            unwritten: Unwritten::default(),
         };
         log.replace(records)?;
         Ok(log)
@@ -43,7 +45,8 @@ impl RecordLog {
     /// The sink of one config generation: it judges records against `slos`
     /// and names `labels`, and sends to whichever writer is current.
     pub fn writer(&self, slos: Vec<Slo>, labels: Vec<String>) -> RecordWriter {
-        RecordWriter::new(self.slot.clone(), slos, labels, self.dropped.clone())
+        let (slot, dropped) = (self.slot.clone(), self.dropped.clone());
+        RecordWriter::new(slot, slos, labels, dropped, self.unwritten.clone())
     }
 
     /// Applies new `[records]` settings; `Ok(false)` when they are the same.
@@ -59,10 +62,19 @@ impl RecordLog {
         };
         writer::probe(&records.path)?;
         let previous = (self.current.take().map(|(_, handle)| handle)).or(self.retiring.take());
-        let (tx, handle) = writer::start(records, self.dropped.clone(), previous)?;
+        let unwritten = self.unwritten.clone();
+        let (tx, handle) = writer::start(records, self.dropped.clone(), previous, unwritten)?;
         self.set(Some(tx));
         self.current = Some((records.clone(), handle));
         Ok(true)
+    }
+
+    /// Reads how many records are queued and not yet written (or counted
+    /// lost), by every writer: what a [`RecordLog::close`] cut short
+    /// loses. Taken before the log is closed.
+    pub fn unwritten(&self) -> impl Fn() -> u64 + Send + 'static {
+        let unwritten = self.unwritten.clone();
+        move || unwritten.load(Ordering::Relaxed)
     }
 
     /// Writes every record already queued, flushes and ends the writers.

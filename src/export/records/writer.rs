@@ -17,7 +17,10 @@ use std::{
     io::{self, Write},
     os::unix::fs::OpenOptionsExt,
     path::{Path, PathBuf},
-    sync::{Arc, RwLock},
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc, RwLock,
+    },
 };
 
 use prometheus::IntCounter;
@@ -52,7 +55,12 @@ pub struct RecordWriter {
     slos: Vec<Slo>,
     labels: Vec<String>,
     dropped: IntCounter,
+    unwritten: Unwritten,
 }
+
+/// Records queued and not yet written (or counted lost), by every writer
+/// of one log: what a shutdown that cannot wait for the disk loses.
+pub(super) type Unwritten = Arc<AtomicU64>;
 
 /// Stops the writer task: see [`WriterHandle::close`].
 pub struct WriterHandle {
@@ -73,17 +81,26 @@ impl RecordWriter {
         labels: Vec<String>,
         dropped: IntCounter,
     ) -> Result<(RecordWriter, WriterHandle), io::Error> {
-        let (tx, handle) = start(records, dropped.clone(), None)?;
+        let unwritten = Unwritten::default();
+        let (tx, handle) = start(records, dropped.clone(), None, unwritten.clone())?;
         let tx = Arc::new(RwLock::new(Some(tx)));
-        Ok((RecordWriter::new(tx, slos, labels, dropped), handle))
+        let writer = RecordWriter::new(tx, slos, labels, dropped, unwritten);
+        Ok((writer, handle))
     }
 
-    pub(super) fn new(tx: Slot, slos: Vec<Slo>, labels: Vec<String>, dropped: IntCounter) -> Self {
+    pub(super) fn new(
+        tx: Slot,
+        slos: Vec<Slo>,
+        labels: Vec<String>,
+        dropped: IntCounter,
+        unwritten: Unwritten,
+    ) -> Self {
         Self {
             tx,
             slos,
             labels,
             dropped,
+            unwritten,
         }
     }
 }
@@ -97,12 +114,13 @@ pub(super) fn start(
     records: &Records,
     dropped: IntCounter,
     previous: Option<WriterHandle>,
+    unwritten: Unwritten,
 ) -> io::Result<(mpsc::Sender<Record>, WriterHandle)> {
     let runtime = tokio::runtime::Handle::try_current().map_err(io::Error::other)?;
     let (tx, rx) = mpsc::channel(records.queue.max(1));
     let (stop, stopped) = oneshot::channel();
     let task = match previous {
-        None => runtime.spawn(run(rx, stopped, Sink::open(records, dropped)?)),
+        None => runtime.spawn(run(rx, stopped, Sink::open(records, dropped)?, unwritten)),
         Some(previous) => {
             let records = records.clone();
             runtime.spawn(async move {
@@ -112,7 +130,7 @@ pub(super) fn start(
                     sink.fail(e);
                     sink
                 });
-                run(rx, stopped, sink).await;
+                run(rx, stopped, sink, unwritten).await;
             })
         }
     };
@@ -131,7 +149,11 @@ impl TimelineSink for RecordWriter {
             return;
         };
         let record = Record::from_timeline(timeline, &self.slos, &self.labels);
+        // Counted before it is queued, so the writer never takes back
+        // what was not yet added.
+        self.unwritten.fetch_add(1, Ordering::Relaxed);
         if tx.try_send(record).is_err() {
+            self.unwritten.fetch_sub(1, Ordering::Relaxed);
             self.dropped.inc();
         }
     }
@@ -159,8 +181,14 @@ impl WriterHandle {
     }
 }
 
-/// The writer task: waits for records, writes them in batches.
-async fn run(mut rx: mpsc::Receiver<Record>, mut stop: oneshot::Receiver<()>, sink: Sink) {
+/// The writer task: waits for records, writes them in batches; each batch
+/// written (or counted lost) leaves `unwritten`.
+async fn run(
+    mut rx: mpsc::Receiver<Record>,
+    mut stop: oneshot::Receiver<()>,
+    sink: Sink,
+    unwritten: Unwritten,
+) {
     let mut sink = Some(sink);
     let mut closing = false;
     loop {
@@ -188,11 +216,13 @@ async fn run(mut rx: mpsc::Receiver<Record>, mut stop: oneshot::Receiver<()>, si
         let Some(mut current) = sink.take() else {
             return;
         };
+        let records = batch.len() as u64;
         let written = tokio::task::spawn_blocking(move || {
             current.write_batch(batch);
             current
         })
         .await;
+        unwritten.fetch_sub(records, Ordering::Relaxed);
         match written {
             Ok(current) if !done => sink = Some(current),
             Ok(_) => return,
