@@ -22,7 +22,7 @@ impl CaptureGauges {
     pub(super) fn new(budget: CaptureBudget) -> Result<Self, prometheus::Error> {
         let held = IntGauge::with_opts(Opts::new(
             "tokenclock_request_capture_bytes",
-            "Bytes the copies of the request bodies in flight hold now (their capacity), all requests together: read on the side to learn model, stream and max_tokens. At tokenclock_request_capture_limit_bytes a body is forwarded unread and counted in tokenclock_parse_errors_total{reason=\"request_over_budget\"}.",
+            "Bytes the copies of the request bodies in flight hold now (their capacity), all requests together: read on the side to learn model, stream and max_tokens. At tokenclock_request_capture_limit_bytes a body is forwarded unread and counted in tokenclock_parse_errors_total, reason request_over_budget.",
         ))?;
         let limit = IntGauge::with_opts(Opts::new(
             "tokenclock_request_capture_limit_bytes",
