@@ -3,8 +3,9 @@
 //! map, served at `GET /metrics` (text format 0.0.4). The clocks that stop
 //! early (TTFT, TTFO and the phases up to the first token) are observed
 //! when the request reaches them ([`TimelineSink::progressed`]), the rest
-//! at the end; [`stages`] counts where in-flight requests are; `text`
-//! writes the exposition.
+//! at the end; [`stages`] counts where in-flight requests are; `capture`
+//! reads what the request-body copies hold at each scrape; `text` writes
+//! the exposition.
 //!
 //! Every family lives in one [`Metrics`] value: the histograms and the
 //! counters labelled by model kept by `family` (a scrape writes them
