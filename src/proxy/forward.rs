@@ -21,10 +21,10 @@ mod pool;
 
 use std::{convert::Infallible, future::Future, pin::Pin, sync::Arc};
 
+use crate::export::metrics::UpstreamPoolMetrics;
 use crate::proxy::server::ReceivedBody as Incoming;
 use http::{header, uri::PathAndQuery, HeaderValue, Request, Response, StatusCode, Uri, Version};
 use hyper::service::Service;
-use prometheus::IntCounter;
 use tokio::time::{error::Elapsed, timeout, Instant};
 
 pub(crate) use self::capacity::Capacity;
@@ -86,13 +86,13 @@ impl Proxy {
         health: Health,
         live: Live,
         capacity: Arc<Capacity>,
-        resends: IntCounter,
+        pool_metrics: UpstreamPoolMetrics,
     ) -> Result<Self, rustls::Error> {
         let upstream_host = HeaderValue::from_str(config.upstream.authority.as_str())
             .unwrap_or_else(|_| HeaderValue::from_static("localhost"));
         Ok(Self {
             inner: Arc::new(Inner {
-                client: UpstreamClient::new(config, resends)?,
+                client: UpstreamClient::new(config, pool_metrics)?,
                 upstream: config.upstream.clone(),
                 upstream_host,
                 preserve_host: config.preserve_host,

@@ -197,7 +197,7 @@ impl Bound {
             Serve::new(&config.timeouts, metrics.connections("metrics"))
                 .with_answer_limit(admin::ANSWER_LIMIT),
         );
-        let resends = metrics.upstream_resends();
+        let pool_metrics = metrics.upstream_pool();
         let admin_service = admin::Admin::new(health.clone(), metrics);
         background.spawn(async move {
             // Never drained: it serves /readyz = 503 until the process exits.
@@ -207,7 +207,13 @@ impl Bound {
                 .await;
         });
 
-        let service = Proxy::new(&config, health.clone(), live, capacity.clone(), resends)?;
+        let service = Proxy::new(
+            &config,
+            health.clone(),
+            live,
+            capacity.clone(),
+            pool_metrics,
+        )?;
         let drain = Drain::new();
         tracing::info!(
             %listen,

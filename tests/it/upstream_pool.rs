@@ -217,7 +217,13 @@ async fn a_close_the_upstream_sent_while_idle_is_noticed() {
     round_trip(proxy.addr, "/stream").await;
     round_trip(proxy.addr, "/whole").await;
     assert_eq!(upstream.accepted(), 2, "a new connection after the close");
+    // Counted: an upstream keep-alive under pool_idle_timeout shows.
+    let closed = metric(proxy.metrics_addr, IDLE_CLOSED).await;
+    assert_eq!(closed, 1.0);
 }
+
+/// Pooled connections the upstream closed while idle, under the timeout.
+const IDLE_CLOSED: &str = "tokenclock_upstream_idle_closed_total";
 
 #[tokio::test]
 async fn pool_idle_timeout_retires_a_connection() {
@@ -231,6 +237,8 @@ async fn pool_idle_timeout_retires_a_connection() {
     .await;
     round_trip(proxy.addr, "/stream").await;
     assert_eq!(upstream.accepted(), 2);
+    let closed = metric(proxy.metrics_addr, IDLE_CLOSED).await;
+    assert_eq!(closed, 0.0, "closed by the pool, not the upstream");
 }
 
 #[tokio::test]

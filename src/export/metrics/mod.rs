@@ -52,7 +52,7 @@ use self::{
 pub(crate) use self::{
     connections::ConnectionMetrics,
     labels::{LabelCaps, LabelSpace, OTHER},
-    upstream::UpstreamHealthMetrics,
+    upstream::{UpstreamHealthMetrics, UpstreamPoolMetrics},
 };
 use crate::{
     config::{range_label, Disabled, ExportSettings},
@@ -251,9 +251,10 @@ impl Metrics {
         self.shared.upstream.series()
     }
 
-    /// Requests the upstream client sent a second time.
-    pub(crate) fn upstream_resends(&self) -> IntCounter {
-        self.shared.upstream.resends()
+    /// The upstream HTTP/1.1 pool's series: requests it sent a second
+    /// time, connections it found closed while idle.
+    pub(crate) fn upstream_pool(&self) -> UpstreamPoolMetrics {
+        self.shared.upstream.pool()
     }
 
     /// Counts a config reload; a successful one also sets the time of the

@@ -1,6 +1,6 @@
 //! The upstream's own families: whether the last health probe found the
-//! upstream healthy, how every probe ended, and the requests sent to it a
-//! second time.
+//! upstream healthy, how every probe ended, the requests sent to it a
+//! second time, and the pooled connections it closed while idle.
 
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
@@ -10,6 +10,29 @@ pub(super) struct UpstreamFamilies {
     healthy: IntGauge,
     probes: IntCounterVec,
     resends: IntCounter,
+    idle_closed: IntCounter,
+}
+
+/// The HTTP/1.1 pool's series; cheap to clone.
+#[derive(Clone)]
+pub(crate) struct UpstreamPoolMetrics {
+    /// Requests sent a second time on a new connection.
+    pub resends: IntCounter,
+    /// Pooled connections found closed by the upstream before
+    /// `pool_idle_timeout`.
+    pub idle_closed: IntCounter,
+}
+
+impl UpstreamPoolMetrics {
+    /// Series on a registry of their own (unit tests).
+    #[cfg(test)]
+    pub(crate) fn unexported() -> Self {
+        let counter = |name: &str| IntCounter::new(name, name).expect("a valid counter");
+        Self {
+            resends: counter("resends"),
+            idle_closed: counter("idle_closed"),
+        }
+    }
 }
 
 impl UpstreamFamilies {
@@ -27,21 +50,30 @@ impl UpstreamFamilies {
         )?;
         let resends = IntCounter::with_opts(Opts::new(
             "tokenclock_upstream_resends_total",
-            "Requests sent to the upstream a second time, on a new connection: a bodiless GET, HEAD, OPTIONS or TRACE on a kept-alive HTTP/1.1 connection the upstream closed before any byte of its answer (a worker recycled, a graceful restart). Never a POST.",
+            "Requests sent to the upstream a second time, on a new connection, after it closed a kept-alive HTTP/1.1 connection: a request of which no byte was written yet, or a bodiless GET, HEAD, OPTIONS or TRACE before any byte of its answer (a worker recycled, a graceful restart). Never a POST once a byte of it was written.",
+        ))?;
+        let idle_closed = IntCounter::with_opts(Opts::new(
+            "tokenclock_upstream_idle_closed_total",
+            "Pooled HTTP/1.1 connections found closed by the upstream while idle, before pool_idle_timeout. A steady rate means the upstream's keep-alive timeout is under pool_idle_timeout: a POST that races such a close gets 502 (it is never sent twice), so set pool_idle_timeout under it. An upstream restart closes them all at once.",
         ))?;
         registry.register(Box::new(healthy.clone()))?;
         registry.register(Box::new(probes.clone()))?;
         registry.register(Box::new(resends.clone()))?;
+        registry.register(Box::new(idle_closed.clone()))?;
         Ok(Self {
             healthy,
             probes,
             resends,
+            idle_closed,
         })
     }
 
-    /// Requests sent a second time on a new connection.
-    pub(super) fn resends(&self) -> IntCounter {
-        self.resends.clone()
+    /// The HTTP/1.1 pool's series.
+    pub(super) fn pool(&self) -> UpstreamPoolMetrics {
+        UpstreamPoolMetrics {
+            resends: self.resends.clone(),
+            idle_closed: self.idle_closed.clone(),
+        }
     }
 
     /// Every series, resolved once so each result is exported from the

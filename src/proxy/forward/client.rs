@@ -9,6 +9,7 @@ use std::{pin::Pin, sync::Arc, time::Duration};
 
 use http::{Request, Response, Uri};
 
+use crate::export::metrics::UpstreamPoolMetrics;
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::{
     client::legacy::{
@@ -17,7 +18,6 @@ use hyper_util::{
     },
     rt::{TokioExecutor, TokioTimer},
 };
-use prometheus::IntCounter;
 use rustls::crypto::ring;
 
 use super::{
@@ -63,9 +63,12 @@ pub(super) struct Answer {
 // === impl UpstreamClient ===
 
 impl UpstreamClient {
-    /// The client for the validated config; `resends` counts the requests
-    /// its HTTP/1.1 pool sends a second time.
-    pub(super) fn new(config: &Config, resends: IntCounter) -> Result<Self, rustls::Error> {
+    /// The client for the validated config; `pool_metrics` count what its
+    /// HTTP/1.1 pool sends a second time and finds closed.
+    pub(super) fn new(
+        config: &Config,
+        pool_metrics: UpstreamPoolMetrics,
+    ) -> Result<Self, rustls::Error> {
         Ok(match config.upstream.protocol {
             UpstreamProtocol::Http1 => {
                 let target = Uri::builder()
@@ -79,7 +82,7 @@ impl UpstreamClient {
                     target,
                     config.pool.max_idle_per_host,
                     config.pool.idle_timeout,
-                    resends,
+                    pool_metrics,
                 ))
             }
             UpstreamProtocol::Http2 => Self::Spawned(Box::new(build(config)?)),

@@ -38,11 +38,11 @@ use std::{
     time::Duration,
 };
 
+use crate::export::metrics::UpstreamPoolMetrics;
 use bytes::{Bytes, BytesMut};
 use http::{header, HeaderMap, Method, Request, Response, Uri};
 use http_body::{Body, Frame, SizeHint};
 use hyper_util::rt::TokioIo;
-use prometheus::IntCounter;
 use tokio::{
     io::{AsyncRead, AsyncWrite, ReadBuf, ReadHalf},
     task::AbortHandle,
@@ -111,8 +111,11 @@ struct Shared {
     idle: Mutex<Vec<Idle>>,
     max_idle: usize,
     idle_timeout: Duration,
-    /// Requests sent a second time ([`Upload::replay`]).
-    resends: IntCounter,
+    /// Requests sent a second time ([`Upload::replay`]), and connections
+    /// found closed while idle.
+    metrics: UpstreamPoolMetrics,
+    /// When a connection found closed while idle was last logged.
+    warned: Mutex<Option<Instant>>,
 }
 
 struct Idle {
@@ -152,7 +155,7 @@ impl Pool {
         target: Uri,
         max_idle: usize,
         idle_timeout: Duration,
-        resends: IntCounter,
+        metrics: UpstreamPoolMetrics,
     ) -> Self {
         let shared = Arc::new(Shared {
             connector,
@@ -160,7 +163,8 @@ impl Pool {
             idle: Mutex::new(Vec::new()),
             max_idle,
             idle_timeout,
-            resends,
+            metrics,
+            warned: Mutex::new(None),
         });
         // Closes connections idle past the timeout; without a runtime (unit
         // tests) they stay until the pool goes.
@@ -256,7 +260,7 @@ impl Pool {
                 }
                 Err(e) => return Err(e),
             }
-            self.shared.resends.inc();
+            self.shared.metrics.resends.inc();
             (conn, connect) = self.connect().await?;
             reused = false;
             failed_write = None;
@@ -564,6 +568,34 @@ impl Shared {
             if conn.alive() {
                 return Some(conn);
             }
+            self.closed_while_idle(now.saturating_duration_since(idle.since));
+        }
+    }
+
+    /// Counts a connection the upstream closed after `idle` without a
+    /// request, under `idle_timeout`, and says so in the log at most once
+    /// in [`WARN_EVERY`]: an upstream whose keep-alive timeout is under
+    /// `pool_idle_timeout` closes connections as requests are sent on
+    /// them, and a `POST` that races the close gets `502`.
+    fn closed_while_idle(&self, idle: Duration) {
+        self.metrics.idle_closed.inc();
+        let now = Instant::now();
+        let due = match self.warned.lock() {
+            Ok(mut warned) => {
+                let due = warned.is_none_or(|at| now.saturating_duration_since(at) >= WARN_EVERY);
+                if due {
+                    *warned = Some(now);
+                }
+                due
+            }
+            Err(_) => false,
+        };
+        if due {
+            tracing::warn!(
+                idle_ms = idle.as_millis() as u64,
+                pool_idle_timeout_ms = self.idle_timeout.as_millis() as u64,
+                "The upstream closed a pooled connection that was idle for less than pool_idle_timeout. If its keep-alive timeout is that short, set pool_idle_timeout under it: a POST sent as it closes one gets 502. (An upstream restart closes them too.)"
+            );
         }
     }
 
@@ -619,6 +651,9 @@ fn close(expired: Vec<Idle>) {
         Err(_) => drop(expired),
     }
 }
+
+/// How often the pool may log that the upstream closed an idle connection.
+const WARN_EVERY: Duration = Duration::from_secs(600);
 
 /// Every half idle timeout (at least a second), evicts expired idle
 /// connections; ends with the pool.

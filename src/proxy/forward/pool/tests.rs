@@ -161,7 +161,8 @@ async fn pool_of(stale: usize, fresh: usize, max_idle: usize) -> (super::Shared,
         idle: std::sync::Mutex::new(idle),
         max_idle,
         idle_timeout: Duration::from_secs(4),
-        resends: prometheus::IntCounter::new("resends", "resends").expect("counter"),
+        metrics: crate::export::metrics::UpstreamPoolMetrics::unexported(),
+        warned: std::sync::Mutex::new(None),
     };
     (shared, peers)
 }
