@@ -35,6 +35,27 @@ async fn unreachable_upstream_is_a_502_with_a_json_body() {
     assert_eq!(response.error_type(), "upstream_unavailable");
 }
 
+/// A request the proxy could not send (no connection to the upstream) is
+/// counted under the model its body names, with the body's size: during an
+/// outage a model's failures are its own, not `unknown`'s.
+#[tokio::test]
+async fn a_request_that_could_not_be_sent_keeps_its_model() {
+    let (proxy, mut timelines) =
+        common::proxy_with_timelines(common::closed_port().await, "").await;
+    let body = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+    let request = Request::post("/v1/chat/completions")
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from_static(body.as_bytes())))
+        .expect("request");
+    let response = send(proxy.addr, request).await.expect("head");
+    assert_eq!(response.status(), 502);
+    let t = common::next_timeline(&mut timelines).await;
+    assert_eq!(t.request.model.as_deref(), Some("m"));
+    assert_eq!(t.model.as_deref(), Some("m"));
+    assert_eq!(t.bytes_in, body.len() as u64);
+    assert_eq!(t.outcome.as_str(), "upstream_error");
+}
+
 #[tokio::test]
 async fn connect_timeout_is_a_504() {
     // A listener whose accept queue is full and never drained: the kernel

@@ -230,7 +230,7 @@ impl Pool {
         let mut spent = None;
         let (mut conn, mut connect) = match self.shared.take() {
             Some(conn) => (conn, Duration::ZERO),
-            None => self.connect().await?,
+            None => self.connect_for(&mut upload).await?,
         };
         let mut reused = connect.is_zero();
         let mut failed_write = None;
@@ -261,7 +261,7 @@ impl Pool {
                 Err(e) => return Err(e),
             }
             self.shared.metrics.resends.inc();
-            (conn, connect) = self.connect().await?;
+            (conn, connect) = self.connect_for(&mut upload).await?;
             reused = false;
             failed_write = None;
         };
@@ -302,6 +302,22 @@ impl Pool {
             response: Response::from_parts(response_parts, lease),
             connect,
         })
+    }
+
+    /// Opens a connection for `upload`; when that fails, the request is
+    /// not sent, and what of its body has come is read first
+    /// ([`Upload::read_what_came`]).
+    async fn connect_for(
+        &self,
+        upload: &mut Option<Box<Upload>>,
+    ) -> Result<(Conn, Duration), PoolError> {
+        let connected = self.connect().await;
+        if connected.is_err() {
+            if let Some(upload) = upload {
+                upload.read_what_came();
+            }
+        }
+        connected
     }
 
     /// Opens a connection; returns it and how long that took.
@@ -425,6 +441,16 @@ struct Upload {
 }
 
 impl Upload {
+    /// Reads the body's frames that have come already, without waiting
+    /// for more, when the request will not be sent (no connection to the
+    /// upstream): its measurement then reads the request's `model` and
+    /// size, and the failure is counted under its model, not `unknown`, as
+    /// an outage's requests must be. A small body comes with its head.
+    fn read_what_came(&mut self) {
+        let mut cx = Context::from_waker(Waker::noop());
+        while let Poll::Ready(Some(Ok(_))) = self.body.as_mut().poll_frame(&mut cx) {}
+    }
+
     fn new(body: UpstreamBody, framing: Framing, head: Vec<u8>, headers: &HeaderMap) -> Self {
         let owed = match framing {
             Framing::Length(n) => n,
