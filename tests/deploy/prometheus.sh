@@ -122,6 +122,9 @@ mutations=(
   "alerts.rules.yml%increase(tokenclock_otel_spans_dropped_total[10m]) > 0%increase(tokenclock_otel_spans_dropped_total[10m]) > 100%alerts_test.yml"
   "alerts.rules.yml%increase(tokenclock_log_lines_dropped_total[10m]) > 0%rate(tokenclock_log_lines_dropped_total{reason=\"write_error\"}[10m]) > 0%alerts_test.yml"
   "alerts.rules.yml%up{job=~\".*tokenclock.*\"} == 0%up == 0%alerts_test.yml"
+  "alerts.rules.yml%idle_closed_total[30m]) > 0
+        for: 1h%idle_closed_total[30m]) > 0
+        for: 0m%alerts_test.yml"
   "alerts.rules.yml%expr: tokenclock_upstream_healthy == 0
         for: 2m%expr: tokenclock_upstream_healthy == 0
         for: 0m%alerts_test.yml"
