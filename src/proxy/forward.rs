@@ -260,8 +260,10 @@ impl Inner {
             }
             Ok(Ok(answer)) => Ok(answer),
             Ok(Err(e)) => Err(match fault.get() {
-                Some(client) => ProxyError::ClientBody(client.clone()),
-                None => {
+                // A fault the measurement's read of a request never sent
+                // found is not what the client is told: the connect failed.
+                Some(client) if !e.never_sent() => ProxyError::ClientBody(client.clone()),
+                _ => {
                     if e.unreachable() {
                         // The next request would fail the same way.
                         self.health.unreachable();
@@ -393,7 +395,7 @@ fn authority_header(uri: &Uri) -> Option<HeaderValue> {
 /// The one place a [`ProxyError`] becomes the client's response.
 fn local_response(error: ProxyError, mut exchange: Exchange) -> Response<ProxyBody> {
     tracing::debug!(error = %error, "Forwarding failed.");
-    exchange.set_local_failure(error.status(), error.outcome());
+    exchange.set_local_failure(error.status(), error.outcome(), error.sent());
     let (parts, body) = error.to_response().into_parts();
     let body = ObservedBody::new(ResponseBody::local(body), exchange);
     Response::from_parts(parts, StripUsage::new(body, false))

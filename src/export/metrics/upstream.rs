@@ -54,7 +54,7 @@ impl UpstreamFamilies {
         ))?;
         let idle_closed = IntCounter::with_opts(Opts::new(
             "tokenclock_upstream_idle_closed_total",
-            "Pooled HTTP/1.1 connections found closed by the upstream while idle, before pool_idle_timeout. A steady rate means the upstream's keep-alive timeout is under pool_idle_timeout: a POST that races such a close gets 502 (it is never sent twice), so set pool_idle_timeout under it. An upstream restart closes them all at once.",
+            "Pooled HTTP/1.1 connections found closed by the upstream while idle, before pool_idle_timeout. A steady rate means the upstream's keep-alive timeout is under pool_idle_timeout: a POST that races such a close gets 502 (it is never sent twice), so set pool_idle_timeout under it. An upstream restart closes them all at once; workers recycled after a number of requests close them too, which no pool_idle_timeout helps.",
         ))?;
         registry.register(Box::new(healthy.clone()))?;
         registry.register(Box::new(probes.clone()))?;

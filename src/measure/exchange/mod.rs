@@ -240,10 +240,17 @@ impl Exchange {
         self.timeline.connect = Some(connect);
     }
 
-    /// Records that the proxy answered itself because forwarding failed.
-    pub(crate) fn set_local_failure(&mut self, status: StatusCode, outcome: Outcome) {
+    /// Records that the proxy answered itself because forwarding failed;
+    /// `sent`: the request may have gone upstream. One that did not (no
+    /// connection could be made) keeps what its body said, read for the
+    /// measurement, but has no upload phase: nothing was uploaded.
+    pub(crate) fn set_local_failure(&mut self, status: StatusCode, outcome: Outcome, sent: bool) {
         self.timeline.status = Some(status);
         self.local_failure = Some(outcome);
+        if !sent {
+            self.read_request();
+            self.timeline.request_sent = None;
+        }
     }
 
     fn outcome(&self, end: End) -> Outcome {
@@ -332,13 +339,7 @@ impl Exchange {
     /// delivered. Runs once per response head and per new milestone (a
     /// handful of times per request), or per frame while the label waits.
     fn progress(&mut self) {
-        if !self.request_read {
-            self.request_read = self.upload.take(&mut self.timeline);
-            self.request_of_known_endpoint();
-            if self.request_read {
-                self.reasoning_opened_by_prompt(false);
-            }
-        }
+        self.read_request();
         let reached = self.timeline.reached();
         if reached != self.noticed {
             self.noticed = reached;
@@ -364,6 +365,17 @@ impl Exchange {
             sink.progressed(&self.timeline, fresh);
         }
         self.timeline.delivered = reached;
+    }
+
+    /// Takes what the request body said into the timeline, once it ended.
+    fn read_request(&mut self) {
+        if !self.request_read {
+            self.request_read = self.upload.take(&mut self.timeline);
+            self.request_of_known_endpoint();
+            if self.request_read {
+                self.reasoning_opened_by_prompt(false);
+            }
+        }
     }
 
     /// The request's endpoint is `dialect`, as its response told (a

@@ -51,10 +51,10 @@ fn outcomes_follow_status_and_end() {
 #[test]
 fn a_local_failure_wins_over_how_its_body_ended() {
     let mut e = exchange(200);
-    e.set_local_failure(StatusCode::GATEWAY_TIMEOUT, Outcome::Timeout);
+    e.set_local_failure(StatusCode::GATEWAY_TIMEOUT, Outcome::Timeout, true);
     assert_eq!(e.outcome(End::Complete), Outcome::Timeout);
     let mut e = exchange(200);
-    e.set_local_failure(StatusCode::BAD_GATEWAY, Outcome::UpstreamError);
+    e.set_local_failure(StatusCode::BAD_GATEWAY, Outcome::UpstreamError, true);
     assert_eq!(e.outcome(End::Dropped), Outcome::UpstreamError);
 }
 

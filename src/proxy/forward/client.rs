@@ -162,6 +162,13 @@ impl Unanswered {
         }
     }
 
+    /// Whether the request was never sent: no connection to the upstream
+    /// could be made for it (the pool then read what of its body had come,
+    /// for measurement only).
+    pub(super) fn never_sent(&self) -> bool {
+        matches!(self, Self::Pool(PoolError::Connect(_)))
+    }
+
     /// The proxy's error; `connect_timeout` names a connect that timed out.
     pub(super) fn into_error(self, connect_timeout: Duration) -> ProxyError {
         match self {

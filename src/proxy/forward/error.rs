@@ -81,6 +81,19 @@ impl ProxyError {
         matches!(self, Self::ConnectTimeout(_) | Self::HeaderTimeout(_))
     }
 
+    /// Whether the request may have gone upstream: not when no connection
+    /// could be made for it, nor when the proxy refused it.
+    pub(crate) fn sent(&self) -> bool {
+        !matches!(
+            self,
+            Self::Unavailable(_)
+                | Self::ConnectTimeout(_)
+                | Self::BadRequest(_)
+                | Self::MethodNotAllowed
+                | Self::AtCapacity(_)
+        )
+    }
+
     /// How a request that failed this way ended: the upstream's faults are
     /// `upstream_error` or `timeout`, the client's never are.
     pub(crate) fn outcome(&self) -> Outcome {

@@ -230,7 +230,7 @@ impl Pool {
         let mut spent = None;
         let (mut conn, mut connect) = match self.shared.take() {
             Some(conn) => (conn, Duration::ZERO),
-            None => self.connect_for(&mut upload).await?,
+            None => unsent(self.connect().await, &mut upload)?,
         };
         let mut reused = connect.is_zero();
         let mut failed_write = None;
@@ -261,7 +261,7 @@ impl Pool {
                 Err(e) => return Err(e),
             }
             self.shared.metrics.resends.inc();
-            (conn, connect) = self.connect_for(&mut upload).await?;
+            (conn, connect) = unsent(self.connect().await, &mut upload)?;
             reused = false;
             failed_write = None;
         };
@@ -304,22 +304,6 @@ impl Pool {
         })
     }
 
-    /// Opens a connection for `upload`; when that fails, the request is
-    /// not sent, and what of its body has come is read first
-    /// ([`Upload::read_what_came`]).
-    async fn connect_for(
-        &self,
-        upload: &mut Option<Box<Upload>>,
-    ) -> Result<(Conn, Duration), PoolError> {
-        let connected = self.connect().await;
-        if connected.is_err() {
-            if let Some(upload) = upload {
-                upload.read_what_came();
-            }
-        }
-        connected
-    }
-
     /// Opens a connection; returns it and how long that took.
     async fn connect(&self) -> Result<(Conn, Duration), PoolError> {
         let mut connector = self.shared.connector.clone();
@@ -338,6 +322,22 @@ impl Pool {
         };
         Ok((conn, took))
     }
+}
+
+/// `connected`, for `upload`: when the connect failed, the request will
+/// not be sent, and what of its body has come is read first
+/// ([`Upload::read_what_came`]). Not an `async fn` of its own: its state
+/// would be nested in every waiting request's future.
+fn unsent<T>(
+    connected: Result<T, PoolError>,
+    upload: &mut Option<Box<Upload>>,
+) -> Result<T, PoolError> {
+    if connected.is_err() {
+        if let Some(upload) = upload {
+            upload.read_what_came();
+        }
+    }
+    connected
 }
 
 /// Puts back a replayable request (`upload` partly written, or `spent`
@@ -620,7 +620,7 @@ impl Shared {
             tracing::warn!(
                 idle_ms = idle.as_millis() as u64,
                 pool_idle_timeout_ms = self.idle_timeout.as_millis() as u64,
-                "The upstream closed a pooled connection that was idle for less than pool_idle_timeout. If its keep-alive timeout is that short, set pool_idle_timeout under it: a POST sent as it closes one gets 502. (An upstream restart closes them too.)"
+                "The upstream closed a pooled connection that was idle for less than pool_idle_timeout (idle_ms: when the close was found, so its keep-alive is at most that). If its keep-alive timeout is under pool_idle_timeout, set pool_idle_timeout under it: a POST sent as it closes one gets 502. A restart, or workers recycled after a number of requests, close connections too."
             );
         }
     }
