@@ -427,6 +427,19 @@ def panels():
         12, 74, 12, 8, "Sidecar memory",
         "Each sidecar's resident memory, to set against its container's memory limit: held streams, connections, the request-body copies (left) and the decoders of compressed responses.",
     )
+
+    # Row 11: the upstream's HTTP/1.1 connections.
+    add(
+        series("short")
+        .with_target(
+            query("sum by (instance) (increase(tokenclock_upstream_idle_closed_total[$__rate_interval]))", "closed while idle {{instance}}", "A")
+        )
+        .with_target(
+            query("sum by (instance) (increase(tokenclock_upstream_resends_total[$__rate_interval]))", "resent {{instance}}", "B")
+        ),
+        0, 82, 24, 8, "Upstream connections closed under the pool",
+        "Per interval, on each sidecar: pooled connections the model server closed while idle, before pool_idle_timeout, and requests sent a second time after it closed a kept-alive connection. A steady count of the first means its keep-alive timeout is under pool_idle_timeout, and POSTs that race its closes get 502 (TokenclockUpstreamKeepAliveShort); a burst is a restart.",
+    )
     return out
 
 
