@@ -264,13 +264,13 @@ impl Timeline {
         self.absorb(parsed);
         let exact = self.tokens.exact_for_event(parsed);
         // TTFO reached: not the whitespace's own, which waits.
-        let answered = self.first_output.is_some() && self.inline != Inline::Blank;
+        let answered = self.first_output.is_some() && !self.inline.blank();
         let split = self.inline.split(parsed, false);
-        if answered && self.inline == Inline::Blank {
+        if answered && self.inline.blank() {
             // A token counted as answer by its count came before the
             // whitespace (SGLang's growing count, a partial character
             // held back): the answer began, and its TTFO may be observed.
-            self.inline = Inline::Answering;
+            self.inline = Inline::ANSWERING;
         }
         if split.unopened {
             self.parse_error(ParseError::ThinkUnopened);
@@ -317,7 +317,8 @@ impl Timeline {
         }
     }
 
-    /// The whitespace read as answer ([`Inline::Blank`]) was reasoning's:
+    /// The whitespace read as answer ([`Inline::Blank`], and a `<think>`'s
+    /// first bytes) was reasoning's:
     /// its TTFO, not yet reached, is taken back, and its tokens and bytes
     /// are counted as reasoning.
     fn reclaim_blank(&mut self) {

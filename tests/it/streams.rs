@@ -15,7 +15,7 @@ use http::Request;
 use http_body_util::Full;
 use tokenclock::{
     measure::dialect::Dialect,
-    measure::timeline::{CountSource, Outcome},
+    measure::timeline::{CountSource, Outcome, Timeline},
 };
 
 struct Case {
@@ -343,6 +343,57 @@ async fn usage_inject_leaves_a_shared_path_alone() {
     }
 }
 
+/// Each event of a reasoning stream, `TEXT` its answer's text, and its end:
+/// an OpenAI chat SSE stream and an Ollama NDJSON one.
+const ANSWER_STREAMS: [(&str, &str, &str, &str); 2] = [
+    (
+        "/v1/chat/completions",
+        SSE,
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"TEXT\"}}]}\n\n",
+        "data: [DONE]\n\n",
+    ),
+    (
+        "/api/chat",
+        NDJSON,
+        "{\"model\":\"m\",\"message\":{\"role\":\"assistant\",\"content\":\"TEXT\"},\"done\":false}\n",
+        "{\"model\":\"m\",\"message\":{\"role\":\"assistant\",\"content\":\"\"},\"done\":true}\n",
+    ),
+];
+
+/// The timeline of `texts` sent 20 ms apart as `ANSWER_STREAMS`' `case`
+/// through a real proxy, which must forward them unchanged.
+async fn answer_stream_timeline(case: (&str, &str, &str, &str), texts: &[&str]) -> Timeline {
+    let (path, content_type, frame, last) = case;
+    let mut body = String::new();
+    let mut script = vec![Step::Write(chunked_head(content_type))];
+    for (i, text) in texts.iter().enumerate() {
+        let event = frame.replace("TEXT", text);
+        body.push_str(&event);
+        script.push(Step::At(Duration::from_millis(20 * (i as u64 + 1))));
+        script.push(Step::Write(chunk(event.as_bytes())));
+    }
+    body.push_str(last);
+    script.push(Step::Write(chunk(last.as_bytes())));
+    script.push(Step::Write(bytes("0\r\n\r\n")));
+    let upstream = Scripted::start(script).await;
+    let (proxy, mut timelines) = common::proxy_with_timelines(upstream.addr, "").await;
+    let request = Request::post(path)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from_static(STREAMED_REQUEST)))
+        .expect("request");
+    let response = send(proxy.addr, request).await.expect("response");
+    let got = collect(response).await.expect("stream").body();
+    assert_eq!(String::from_utf8_lossy(&got), body, "{path}: unchanged");
+    let t = next_timeline(&mut timelines).await;
+    assert!(
+        t.parse_errors.is_empty(),
+        "{path} {texts:?}: {:?}",
+        t.parse_errors
+    );
+    proxy.shutdown().await;
+    t
+}
+
 /// A model that writes whitespace before its `<think>` (a raw prompt that
 /// ends without the newline its template has, a tokenizer that keeps the
 /// space apart from the tag): the whitespace is the reasoning's, and TTFO
@@ -350,47 +401,12 @@ async fn usage_inject_leaves_a_shared_path_alone() {
 /// Whitespace and then words is the answer from its first whitespace.
 #[tokio::test]
 async fn whitespace_before_think_is_reasoning() {
-    // Each event, `TEXT` its answer's text.
-    let cases = [
-        (
-            "/v1/chat/completions",
-            SSE,
-            "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"TEXT\"}}]}\n\n",
-            "data: [DONE]\n\n",
-        ),
-        (
-            "/api/chat",
-            NDJSON,
-            "{\"model\":\"m\",\"message\":{\"role\":\"assistant\",\"content\":\"TEXT\"},\"done\":false}\n",
-            "{\"model\":\"m\",\"message\":{\"role\":\"assistant\",\"content\":\"\"},\"done\":true}\n",
-        ),
-    ];
     let thinking = [" ", "\\n", "<think>", "Hmm", "</think>", "Hi"];
     let answering = ["\\n", " ", "Hi", "<think>"];
-    for (path, content_type, frame, last) in cases {
+    for case in ANSWER_STREAMS {
+        let path = case.0;
         for texts in [&thinking[..], &answering[..]] {
-            let mut body = String::new();
-            let mut script = vec![Step::Write(chunked_head(content_type))];
-            for (i, text) in texts.iter().enumerate() {
-                let event = frame.replace("TEXT", text);
-                body.push_str(&event);
-                script.push(Step::At(Duration::from_millis(20 * (i as u64 + 1))));
-                script.push(Step::Write(chunk(event.as_bytes())));
-            }
-            body.push_str(last);
-            script.push(Step::Write(chunk(last.as_bytes())));
-            script.push(Step::Write(bytes("0\r\n\r\n")));
-            let upstream = Scripted::start(script).await;
-            let (proxy, mut timelines) = common::proxy_with_timelines(upstream.addr, "").await;
-            let request = Request::post(path)
-                .header("content-type", "application/json")
-                .body(Full::new(Bytes::from_static(STREAMED_REQUEST)))
-                .expect("request");
-            let response = send(proxy.addr, request).await.expect("response");
-            let got = collect(response).await.expect("stream").body();
-            assert_eq!(String::from_utf8_lossy(&got), body, "{path}: unchanged");
-            let t = next_timeline(&mut timelines).await;
-            assert!(t.parse_errors.is_empty(), "{path}: {:?}", t.parse_errors);
+            let t = answer_stream_timeline(case, texts).await;
             let (ttft, ttfo) = (t.ttft().expect("ttft"), t.ttfo().expect("ttfo"));
             let reasoning = t.tokens.reasoning;
             if texts[0] == " " {
@@ -404,7 +420,42 @@ async fn whitespace_before_think_is_reasoning() {
                 assert_eq!(ttfo, ttft, "{path}");
                 assert_eq!((reasoning, t.tokens.generated), (0, 4), "{path}");
             }
-            proxy.shutdown().await;
+        }
+    }
+}
+
+/// A `<think>` or `</think>` cut between events (a tokenizer without one
+/// token for it, a gateway that re-chunks text; Ollama escapes `<` and `>`)
+/// is read as if whole: TTFO at the answer after the close, and the events
+/// before it reasoning. Before 2026-12-07 a cut close was never seen, and
+/// the whole answer was counted as reasoning, with no error.
+#[tokio::test]
+async fn a_think_tag_cut_between_events_is_read_whole() {
+    let closed = ["<think>", "Hmm", "</", "think>", "Hi"];
+    let escaped = [
+        "\\u003cthink\\u003e",
+        "Hmm",
+        "\\u003c/",
+        "think\\u003e",
+        "Hi",
+    ];
+    let opened = ["<", "think>", "Hmm", "</think>", "Hi"];
+    for case in ANSWER_STREAMS {
+        for texts in [closed, escaped, opened] {
+            let t = answer_stream_timeline(case, &texts).await;
+            let (ttft, ttfo) = (t.ttft().expect("ttft"), t.ttfo().expect("ttfo"));
+            // The four events before the answer, 20 ms apart.
+            assert!(
+                ttfo >= ttft + Duration::from_millis(60),
+                "{} {texts:?}: {ttft:?} {ttfo:?}",
+                case.0
+            );
+            assert_eq!(
+                (t.tokens.reasoning, t.tokens.generated),
+                (4, 5),
+                "{} {texts:?}",
+                case.0
+            );
         }
     }
 }

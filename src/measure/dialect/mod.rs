@@ -795,12 +795,135 @@ impl ServerTimings {
 /// reasoning".
 ///
 /// Each offset is kept plus one, so the pair takes 8 bytes (every event's
-/// [`Parsed`] carries one), and [`Think::blank`] 4 more.
+/// [`Parsed`] carries one), and [`Think::blank`] and [`Think::cut`] 8 more.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Think {
     open: Option<NonZeroU32>,
     close: Option<NonZeroU32>,
     blank: bool,
+    cut: Cut,
+}
+
+/// A tag cut between events: where a text may end one that earlier
+/// events began, or begin one that later events end. A tokenizer that has
+/// no single token for `</think>` (a model's own, or a distill's) writes
+/// it in pieces, `</` then `think>`, and a gateway that re-chunks text
+/// cuts anywhere. Lengths in the tag's bytes, 0 for none. `<think>` is
+/// `</think>` without its `/`, so from its second byte on it is
+/// `</think>` from its third: one head and one middle say both.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Cut {
+    /// The text is whitespace and then `<think>`'s first `open` bytes
+    /// (1 to 6): the rest may follow.
+    pub open: u8,
+    /// The text ends with `</think>`'s first `close` bytes (1 to 7).
+    pub close: u8,
+    /// The text starts with `</think>` from its byte `head` (1 to 7) to
+    /// its end: it ends a tag whose first `head` bytes came before.
+    pub head: u8,
+    /// The text is `</think>`'s bytes from `mid` (1 to 6) on, not to its
+    /// end: it goes on with a tag whose first `mid` bytes came before.
+    pub mid: u8,
+}
+
+impl Cut {
+    const TAG: &'static [u8] = b"</think>";
+
+    /// The pieces in `text`, which has a `<`, and no `\u` or `\/` escape
+    /// when `escaped` (the bytes of a tag are then themselves): its start,
+    /// and its end.
+    fn of(text: &[u8], escaped: bool) -> Self {
+        let mut cut = Self::start(text, escaped);
+        let mut last = text.iter().rev().take(Self::TAG.len() - 1);
+        let Some(from_end) = last.position(|&b| b == b'<') else {
+            return cut;
+        };
+        let at = text.len() - 1 - from_end;
+        let tail = &text[at..];
+        let n = tail.len() as u8;
+        if Self::TAG.starts_with(tail) {
+            cut.close = n;
+        }
+        if Think::OPEN[..Think::OPEN.len() - 1].starts_with(tail) && is_space(&text[..at], escaped)
+        {
+            cut.open = n;
+        }
+        cut
+    }
+
+    /// Whether `text` (raw JSON string bytes with escapes of any kind when
+    /// `escaped`) starts with the rest of a cut tag, or is a piece of its
+    /// middle. Most texts are told by their first byte.
+    #[inline]
+    fn start(text: &[u8], escaped: bool) -> Self {
+        let Some(&first) = text.first() else {
+            return Self::default();
+        };
+        if !(Self::TAG[1..].contains(&first) || (escaped && first == b'\\')) {
+            return Self::default();
+        }
+        Self::start_of(text, escaped)
+    }
+
+    #[inline(never)]
+    fn start_of(text: &[u8], escaped: bool) -> Self {
+        // The first bytes unescaped: a tag's are ASCII; any other byte
+        // stands as one that no tag has.
+        let mut head = [0u8; 8];
+        let (mut n, mut rest) = (0, text);
+        while n < head.len() {
+            let Some((&b, after)) = rest.split_first() else {
+                break;
+            };
+            (head[n], rest) = match (b, escaped) {
+                (b'\\', true) => unescape_one(after),
+                _ => (b, after),
+            };
+            n += 1;
+        }
+        let (head, whole) = (&head[..n], rest.is_empty());
+        let mut cut = Self::default();
+        if let Some(j) = Self::TAG[1..].iter().position(|&b| b == head[0]) {
+            let from = &Self::TAG[j + 1..];
+            if head.starts_with(from) {
+                cut.head = j as u8 + 1;
+            } else if whole && from.starts_with(head) {
+                cut.mid = j as u8 + 1;
+            }
+        }
+        cut
+    }
+}
+
+/// The byte a JSON escape stands for, from the bytes after its backslash,
+/// and the bytes after it: 0xFF for one that is not ASCII (no tag's).
+fn unescape_one(after: &[u8]) -> (u8, &[u8]) {
+    let Some((&e, rest)) = after.split_first() else {
+        return (0xFF, after);
+    };
+    let b = match e {
+        b'n' => b'\n',
+        b't' => b'\t',
+        b'r' => b'\r',
+        b'b' => 0x08,
+        b'f' => 0x0C,
+        b'"' | b'\\' | b'/' => e,
+        b'u' => {
+            let unit = rest.get(..4).and_then(|hex| {
+                hex.iter()
+                    .try_fold(0u32, |u, d| Some(u << 4 | char::from(*d).to_digit(16)?))
+            });
+            let rest = rest.get(4..).unwrap_or_default();
+            return (
+                unit.and_then(|u| u8::try_from(u).ok())
+                    .filter(u8::is_ascii)
+                    .unwrap_or(0xFF),
+                rest,
+            );
+        }
+        _ => 0xFF,
+    };
+    (b, rest)
 }
 
 impl Think {
@@ -812,6 +935,12 @@ impl Think {
         open: None,
         close: None,
         blank: false,
+        cut: Cut {
+            open: 0,
+            close: 0,
+            head: 0,
+            mid: 0,
+        },
     };
 
     /// No tag, in a text that is only whitespace and not empty.
@@ -826,8 +955,18 @@ impl Think {
         Self {
             open: open.and_then(plus_one),
             close: close.and_then(plus_one),
-            blank: false,
+            ..Self::NONE
         }
+    }
+
+    /// The same tags, with `cut`'s pieces.
+    pub fn with_cut(self, cut: Cut) -> Self {
+        Self { cut, ..self }
+    }
+
+    /// Pieces of a tag cut between events ([`Cut`]).
+    pub fn cut(self) -> Cut {
+        self.cut
     }
 
     /// The text is whitespace and nothing else (not empty): a newline some
@@ -844,7 +983,7 @@ impl Think {
     pub(crate) fn untagged(text: &[u8], escaped: bool) -> Self {
         match !text.is_empty() && is_space(text, escaped) {
             true => Self::BLANK,
-            false => Self::NONE,
+            false => Self::NONE.with_cut(Cut::start(text, escaped)),
         }
     }
 
@@ -889,6 +1028,7 @@ impl Think {
             open.map(|o| common::len32(unescaped(o))),
             close.map(|c| common::len32(unescaped(c))),
         )
+        .with_cut(Cut::of(text, escaped))
     }
 
     /// The tags of a text made of one of `before` bytes (whose tags are
@@ -896,12 +1036,30 @@ impl Think {
     /// summed event's or body's (several choices, a batch, Ollama's two
     /// fields).
     pub(crate) fn then(self, before: u32, next: Self, after: u32) -> Self {
+        let (a, b) = (self.cut, next.cut);
         Self {
             // Blank when the texts that are not empty are.
             blank: match (before, after) {
                 (0, _) => next.blank,
                 (_, 0) => self.blank,
                 _ => self.blank && next.blank,
+            },
+            // A cut tag at the start of the first text that is not empty,
+            // or at the end of the last.
+            cut: Cut {
+                open: match (before, after) {
+                    (0, _) => b.open,
+                    (_, 0) => a.open,
+                    _ if self.blank => b.open,
+                    _ => 0,
+                },
+                close: if after == 0 { a.close } else { b.close },
+                head: if before == 0 { b.head } else { a.head },
+                mid: match (before, after) {
+                    (0, _) => b.mid,
+                    (_, 0) => a.mid,
+                    _ => 0,
+                },
             },
             ..Self::new(
                 // An open after other text is text (whitespace or not: the

@@ -11,7 +11,10 @@
 //! been observed, and no clock is taken back. A whole body has no clocks,
 //! so there a close alone closes what came before it too.
 
-use crate::measure::dialect::Parsed;
+use crate::measure::dialect::{Cut, Parsed};
+
+/// `</think>`'s length.
+const CLOSE: u8 = 8;
 
 /// Where a response is in its inline reasoning.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -22,14 +25,16 @@ pub(crate) enum Inline {
     Start,
     /// Only whitespace so far (a model may write a space or a newline
     /// before its `<think>`: a raw prompt that ends without a space, a
-    /// tokenizer that keeps the space apart from the tag): counted as
-    /// answer, as the server sent it, but a `<think>` now still opens
-    /// reasoning, which then takes that
-    /// whitespace ([`Split::reclaimed`]). Meanwhile the timeline's TTFO
-    /// stands at the whitespace and is not reached.
-    Blank,
-    /// Inside `<think>`: the answer's text is reasoning until `</think>`.
-    Thinking,
+    /// tokenizer that keeps the space apart from the tag), and then the
+    /// first `open` bytes of a `<think>` cut between events ([`Cut`]):
+    /// counted as answer, as the server sent it, but a `<think>` now
+    /// still opens reasoning, which then takes what came
+    /// ([`Split::reclaimed`]). Meanwhile the timeline's TTFO stands at
+    /// the first of it and is not reached.
+    Blank { open: u8 },
+    /// Inside `<think>`: the answer's text is reasoning until `</think>`,
+    /// of which the last text ended with the first `close` bytes.
+    Thinking { close: u8 },
     /// The prompt opened `<think>` (a template that ends with it, or a raw
     /// prompt that does), and nothing came yet: the answer's text is
     /// reasoning until `</think>`, unless the server sends its reasoning
@@ -37,8 +42,9 @@ pub(crate) enum Inline {
     /// itself, and its answer is the answer).
     Prompted,
     /// The answer began with text and no tag: tags are text from here,
-    /// but a `</think>` is worth noting (see [`Split::unopened`]).
-    Answering,
+    /// but a `</think>` is worth noting (see [`Split::unopened`]); the
+    /// last text ended with its first `close` bytes.
+    Answering { close: u8 },
     /// Settled: the server sent its reasoning in a field of its own, the
     /// inline reasoning closed, or a close came unopened. Tags are text
     /// from here.
@@ -83,52 +89,128 @@ impl Inline {
     /// reasoning until `</think>`. Only before any text but whitespace was
     /// read; `true` when there was whitespace, which is reasoning's now.
     pub(crate) fn opened_by_prompt(&mut self) -> bool {
-        let before = *self;
-        if matches!(before, Self::Start | Self::Blank) {
+        let blank = self.blank();
+        if blank || *self == Self::Start {
             *self = Self::Prompted;
         }
-        before == Self::Blank
+        blank
+    }
+
+    /// Only whitespace so far, or a `<think>` begun ([`Inline::Blank`]).
+    pub(crate) fn blank(self) -> bool {
+        matches!(self, Self::Blank { .. })
+    }
+
+    /// The answer began with nothing cut ([`Inline::Answering`]).
+    pub(crate) const ANSWERING: Self = Self::Answering { close: 0 };
+
+    /// A tag's first `carried` bytes came before, and `cut` says what
+    /// this text of `len` bytes is: the rest of it (`Some(true)`), more of
+    /// it (`Some(false)`), or something else (`None`).
+    fn goes_on(carried: u8, cut: Cut, len: u32) -> Option<bool> {
+        match carried {
+            0 => None,
+            c if cut.head == c => Some(true),
+            c if cut.mid == c && len > 0 => Some(false),
+            _ => None,
+        }
+    }
+
+    /// How much of `</think>` the text leaves begun, `carried` bytes of it
+    /// having come before.
+    fn close_left(carried: u8, cut: Cut, len: u32) -> u8 {
+        match Self::goes_on(carried, cut, len) {
+            Some(false) => carried.saturating_add(len as u8),
+            _ => cut.close,
+        }
     }
 
     /// Splits `parsed`'s bytes and moves on; `whole`: a whole body.
     pub(crate) fn split(&mut self, parsed: &Parsed<'_>, whole: bool) -> Split {
         let answer = parsed.output_bytes;
+        let think = parsed.think;
+        let cut = think.cut();
         let before = *self;
         // The answer's bytes `from..to` (clamped to it), as a count.
         let span = |from: u32, to: u32| to.min(answer).saturating_sub(from.min(answer));
         let (mut unopened, mut reclaimed) = (false, false);
+        let fielded = parsed.reasoning_bytes + parsed.tool_bytes > 0;
         let moved = match before {
             Self::Off => 0,
             // The server's own reasoning field or a tool call: it parses
             // the tags, and a close in the text after is the answer's.
-            Self::Answering if parsed.reasoning_bytes + parsed.tool_bytes > 0 => {
+            Self::Answering { .. } if fielded => {
                 *self = Self::Off;
                 0
             }
-            Self::Answering => {
-                if parsed.think.close().is_some() {
+            Self::Answering { close } => {
+                if Self::goes_on(close, cut, answer) == Some(true) || think.close().is_some() {
                     *self = Self::Off;
                     unopened = true;
+                } else if answer > 0 {
+                    *self = Self::Answering {
+                        close: Self::close_left(close, cut, answer),
+                    };
                 }
                 0
             }
-            Self::Start | Self::Blank | Self::Prompted
-                if parsed.reasoning_bytes + parsed.tool_bytes > 0 =>
-            {
+            Self::Start | Self::Blank { .. } | Self::Prompted if fielded => {
                 *self = Self::Off;
                 0
             }
-            Self::Start | Self::Blank => match (parsed.think.open(), parsed.think.close()) {
+            // `<think>`'s first bytes came: its second on are `</think>`'s
+            // third on.
+            Self::Blank { open } if open > 0 && answer > 0 => {
+                match Self::goes_on(open + 1, cut, answer) {
+                    // It opened: what came is reasoning's, and so is this.
+                    Some(true) => {
+                        reclaimed = true;
+                        match think.close() {
+                            Some(end) => {
+                                *self = Self::Off;
+                                span(0, end)
+                            }
+                            None => {
+                                *self = Self::Thinking { close: cut.close };
+                                answer
+                            }
+                        }
+                    }
+                    Some(false) => {
+                        *self = Self::Blank {
+                            open: open.saturating_add(answer as u8),
+                        };
+                        0
+                    }
+                    // Text: the answer began with the `<`; a `<` alone
+                    // may have begun a `</think>` too.
+                    None => {
+                        let carried = if open == 1 { 1 } else { 0 };
+                        if Self::goes_on(carried, cut, answer) == Some(true)
+                            || think.close().is_some()
+                        {
+                            *self = Self::Off;
+                            unopened = true;
+                        } else {
+                            *self = Self::Answering {
+                                close: Self::close_left(carried, cut, answer),
+                            };
+                        }
+                        0
+                    }
+                }
+            }
+            Self::Start | Self::Blank { .. } => match (think.open(), think.close()) {
                 // Only whitespace before it: the reasoning opens, and the
                 // whitespace is its, this event's and the earlier ones'.
                 (Some(_), Some(end)) => {
                     *self = Self::Off;
-                    reclaimed = before == Self::Blank;
+                    reclaimed = before.blank();
                     span(0, end)
                 }
                 (Some(_), None) => {
-                    *self = Self::Thinking;
-                    reclaimed = before == Self::Blank;
+                    *self = Self::Thinking { close: cut.close };
+                    reclaimed = before.blank();
                     answer
                 }
                 (None, Some(end)) if whole => {
@@ -140,33 +222,50 @@ impl Inline {
                     unopened = true;
                     0
                 }
-                _ if answer > 0 && parsed.think.blank() => {
-                    *self = Self::Blank;
+                _ if answer > 0 && think.blank() => {
+                    *self = Self::Blank { open: 0 };
+                    0
+                }
+                _ if answer > 0 && cut.open > 0 && !whole => {
+                    *self = Self::Blank { open: cut.open };
                     0
                 }
                 _ if answer > 0 => {
-                    *self = Self::Answering;
+                    *self = Self::Answering { close: cut.close };
                     0
                 }
                 _ => 0,
             },
-            Self::Thinking | Self::Prompted => match parsed.think.close() {
-                Some(end) => {
-                    *self = Self::Off;
-                    span(0, end)
-                }
-                None => {
-                    if answer > 0 {
-                        *self = Self::Thinking;
+            Self::Thinking { .. } | Self::Prompted => {
+                let carried = match before {
+                    Self::Thinking { close } => close,
+                    _ => 0,
+                };
+                // The close's rest ends it before any close of its own.
+                let close = match Self::goes_on(carried, cut, answer) {
+                    Some(true) => Some(u32::from(CLOSE - carried)),
+                    _ => think.close(),
+                };
+                match close {
+                    Some(end) => {
+                        *self = Self::Off;
+                        span(0, end)
                     }
-                    answer
+                    None => {
+                        if answer > 0 {
+                            *self = Self::Thinking {
+                                close: Self::close_left(carried, cut, answer),
+                            };
+                        }
+                        answer
+                    }
                 }
-            },
+            }
         };
         let output = answer - moved;
         // Still inside the reasoning, or it closed in this event: whatever
         // the event's tokens are, they are reasoning's.
-        let inside = matches!(before, Self::Thinking | Self::Prompted) && *self != Self::Off;
+        let inside = matches!(before, Self::Thinking { .. } | Self::Prompted) && *self != Self::Off;
         Split {
             reasoning: parsed.reasoning_bytes.saturating_add(moved),
             output,
@@ -189,6 +288,13 @@ mod tests {
             think: Think::find(text.as_bytes(), false),
             ..Parsed::default()
         }
+    }
+
+    /// The (reasoning, output) bytes of a streamed `text` read from
+    /// `inline`, and whether it reclaimed what came before.
+    fn split(inline: &mut Inline, text: &str) -> (u32, u32, bool) {
+        let s = inline.split(&answer(text), false);
+        (s.reasoning, s.output, s.reclaimed)
     }
 
     /// (reasoning, output) bytes of each text, read in order.
@@ -263,22 +369,18 @@ mod tests {
     /// server's own reasoning field leave it the answer's.
     #[test]
     fn whitespace_alone_waits_for_what_follows() {
-        let split = |inline: &mut Inline, text| {
-            let s = inline.split(&answer(text), false);
-            (s.reasoning, s.output, s.reclaimed)
-        };
         let mut inline = Inline::default();
         assert_eq!(split(&mut inline, "\n"), (0, 1, false));
         assert_eq!(split(&mut inline, " "), (0, 1, false));
-        assert_eq!(inline, Inline::Blank);
+        assert_eq!(inline, Inline::Blank { open: 0 });
         assert_eq!(split(&mut inline, " <think>"), (8, 0, true));
-        assert_eq!(inline, Inline::Thinking);
-        let mut inline = Inline::Blank;
+        assert_eq!(inline, Inline::Thinking { close: 0 });
+        let mut inline = Inline::Blank { open: 0 };
         assert_eq!(split(&mut inline, "<think>a</think>b"), (16, 1, true));
-        let mut inline = Inline::Blank;
+        let mut inline = Inline::Blank { open: 0 };
         assert_eq!(split(&mut inline, "Hi <think>"), (0, 10, false));
-        assert_eq!(inline, Inline::Answering);
-        let mut inline = Inline::Blank;
+        assert_eq!(inline, Inline::ANSWERING);
+        let mut inline = Inline::Blank { open: 0 };
         let field = Parsed {
             reasoning_bytes: 3,
             ..Parsed::default()
@@ -286,10 +388,10 @@ mod tests {
         assert!(!inline.split(&field, false).reclaimed);
         assert_eq!(inline, Inline::Off);
         // A close alone after whitespace: unopened, as after nothing.
-        let mut inline = Inline::Blank;
+        let mut inline = Inline::Blank { open: 0 };
         assert!(inline.split(&answer("a</think>"), false).unopened);
         // The prompt opened it: the whitespace is reasoning's.
-        let mut inline = Inline::Blank;
+        let mut inline = Inline::Blank { open: 0 };
         assert!(inline.opened_by_prompt());
         assert_eq!(inline, Inline::Prompted);
         assert!(!Inline::default().opened_by_prompt());
@@ -326,11 +428,11 @@ mod tests {
         let mut begun = Inline::default();
         begun.split(&answer("Hi"), false);
         begun.opened_by_prompt();
-        assert_eq!(begun, Inline::Answering);
+        assert_eq!(begun, Inline::ANSWERING);
         let mut thinking = Inline::default();
         thinking.split(&answer("<think>"), false);
         thinking.opened_by_prompt();
-        assert_eq!(thinking, Inline::Thinking);
+        assert_eq!(thinking, Inline::Thinking { close: 0 });
     }
 
     /// A server that parses the tags itself sends its reasoning in a field
@@ -428,6 +530,64 @@ mod tests {
         };
         inline.split(&field, false);
         assert_eq!(inline.split(&answer("<think>x"), false).output, 8);
+    }
+
+    /// A tag cut between events (a tokenizer without one token for it, a
+    /// gateway that re-chunks text) is read as if whole: `</think>` in
+    /// pieces closes, `<think>` in pieces opens and takes what came before
+    /// it, and pieces that do not make a tag are text.
+    #[test]
+    fn a_tag_cut_between_events_is_read_whole() {
+        let got = read(&["<think>", "hmm", "</", "think>", "Answer"], false);
+        assert_eq!(got, [(7, 0), (3, 0), (2, 0), (6, 0), (0, 6)]);
+        let got = read(&["<think>", " ok</thi", "nk>\n\nAnswer"], false);
+        assert_eq!(got, [(7, 0), (8, 0), (3, 8)]);
+        // In three pieces, and after the prompt opened it.
+        let got = read(&["<think>", "r<", "/", "think>", "A"], false);
+        assert_eq!(got, [(7, 0), (2, 0), (1, 0), (6, 0), (0, 1)]);
+        let got = read_from(Inline::Prompted, &["hmm", "</", "think>", "A"], false);
+        assert_eq!(got, [(3, 0), (2, 0), (6, 0), (0, 1)]);
+        // Not the rest of it: still reasoning, and a close after closes.
+        let got = read(&["<think>", "a</", "thinking", "</think>", "A"], false);
+        assert_eq!(got, [(7, 0), (3, 0), (8, 0), (8, 0), (0, 1)]);
+        // An open in pieces: what came is the reasoning's once it opens.
+        let mut inline = Inline::default();
+        assert_eq!(split(&mut inline, "\n"), (0, 1, false));
+        assert_eq!(split(&mut inline, "<th"), (0, 3, false));
+        assert_eq!(inline, Inline::Blank { open: 3 });
+        assert_eq!(split(&mut inline, "in"), (0, 2, false));
+        assert_eq!(split(&mut inline, "k>r"), (3, 0, true));
+        assert_eq!(inline, Inline::Thinking { close: 0 });
+        assert_eq!(split(&mut inline, "</think>A"), (8, 1, false));
+        // Pieces that make no tag are the answer.
+        let mut inline = Inline::default();
+        assert_eq!(split(&mut inline, "<"), (0, 1, false));
+        assert_eq!(split(&mut inline, "b>"), (0, 2, false));
+        assert_eq!(inline, Inline::ANSWERING);
+        // A whole body's text is not cut.
+        let mut inline = Inline::default();
+        inline.split(&answer("<th"), true);
+        assert_eq!(inline, Inline::ANSWERING);
+    }
+
+    /// A `</think>` in pieces that nothing opened is noted as a whole one
+    /// is, at its last piece.
+    #[test]
+    fn a_cut_close_nothing_opened_is_noted() {
+        let start = Inline::default();
+        assert_eq!(
+            unopened(start, &["Okay", "</", "think>", "Hi"], false),
+            [false, false, true, false]
+        );
+        assert_eq!(unopened(start, &["<", "/think>Hi"], false), [false, true]);
+        assert_eq!(
+            unopened(start, &["Hi", "</th", "ink", ">"], false),
+            [false, false, false, true]
+        );
+        assert_eq!(
+            unopened(start, &["Hi", "</th", "ank", ">"], false),
+            [false; 4]
+        );
     }
 
     /// A token counted without text (SGLang's held-back character, vLLM's

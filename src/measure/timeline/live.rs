@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::{Inline, Phase, Timeline};
+use super::{Phase, Timeline};
 
 /// A clock that stops before the request ends. Each is handed to the sinks
 /// once, as soon as it stopped and the request's model label is settled
@@ -178,7 +178,7 @@ impl Timeline {
             // Whitespace alone may yet turn out to be reasoning's.
             (
                 Milestone::FirstOutput,
-                self.first_output.is_some() && self.inline != Inline::Blank,
+                self.first_output.is_some() && !self.inline.blank(),
             ),
         ] {
             if known {

@@ -419,12 +419,11 @@ fn a_llamacpp_body_of_several_answers_sums_them() {
 /// offsets.
 #[test]
 fn think_tags_first_open_and_first_close() {
-    use crate::measure::dialect::Think;
+    use crate::measure::dialect::{Cut, Think};
     let think = Think::new;
     for (text, want) in [
         ("", Think::NONE),
         ("a<b>c", Think::NONE),
-        ("</think", Think::NONE),
         ("<think>", think(Some(0), None)),
         (" \n\t<think>", think(Some(3), None)),
         ("<<think>", Think::NONE),
@@ -446,6 +445,12 @@ fn think_tags_first_open_and_first_close() {
     }
     // The texts of a summed event, one after the other.
     let first = think(None, None);
+    let close_begun = Think::NONE.with_cut(Cut {
+        close: 4,
+        ..Cut::default()
+    });
+    assert_eq!(first.then(5, close_begun, 4), close_begun);
+    assert_eq!(close_begun.then(4, first, 5), Think::NONE);
     assert_eq!(
         first.then(5, think(Some(0), Some(9)), 9),
         think(None, Some(14))
@@ -467,6 +472,56 @@ fn think_tags_first_open_and_first_close() {
             "{a:?} {before} {b:?} {after}"
         );
     }
+}
+
+/// A tag cut between events ([`Cut`]): a text that ends with a tag's first
+/// bytes, and one that goes on with it or ends it, however escaped.
+#[test]
+fn think_tags_cut_between_events() {
+    use crate::measure::dialect::{Cut, Think};
+    let cut = |open, close, head, mid| Cut {
+        open,
+        close,
+        head,
+        mid,
+    };
+    for (text, want) in [
+        ("</think", cut(0, 7, 0, 0)),
+        ("hmm</", cut(0, 2, 0, 0)),
+        ("<", cut(1, 1, 0, 0)),
+        (" \n<thi", cut(4, 0, 0, 0)),
+        ("a <thi", cut(0, 0, 0, 0)),
+        ("think>", cut(0, 0, 2, 0)),
+        ("think>Answer", cut(0, 0, 2, 0)),
+        ("/think>", cut(0, 0, 1, 0)),
+        (">", cut(0, 0, 7, 0)),
+        ("thi", cut(0, 0, 0, 2)),
+        ("k", cut(0, 0, 0, 6)),
+        ("thinking", cut(0, 0, 0, 0)),
+        ("in the", cut(0, 0, 0, 0)),
+        // Both ends: the rest of one tag, the start of the next.
+        ("think><", cut(0, 1, 2, 0)),
+    ] {
+        let got = Think::find(text.as_bytes(), false).cut();
+        assert_eq!(got, want, "{text:?}");
+    }
+    // Raw JSON: escapes of any kind before the tag's bytes, or in them
+    // (Ollama's Go encoder writes `>` as `\u003e`).
+    for (raw, want) in [
+        (r"think\u003e", cut(0, 0, 2, 0)),
+        (r"\/think>", cut(0, 0, 1, 0)),
+        (r"\u003E", cut(0, 0, 7, 0)),
+        (r"thin", cut(0, 0, 0, 2)),
+        (r"\n", cut(0, 0, 0, 0)),
+        (r"\u4f60", cut(0, 0, 0, 0)),
+    ] {
+        assert_eq!(Think::untagged(raw.as_bytes(), true).cut(), want, "{raw}");
+    }
+    assert_eq!(
+        Think::find(br"\n\t</th", true).cut(),
+        cut(0, 4, 0, 0),
+        "escapes before the cut"
+    );
 }
 
 /// Summed texts keep their tags at their place in the sum: a batch's or

@@ -201,7 +201,7 @@ fn kept_strings_are_unescaped_or_borrowed() {
 /// and a reasoning field's tags are not looked for.
 #[test]
 fn think_tags_are_found_in_the_answer_however_escaped() {
-    use crate::measure::dialect::Think;
+    use crate::measure::dialect::{Cut, Think};
     let answers = [
         (
             Dialect::OpenAiChat,
@@ -230,6 +230,19 @@ fn think_tags_are_found_in_the_answer_however_escaped() {
         ),
     ];
     let close = Think::new(None, Some(10));
+    let begun = |open, close| {
+        Think::NONE.with_cut(Cut {
+            open,
+            close,
+            ..Cut::default()
+        })
+    };
+    let ends = |head| {
+        Think::NONE.with_cut(Cut {
+            head,
+            ..Cut::default()
+        })
+    };
     let texts = [
         (r"ab</think>c", close),
         (r"ab\u003c/think\u003ec", close),
@@ -256,6 +269,21 @@ fn think_tags_are_found_in_the_answer_however_escaped() {
         (r"\u0041\u0020", Think::NONE),
         (r"\b", Think::NONE),
         (" a", Think::NONE),
+        // A tag cut between events, its pieces however escaped.
+        ("</", begun(0, 2)),
+        (r"\u003c/", begun(0, 2)),
+        (r"\u003c", begun(1, 1)),
+        (r"\n<th", begun(3, 0)),
+        ("think>A", ends(2)),
+        (r"think\u003e", ends(2)),
+        (r"\/think>", ends(1)),
+        (
+            "thi",
+            Think::NONE.with_cut(Cut {
+                mid: 2,
+                ..Cut::default()
+            }),
+        ),
     ];
     for (dialect, shape) in answers {
         for (text, want) in texts {

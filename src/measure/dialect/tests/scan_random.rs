@@ -64,7 +64,8 @@ const WORDS: &str = "\
     response.custom_tool_call_input.delta response.completed response.incomplete \
     response.failed function_call custom_tool_call message reasoning stop length none \
     transcript.text.delta transcript.text.done transcript.text.segment transcription.chunk \
-    completed <think> </think> <think>\n a</think>b <think>x</think>y <</think>";
+    completed <think> </think> <think>\n a</think>b <think>x</think>y <</think> \
+    </ think> /think> <th ink> k> < \n<thi a</thi nk>b";
 
 /// Numbers in every form, some that serde refuses or reads only as floats.
 const NUMBERS: &str = "\
