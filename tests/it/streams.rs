@@ -282,6 +282,13 @@ async fn usage_inject_asks_for_usage_and_hides_it_from_the_client() {
     let body: serde_json::Value = serde_json::from_slice(&seen.body).expect("JSON body upstream");
     assert_eq!(body["stream_options"]["include_usage"], true);
     assert_eq!(body["messages"][0]["content"], "hi");
+    // The member is written in, and every other byte is the client's.
+    let mut want = br#"{"stream_options":{"include_usage":true},"#.to_vec();
+    want.extend_from_slice(&STREAMED_REQUEST[1..]);
+    assert_eq!(
+        String::from_utf8_lossy(&seen.body),
+        String::from_utf8_lossy(&want)
+    );
     let length: usize = seen
         .header("content-length")
         .and_then(|v| v.parse().ok())
@@ -299,6 +306,8 @@ async fn usage_inject_asks_for_usage_and_hides_it_from_the_client() {
     // The bytes the client sent, not the rewritten body's.
     assert_ne!(seen.body.len(), STREAMED_REQUEST.len());
     assert_eq!(t.bytes_in, STREAMED_REQUEST.len() as u64);
+    // The bytes the upstream sent, the usage chunk included.
+    assert!(t.bytes_out > got.len() as u64);
 }
 
 #[tokio::test]

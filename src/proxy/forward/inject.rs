@@ -8,6 +8,7 @@
 //! is forwarded, and the response stream is cut at event boundaries.
 
 use std::{
+    borrow::Cow,
     collections::VecDeque,
     ops::Range,
     pin::Pin,
@@ -19,6 +20,7 @@ use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 use pin_project_lite::pin_project;
 use serde::{de::IgnoredAny, Deserialize};
+use serde_json::value::RawValue;
 
 use super::client_body::{ClientBody, ClientBodyError};
 use crate::measure::{
@@ -168,22 +170,115 @@ pub(super) async fn read_and_inject(
 }
 
 /// The request JSON with `stream_options.include_usage = true`, if it
-/// streams and does not ask for usage already.
+/// streams and does not ask for usage already (absent, `null` or
+/// `false`). Only those bytes change: the member is written in, or its
+/// value written over, and every other byte stays as the client wrote it
+/// (numbers past what a float holds, key order, duplicate keys, escapes
+/// and spacing; a server reads the request it was sent). With a key
+/// written twice, the last is the one read, as serde_json and Python's
+/// `json` read it.
 fn with_include_usage(json: &[u8]) -> Option<Vec<u8>> {
-    let mut value: serde_json::Value = serde_json::from_slice(json).ok()?;
-    let object = value.as_object_mut()?;
-    if object.get("stream").and_then(|s| s.as_bool()) != Some(true) {
+    let top: Members<'_> = serde_json::from_slice(json).ok()?;
+    if top.last("stream").map(RawValue::get) != Some("true") {
         return None;
     }
-    let options = object
-        .entry("stream_options")
-        .or_insert_with(|| serde_json::json!({}));
-    let options = options.as_object_mut()?;
-    if options.get("include_usage").and_then(|u| u.as_bool()) == Some(true) {
-        return None;
+    let (at, text) = match top.last("stream_options") {
+        None => (
+            inside(json, json)?,
+            r#""stream_options":{"include_usage":true},"#,
+        ),
+        Some(v) if v.get() == "null" => (span(json, v)?, r#"{"include_usage":true}"#),
+        Some(v) => {
+            let options: Members<'_> = serde_json::from_str(v.get()).ok()?;
+            match options.last("include_usage") {
+                Some(u) if u.get() == "true" => return None,
+                Some(u) => (span(json, u)?, "true"),
+                None if options.0.is_empty() => {
+                    (inside(json, v.get().as_bytes())?, r#""include_usage":true"#)
+                }
+                None => (
+                    inside(json, v.get().as_bytes())?,
+                    r#""include_usage":true,"#,
+                ),
+            }
+        }
+    };
+    let mut out = Vec::with_capacity(json.len() + text.len());
+    out.extend_from_slice(&json[..at.start]);
+    out.extend_from_slice(text.as_bytes());
+    out.extend_from_slice(&json[at.end..]);
+    Some(out)
+}
+
+/// A JSON object's members as written: in order, duplicates kept, each
+/// value's text as it stands in the input.
+struct Members<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
+
+impl<'a> Members<'a> {
+    /// The value of the last member named `key`.
+    fn last(&self, key: &str) -> Option<&'a RawValue> {
+        self.0.iter().rev().find(|(k, _)| k == key).map(|(_, v)| *v)
     }
-    options.insert("include_usage".to_owned(), serde_json::Value::Bool(true));
-    serde_json::to_vec(&value).ok()
+}
+
+impl<'de> Deserialize<'de> for Members<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Members<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Members<'de>, A::Error> {
+                let mut members = Vec::new();
+                while let Some((key, value)) = map.next_entry::<Key<'de>, &'de RawValue>()? {
+                    members.push((key.0, value));
+                }
+                Ok(Members(members))
+            }
+        }
+        d.deserialize_map(Visit)
+    }
+}
+
+/// A key, borrowed when it has no escape.
+struct Key<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
+            }
+        }
+        d.deserialize_str(Visit)
+    }
+}
+
+/// Where `value`, a slice of `json`, stands in it.
+fn span(json: &[u8], value: &RawValue) -> Option<Range<usize>> {
+    let start = (value.get().as_ptr() as usize).checked_sub(json.as_ptr() as usize)?;
+    let end = start + value.get().len();
+    (end <= json.len()).then_some(start..end)
+}
+
+/// Just inside the `{` that opens `object`, a slice of `json` (or all of
+/// it, with whitespace around): where a first member is written in.
+fn inside(json: &[u8], object: &[u8]) -> Option<Range<usize>> {
+    let start = (object.as_ptr() as usize).checked_sub(json.as_ptr() as usize)?;
+    let open = start + object.iter().position(|&b| b == b'{')?;
+    (open < json.len()).then_some(open + 1..open + 1)
 }
 
 pin_project! {

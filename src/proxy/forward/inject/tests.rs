@@ -61,21 +61,70 @@ fn a_frame_of_whole_events_is_forwarded_without_a_copy() {
 
 #[test]
 fn include_usage_is_added_only_where_missing() {
-    let rewritten = with_include_usage(br#"{"model":"m","stream":true,"messages":[]}"#);
-    let json: serde_json::Value =
-        serde_json::from_slice(&rewritten.unwrap_or_default()).unwrap_or_default();
-    assert_eq!(json["stream_options"]["include_usage"], true);
-    assert_eq!(json["model"], "m");
-    let kept = br#"{"stream":true,"stream_options":{"continuous_usage_stats":true}}"#;
-    let json: serde_json::Value =
-        serde_json::from_slice(&with_include_usage(kept).unwrap_or_default()).unwrap_or_default();
-    assert_eq!(json["stream_options"]["continuous_usage_stats"], true);
-    assert_eq!(json["stream_options"]["include_usage"], true);
-    assert!(with_include_usage(br#"{"stream":false}"#).is_none());
-    assert!(
-        with_include_usage(br#"{"stream":true,"stream_options":{"include_usage":true}}"#).is_none()
+    let rewritten = |body: &str| {
+        with_include_usage(body.as_bytes()).map(|b| String::from_utf8_lossy(&b).into_owned())
+    };
+    assert_eq!(
+        rewritten(r#"{"model":"m","stream":true,"messages":[]}"#).as_deref(),
+        Some(
+            r#"{"stream_options":{"include_usage":true},"model":"m","stream":true,"messages":[]}"#
+        )
     );
-    assert!(with_include_usage(b"not json").is_none());
+    assert_eq!(
+        rewritten(r#"{"stream":true,"stream_options":{"continuous_usage_stats":true}}"#).as_deref(),
+        Some(
+            r#"{"stream":true,"stream_options":{"include_usage":true,"continuous_usage_stats":true}}"#
+        )
+    );
+    // Asked not to, or null: usage is asked for all the same (the client
+    // still sees none).
+    assert_eq!(
+        rewritten(r#"{"stream":true,"stream_options":{"include_usage":false}}"#).as_deref(),
+        Some(r#"{"stream":true,"stream_options":{"include_usage":true}}"#)
+    );
+    assert_eq!(
+        rewritten(r#"{"stream":true,"stream_options":null}"#).as_deref(),
+        Some(r#"{"stream":true,"stream_options":{"include_usage":true}}"#)
+    );
+    assert_eq!(
+        rewritten(r#"{"stream":true,"stream_options": { } }"#).as_deref(),
+        Some(r#"{"stream":true,"stream_options": {"include_usage":true } }"#)
+    );
+    assert!(rewritten(r#"{"stream":false}"#).is_none());
+    assert!(rewritten(r#"{"stream":"true"}"#).is_none());
+    assert!(rewritten(r#"{"stream":true,"stream_options":{"include_usage":true}}"#).is_none());
+    assert!(rewritten(r#"{"stream":true,"stream_options":[]}"#).is_none());
+    assert!(rewritten("not json").is_none());
+    assert!(rewritten(r#"[{"stream":true}]"#).is_none());
+}
+
+/// Only the member is written in: numbers past a float's precision,
+/// spacing, escapes, key order and duplicate keys reach the server as the
+/// client wrote them (before 2026-12-07 the body was parsed and written
+/// again: `"seed":123456789012345678901234567890` went as
+/// `1.2345678901234568e+29`, and a duplicate key was dropped).
+#[test]
+fn every_other_byte_of_the_body_is_kept() {
+    let body = "{ \"seed\": 123456789012345678901234567890, \"temperature\": 1.0e0,\n \
+                \"messages\": [{\"content\": \"caf\\u00e9 \\/ \\ud83d\\ude00\"}],\n \
+                \"stream\": false, \"z\": 1, \"a\": 2, \"stream\" : true }\n";
+    let got = with_include_usage(body.as_bytes()).unwrap_or_default();
+    let want = format!(
+        "{{\"stream_options\":{{\"include_usage\":true}},{}",
+        &body[1..]
+    );
+    assert_eq!(String::from_utf8_lossy(&got), want);
+    // The last `stream_options` is the one read, and the one written.
+    let twice =
+        r#"{"stream":true,"stream_options":{"include_usage":true},"stream_options":{"x":1}}"#;
+    let got = with_include_usage(twice.as_bytes()).unwrap_or_default();
+    let want = r#"{"stream":true,"stream_options":{"include_usage":true},"stream_options":{"include_usage":true,"x":1}}"#;
+    assert_eq!(String::from_utf8_lossy(&got), want);
+    // An escaped key is the key.
+    let escaped = r#"{"stre\u0061m":true,"stream_options":{"include_\u0075sage":false}}"#;
+    let got = with_include_usage(escaped.as_bytes()).unwrap_or_default();
+    let want = r#"{"stre\u0061m":true,"stream_options":{"include_\u0075sage":true}}"#;
+    assert_eq!(String::from_utf8_lossy(&got), want);
 }
 
 #[test]
