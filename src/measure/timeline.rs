@@ -439,6 +439,16 @@ impl Timeline {
         self.gaps.per_token(self.tokens.after_first_event())
     }
 
+    /// The tokens of each token-bearing event, in order (within the gaps
+    /// kept): exact counts, or a usage total's even shares, so that they
+    /// add up to the tokens streamed; an event whose share is none is 0.
+    pub fn tokens_per_event(&self) -> impl Iterator<Item = u64> + '_ {
+        let first = (self.tokens.token_events > 0).then(|| self.tokens.first_event_tokens());
+        first
+            .into_iter()
+            .chain(self.gaps.tokens(self.tokens.after_first_event()))
+    }
+
     /// The phases of the request as seen from the proxy.
     pub fn phases(&self) -> Phases {
         Phases::of(self)

@@ -381,11 +381,10 @@ impl Metrics {
         if t.tokens.token_events == 0 {
             return;
         }
-        let mut per_event = s
-            .histogram(f, ByEndpoint::EventTokens)
-            .map(|series| series.batch());
-        if let Some(per_event) = &mut per_event {
-            per_event.observe_n(t.tokens.first_event_tokens() as f64, 1);
+        if let Some(series) = s.histogram(f, ByEndpoint::EventTokens) {
+            let mut batch = series.batch();
+            t.tokens_per_event()
+                .for_each(|n| batch.observe_n(n as f64, 1));
         }
         let mut latencies = t.inter_token_latencies().peekable();
         let itl = match latencies.peek() {
@@ -393,11 +392,8 @@ impl Metrics {
             None => None,
         };
         let mut itl = itl.map(|series| series.batch());
-        for (value, count) in latencies {
-            if let Some(per_event) = &mut per_event {
-                per_event.observe_n(count as f64, 1);
-            }
-            if let Some(itl) = &mut itl {
+        if let Some(itl) = &mut itl {
+            for (value, count) in latencies {
                 itl.observe_n(value.as_secs_f64(), count);
             }
         }

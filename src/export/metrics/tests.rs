@@ -376,6 +376,37 @@ fn a_request_without_tokens_makes_no_empty_latency_series() {
     assert!(!text.contains("tokenclock_inter_token_latency_seconds"));
 }
 
+/// `event_tokens` observes every token-bearing event, and its sum is the
+/// tokens counted, when a usage total is spread over the events (before
+/// 2026-12-07 the first event counted one token whatever the total: 3
+/// events and 30 tokens gave a sum of 21).
+#[test]
+fn event_tokens_add_up_to_the_usage_total() {
+    let m = metrics("");
+    let t0 = Instant::now();
+    let mut t = Timeline::new(t0, Dialect::OpenAiChat);
+    let token = Parsed {
+        output_bytes: 2,
+        ..Parsed::default()
+    };
+    for i in 0..3 {
+        t.record(&token, t0 + Duration::from_millis(5 + 5 * i));
+    }
+    let usage = Parsed {
+        usage: Some(crate::measure::dialect::Usage {
+            output: Some(30),
+            ..Default::default()
+        }),
+        ..Parsed::default()
+    };
+    t.record(&usage, t0 + Duration::from_millis(20));
+    t.finish(Outcome::Ok, t0 + Duration::from_millis(21));
+    m.finished(&t);
+    let text = scrape(&m);
+    assert_eq!(value(&text, "tokenclock_event_tokens_count"), 3.0);
+    assert_eq!(value(&text, "tokenclock_event_tokens_sum"), 30.0);
+}
+
 /// A series' values are its closed ones then the request's free ones, in
 /// order, held inline or (past eight) not.
 #[test]

@@ -251,9 +251,15 @@ impl TokenCounts {
         }
     }
 
-    /// Tokens carried by the first token-bearing event.
+    /// Tokens carried by the first token-bearing event: its exact count,
+    /// or its share of a usage total spread over the events
+    /// ([`Weights::Spread`]), so that with the gaps' shares they add up to
+    /// the tokens streamed.
     pub(crate) fn first_event_tokens(&self) -> u64 {
-        self.first_event_tokens
+        match self.after_first_event() {
+            Weights::Spread { total } => self.streamed().saturating_sub(total),
+            _ => self.first_event_tokens,
+        }
     }
 }
 
@@ -323,10 +329,16 @@ impl Gaps {
             .map(|g| Duration::from_micros(u64::from(g.micros)))
     }
 
-    /// Inter-token latencies as `(gap / tokens, tokens)` pairs.
-    pub(crate) fn per_token(&self, weights: Weights) -> impl Iterator<Item = (Duration, u64)> + '_ {
+    /// The tokens of each event after the first, as `weights` give them
+    /// (0 for an event whose share of a spread total is none).
+    pub(crate) fn tokens(&self, weights: Weights) -> impl Iterator<Item = u64> + '_ {
+        self.weighed(weights).map(|(_, tokens)| tokens)
+    }
+
+    /// Each gap with the tokens of the event after it.
+    fn weighed(&self, weights: Weights) -> impl Iterator<Item = (&Gap, u64)> + '_ {
         let n = self.gaps.len() as u64;
-        self.gaps.iter().enumerate().filter_map(move |(i, gap)| {
+        self.gaps.iter().enumerate().map(move |(i, gap)| {
             let tokens = match weights {
                 Weights::Exact => u64::from(gap.tokens),
                 Weights::One => 1,
@@ -335,6 +347,13 @@ impl Gaps {
                     (i + 1) * total / n - i * total / n
                 }
             };
+            (gap, tokens)
+        })
+    }
+
+    /// Inter-token latencies as `(gap / tokens, tokens)` pairs.
+    pub(crate) fn per_token(&self, weights: Weights) -> impl Iterator<Item = (Duration, u64)> + '_ {
+        self.weighed(weights).filter_map(move |(gap, tokens)| {
             let gap = Duration::from_micros(u64::from(gap.micros));
             // One token an event is the usual case: no division.
             let value = match tokens {

@@ -76,6 +76,46 @@ fn three_tokens_per_event_is_30ms_per_token() {
     assert!(itl.iter().all(|&(d, n)| d == ms(30) && n == 3), "{itl:?}");
     // TPOT uses the total: (810 ms) / 29.
     assert_eq!(t.tpot(), Some(ms(810) / 29));
+    // Each event's tokens, the first's share too: they add up to the total.
+    assert_eq!(t.tokens_per_event().collect::<Vec<_>>(), [3; 10]);
+}
+
+/// `event_tokens` observes every token-bearing event, and its tokens add
+/// up to the tokens streamed, however a usage total falls on the events
+/// (before 2026-12-07 the first event of a spread total was counted as one
+/// token, and events whose share was none were left out).
+#[test]
+fn each_events_tokens_add_up_to_the_total() {
+    for (events, total, want) in [
+        (3u64, 30u64, vec![10, 10, 10]),
+        (5, 3, vec![1, 0, 1, 0, 1]),
+        (4, 10, vec![2, 2, 3, 3]),
+    ] {
+        let t0 = Instant::now();
+        let mut t = Timeline::new(t0, Dialect::OpenAiChat);
+        for i in 0..events {
+            t.record(&output(4), t0 + ms(100 + 50 * i));
+        }
+        t.record(&usage(total), t0 + ms(1000));
+        t.finish(Outcome::Ok, t0 + ms(1000));
+        let per_event: Vec<u64> = t.tokens_per_event().collect();
+        assert_eq!(per_event, want, "{events} events, {total} tokens");
+        assert_eq!(per_event.iter().sum::<u64>(), t.tokens.streamed());
+        let itl: u64 = t.inter_token_latencies().map(|(_, n)| n).sum();
+        assert_eq!(itl + per_event[0], total, "{events} events, {total} tokens");
+    }
+    // Exact counts are each event's own.
+    let t0 = Instant::now();
+    let mut t = Timeline::new(t0, Dialect::Tgi);
+    for (i, n) in [2u32, 1, 4].into_iter().enumerate() {
+        let counted = Parsed {
+            output_bytes: 3,
+            tokens: Some(n),
+            ..Parsed::default()
+        };
+        t.record(&counted, t0 + ms(100 + 10 * i as u64));
+    }
+    assert_eq!(t.tokens_per_event().collect::<Vec<_>>(), [2, 1, 4]);
 }
 
 #[test]
