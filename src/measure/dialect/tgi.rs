@@ -82,13 +82,17 @@ impl<'a> Event<'a> {
     }
 }
 
-/// A non-special token is exactly one generated token, even with empty text.
+/// Each event is exactly one generated token, even with empty text. A
+/// special one (the `</s>` that ends a stream stopped by its EOS) is a
+/// token without text: TGI counts it in `generated_tokens`, and its event
+/// is when it was generated, so TPOT's last instant and its count agree.
 pub(super) fn event(reader: Reader, data: &[u8]) -> Result<Parsed<'_>, ParseError> {
     let mut ev: Event<'_> = reader.read(data)?;
-    let token = ev.token.take().filter(|t| !t.special);
+    let token = ev.token.take();
+    let text = token.as_ref().filter(|t| !t.special);
     Ok(Parsed {
-        output_bytes: token.as_ref().map_or(0, |t| t.text.len),
-        think: token.as_ref().map_or(Think::NONE, |t| t.text.think),
+        output_bytes: text.map_or(0, |t| t.text.len),
+        think: text.map_or(Think::NONE, |t| t.text.think),
         tokens: token.map(|_| 1),
         ..ev.parsed()
     })

@@ -118,6 +118,38 @@ fn each_events_tokens_add_up_to_the_total() {
     assert_eq!(t.tokens_per_event().collect::<Vec<_>>(), [2, 1, 4]);
 }
 
+/// TGI's stream ends with its EOS, a special token without text that
+/// `generated_tokens` counts: its event is the last token's instant, so
+/// TPOT is the decode steps' time over their count (before 2026-12-07 the
+/// EOS was in the count and not in the time: 33 ms here, not 50).
+#[test]
+fn tgis_eos_is_the_last_token() {
+    let t0 = Instant::now();
+    let mut t = Timeline::new(t0, Dialect::Tgi);
+    let token = |text: &str, special: bool| {
+        format!(
+            r#"{{"token":{{"id":1,"text":"{text}","logprob":0.0,"special":{special}}},"generated_text":null,"details":null}}"#
+        )
+    };
+    let events = [
+        token("a", false),
+        token("b", false),
+        token("c", false),
+        r#"{"token":{"id":2,"text":"</s>","logprob":0.0,"special":true},"generated_text":"abc","details":{"finish_reason":"eos_token","generated_tokens":4}}"#.to_owned(),
+    ];
+    for (i, data) in events.iter().enumerate() {
+        let parsed = Dialect::Tgi
+            .parse_event(b"", data.as_bytes())
+            .expect("an event");
+        t.record(&parsed, t0 + ms(100 + 50 * i as u64));
+    }
+    t.finish(Outcome::Ok, t0 + ms(260));
+    assert_eq!(t.tokens.generated, 4);
+    assert_eq!(t.tpot(), Some(ms(50)));
+    assert_eq!(t.ttfo(), Some(ms(100)));
+    assert_eq!(t.tokens.token_events, 4);
+}
+
 #[test]
 fn exact_per_event_counts_weight_each_gap() {
     let t0 = Instant::now();

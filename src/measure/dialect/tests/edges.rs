@@ -250,10 +250,16 @@ fn ollama_tool_calls_count_name_and_arguments_json() {
     assert_eq!((p.tool_bytes, p.output_bytes, p.end), (11 + 16, 0, false));
 }
 
+/// A special token is a token (TGI counts it in `generated_tokens`), and
+/// its text is not the answer's.
 #[test]
-fn tgi_special_token_carries_nothing() {
+fn tgi_special_token_is_a_token_without_text() {
     let data = r#"{"index":1,"token":{"id":1,"text":"<s>","logprob":0.0,"special":true},"generated_text":null,"details":null}"#;
-    assert_eq!(ev(Dialect::Tgi, data), Parsed::default());
+    let want = Parsed {
+        tokens: Some(1),
+        ..Parsed::default()
+    };
+    assert_eq!(ev(Dialect::Tgi, data), want);
 }
 
 #[test]
