@@ -8,7 +8,7 @@ use crate::common::{
     self,
     client::{collect, send},
     next_timeline,
-    upstream::{bytes, chunk, chunked_head, Scripted, Step},
+    upstream::{bytes, chunk, chunked_head, head as upstream_head, Scripted, Step},
 };
 use bytes::Bytes;
 use http::Request;
@@ -401,6 +401,42 @@ async fn answer_stream_timeline(case: (&str, &str, &str, &str), texts: &[&str]) 
     );
     proxy.shutdown().await;
     t
+}
+
+/// An SSE stream whose head has no `content-type` (Starlette's
+/// `StreamingResponse` without a `media_type`) is read as one, each event
+/// at its time, and forwarded unchanged (before 2026-12-07 it was not
+/// read, and nothing was counted).
+#[tokio::test]
+async fn an_sse_stream_without_a_content_type_is_read() {
+    let event = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n";
+    let head = upstream_head(
+        "200 OK",
+        &["transfer-encoding: chunked", "connection: close"],
+    );
+    let mut script = vec![Step::Write(head)];
+    for i in 0..3u64 {
+        script.push(Step::At(Duration::from_millis(30 * (i + 1))));
+        script.push(Step::Write(chunk(event.as_bytes())));
+    }
+    script.push(Step::Write(chunk(b"data: [DONE]\n\n")));
+    script.push(Step::Write(bytes("0\r\n\r\n")));
+    let upstream = Scripted::start(script).await;
+    let (proxy, mut timelines) = common::proxy_with_timelines(upstream.addr, "").await;
+    let got = streamed(proxy.addr, "/v1/chat/completions").await;
+    assert_eq!(
+        got,
+        format!("{event}{event}{event}data: [DONE]\n\n").as_bytes()
+    );
+    let t = next_timeline(&mut timelines).await;
+    assert!(t.streamed);
+    assert_eq!(t.tokens.token_events, 3);
+    assert!(
+        t.to_last_token().expect("last token")
+            >= t.ttft().expect("ttft") + Duration::from_millis(50)
+    );
+    assert!(t.parse_errors.is_empty(), "{:?}", t.parse_errors);
+    proxy.shutdown().await;
 }
 
 /// A model that writes whitespace before its `<think>` (a raw prompt that

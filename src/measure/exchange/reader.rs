@@ -53,6 +53,13 @@ enum Read {
     /// A whole JSON body of a dialect that reads its ends
     /// ([`Dialect::reads_ends`]), read at its end, whatever its size.
     Ends { ends: BodyEnds, dialect: Dialect },
+    /// A body whose head says nothing of its type (no `content-type`): read
+    /// as its first bytes show ([`sniff`]), which are held until they do.
+    Sniff {
+        held: Vec<u8>,
+        dialect: Dialect,
+        max_event_bytes: usize,
+    },
     /// Not read: timed end to end only.
     Skip,
 }
@@ -164,7 +171,7 @@ impl Reader {
         match &self.read {
             Read::Sse { events, .. } => events.dialect().streams_model(),
             Read::Ndjson { dialect, .. } => dialect.streams_model(),
-            Read::Json { .. } | Read::Ends { .. } => true,
+            Read::Json { .. } | Read::Ends { .. } | Read::Sniff { .. } => true,
             Read::Skip => false,
         }
     }
@@ -242,6 +249,18 @@ impl Read {
     /// How a response's body, once inflated, is read.
     fn for_response(dialect: Dialect, headers: &HeaderMap, max_event_bytes: usize) -> Self {
         match Media::of(headers) {
+            Media::Other if !headers.contains_key(header::CONTENT_TYPE) => Self::Sniff {
+                held: Vec::new(),
+                dialect,
+                max_event_bytes,
+            },
+            media => Self::of_media(media, dialect, max_event_bytes),
+        }
+    }
+
+    /// How a body of type `media` is read.
+    fn of_media(media: Media, dialect: Dialect, max_event_bytes: usize) -> Self {
+        match media {
             Media::EventStream => Self::Sse {
                 framer: SseFramer::new(max_event_bytes),
                 events: Events::new(dialect),
@@ -320,6 +339,20 @@ impl Read {
                 }
             }
             Self::Ends { ends, .. } => ends.feed(data),
+            Self::Sniff {
+                held,
+                dialect,
+                max_event_bytes,
+            } => {
+                held.extend_from_slice(data);
+                let Some(media) = sniff(held) else {
+                    return;
+                };
+                let held = std::mem::take(held);
+                *self = Self::of_media(media, *dialect, *max_event_bytes);
+                timeline.streamed = matches!(self, Self::Sse { .. } | Self::Ndjson { .. });
+                self.feed(&held, at, timeline, template);
+            }
             Self::Skip => {}
         }
     }
@@ -363,7 +396,9 @@ impl Read {
                 }
                 None
             }
-            Self::Sse { .. } | Self::Json { body: None, .. } | Self::Skip => None,
+            Self::Sse { .. } | Self::Json { body: None, .. } | Self::Sniff { .. } | Self::Skip => {
+                None
+            }
         }
     }
 }
@@ -407,6 +442,33 @@ impl Media {
             Self::Other
         }
     }
+}
+
+/// What a body without a `content-type` is, from its first bytes once
+/// they tell (`None` until then): an SSE stream when it starts with a
+/// field (`data:`, `event:`, `id:`, `retry:`) or a comment (`:`), as a
+/// server that forgets the header sends one (Starlette's
+/// `StreamingResponse` without `media_type`); a whole JSON body when it
+/// starts with `{` or `[`; else one that is not read. Whitespace and a
+/// byte-order mark before are skipped; past 64 bytes without telling, it
+/// is not read.
+fn sniff(held: &[u8]) -> Option<Media> {
+    const FIELDS: [&[u8]; 4] = [b"data:", b"event:", b"id:", b"retry:"];
+    let start = held.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(held);
+    let start = &start[start.iter().take_while(|b| b.is_ascii_whitespace()).count()..];
+    let Some(first) = start.first() else {
+        return (held.len() > 64).then_some(Media::Other);
+    };
+    match first {
+        b'{' | b'[' => return Some(Media::Json),
+        b':' => return Some(Media::EventStream),
+        _ => {}
+    }
+    if FIELDS.iter().any(|f| start.starts_with(f)) {
+        return Some(Media::EventStream);
+    }
+    let may_be_one = FIELDS.iter().any(|f| f.starts_with(start));
+    (!may_be_one || held.len() > 64).then_some(Media::Other)
 }
 
 impl Framed {

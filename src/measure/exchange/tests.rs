@@ -1823,3 +1823,50 @@ fn a_model_named_by_the_response_in_the_frame_of_the_first_text_opens_it() {
     );
     assert!(t.parse_errors.is_empty(), "{:?}", t.parse_errors);
 }
+
+/// A response whose head has no `content-type` (Starlette's
+/// `StreamingResponse` without a `media_type`) is read as its first bytes
+/// show, however they are cut: an SSE stream, each event at its time, or a
+/// whole JSON body; anything else is not read. Before 2026-12-07 none was
+/// read, and nothing was counted.
+#[test]
+fn a_body_without_a_content_type_is_read_as_its_first_bytes_show() {
+    let stream = format!("\n{SAY}{SAY}data: [DONE]\n\n");
+    for cut in [1, 2, 4, 6, 20] {
+        let (_, mut e, up) = told_exchange("/v1/chat/completions");
+        upload(up, r#"{"model":"m","stream":true}"#);
+        head_of(&mut e, 200, &[]);
+        assert!(!e.timeline.streamed, "not known at the head");
+        let (first, rest) = stream.split_at(cut);
+        e.on_data(&Bytes::copy_from_slice(first.as_bytes()), Instant::now());
+        e.on_data(&Bytes::copy_from_slice(rest.as_bytes()), Instant::now());
+        assert!(e.timeline.streamed, "cut at {cut}");
+        assert_eq!(e.timeline.tokens.token_events, 2, "cut at {cut}");
+        assert!(e.timeline.first_token.is_some(), "cut at {cut}");
+    }
+    let (_, mut e, up) = told_exchange("/v1/chat/completions");
+    upload(up, r#"{"model":"m"}"#);
+    head_of(&mut e, 200, &[]);
+    let whole = r#"{"choices":[{"message":{"content":"Hello there"}}],"usage":{"prompt_tokens":3,"completion_tokens":2}}"#;
+    data(&mut e, whole);
+    e.complete(End::Complete, Instant::now());
+    assert!(!e.timeline.streamed);
+    assert_eq!(e.timeline.tokens.generated, 2);
+    assert!(e.timeline.parse_errors.is_empty());
+    // Neither: not read, and no error.
+    for body in ["Hello", "<html>", "dat a"] {
+        let (_, mut e, up) = told_exchange("/v1/chat/completions");
+        upload(up, r#"{"model":"m"}"#);
+        head_of(&mut e, 200, &[]);
+        e.on_data(&Bytes::copy_from_slice(body.as_bytes()), Instant::now());
+        e.complete(End::Complete, Instant::now());
+        assert_eq!(e.timeline.tokens.generated, 0, "{body}");
+        assert!(e.timeline.parse_errors.is_empty(), "{body}");
+    }
+    // A type that is not read stays unread, whatever the body.
+    let (_, mut e, up) = told_exchange("/v1/chat/completions");
+    upload(up, r#"{"model":"m"}"#);
+    head_of(&mut e, 200, &[("content-type", "text/plain")]);
+    data(&mut e, SAY);
+    assert_eq!(e.timeline.tokens.token_events, 0);
+}
