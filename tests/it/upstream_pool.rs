@@ -297,14 +297,26 @@ async fn futures_round(proxy: SocketAddr, n: usize) {
 /// after the proxy took the connection again). Returns its address and
 /// the connections it accepted.
 async fn answering_once_per_connection() -> (SocketAddr, Arc<AtomicUsize>) {
+    let (addr, accepted, _) = answering_once_per_connection_then(b"").await;
+    (addr, accepted)
+}
+
+/// [`answering_once_per_connection`], writing `last` to the second request
+/// on a connection before it closes; also returns the requests it read.
+async fn answering_once_per_connection_then(
+    last: &'static [u8],
+) -> (SocketAddr, Arc<AtomicUsize>, Arc<AtomicUsize>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     let accepted = Arc::new(AtomicUsize::new(0));
+    let requests = Arc::new(AtomicUsize::new(0));
     let counted = Arc::clone(&accepted);
+    let read = Arc::clone(&requests);
     tokio::spawn(async move {
         while let Ok((mut stream, _)) = listener.accept().await {
             let counted = Arc::clone(&counted);
+            let read = Arc::clone(&read);
             tokio::spawn(async move {
                 let mut seen = Vec::new();
                 let mut buf = [0u8; 4096];
@@ -319,7 +331,9 @@ async fn answering_once_per_connection() -> (SocketAddr, Arc<AtomicUsize>) {
                     while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
                         let head = seen.drain(..end + 4).collect::<Vec<_>>();
                         heads += 1;
+                        read.fetch_add(1, Ordering::SeqCst);
                         if heads == 2 {
+                            let _ = stream.write_all(last).await;
                             return;
                         }
                         let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
@@ -332,7 +346,7 @@ async fn answering_once_per_connection() -> (SocketAddr, Arc<AtomicUsize>) {
             });
         }
     });
-    (addr, accepted)
+    (addr, accepted, requests)
 }
 
 /// A bodiless `GET` or `HEAD` on a kept-alive connection the upstream
@@ -366,4 +380,31 @@ async fn a_safe_request_the_upstream_closed_a_reused_connection_on_is_sent_anew(
     let response = send(proxy.addr, post).await.expect("head");
     assert_eq!(response.status(), 502, "a POST is never sent twice");
     assert_eq!(metric(proxy.metrics_addr, resends).await, 3.0);
+}
+
+/// A `GET` the upstream answered `103 Early Hints` on a reused connection
+/// before it closed it is not sent again: an informational answer says
+/// the upstream had the request (it may have started on it), so it is no
+/// longer "closed unanswered". Before 2026-12-07 the pool, which reads past
+/// a 1xx, found no byte of a final answer and sent it a second time.
+#[tokio::test]
+async fn a_safe_request_answered_1xx_before_the_close_is_not_sent_again() {
+    let hints = b"HTTP/1.1 103 Early Hints\r\nlink: </style.css>; rel=preload\r\n\r\n";
+    let (upstream, _, requests) = answering_once_per_connection_then(hints).await;
+    let proxy = common::proxy(upstream, "").await;
+    let get = || {
+        Request::get("/v1/models")
+            .body(Full::new(Bytes::new()))
+            .expect("request")
+    };
+    let first = send(proxy.addr, get()).await.expect("head");
+    assert_eq!(first.status(), 200);
+    collect(first).await.expect("whole body");
+    // On the kept connection: `103`, then the close.
+    let second = send(proxy.addr, get()).await.expect("head");
+    assert_eq!(second.status(), 502, "the upstream's close is the answer");
+    collect(second).await.expect("whole body");
+    assert_eq!(requests.load(Ordering::SeqCst), 2, "the GET went once");
+    let resends = "tokenclock_upstream_resends_total";
+    assert_eq!(metric(proxy.metrics_addr, resends).await, 0.0);
 }

@@ -21,8 +21,9 @@
 //! beyond `pool_max_idle_per_host`; a request the upstream closed a reused
 //! connection on before it was sent is retried once on a new connection,
 //! and so is a bodiless `GET`, `HEAD`, `OPTIONS` or `TRACE` the upstream
-//! closed it on before any byte of a final answer (an informational 1xx
-//! aside; as Go's client and nginx do, not hyper-util's): a server that
+//! closed it on before any byte of an answer (as Go's client and nginx
+//! do, not hyper-util's; an informational 1xx is an answer: the upstream
+//! had the request, and it is not sent again): a server that
 //! closes a kept-alive connection after its answer without saying so (a
 //! worker recycled after its N requests) may have read the request, but a
 //! safe method changes nothing (RFC 9110 §9.2.2).
@@ -391,17 +392,28 @@ fn poll_head(
         }
     }
     let borrowed = conn.borrow_read();
-    let poll = read_head(conn, failed_write, method, cx);
+    let mut heard = false;
+    let poll = read_head(conn, failed_write, method, &mut heard, cx);
     conn.give_back(borrowed, poll.is_pending());
+    if heard {
+        // The upstream answered (a 1xx the parse then skipped, or part of
+        // a head): it had the request, so it is not sent again.
+        if let Some(sending) = upload.as_mut() {
+            sending.replay = None;
+        }
+        *spent = None;
+    }
     poll
 }
 
 /// Reads until a response head has come; a write that failed
 /// (`failed_write`) is the failure if the connection ends without one.
+/// `heard`: a byte of an answer came.
 fn read_head(
     conn: &mut Conn,
     failed_write: &mut Option<PoolError>,
     method: &Method,
+    heard: &mut bool,
     cx: &mut Context<'_>,
 ) -> Poll<Result<h1::Head, PoolError>> {
     loop {
@@ -413,7 +425,10 @@ fn read_head(
             (Ok(0), Some(e)) | (Err(_), Some(e)) => return Poll::Ready(Err(e)),
             (Ok(0), None) => return Poll::Ready(Err(WireError::Incomplete.into())),
             (Err(e), None) => return Poll::Ready(Err(e.into())),
-            (Ok(_), failed) => *failed_write = failed,
+            (Ok(_), failed) => {
+                *heard = true;
+                *failed_write = failed;
+            }
         }
     }
 }
@@ -436,7 +451,8 @@ struct Upload {
     /// The trailer names the request's `Trailer` header announced.
     trailers: HeaderMap,
     /// The whole request, a head alone, when it may be sent twice: a safe
-    /// method (RFC 9110 §9.2.1) with no body and no switch of protocols.
+    /// method (RFC 9110 §9.2.1) with no body and no switch of protocols,
+    /// and no byte of an answer yet (a 1xx says the upstream had it).
     replay: Option<Vec<u8>>,
 }
 
