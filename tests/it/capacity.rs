@@ -29,7 +29,7 @@ use tokio::{
 
 use crate::common::{
     self,
-    client::{collect, get, metric, readyz, readyz_soon, Collected},
+    client::{collect, get, metric, readyz, readyz_soon, requests_with, Collected},
     process, sim,
 };
 
@@ -184,15 +184,8 @@ async fn an_h2_client_beyond_max_connections_requests_in_flight_gets_503_and_no_
         5.0
     );
     // Counted as requests too: tokenclock's own 503s, outcome `http_error`.
-    let text =
-        String::from_utf8_lossy(&get(proxy.metrics_addr, "/metrics").await.body()).into_owned();
-    let own_503s: f64 = text
-        .lines()
-        .filter(|l| l.starts_with("tokenclock_requests_total{"))
-        .filter(|l| l.contains("code=\"503\"") && l.contains("outcome=\"http_error\""))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum();
-    assert_eq!(own_503s, 5.0, "{text}");
+    let own_503s = requests_with(proxy.metrics_addr, 503, "http_error").await;
+    assert_eq!(own_503s, 5.0);
 
     // Once their bodies have ended, the slots are free again.
     for response in held {

@@ -152,13 +152,7 @@ async fn refused_heads_are_answered_and_counted() {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     assert_eq!(counted, refused.len() as f64);
-    let quiet = std::time::Duration::from_millis(200);
-    assert!(
-        tokio::time::timeout(quiet, upstream.events.recv())
-            .await
-            .is_err(),
-        "a refused head reached the upstream"
-    );
+    assert_nothing_reached(&mut upstream, "a refused head").await;
 }
 
 #[tokio::test]
@@ -177,11 +171,72 @@ async fn connect_is_answered_405_and_never_forwarded() {
         assert_eq!(t.outcome, Outcome::HttpError);
         assert_eq!(t.status.map(|s| s.as_u16()), Some(405));
     }
-    let quiet = std::time::Duration::from_millis(300);
-    assert!(
-        tokio::time::timeout(quiet, upstream.events.recv())
-            .await
-            .is_err(),
-        "CONNECT reached the upstream"
+    assert_nothing_reached(&mut upstream, "CONNECT").await;
+}
+
+/// Sends `bytes` on a new connection and reads until the proxy closes it
+/// (up to 10 s): everything it answered, and whether it closed.
+async fn raw_to_close(addr: std::net::SocketAddr, bytes: &[u8]) -> (String, bool) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    stream.write_all(bytes).await.expect("write");
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        stream.read_to_end(&mut answer),
+    )
+    .await;
+    let closed = matches!(read, Ok(Ok(_)));
+    (String::from_utf8_lossy(&answer).into_owned(), closed)
+}
+
+/// A request body in a transfer coding besides `chunked` (`gzip, chunked`)
+/// is answered `501` (RFC 9112 §6.1; nginx does the same) and never
+/// forwarded: tokenclock does not decode it, and forwarding its bytes as
+/// plain chunked (the hop-by-hop `Transfer-Encoding` dropped) handed the
+/// upstream a still-compressed body with no label (until 2026-12-07). The
+/// connection closes after the answer, which says so: the body is not
+/// read. Counted as a request, `code="501"`, outcome `http_error`, as the
+/// other requests tokenclock refuses itself are.
+#[tokio::test]
+async fn a_transfer_coding_besides_chunked_is_501_and_never_forwarded() {
+    let mut upstream = Scripted::start(vec![Step::Write(head("200 OK", &[]))]).await;
+    let (proxy, mut timelines) = common::proxy_with_timelines(upstream.addr, "").await;
+    // Five bytes standing for a compressed body.
+    let body = "5\r\n\x1f\x08\x08\x00\x00\r\n0\r\n\r\n";
+    for coding in [
+        "transfer-encoding: gzip, chunked\r\n",
+        "transfer-encoding: deflate, chunked\r\n",
+        "transfer-encoding: gzip\r\ntransfer-encoding: chunked\r\n",
+    ] {
+        let request = format!("POST /v1/completions HTTP/1.1\r\nhost: x\r\n{coding}\r\n{body}");
+        let (answer, closed) = raw_to_close(proxy.addr, request.as_bytes()).await;
+        assert!(answer.starts_with("HTTP/1.1 501 "), "{coding}: {answer}");
+        let head = answer.to_ascii_lowercase();
+        assert!(
+            head.contains("\r\nconnection: close\r\n"),
+            "{coding}: {answer}"
+        );
+        assert!(head.contains("not_implemented"), "{coding}: {answer}");
+        assert!(closed, "{coding}: the connection is closed after the 501");
+        let t = next_timeline(&mut timelines).await;
+        assert_eq!(t.outcome, Outcome::HttpError, "{coding}");
+        assert_eq!(t.status.map(|s| s.as_u16()), Some(501), "{coding}");
+    }
+    // A last coding that is not chunked cannot be framed at all: `400`.
+    let request = format!(
+        "POST /v1/completions HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked, gzip\r\n\r\n{body}"
     );
+    let (status, _) = raw(proxy.addr, request.as_bytes()).await;
+    assert_eq!(status, 400);
+    let refused = client::requests_with(proxy.metrics_addr, 501, "http_error").await;
+    assert_eq!(refused, 3.0);
+    assert_nothing_reached(&mut upstream, "a transfer coding besides chunked").await;
+}
+
+/// Fails if `upstream` hears of a request within 300 ms.
+async fn assert_nothing_reached(upstream: &mut Scripted, what: &str) {
+    let quiet = std::time::Duration::from_millis(300);
+    let heard = tokio::time::timeout(quiet, upstream.events.recv()).await;
+    assert!(heard.is_err(), "{what} reached the upstream");
 }

@@ -1,6 +1,6 @@
 //! Requests tokenclock answers itself instead of forwarding.
 
-use http::{header, Method, Request, Version};
+use http::{header, HeaderValue, Method, Request, Version};
 
 use super::ProxyError;
 
@@ -11,9 +11,18 @@ use super::ProxyError;
 ///   no response at all.
 /// - HTTP/1.1 without exactly one `Host`, or HTTP/1.0 with several (`400`,
 ///   RFC 9112 §3.2). HTTP/1.0 may omit it; HTTP/2 carries `:authority`.
+/// - A body in a transfer coding besides `chunked` (`gzip, chunked`: `501`,
+///   RFC 9112 §6.1, as nginx answers). Both servers take it, framed by its
+///   last coding, and `Transfer-Encoding` is hop-by-hop: forwarded, its
+///   bytes went upstream as plain chunked, still compressed, unlabelled.
+///   (A last coding that is not `chunked` cannot be framed: the servers
+///   refuse its head with `400`.)
 pub(super) fn admit<B>(request: &Request<B>) -> Result<(), ProxyError> {
     if request.method() == Method::CONNECT {
         return Err(ProxyError::MethodNotAllowed);
+    }
+    if !only_chunked(request.headers().get_all(header::TRANSFER_ENCODING)) {
+        return Err(ProxyError::TransferCoding);
     }
     let hosts = request.headers().get_all(header::HOST).iter().count();
     match request.version() {
@@ -27,6 +36,19 @@ pub(super) fn admit<B>(request: &Request<B>) -> Result<(), ProxyError> {
     }
 }
 
+/// Whether the `Transfer-Encoding` lines, if any, name one coding, and
+/// it is `chunked` (any case, spaces and empty list elements aside).
+fn only_chunked(lines: header::GetAll<'_, HeaderValue>) -> bool {
+    let mut codings = lines.iter().flat_map(|line| {
+        let text = line.to_str().unwrap_or("?");
+        text.split(',').map(str::trim).filter(|c| !c.is_empty())
+    });
+    match codings.next() {
+        None => true,
+        Some(first) => first.eq_ignore_ascii_case("chunked") && codings.next().is_none(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -37,6 +59,30 @@ mod tests {
             request = request.header(header::HOST, *host);
         }
         request.body(()).unwrap_or_default()
+    }
+
+    #[test]
+    fn only_a_lone_chunked_coding_is_admitted() {
+        let with = |lines: &[&'static str]| {
+            let mut request = Request::post("/").header(header::HOST, "a");
+            for line in lines {
+                request = request.header(header::TRANSFER_ENCODING, *line);
+            }
+            admit(&request.body(()).unwrap_or_default())
+        };
+        for ok in [&[][..], &["chunked"], &["Chunked"], &[" chunked ,"]] {
+            assert!(with(ok).is_ok(), "{ok:?}");
+        }
+        for refused in [
+            &["gzip, chunked"][..],
+            &["deflate,chunked"],
+            &["gzip", "chunked"],
+            &["chunked, chunked"],
+            &["chunked;q=1"],
+        ] {
+            let e = with(refused).err();
+            assert!(matches!(e, Some(ProxyError::TransferCoding)), "{refused:?}");
+        }
     }
 
     #[test]

@@ -40,6 +40,10 @@ pub(crate) enum ProxyError {
     /// `CONNECT`: tokenclock is a reverse proxy, not a tunnel.
     #[error("CONNECT is not supported by this reverse proxy")]
     MethodNotAllowed,
+    /// A request body in a transfer coding besides `chunked`, which
+    /// tokenclock does not decode (`admit`).
+    #[error("a transfer coding other than chunked is not supported")]
+    TransferCoding,
     /// The client's request body failed: malformed, cut, or stalled.
     #[error(transparent)]
     ClientBody(#[from] ClientBodyError),
@@ -90,6 +94,7 @@ impl ProxyError {
                 | Self::ConnectTimeout(_)
                 | Self::BadRequest(_)
                 | Self::MethodNotAllowed
+                | Self::TransferCoding
                 | Self::AtCapacity(_)
         )
     }
@@ -104,6 +109,7 @@ impl ProxyError {
             }
             Self::BadRequest(_)
             | Self::MethodNotAllowed
+            | Self::TransferCoding
             | Self::AtCapacity(_)
             | Self::ClientBody(ClientBodyError::Malformed(_)) => Outcome::HttpError,
             Self::ClientBody(ClientBodyError::Gone(_)) => Outcome::ClientCancelled,
@@ -119,6 +125,7 @@ impl ProxyError {
             }
             Self::ConnectTimeout(_) | Self::HeaderTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Self::TransferCoding => StatusCode::NOT_IMPLEMENTED,
             Self::AtCapacity(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::ClientBody(ClientBodyError::Stalled(_)) => StatusCode::REQUEST_TIMEOUT,
             Self::BadRequest(_) | Self::ClientBody(_) => StatusCode::BAD_REQUEST,
@@ -132,6 +139,7 @@ impl ProxyError {
             Self::ConnectTimeout(_) | Self::HeaderTimeout(_) => "upstream_timeout",
             Self::Upstream(_) | Self::UnsolicitedUpgrade => "upstream_error",
             Self::MethodNotAllowed => "method_not_allowed",
+            Self::TransferCoding => "not_implemented",
             Self::AtCapacity(_) => "overloaded",
             Self::ClientBody(ClientBodyError::Stalled(_)) => "request_timeout",
             Self::BadRequest(_) | Self::ClientBody(_) => "bad_request",
@@ -157,6 +165,12 @@ impl ProxyError {
             // A slot frees as soon as any response ends.
             Self::AtCapacity(_) => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            // Its body is not read (nor could it be decoded): the
+            // connection closes after the answer, which says so (RFC 9112
+            // §9.6), as nginx closes after its 501.
+            Self::TransferCoding => {
+                headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
             }
             _ => {}
         }

@@ -132,6 +132,18 @@ pub async fn metric(metrics: SocketAddr, series: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// `tokenclock_requests_total` summed over every series with this `code`
+/// and `outcome`, on the `/metrics` of `metrics`.
+pub async fn requests_with(metrics: SocketAddr, code: u16, outcome: &str) -> f64 {
+    let text = String::from_utf8_lossy(&get(metrics, "/metrics").await.body()).into_owned();
+    let (code, outcome) = (format!("code=\"{code}\""), format!("outcome=\"{outcome}\""));
+    text.lines()
+        .filter(|l| l.starts_with("tokenclock_requests_total{"))
+        .filter(|l| l.contains(&code) && l.contains(&outcome))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// `/readyz` on the metrics listener `metrics`: its status and body.
 pub async fn readyz(metrics: SocketAddr) -> (u16, String) {
     let answer = get(metrics, "/readyz").await;
