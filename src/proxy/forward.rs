@@ -24,6 +24,7 @@ use std::{convert::Infallible, future::Future, pin::Pin, sync::Arc};
 use crate::export::metrics::UpstreamPoolMetrics;
 use crate::proxy::server::ReceivedBody as Incoming;
 use http::{header, uri::PathAndQuery, HeaderValue, Request, Response, StatusCode, Uri, Version};
+use http_body::Body as _;
 use hyper::service::Service;
 use tokio::time::{error::Elapsed, timeout, Instant};
 
@@ -149,14 +150,17 @@ impl Inner {
             let live = self.live.current();
             let upload;
             (exchange, upload) = Exchange::start(start, &request, &live.reading, live.sink.clone());
+            // Refused before its body is read: one that has any is left
+            // unread, and the connection closes after the answer.
+            let unread = !request.body().is_end_stream();
             if let Err(e) = admit::admit(&request) {
-                return Ok(local_response(e, exchange));
+                return Ok(local_response(e, exchange, unread));
             }
             slot = match self.capacity.take() {
                 Some(slot) => slot,
                 None => {
                     let e = ProxyError::AtCapacity(self.capacity.max());
-                    return Ok(local_response(e, exchange));
+                    return Ok(local_response(e, exchange, unread));
                 }
             };
             // Unboxed as it is taken apart: the request whole is not kept
@@ -184,7 +188,7 @@ impl Inner {
             );
             let body = match self.prepare(&mut parts, body, cap, &mut exchange).await {
                 Ok(body) => body,
-                Err(e) => return Ok(local_response(e, exchange)),
+                Err(e) => return Ok(local_response(e, exchange, !fault.ended())),
             };
             let upload = if switching {
                 upload.switching(Instant::now())
@@ -193,7 +197,7 @@ impl Inner {
             };
             match self.rewrite(parts, body, upload) {
                 Ok(r) => self.client.outgoing(r),
-                Err(e) => return Ok(local_response(e, exchange)),
+                Err(e) => return Ok(local_response(e, exchange, !fault.ended())),
             }
         };
         // The wait for the head (bounded only when `response_header_timeout`
@@ -208,12 +212,17 @@ impl Inner {
         };
         let answer = match self.answered(sent, &fault, switching) {
             Ok(answer) => answer,
-            Err(e) => return Ok(local_response(e, exchange)),
+            Err(e) => return Ok(local_response(e, exchange, !fault.ended())),
         };
         if let Some(connect) = answer.connect {
             exchange.set_connect(connect);
         }
-        Ok(self.respond(answer, exchange, hook, slot))
+        // Answered before the request's body was read whole, which will
+        // not be: the client's connection closes after the answer.
+        let unread = !switching
+            && !fault.ended()
+            && (fault.dropped() || answer.response.body().abandons_upload());
+        Ok(self.respond(answer, exchange, hook, (slot, unread)))
     }
 
     /// The body to send upstream: the client's as it comes, or read whole
@@ -280,13 +289,16 @@ impl Inner {
 
     /// The upstream's response, addressed to the client and observed: after
     /// each write when the connection has a `hook` (HTTP/1), else as each
-    /// frame passes. Its body keeps the request's `slot` to its end.
+    /// frame passes. Its body keeps the request's `slot` to its end. It is
+    /// the connection's last when the request's body is left `unread`, or
+    /// when it ends at the close (a body of unknown length to an HTTP/1.0
+    /// client), and says so.
     fn respond(
         &self,
         answer: Answer,
         mut exchange: Exchange,
         hook: Option<Arc<AfterWrite>>,
-        slot: Slot,
+        (slot, unread): (Slot, bool),
     ) -> Response<ProxyBody> {
         let at = Instant::now();
         self.health.upstream_answered();
@@ -308,6 +320,8 @@ impl Inner {
             upgrade::restore_switch(&mut parts.headers, protocols);
         }
         let strip = exchange.usage_injected() && exchange.streamed();
+        let (method, client) = exchange.request_line();
+        let http10 = client == Version::HTTP_10 && *method != http::Method::HEAD;
         // A switch `answered` let through was asked for.
         let body = if switched { body.switched() } else { body };
         let body = ResponseBody::upstream(body, self.timeouts.idle, slot);
@@ -315,7 +329,20 @@ impl Inner {
             Some(hook) => ObservedBody::after_write(body, exchange, hook),
             None => ObservedBody::new(body, exchange),
         };
-        Response::from_parts(parts, StripUsage::new(body, strip))
+        let body = StripUsage::new(body, strip);
+        // Framed by the close, as both servers frame an HTTP/1.0 client's
+        // body of unknown length, which they would announce `keep-alive`
+        // if the client asked for it (nginx says `close`).
+        let delimited = http10
+            && !switched
+            && !matches!(parts.status.as_u16(), 100..=199 | 204 | 304)
+            && !parts.headers.contains_key(header::CONTENT_LENGTH)
+            && !body.is_end_stream()
+            && body.size_hint().exact().is_none();
+        if unread || delimited {
+            last_on_connection(&mut parts, client);
+        }
+        Response::from_parts(parts, body)
     }
 
     /// Whether to add `stream_options.include_usage` to this request.
@@ -392,13 +419,36 @@ fn authority_header(uri: &Uri) -> Option<HeaderValue> {
         .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
 }
 
-/// The one place a [`ProxyError`] becomes the client's response.
-fn local_response(error: ProxyError, mut exchange: Exchange) -> Response<ProxyBody> {
+/// The one place a [`ProxyError`] becomes the client's response; the
+/// connection's last when the request's body is left `unread`.
+fn local_response(error: ProxyError, mut exchange: Exchange, unread: bool) -> Response<ProxyBody> {
     tracing::debug!(error = %error, "Forwarding failed.");
     exchange.set_local_failure(error.status(), error.outcome(), error.sent());
-    let (parts, body) = error.to_response().into_parts();
+    let (mut parts, body) = error.to_response().into_parts();
+    if unread {
+        last_on_connection(&mut parts, exchange.request_line().1);
+    }
     let body = ObservedBody::new(ResponseBody::local(body), exchange);
     Response::from_parts(parts, StripUsage::new(body, false))
+}
+
+/// Marks a response to an HTTP/1 `client` as its connection's last:
+/// `connection: close` (RFC 9112 §9.6), which both HTTP/1.1 servers then
+/// keep to, closing after it. Where the connection closes after an answer
+/// for a reason of the request (its body left unread, a body ended by the
+/// close), the answer must say so, as nginx's does. To an HTTP/1.0 client
+/// the head goes as HTTP/1.0 (as it would anyway): as HTTP/1.1, both
+/// servers would add `keep-alive` to it for a client that asked.
+fn last_on_connection(parts: &mut http::response::Parts, client: Version) {
+    if client > Version::HTTP_11 {
+        return;
+    }
+    parts
+        .headers
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    if client == Version::HTTP_10 {
+        parts.version = Version::HTTP_10;
+    }
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use crate::common::{
     self,
     client::read_head,
     next_timeline,
-    upstream::{Event, Scripted, Step},
+    upstream::{bytes, head, Event, Scripted, Step},
 };
 use tokenclock::measure::timeline::Outcome;
 use tokio::{io::AsyncWriteExt, net::TcpStream};
@@ -94,5 +94,50 @@ async fn a_stalled_upload_is_a_408_and_frees_the_upstream() {
             let closed = upstream.next_event(Duration::from_secs(5)).await;
             assert!(matches!(closed, Some(Event::PeerClosed(_))), "{mode}");
         }
+    }
+}
+
+/// Reads what `client` is sent until the proxy closes the connection (up
+/// to 10 s): the text, and whether it closed.
+async fn read_to_close(client: &mut TcpStream) -> (String, bool) {
+    use tokio::io::AsyncReadExt;
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), client.read_to_end(&mut answer));
+    let closed = matches!(read.await, Ok(Ok(_)));
+    (String::from_utf8_lossy(&answer).into_owned(), closed)
+}
+
+/// An answer to a request whose body is left unread closes the connection
+/// after it, and says so (`connection: close`, RFC 9112 §9.6): the proxy's
+/// own `408` for a stalled upload, its `502` when the upstream closes
+/// mid-upload, and an upstream's early answer (a `413` whose own
+/// `Connection: close`, hop-by-hop, does not pass) before the upload ended.
+/// Until 2026-12-07 each said nothing of it and the connection closed.
+#[tokio::test]
+async fn an_answer_that_leaves_the_upload_unread_says_connection_close() {
+    let too_large = head(
+        "413 Payload Too Large",
+        &["content-length: 2", "connection: close"],
+    );
+    let cases = [
+        ("408", silent_upstream().await),
+        ("502", Scripted::start(vec![]).await),
+        (
+            "413",
+            Scripted::start(vec![Step::Write(too_large), Step::Write(bytes("no"))]).await,
+        ),
+    ];
+    for (want, upstream) in cases {
+        let config = "request_body_timeout = \"300ms\"";
+        let proxy = common::proxy(upstream.addr, config).await;
+        let mut client = start_upload(&proxy).await;
+        let (answer, closed) = read_to_close(&mut client).await;
+        assert!(answer.starts_with(&format!("HTTP/1.1 {want} ")), "{answer}");
+        let head = answer.to_ascii_lowercase();
+        assert!(
+            head.contains("\r\nconnection: close\r\n"),
+            "{want}: {answer}"
+        );
+        assert!(closed, "{want}: closed after the answer");
     }
 }

@@ -6,7 +6,7 @@ use crate::common::{
     self,
     client::{self, collect, raw, send, send_h2},
     next_timeline,
-    upstream::{bytes, chunk, head, Echo, Scripted, Step},
+    upstream::{self, bytes, chunk, head, Echo, Scripted, Step},
 };
 use bytes::Bytes;
 use http::Request;
@@ -239,4 +239,43 @@ async fn assert_nothing_reached(upstream: &mut Scripted, what: &str) {
     let quiet = std::time::Duration::from_millis(300);
     let heard = tokio::time::timeout(quiet, upstream.events.recv()).await;
     assert!(heard.is_err(), "{what} reached the upstream");
+}
+
+/// An HTTP/1.0 client that asks to keep its connection, answered a body of
+/// unknown length (chunked upstream): the body ends at the close, and the
+/// answer says `connection: close`, as nginx's does (until 2026-12-07 it
+/// said `connection: keep-alive`, as hyper's server says it, and closed).
+/// A body of known length keeps the connection, as before.
+#[tokio::test]
+async fn an_http10_client_answered_until_the_close_is_told_close() {
+    let upstream = Scripted::start(vec![
+        Step::Write(upstream::chunked_head("text/plain")),
+        Step::Write(chunk(b"hello")),
+        Step::Write(bytes("0\r\n\r\n")),
+    ])
+    .await;
+    let proxy = common::proxy(upstream.addr, "").await;
+    let request = b"GET /x HTTP/1.0\r\nconnection: keep-alive\r\n\r\n";
+    let (answer, closed) = raw_to_close(proxy.addr, request).await;
+    assert!(answer.starts_with("HTTP/1.0 200 OK\r\n"), "{answer}");
+    let lower = answer.to_ascii_lowercase();
+    assert!(lower.contains("\r\nconnection: close\r\n"), "{answer}");
+    assert!(!lower.contains("keep-alive"), "{answer}");
+    assert!(answer.ends_with("\r\n\r\nhello"), "{answer}");
+    assert!(closed);
+
+    let upstream = Scripted::start(vec![
+        Step::Write(head("200 OK", &["content-length: 2"])),
+        Step::Write(bytes("ok")),
+    ])
+    .await;
+    let proxy = common::proxy(upstream.addr, "").await;
+    let (status, answer) = raw(proxy.addr, request).await;
+    assert_eq!(status, 200);
+    assert!(
+        answer
+            .to_ascii_lowercase()
+            .contains("\r\nconnection: keep-alive\r\n"),
+        "{answer}"
+    );
 }

@@ -199,6 +199,11 @@ impl Exchange {
         self.progress();
     }
 
+    /// The client's request: its method and HTTP version.
+    pub(crate) fn request_line(&self) -> (&Method, Version) {
+        (&self.method, self.version)
+    }
+
     /// The dialect of the request.
     pub fn dialect(&self) -> Dialect {
         self.timeline.dialect

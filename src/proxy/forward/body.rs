@@ -80,6 +80,12 @@ pub(crate) enum Source {
 }
 
 impl Source {
+    /// Whether the request's body, still being sent, will be left unread
+    /// ([`Lease::abandons_upload`]); never known of hyper-util's HTTP/2.
+    pub(crate) fn abandons_upload(&self) -> bool {
+        matches!(self, Self::Pooled(lease) if lease.abandons_upload())
+    }
+
     /// The body of an answer that switched protocols: the connection's
     /// bytes until it closes, both ways (`proxy::upgrade`).
     pub(crate) fn switched(self) -> Self {

@@ -9,7 +9,10 @@
 use std::{
     io,
     pin::Pin,
-    sync::{Arc, OnceLock},
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc, OnceLock,
+    },
     task::{Context, Poll},
     time::Duration,
 };
@@ -89,14 +92,36 @@ impl Failure for ClientBodyError {
 }
 
 /// Where a [`ClientBody`] leaves its failure, for the proxy to find when
-/// the upstream call fails. Set once, before the error is returned.
+/// the upstream call fails (set once, before the error is returned), and
+/// whether the body was read to its end: a client connection whose
+/// request body is left unread closes after the response, which must say
+/// so.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct ClientFault(Arc<OnceLock<ClientBodyError>>);
+pub(crate) struct ClientFault(Arc<Fate>);
+
+#[derive(Debug, Default)]
+struct Fate {
+    error: OnceLock<ClientBodyError>,
+    /// The body reached its end (or had none).
+    ended: AtomicBool,
+    /// The body was dropped before its end: nothing reads the rest.
+    dropped: AtomicBool,
+}
 
 impl ClientFault {
     /// The client's failure, if its body failed.
     pub(crate) fn get(&self) -> Option<&ClientBodyError> {
-        self.0.get()
+        self.0.error.get()
+    }
+
+    /// Whether the body was read to its end, or had none.
+    pub(crate) fn ended(&self) -> bool {
+        self.0.ended.load(Ordering::Relaxed)
+    }
+
+    /// Whether the body was dropped before its end.
+    pub(crate) fn dropped(&self) -> bool {
+        self.0.dropped.load(Ordering::Relaxed)
     }
 }
 
@@ -131,9 +156,21 @@ impl ClientBody {
             },
             None => Timed::Untimed { body },
         };
-        Self {
+        let body = Self {
             inner: Box::pin(inner),
             fault,
+        };
+        if body.is_end_stream() {
+            body.fault.0.ended.store(true, Ordering::Relaxed);
+        }
+        body
+    }
+}
+
+impl Drop for ClientBody {
+    fn drop(&mut self) {
+        if !self.fault.ended() {
+            self.fault.0.dropped.store(true, Ordering::Relaxed);
         }
     }
 }
@@ -151,9 +188,16 @@ impl Body for ClientBody {
             TimedProj::Stalls { body } => body.poll_frame(cx),
             TimedProj::Untimed { body } => Pin::new(body).poll_frame(cx).map_err(Into::into),
         };
-        if let Poll::Ready(Some(Err(e))) = &polled {
+        match &polled {
             // Only the first failure counts; a body fails once.
-            let _ = this.fault.0.set(e.clone());
+            Poll::Ready(Some(Err(e))) => {
+                let _ = this.fault.0.error.set(e.clone());
+            }
+            Poll::Ready(None) => this.fault.0.ended.store(true, Ordering::Relaxed),
+            Poll::Ready(Some(Ok(_))) if this.is_end_stream() => {
+                this.fault.0.ended.store(true, Ordering::Relaxed);
+            }
+            _ => {}
         }
         polled
     }

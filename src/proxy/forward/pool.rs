@@ -797,6 +797,14 @@ pub(crate) struct Lease {
 // === impl Lease ===
 
 impl Lease {
+    /// Whether the rest of the request is still being sent on a connection
+    /// the upstream will not keep (it answered before it had all of it,
+    /// and said it closes): what the upstream does not read of it by the
+    /// end of its answer is left unread by the client's connection too.
+    pub(super) fn abandons_upload(&self) -> bool {
+        self.upload.is_some() && !self.keep_alive
+    }
+
     /// Whether the last poll left nothing unread: the socket registered
     /// the task, and nothing waits to be returned.
     pub(super) fn drained(&self) -> bool {
