@@ -244,6 +244,13 @@ impl Inner {
         match read {
             inject::Read::Rewritten { received } => {
                 parts.headers.remove(header::CONTENT_LENGTH);
+                // The usage chunk is cut out of the stream as it passes,
+                // which a compressed stream does not allow: the answer is
+                // asked for as it is (which any client takes, RFC 9110
+                // §12.5.3), so that the client never sees the chunk.
+                parts
+                    .headers
+                    .insert(header::ACCEPT_ENCODING, HeaderValue::from_static("identity"));
                 exchange.set_usage_injected(received as u64);
             }
             inject::Read::OverBudget => exchange.set_over_budget(),

@@ -259,6 +259,7 @@ async fn streamed(addr: std::net::SocketAddr, path: &str) -> Vec<u8> {
     let request = Request::post(path)
         .header("content-type", "application/json")
         .header("content-length", STREAMED_REQUEST.len())
+        .header("accept-encoding", "gzip, deflate, br")
         .body(Full::new(Bytes::from_static(STREAMED_REQUEST)))
         .expect("request");
     let response = send(addr, request).await.expect("response");
@@ -289,6 +290,9 @@ async fn usage_inject_asks_for_usage_and_hides_it_from_the_client() {
         String::from_utf8_lossy(&seen.body),
         String::from_utf8_lossy(&want)
     );
+    // Asked for as it is, so that the usage chunk can be cut out (the
+    // client asked for gzip, deflate and br).
+    assert_eq!(seen.header("accept-encoding").as_deref(), Some("identity"));
     let length: usize = seen
         .header("content-length")
         .and_then(|v| v.parse().ok())
