@@ -188,7 +188,7 @@ impl Inner {
             );
             let body = match self.prepare(&mut parts, body, cap, &mut exchange).await {
                 Ok(body) => body,
-                Err(e) => return Ok(local_response(e, exchange, !fault.ended())),
+                Err(e) => return Ok(local_response(e, exchange, !switching && !fault.ended())),
             };
             let upload = if switching {
                 upload.switching(Instant::now())
@@ -197,7 +197,7 @@ impl Inner {
             };
             match self.rewrite(parts, body, upload) {
                 Ok(r) => self.client.outgoing(r),
-                Err(e) => return Ok(local_response(e, exchange, !fault.ended())),
+                Err(e) => return Ok(local_response(e, exchange, !switching && !fault.ended())),
             }
         };
         // The wait for the head (bounded only when `response_header_timeout`
@@ -212,7 +212,7 @@ impl Inner {
         };
         let answer = match self.answered(sent, &fault, switching) {
             Ok(answer) => answer,
-            Err(e) => return Ok(local_response(e, exchange, !fault.ended())),
+            Err(e) => return Ok(local_response(e, exchange, !switching && !fault.ended())),
         };
         if let Some(connect) = answer.connect {
             exchange.set_connect(connect);
@@ -248,9 +248,10 @@ impl Inner {
                 // which a compressed stream does not allow: the answer is
                 // asked for as it is (which any client takes, RFC 9110
                 // §12.5.3), so that the client never sees the chunk.
-                parts
-                    .headers
-                    .insert(header::ACCEPT_ENCODING, HeaderValue::from_static("identity"));
+                parts.headers.insert(
+                    header::ACCEPT_ENCODING,
+                    HeaderValue::from_static("identity"),
+                );
                 exchange.set_usage_injected(received as u64);
             }
             inject::Read::OverBudget => exchange.set_over_budget(),

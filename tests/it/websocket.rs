@@ -247,6 +247,38 @@ async fn a_refused_or_other_upgrade_is_an_ordinary_exchange_on_a_kept_connection
     }
 }
 
+/// A handshake the proxy cannot forward (its upstream is down) is answered
+/// `502`, and the connection stays open for the next request: the request
+/// had no body left unread, so the answer does not say `connection: close`.
+#[tokio::test]
+async fn a_handshake_to_a_down_upstream_leaves_the_connection_open() {
+    let proxy = common::proxy(common::closed_port().await, "").await;
+    let mut client = TcpStream::connect(proxy.addr).await.expect("connect");
+    for round in 0..2 {
+        client
+            .write_all(&handshake("/v1/realtime", "websocket"))
+            .await
+            .expect("write");
+        let (status, text) = read_head(&mut client).await;
+        assert_eq!(status, 502, "{round}: {text}");
+        assert!(
+            !text.to_ascii_lowercase().contains("connection: close"),
+            "{round}: {text}"
+        );
+        let length = text
+            .lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase()
+                    .strip_prefix("content-length:")
+                    .map(|v| v.trim().to_owned())
+            })
+            .and_then(|v| v.parse::<usize>().ok())
+            .unwrap_or(0);
+        let mut body = vec![0u8; length];
+        client.read_exact(&mut body).await.expect("the body");
+    }
+}
+
 #[tokio::test]
 async fn a_client_that_ends_its_side_is_heard_and_the_upstream_has_the_last_word() {
     if !tunnels() {

@@ -795,7 +795,8 @@ impl ServerTimings {
 /// reasoning".
 ///
 /// Each offset is kept plus one, so the pair takes 8 bytes (every event's
-/// [`Parsed`] carries one), and [`Think::blank`] and [`Think::cut`] 8 more.
+/// [`Parsed`] carries one), and [`Think::blank`] and [`Think::cut`] 5 more:
+/// 16 in all, aligned.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Think {
     open: Option<NonZeroU32>,

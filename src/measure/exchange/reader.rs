@@ -161,7 +161,14 @@ impl Reader {
 
     /// Whether the body is read as a stream of events.
     pub(super) fn is_stream(&self) -> bool {
-        matches!(self.read, Read::Sse { .. } | Read::Ndjson { .. })
+        // A body whose first bytes will tell is taken for a stream until
+        // they do, as an unlabelled body nearly always is one: so that the
+        // request waits for its first token, and `inject`'s usage chunk
+        // is looked for.
+        matches!(
+            self.read,
+            Read::Sse { .. } | Read::Ndjson { .. } | Read::Sniff { .. }
+        )
     }
 
     /// Whether the body may still name the model that answered: an event

@@ -182,6 +182,13 @@ impl Inline {
                         };
                         0
                     }
+                    // A text that has the whole `<think>` after
+                    // whitespace (SGLang's, which repeats all the text so
+                    // far): read as after whitespace.
+                    None if think.open().is_some() => {
+                        *self = Self::Blank { open: 0 };
+                        return self.split(parsed, whole);
+                    }
                     // Text: the answer began with the `<`; a `<` alone
                     // may have begun a `</think>` too.
                     None => {
@@ -564,6 +571,12 @@ mod tests {
         assert_eq!(split(&mut inline, "<"), (0, 1, false));
         assert_eq!(split(&mut inline, "b>"), (0, 2, false));
         assert_eq!(inline, Inline::ANSWERING);
+        // A text that repeats all the text so far (SGLang's): the whole
+        // tag in the next one opens it too.
+        let mut inline = Inline::default();
+        assert_eq!(split(&mut inline, "\n<th"), (0, 4, false));
+        assert_eq!(split(&mut inline, "\n<think>r"), (9, 0, true));
+        assert_eq!(inline, Inline::Thinking { close: 0 });
         // A whole body's text is not cut.
         let mut inline = Inline::default();
         inline.split(&answer("<th"), true);

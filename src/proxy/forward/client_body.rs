@@ -169,7 +169,10 @@ impl ClientBody {
 
 impl Drop for ClientBody {
     fn drop(&mut self) {
-        if !self.fault.ended() {
+        // Its end may be told only now: the own codec marks it after it
+        // handed over the last frame, which a reader (hyper-util's HTTP/2
+        // client) may see and stop at.
+        if !self.fault.ended() && !self.is_end_stream() {
             self.fault.0.dropped.store(true, Ordering::Relaxed);
         }
     }

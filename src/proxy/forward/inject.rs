@@ -170,14 +170,20 @@ pub(super) async fn read_and_inject(
 }
 
 /// The request JSON with `stream_options.include_usage = true`, if it
-/// streams and does not ask for usage already (absent, `null` or
-/// `false`). Only those bytes change: the member is written in, or its
+/// streams and does not ask for usage already (absent, `null`, or any
+/// value but `true`; a `stream_options` that is neither an object nor
+/// `null` is left alone). Only those bytes change: the member is written in, or its
 /// value written over, and every other byte stays as the client wrote it
 /// (numbers past what a float holds, key order, duplicate keys, escapes
 /// and spacing; a server reads the request it was sent). With a key
 /// written twice, the last is the one read, as serde_json and Python's
 /// `json` read it.
 fn with_include_usage(json: &[u8]) -> Option<Vec<u8>> {
+    // Read whole first, as a value, nested no deeper than serde_json
+    // reads (128; as this was read before 2026-12-07): a body it refuses
+    // is left as it is (the raw values below are skipped over at any
+    // depth).
+    serde_json::from_slice::<serde_json::Value>(json).ok()?;
     let top: Members<'_> = serde_json::from_slice(json).ok()?;
     if top.last("stream").map(RawValue::get) != Some("true") {
         return None;

@@ -96,6 +96,13 @@ fn include_usage_is_added_only_where_missing() {
     assert!(rewritten(r#"{"stream":true,"stream_options":[]}"#).is_none());
     assert!(rewritten("not json").is_none());
     assert!(rewritten(r#"[{"stream":true}]"#).is_none());
+    // Nested deeper than serde_json reads: left alone.
+    let deep = format!(
+        r#"{{"stream":true,"x":{}{}}}"#,
+        "[".repeat(200),
+        "]".repeat(200)
+    );
+    assert!(rewritten(&deep).is_none());
 }
 
 /// Only the member is written in: numbers past a float's precision,
