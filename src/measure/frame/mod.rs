@@ -18,7 +18,7 @@ pub mod sse;
 /// The property tests' settings: `cases` inputs, and the seeds of past
 /// failures kept beside the test file (not in a top-level folder).
 #[cfg(test)]
-fn proptest_config(cases: u32) -> proptest::test_runner::Config {
+pub(crate) fn proptest_config(cases: u32) -> proptest::test_runner::Config {
     use proptest::test_runner::{Config, FileFailurePersistence};
     Config {
         failure_persistence: Some(Box::new(FileFailurePersistence::WithSource(

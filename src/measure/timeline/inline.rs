@@ -182,10 +182,11 @@ impl Inline {
                         };
                         0
                     }
-                    // A text that has the whole `<think>` after
-                    // whitespace (SGLang's, which repeats all the text so
-                    // far): read as after whitespace.
-                    None if think.open().is_some() => {
+                    // A text that repeats all the text so far (SGLang's,
+                    // counted by its tokens) and has the whole `<think>`
+                    // after whitespace: read as after whitespace. (In a
+                    // stream of pieces the `<` before makes it text.)
+                    None if parsed.answer_by_count && think.open().is_some() => {
                         *self = Self::Blank { open: 0 };
                         return self.split(parsed, whole);
                     }
@@ -573,9 +574,14 @@ mod tests {
         assert_eq!(inline, Inline::ANSWERING);
         // A text that repeats all the text so far (SGLang's): the whole
         // tag in the next one opens it too.
+        let repeated = |text: &str| Parsed {
+            answer_by_count: true,
+            ..answer(text)
+        };
         let mut inline = Inline::default();
-        assert_eq!(split(&mut inline, "\n<th"), (0, 4, false));
-        assert_eq!(split(&mut inline, "\n<think>r"), (9, 0, true));
+        assert_eq!(inline.split(&repeated("\n<th"), false).output, 4);
+        let s = inline.split(&repeated("\n<think>r"), false);
+        assert_eq!((s.reasoning, s.output, s.reclaimed), (9, 0, true));
         assert_eq!(inline, Inline::Thinking { close: 0 });
         // A whole body's text is not cut.
         let mut inline = Inline::default();
@@ -613,5 +619,50 @@ mod tests {
         let closed = inline.split(&answer("</think>ok"), false);
         assert!(!closed.reasoning_only && closed.output == 2);
         assert!(!inline.split(&answer(""), false).reasoning_only);
+    }
+
+    /// A text read as one event and the same text cut into events at any
+    /// points come to the same reasoning and answer bytes, once what a
+    /// later `<think>` reclaims is moved (as the timeline moves it): a tag
+    /// cut anywhere is read as if whole.
+    fn totals(inline: Inline, pieces: &[&str]) -> (u32, u32) {
+        let (mut inline, mut reasoning, mut output) = (inline, 0, 0);
+        for piece in pieces {
+            let s = inline.split(&answer(piece), false);
+            if s.reclaimed {
+                reasoning += output;
+                output = 0;
+            }
+            reasoning += s.reasoning;
+            output += s.output;
+        }
+        (reasoning, output)
+    }
+
+    proptest::proptest! {
+        #![proptest_config(crate::measure::frame::proptest_config(2000))]
+        #[test]
+        fn a_text_cut_anywhere_reads_as_whole(
+            lead in proptest::sample::select(vec!["", " ", "\n", " \n "]),
+            open in proptest::sample::select(vec!["", "<think>", "<thin", "<<think>"]),
+            thought in "[thinkabc </>]{0,12}",
+            close in proptest::sample::select(vec!["", "</think>", "</thin", "</think"]),
+            said in "[thinkabc </>]{0,12}",
+            cuts in proptest::collection::vec(0usize..64, 0..6),
+            prompted in proptest::bool::ANY,
+        ) {
+            let text = format!("{lead}{open}{thought}{close}{said}");
+            let mut at: Vec<usize> = cuts.iter().map(|c| c % (text.len() + 1)).collect();
+            at.sort_unstable();
+            at.dedup();
+            let mut pieces = Vec::new();
+            let mut from = 0;
+            for to in at.into_iter().chain([text.len()]) {
+                pieces.push(&text[from..to]);
+                from = to;
+            }
+            let start = if prompted { Inline::Prompted } else { Inline::default() };
+            proptest::prop_assert_eq!(totals(start, &pieces), totals(start, &[&text]), "{:?}", pieces);
+        }
     }
 }
