@@ -234,8 +234,7 @@ fn validate_labels(labels: &[LabelFile]) -> Result<Vec<ExtraLabel>, ConfigError>
                 let message = format!("`{}` is not a free, valid label name", l.name);
                 return Err(ConfigError::invalid(&format!("{key}.name"), message));
             }
-            let header = HeaderName::from_bytes(l.header.as_bytes())
-                .map_err(|e| ConfigError::invalid(&format!("{key}.header"), e))?;
+            let header = super::headers::readable(&format!("{key}.header"), &l.header)?;
             Ok(ExtraLabel {
                 name: l.name.clone(),
                 header,

@@ -448,10 +448,7 @@ impl File {
         self.request_id_headers
             .iter()
             .enumerate()
-            .map(|(i, name)| {
-                http::HeaderName::from_bytes(name.as_bytes())
-                    .map_err(|e| ConfigError::invalid(&format!("request_id_headers[{i}]"), e))
-            })
+            .map(|(i, name)| super::headers::readable(&format!("request_id_headers[{i}]"), name))
             .collect()
     }
 

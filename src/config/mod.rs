@@ -11,6 +11,7 @@ mod duration;
 mod error;
 mod export;
 mod file;
+mod headers;
 mod otel;
 pub(crate) mod reload;
 mod upstream;
