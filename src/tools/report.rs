@@ -32,6 +32,25 @@ pub use self::{
 };
 use crate::export::records::Record;
 
+/// `text` as a terminal may show it: a value a client or server chose (a
+/// model name, a response id, a finish reason) with its control characters
+/// escaped as Rust writes them (`\u{1b}`, `\r`, `\n`), as the access log
+/// does, so that a record cannot move the cursor, retitle the terminal, or
+/// forge a line of the report.
+pub(crate) fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    match text.chars().any(char::is_control) {
+        false => text.into(),
+        true => text
+            .chars()
+            .map(|c| match c.is_control() {
+                true => c.escape_debug().to_string(),
+                false => c.to_string(),
+            })
+            .collect::<String>()
+            .into(),
+    }
+}
+
 /// Malformed lines reported one by one per file; the rest are only counted.
 const MALFORMED_SHOWN: usize = 5;
 

@@ -5,7 +5,7 @@
 
 use std::fmt::Write;
 
-use super::{request::started, slo::figure, SloSpec};
+use super::{printable, request::started, slo::figure, SloSpec};
 use crate::export::records::Record;
 
 /// The records that missed `spec`, worst first: sorted by the first
@@ -49,7 +49,10 @@ pub(crate) fn text(spec: &SloSpec, records: &[&Record]) -> String {
     );
     for r in sorted {
         let ms = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.1}"));
-        let id = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".to_owned());
+        let id = |v: &Option<String>| {
+            v.as_deref()
+                .map_or_else(|| "-".to_owned(), |v| printable(v).into_owned())
+        };
         let _ = writeln!(
             out,
             "{:<24} {:>10} {:>10} {:>10} {:>10}  {:<16} {:<16} {:<32} {:<16} {:<20} {}",

@@ -32,7 +32,10 @@ fn table(out: &mut String, g: &Figures) {
     let _ = writeln!(
         out,
         "== {}: {} requests ({} ok) over {:.3} s ==",
-        g.name, g.requests, g.ok, g.duration_s
+        super::printable(&g.name),
+        g.requests,
+        g.ok,
+        g.duration_s
     );
     let _ = write!(out, "{:<NAME$}", "Metric");
     for column in ["avg", "min", "p50", "p90", "p99", "max"] {

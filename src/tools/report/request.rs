@@ -9,7 +9,7 @@ use std::{
     time::{Duration, UNIX_EPOCH},
 };
 
-use super::SloSpec;
+use super::{printable, SloSpec};
 use crate::{
     export::records::{Arrivals, Record},
     measure::timeline::Phase,
@@ -74,7 +74,10 @@ fn row(out: &mut String, title: &str, body: &str) {
 
 fn one(out: &mut String, r: &Record) {
     row(out, "started", &started(r));
-    let or_dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".to_owned());
+    let or_dash = |v: &Option<String>| {
+        v.as_deref()
+            .map_or_else(|| "-".to_owned(), |v| printable(v).into_owned())
+    };
     row(out, "request_id", &or_dash(&r.request_id));
     let trace = match (&r.trace_id, &r.parent_span_id) {
         (Some(trace), Some(parent)) => format!("{trace} (parent span {parent})"),
@@ -311,6 +314,27 @@ mod tests {
         assert!(Select::TraceId(TRACE.to_uppercase()).matches(&r));
         assert!(!Select::TraceId("00f067aa0ba902b7".into()).matches(&r));
         assert!(!Select::TraceId(TRACE.into()).matches(&record("req-2", None)));
+    }
+
+    /// A model name a client chose, and a response id a server chose, are
+    /// shown with their control characters escaped: a record cannot clear
+    /// the operator's terminal, retitle it, or forge a line of the report.
+    #[test]
+    fn control_characters_in_chosen_values_are_escaped() {
+        let mut r = record("req-1", None);
+        r.model = Some("\u{1b}]0;PWNED\u{7}\u{1b}[2Jm\r\n== all: 999 requests ==".into());
+        r.response_id = Some("id\u{9b}x".into());
+        let text = text(&[&r]);
+        assert!(
+            !text.contains(['\u{1b}', '\u{7}', '\r', '\u{9b}']),
+            "{text:?}"
+        );
+        assert!(!text.contains("\n== all"), "{text}");
+        assert!(
+            text.contains(r"model \u{1b}]0;PWNED\u{7}\u{1b}[2Jm\r\n== all: 999"),
+            "{text}"
+        );
+        assert_eq!(printable("plain é"), "plain é");
     }
 
     #[test]
