@@ -338,6 +338,17 @@ impl Gaps {
     /// Each gap with the tokens of the event after it.
     fn weighed(&self, weights: Weights) -> impl Iterator<Item = (&Gap, u64)> + '_ {
         let n = self.gaps.len() as u64;
+        // A total spread over every gap: the kept gaps' share of it (the
+        // tokens of the events past the kept gaps are in none of them).
+        let weights = match weights {
+            Weights::Spread { total } if self.dropped > 0 => {
+                let kept = u128::from(total) * u128::from(n) / u128::from(n + self.dropped);
+                Weights::Spread {
+                    total: u64::try_from(kept).unwrap_or(total),
+                }
+            }
+            weights => weights,
+        };
         self.gaps.iter().enumerate().map(move |(i, gap)| {
             let tokens = match weights {
                 Weights::Exact => u64::from(gap.tokens),

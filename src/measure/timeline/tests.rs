@@ -571,6 +571,33 @@ fn gaps_are_bounded() {
     assert_eq!(t.gaps.dropped, 10);
 }
 
+/// A usage total spread over a stream longer than the gaps kept gives the
+/// kept gaps their share only: each event one token here, as it was, not
+/// the dropped events' tokens piled on the kept ones (before 2026-12-07,
+/// ITL counted 17,000 tokens over 16,384 gaps, some halved).
+#[test]
+fn a_spread_total_past_the_kept_gaps_weighs_only_their_share() {
+    let t0 = Instant::now();
+    let mut t = Timeline::new(t0, Dialect::OpenAiChat);
+    let events = MAX_GAPS as u64 + 1 + 615;
+    for i in 0..events {
+        t.record(&output(4), t0 + Duration::from_micros(10 * i));
+    }
+    t.record(&usage(events), t0 + Duration::from_micros(10 * events));
+    t.finish(Outcome::Ok, t0 + Duration::from_micros(10 * events));
+    assert_eq!(t.gaps.dropped, 615);
+    let itl: Vec<_> = t.inter_token_latencies().collect();
+    assert_eq!(itl.len(), MAX_GAPS);
+    assert!(
+        itl.iter()
+            .all(|&(d, n)| n == 1 && d == Duration::from_micros(10)),
+        "{:?}",
+        &itl[..4]
+    );
+    let per_event: u64 = t.tokens_per_event().sum();
+    assert_eq!(per_event, MAX_GAPS as u64 + 1);
+}
+
 fn reasoning_usage(output: u64, reasoning: u64) -> Parsed<'static> {
     Parsed {
         usage: Some(Usage {
