@@ -190,7 +190,10 @@ fn selected(records: &[Record], select: &Select, format: Format) -> Result<Strin
     if format == Format::Csv {
         return Err(ReportError::SelectCsv);
     }
-    let chosen: Vec<&Record> = records.iter().filter(|r| select.matches(r)).collect();
+    let mut chosen: Vec<&Record> = records.iter().filter(|r| select.matches(r)).collect();
+    if let Select::Missed(spec) = select {
+        chosen = missed::worst_first(spec, &chosen);
+    }
     if chosen.is_empty() {
         return Err(ReportError::NoMatch {
             what: select.describe(),

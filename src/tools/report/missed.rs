@@ -8,14 +8,14 @@ use std::fmt::Write;
 use super::{printable, request::started, slo::figure, SloSpec};
 use crate::export::records::Record;
 
-/// The records that missed `spec`, worst first: sorted by the first
-/// objective's figure, longest first; those without it (a failure, a
-/// response that was not streamed) after them, newest first.
-pub(crate) fn text(spec: &SloSpec, records: &[&Record]) -> String {
-    let Some(&(first, _)) = spec.limits.first() else {
-        return String::new();
-    };
+/// `records` worst first for `spec`: by its first objective's figure,
+/// longest first; those without it (a failure, a response that was not
+/// streamed) after them, newest first. The text and the JSON lines alike.
+pub(crate) fn worst_first<'a>(spec: &SloSpec, records: &[&'a Record]) -> Vec<&'a Record> {
     let mut sorted = records.to_vec();
+    let Some(&(first, _)) = spec.limits.first() else {
+        return sorted;
+    };
     sorted.sort_by(|a, b| {
         let (fa, fb) = (figure(a, first), figure(b, first));
         match (fa, fb) {
@@ -25,6 +25,17 @@ pub(crate) fn text(spec: &SloSpec, records: &[&Record]) -> String {
             (None, None) => b.start_unix_ms.total_cmp(&a.start_unix_ms),
         }
     });
+    sorted
+}
+
+/// The records that missed `spec`, worst first: sorted by the first
+/// objective's figure, longest first; those without it (a failure, a
+/// response that was not streamed) after them, newest first.
+pub(crate) fn text(spec: &SloSpec, records: &[&Record]) -> String {
+    let Some(&(first, _)) = spec.limits.first() else {
+        return String::new();
+    };
+    let sorted = worst_first(spec, records);
     let mut out = String::new();
     let _ = writeln!(
         out,

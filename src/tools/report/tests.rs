@@ -159,6 +159,19 @@ fn missed_lists_the_requests_over_an_objective_worst_first_with_their_ids() {
         text.starts_with("3 of these records missed `ttft:2s`"),
         "{text}"
     );
+    // The JSON lines in the same order (they were in the files' order).
+    let json = run(&ReportArgs {
+        format: Format::Json,
+        ..args("ttft:2s")
+    })
+    .expect("misses")
+    .stdout;
+    let ids: Vec<String> = json
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Record>(l).ok())
+        .filter_map(|r| r.request_id)
+        .collect();
+    assert_eq!(ids, ["slowest", "slow", "failed"], "{json}");
     let text = run(&args("ttft:5s")).expect("the failure misses").stdout;
     assert!(text.contains(" failed "), "{text}");
     assert!(!text.contains(" slow "), "{text}");
