@@ -17,7 +17,8 @@ use super::{
     Dialect,
 };
 
-/// Where the output cap may be, first match wins.
+/// Where the output cap may be, first match wins (after the dialect's own,
+/// [`own_cap`]).
 const MAX_TOKENS: [&str; 8] = [
     "/max_tokens",
     "/max_completion_tokens",
@@ -100,7 +101,8 @@ impl RequestInfo {
         if !dialect.reads_request() {
             return Self::default();
         }
-        scan(body).unwrap_or_else(|| Self::parse_reference(body))
+        let own = own_cap(dialect);
+        scan_for(body, own).unwrap_or_else(|| Self::reference_for(body, own))
     }
 
     /// The reference [`RequestInfo::parse`] reads a body by when it is
@@ -109,6 +111,12 @@ impl RequestInfo {
     /// its dialect.
     #[doc(hidden)]
     pub fn parse_reference(body: &[u8]) -> Self {
+        Self::reference_for(body, None)
+    }
+
+    /// [`RequestInfo::parse_reference`], the cap at `MAX_TOKENS[own]`
+    /// first when there is one.
+    fn reference_for(body: &[u8], own: Option<usize>) -> Self {
         let Ok(v) = serde_json::from_slice::<Value>(body) else {
             return Self::default();
         };
@@ -122,8 +130,10 @@ impl RequestInfo {
             stream: v.get("stream").and_then(Value::as_bool),
             include_usage: flag("include_usage"),
             continuous_usage: flag("continuous_usage_stats"),
-            max_tokens: MAX_TOKENS
-                .iter()
+            max_tokens: own
+                .map(|i| MAX_TOKENS[i])
+                .into_iter()
+                .chain(MAX_TOKENS)
                 .find_map(|p| v.pointer(p).and_then(Value::as_u64)),
             prompt_bytes: PROMPT_FIELDS
                 .iter()
@@ -264,8 +274,31 @@ fn text_bytes(v: &Value) -> u64 {
     }
 }
 
-/// The body read in place; `None` when the reference must decide.
+/// [`scan_for`] with no dialect's cap first: in the reference's order.
+#[cfg(test)]
 pub(super) fn scan(body: &[u8]) -> Option<RequestInfo> {
+    scan_for(body, None)
+}
+
+/// The path of [`MAX_TOKENS`] a dialect's server reads its output cap
+/// from, when it is not the first found: Ollama's `options.num_predict`
+/// (it ignores a top-level `max_tokens`), llama.cpp's `n_predict`, TGI's
+/// `parameters.max_new_tokens`, SGLang's `sampling_params.max_new_tokens`,
+/// the Responses API's `max_output_tokens`.
+fn own_cap(dialect: Dialect) -> Option<usize> {
+    match dialect {
+        Dialect::OpenAiResponses => Some(2),
+        Dialect::Ollama => Some(3),
+        Dialect::LlamaCpp => Some(4),
+        Dialect::Tgi => Some(5),
+        Dialect::Sglang => Some(6),
+        _ => None,
+    }
+}
+
+/// The body read in place, the cap at `MAX_TOKENS[own]` first when there
+/// is one; `None` when the reference must decide.
+fn scan_for(body: &[u8], own: Option<usize>) -> Option<RequestInfo> {
     let mut s = Scanner::new(body);
     if s.peek()? != b'{' {
         return None;
@@ -313,7 +346,9 @@ pub(super) fn scan(body: &[u8]) -> Option<RequestInfo> {
         Some(())
     })?;
     s.finish()?;
-    info.max_tokens = caps.into_iter().find_map(|cap| cap);
+    info.max_tokens = own
+        .and_then(|i| caps[i])
+        .or_else(|| caps.into_iter().find_map(|cap| cap));
     Some(info)
 }
 

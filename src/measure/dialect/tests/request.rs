@@ -32,6 +32,41 @@ fn max_tokens_wins_over_later_names() {
     assert_eq!((got.max_tokens, got.prompt_bytes), (Some(10), 3));
 }
 
+/// Each server's own cap wins over another's field in the same body:
+/// Ollama ignores a top-level `max_tokens` for `options.num_predict`, TGI
+/// reads `parameters.max_new_tokens`, llama.cpp `n_predict`, SGLang
+/// `sampling_params.max_new_tokens`, the Responses API
+/// `max_output_tokens` (before 2026-12-07 the first in a fixed order won,
+/// `max_tokens` on every dialect); a body in the shape of the scanner or of
+/// the reference (an escaped key, which only the reference reads) alike.
+#[test]
+fn each_dialect_reads_its_own_cap_first() {
+    for key in [r#""max_tokens""#, r#""max_\u0074okens""#] {
+        let body = format!(
+            r#"{{{key}:100,"max_output_tokens":9,"options":{{"num_predict":7}},"n_predict":6,
+            "parameters":{{"max_new_tokens":8}},"sampling_params":{{"max_new_tokens":5}},"prompt":"a"}}"#
+        );
+        for (dialect, want) in [
+            (Dialect::OpenAiChat, 100),
+            (Dialect::Anthropic, 100),
+            (Dialect::OpenAiResponses, 9),
+            (Dialect::Ollama, 7),
+            (Dialect::LlamaCpp, 6),
+            (Dialect::Tgi, 8),
+            (Dialect::Sglang, 5),
+        ] {
+            assert_eq!(
+                info(dialect, &body).max_tokens,
+                Some(want),
+                "{dialect:?} {key}"
+            );
+        }
+    }
+    // Without its own, the first found as before.
+    let body = r#"{"max_tokens":100,"prompt":"a"}"#;
+    assert_eq!(info(Dialect::Ollama, body).max_tokens, Some(100));
+}
+
 #[test]
 fn completions_prompt_array() {
     let body = r#"{"model":"m","prompt":["ab","cde"],"max_tokens":5,"stream":false}"#;
