@@ -22,12 +22,28 @@ const CREDENTIALS: [&str; 9] = [
     "x-amz-security-token",
 ];
 
+/// Words in a header's name that say it carries one: gateways name their
+/// own (`x-litellm-api-key`, `x-portkey-api-key`, `helicone-auth`,
+/// `cf-aig-authorization`, `x-auth-token`, `x-access-token`). Not `key`
+/// alone: `idempotency-key` is a request id.
+const CREDENTIAL_WORDS: [&str; 8] = [
+    "auth",
+    "api-key",
+    "apikey",
+    "token",
+    "secret",
+    "password",
+    "credential",
+    "cookie",
+];
+
 /// The header `name` at `key`, if its value may be read: one line naming
 /// the key otherwise.
 pub(super) fn readable(key: &str, name: &str) -> Result<HeaderName, ConfigError> {
     let header =
         HeaderName::from_bytes(name.as_bytes()).map_err(|e| ConfigError::invalid(key, e))?;
-    if CREDENTIALS.contains(&header.as_str()) {
+    let word = |w: &&str| header.as_str().contains(*w);
+    if CREDENTIALS.contains(&header.as_str()) || CREDENTIAL_WORDS.iter().any(word) {
         let message = format!(
             "`{header}` carries a credential, which would be logged, recorded and \
              exported; name a header without one"
@@ -57,7 +73,16 @@ mod tests {
             assert!(e.starts_with("labels[0].header: "), "{name}: {e}");
             assert!(e.contains("credential"), "{name}: {e}");
         }
+        for name in [
+            "x-litellm-api-key",
+            "helicone-auth",
+            "x-auth-token",
+            "x-access-token",
+        ] {
+            assert!(readable("k", name).is_err(), "{name}");
+        }
         assert!(readable("k", "x-request-id").is_ok());
+        assert!(readable("k", "idempotency-key").is_ok());
         assert!(readable("k", "x-tenant").is_ok());
         assert!(readable("k", "bad header").is_err());
     }

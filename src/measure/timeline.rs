@@ -441,7 +441,8 @@ impl Timeline {
 
     /// The tokens of each token-bearing event, in order (within the gaps
     /// kept): exact counts, or a usage total's even shares, so that they
-    /// add up to the tokens streamed; an event whose share is none is 0.
+    /// add up to the tokens streamed (of the events within the kept gaps); an
+    /// event whose share is none is 0.
     pub fn tokens_per_event(&self) -> impl Iterator<Item = u64> + '_ {
         let first = (self.tokens.token_events > 0).then(|| self.tokens.first_event_tokens());
         first

@@ -38,11 +38,17 @@ use crate::export::records::Record;
 /// does, so that a record cannot move the cursor, retitle the terminal, or
 /// forge a line of the report.
 pub(crate) fn printable(text: &str) -> std::borrow::Cow<'_, str> {
-    match text.chars().any(char::is_control) {
+    // Control characters, and those Rust does not print as themselves
+    // (bidi overrides such as U+202E, zero-width ones, line separators):
+    // quotes and backslashes, which it escapes too, are shown as they are.
+    let hidden = |c: char| {
+        c.is_control() || (!matches!(c, '"' | '\'' | '\\') && c.escape_debug().nth(1).is_some())
+    };
+    match text.chars().any(hidden) {
         false => text.into(),
         true => text
             .chars()
-            .map(|c| match c.is_control() {
+            .map(|c| match hidden(c) {
                 true => c.escape_debug().to_string(),
                 false => c.to_string(),
             })

@@ -32,7 +32,7 @@ pub(super) struct Placement {
 /// Decides whether a request is traced and where: parent-based when the
 /// request carried a `traceparent` (the caller's sampled flag decides),
 /// else `ratio` on the new trace id (the SDK's `TraceIdRatioBased` rule:
-/// the id's low 63 bits below `ratio × 2⁶³`). `None` = not sampled.
+/// the id's low 64 bits shifted right by one below `ratio × 2⁶³`). `None` = not sampled.
 pub(super) fn place(
     trace: Option<&TraceParent>,
     ratio: f64,

@@ -354,8 +354,10 @@ impl Gaps {
                 Weights::Exact => u64::from(gap.tokens),
                 Weights::One => 1,
                 Weights::Spread { total } => {
-                    let i = i as u64;
-                    (i + 1) * total / n - i * total / n
+                    // In u128: a server's total may be any u64.
+                    let (i, total, n) = (i as u128, u128::from(total), u128::from(n));
+                    let share = (i + 1) * total / n - i * total / n;
+                    u64::try_from(share).unwrap_or(u64::MAX)
                 }
             };
             (gap, tokens)

@@ -571,6 +571,21 @@ fn gaps_are_bounded() {
     assert_eq!(t.gaps.dropped, 10);
 }
 
+/// A usage total as large as a u64 (a server's bug) is spread without
+/// overflow (it panicked in tests, and wrapped in a release build).
+#[test]
+fn a_usage_total_of_any_size_is_spread() {
+    let t0 = Instant::now();
+    let mut t = Timeline::new(t0, Dialect::OpenAiChat);
+    for i in 0..4 {
+        t.record(&output(4), t0 + ms(10 * i));
+    }
+    t.record(&usage(u64::MAX), t0 + ms(50));
+    t.finish(Outcome::Ok, t0 + ms(50));
+    let total: u128 = t.inter_token_latencies().map(|(_, n)| u128::from(n)).sum();
+    assert!(total > u128::from(u64::MAX) / 2, "{total}");
+}
+
 /// A usage total spread over a stream longer than the gaps kept gives the
 /// kept gaps their share only: each event one token here, as it was, not
 /// the dropped events' tokens piled on the kept ones (before 2026-12-07,

@@ -80,7 +80,9 @@ fn one(out: &mut String, r: &Record) {
     };
     row(out, "request_id", &or_dash(&r.request_id));
     let trace = match (&r.trace_id, &r.parent_span_id) {
-        (Some(trace), Some(parent)) => format!("{trace} (parent span {parent})"),
+        (Some(trace), Some(parent)) => {
+            format!("{} (parent span {})", printable(trace), printable(parent))
+        }
         (trace, _) => or_dash(trace),
     };
     row(out, "trace_id", &trace);
@@ -334,7 +336,8 @@ mod tests {
             text.contains(r"model \u{1b}]0;PWNED\u{7}\u{1b}[2Jm\r\n== all: 999"),
             "{text}"
         );
-        assert_eq!(printable("plain é"), "plain é");
+        assert_eq!(printable("plain é \"q\" 'a' \\"), "plain é \"q\" 'a' \\");
+        assert_eq!(printable("a\u{202e}kcatta"), r"a\u{202e}kcatta");
     }
 
     #[test]
