@@ -40,22 +40,25 @@ async fn unreachable_upstream_is_a_502_with_a_json_body() {
 /// outage a model's failures are its own, not `unknown`'s.
 #[tokio::test]
 async fn a_request_that_could_not_be_sent_keeps_its_model() {
-    let (proxy, mut timelines) =
-        common::proxy_with_timelines(common::closed_port().await, "").await;
-    let body = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
-    let request = Request::post("/v1/chat/completions")
-        .header("content-type", "application/json")
-        .body(Full::new(Bytes::from_static(body.as_bytes())))
-        .expect("request");
-    let response = send(proxy.addr, request).await.expect("head");
-    assert_eq!(response.status(), 502);
-    let t = common::next_timeline(&mut timelines).await;
-    assert_eq!(t.request.model.as_deref(), Some("m"));
-    assert_eq!(t.model.as_deref(), Some("m"));
-    assert_eq!(t.bytes_in, body.len() as u64);
-    assert_eq!(t.outcome.as_str(), "upstream_error");
-    // Read, not uploaded: no upload phase.
-    assert_eq!(t.request_sent, None);
+    for protocol in ["http1", "http2"] {
+        let config = format!("upstream_protocol = \"{protocol}\"");
+        let (proxy, mut timelines) =
+            common::proxy_with_timelines(common::closed_port().await, &config).await;
+        let body = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+        let request = Request::post("/v1/chat/completions")
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from_static(body.as_bytes())))
+            .expect("request");
+        let response = send(proxy.addr, request).await.expect("head");
+        assert_eq!(response.status(), 502, "{protocol}");
+        let t = common::next_timeline(&mut timelines).await;
+        assert_eq!(t.request.model.as_deref(), Some("m"), "{protocol}");
+        assert_eq!(t.model.as_deref(), Some("m"), "{protocol}");
+        assert_eq!(t.bytes_in, body.len() as u64, "{protocol}");
+        assert_eq!(t.outcome.as_str(), "upstream_error", "{protocol}");
+        // Read, not uploaded: no upload phase.
+        assert_eq!(t.request_sent, None, "{protocol}");
+    }
 }
 
 /// What the measurement's read of a request never sent finds wrong with
@@ -63,19 +66,22 @@ async fn a_request_that_could_not_be_sent_keeps_its_model() {
 /// reached, and the client is told so, as before the body was read.
 #[tokio::test]
 async fn a_request_never_sent_is_answered_502_whatever_its_body() {
-    let proxy = common::proxy(common::closed_port().await, "").await;
-    let mut client = tokio::net::TcpStream::connect(proxy.addr)
-        .await
-        .expect("connect");
-    // A chunk size that is not hex: a malformed body.
-    let request = "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n\
-                   transfer-encoding: chunked\r\nconnection: close\r\n\r\nzz\r\n{}\r\n0\r\n\r\n";
-    client.write_all(request.as_bytes()).await.expect("request");
-    let mut answer = Vec::new();
-    let read = tokio::time::timeout(Duration::from_secs(5), client.read_to_end(&mut answer));
-    read.await.expect("answered").expect("read");
-    let head = String::from_utf8_lossy(&answer);
-    assert!(head.starts_with("HTTP/1.1 502"), "{head}");
+    for protocol in ["http1", "http2"] {
+        let config = format!("upstream_protocol = \"{protocol}\"");
+        let proxy = common::proxy(common::closed_port().await, &config).await;
+        let mut client = tokio::net::TcpStream::connect(proxy.addr)
+            .await
+            .expect("connect");
+        // A chunk size that is not hex: a malformed body.
+        let request = "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n\
+                       transfer-encoding: chunked\r\nconnection: close\r\n\r\nzz\r\n{}\r\n0\r\n\r\n";
+        client.write_all(request.as_bytes()).await.expect("request");
+        let mut answer = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(5), client.read_to_end(&mut answer));
+        read.await.expect("answered").expect("read");
+        let head = String::from_utf8_lossy(&answer);
+        assert!(head.starts_with("HTTP/1.1 502"), "{protocol}: {head}");
+    }
 }
 
 #[tokio::test]

@@ -5,7 +5,15 @@
 //! drives itself; HTTP/2 through hyper-util's client, which drives each
 //! connection in a task of its own (streams share it).
 
-use std::{pin::Pin, sync::Arc, time::Duration};
+use std::{
+    pin::Pin,
+    sync::Arc,
+    task::{Context, Poll, Waker},
+    time::Duration,
+};
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
 
 use http::{Request, Response, Uri};
 
@@ -40,6 +48,58 @@ use crate::{
 /// of the body type costs 32 bytes per connection (~3 KiB unboxed).
 pub(super) type UpstreamBody = Pin<Box<ObservedBody<RequestBody, Upload>>>;
 
+/// Reads the frames of `body` that have come already, without waiting for
+/// more, when the request will not be sent (no connection to the
+/// upstream): its measurement then reads the request's `model` and size,
+/// and the failure is counted under its model, not `unknown`, as an
+/// outage's requests must be. A small body comes with its head.
+pub(super) fn read_what_came(body: &mut UpstreamBody) {
+    let mut cx = Context::from_waker(Waker::noop());
+    while let Poll::Ready(Some(Ok(_))) = body.as_mut().poll_frame(&mut cx) {}
+}
+
+/// The body as hyper-util's HTTP/2 client takes it. The client drops a
+/// request whose connect failed without a poll of its body, so on a drop
+/// before any poll what had come of it is read ([`read_what_came`]), as
+/// the HTTP/1.1 pool reads it (until 2026-12-07 such a request was
+/// counted under model `unknown` with `bytes_in` 0). A drop before any
+/// poll is either that or a request given up before it was sent: reading
+/// what already came then waits for nothing and sends nothing.
+pub(super) struct Unsent {
+    body: UpstreamBody,
+    polled: bool,
+}
+
+impl Drop for Unsent {
+    fn drop(&mut self) {
+        if !self.polled {
+            read_what_came(&mut self.body);
+        }
+    }
+}
+
+impl Body for Unsent {
+    type Data = Bytes;
+    type Error = <UpstreamBody as Body>::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = self.get_mut();
+        this.polled = true;
+        this.body.as_mut().poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
 /// How the proxy (and the health probe) connect to the upstream: TCP with
 /// the connect timeout, TLS with the configured roots for `https://`.
 pub(crate) type Connector = TimedConnector<HttpsConnector<HttpConnector>>;
@@ -49,7 +109,7 @@ pub(super) enum UpstreamClient {
     /// HTTP/1.1: connections driven by the tasks that use them.
     Driven(Pool),
     /// HTTP/2: hyper-util's client.
-    Spawned(Box<Client<Connector, UpstreamBody>>),
+    Spawned(Box<Client<Connector, Unsent>>),
 }
 
 /// A response head from the upstream, and where its body comes from.
@@ -94,7 +154,13 @@ impl UpstreamClient {
     pub(super) fn outgoing(&self, request: Request<UpstreamBody>) -> Outgoing<'_> {
         match self {
             Self::Driven(pool) => Outgoing::Driven(pool, Pool::encode(request)),
-            Self::Spawned(client) => Outgoing::Spawned(client, Box::new(request)),
+            Self::Spawned(client) => Outgoing::Spawned(
+                client,
+                Box::new(request.map(|body| Unsent {
+                    body,
+                    polled: false,
+                })),
+            ),
         }
     }
 }
@@ -103,10 +169,7 @@ impl UpstreamClient {
 pub(super) enum Outgoing<'a> {
     Driven(&'a Pool, pool::Outgoing),
     /// Boxed: HTTP/2 requests wait in hyper-util's client, not here.
-    Spawned(
-        &'a Client<Connector, UpstreamBody>,
-        Box<Request<UpstreamBody>>,
-    ),
+    Spawned(&'a Client<Connector, Unsent>, Box<Request<Unsent>>),
 }
 
 // === impl Outgoing ===
@@ -163,10 +226,13 @@ impl Unanswered {
     }
 
     /// Whether the request was never sent: no connection to the upstream
-    /// could be made for it (the pool then read what of its body had come,
-    /// for measurement only).
+    /// could be made for it (what of its body had come was then read, for
+    /// measurement only: by the pool, or by [`Unsent`]'s drop).
     pub(super) fn never_sent(&self) -> bool {
-        matches!(self, Self::Pool(PoolError::Connect(_)))
+        match self {
+            Self::Pool(e) => matches!(e, PoolError::Connect(_)),
+            Self::Client(e) => e.is_connect(),
+        }
     }
 
     /// The proxy's error; `connect_timeout` names a connect that timed out.

@@ -463,8 +463,7 @@ impl Upload {
     /// size, and the failure is counted under its model, not `unknown`, as
     /// an outage's requests must be. A small body comes with its head.
     fn read_what_came(&mut self) {
-        let mut cx = Context::from_waker(Waker::noop());
-        while let Poll::Ready(Some(Ok(_))) = self.body.as_mut().poll_frame(&mut cx) {}
+        super::client::read_what_came(&mut self.body);
     }
 
     fn new(body: UpstreamBody, framing: Framing, head: Vec<u8>, headers: &HeaderMap) -> Self {
