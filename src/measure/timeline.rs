@@ -199,6 +199,12 @@ pub struct Timeline {
     /// `response.completed`, `done: true`, …): the answer was whole, even
     /// if the body's own end never came.
     pub stream_done: bool,
+    /// The response head's `Content-Length`: a body of which that many
+    /// bytes went to the client is whole, however it then ends. 32 bits
+    /// and never 0, which fit beside the fields around it (the future of
+    /// every request waiting for its head holds them): a whole answer is
+    /// not 4 GiB, and an empty one has no bytes to tell.
+    pub(crate) length: Option<std::num::NonZeroU32>,
     /// The last finish reason the server sent, as sent (at most
     /// [`MAX_FINISH_BYTES`], cut at a char boundary).
     pub finish_reason: Option<String>,
@@ -249,6 +255,7 @@ impl Timeline {
             in_band_error: false,
             inline: Inline::Start,
             stream_done: false,
+            length: None,
             finish_reason: None,
             finish_class: None,
             parse_errors: Vec::new(),

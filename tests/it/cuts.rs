@@ -198,3 +198,134 @@ async fn a_cut_from_an_http2_upstream_keeps_its_head_and_events() {
         &wrong[..wrong.len().min(3)]
     );
 }
+
+/// An HTTP/2 upstream (the `h2` library's server, which sends what it is
+/// told to) that answers every request with `answer`, in a task of its own
+/// while the connection is driven.
+async fn h2_upstream<F, A>(answer: F) -> SocketAddr
+where
+    F: Fn(h2::server::SendResponse<Bytes>) -> A + Clone + Send + 'static,
+    A: std::future::Future<Output = ()> + Send + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let answer = answer.clone();
+            tokio::spawn(async move {
+                let Ok(mut connection) = h2::server::handshake(tcp).await else {
+                    return;
+                };
+                while let Some(Ok((_, respond))) = connection.accept().await {
+                    tokio::spawn(answer(respond));
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// An HTTP/2 upstream that answers every request with a head and `EVENT`,
+/// then resets the stream with `NO_ERROR`: before the stream's end, or
+/// after it (`after_end`: the early response RFC 9113 §8.1 allows).
+async fn resetting_h2_upstream(after_end: bool) -> SocketAddr {
+    h2_upstream(move |mut respond| async move {
+        let head = http::Response::builder()
+            .header("content-type", "text/event-stream")
+            .body(())
+            .expect("head");
+        let Ok(mut stream) = respond.send_response(head, false) else {
+            return;
+        };
+        let _ = stream.send_data(Bytes::from_static(EVENT), after_end);
+        // A reset drops the frames still queued: reset once it is written.
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        stream.send_reset(h2::Reason::NO_ERROR);
+    })
+    .await
+}
+
+/// An HTTP/2 upstream's stream reset with `NO_ERROR` before its end is cut
+/// (hyper ends such a body as if it had ended): its HTTP/1.1 client gets
+/// the head and the event, then the close without the last chunk, and it
+/// is recorded `upstream_error`. Until 2026-12-07 it got a clean end,
+/// recorded `ok`. A reset after the end (RFC 9113 §8.1's early response,
+/// which stops the request's upload) still ends the answer cleanly.
+#[tokio::test]
+async fn an_http2_upstreams_reset_without_error_before_the_end_is_a_cut() {
+    for after_end in [false, true] {
+        let upstream = resetting_h2_upstream(after_end).await;
+        let (proxy, mut timelines) =
+            common::proxy_with_timelines(upstream, "upstream_protocol = \"http2\"").await;
+        let mut client = TcpStream::connect(proxy.addr).await.expect("connect");
+        let request = "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n\
+                       content-type: application/json\r\ncontent-length: 2\r\n\
+                       connection: close\r\n\r\n{}";
+        client.write_all(request.as_bytes()).await.expect("request");
+        let mut answer = Vec::new();
+        let read = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            client.read_to_end(&mut answer),
+        );
+        read.await.expect("closed").expect("read");
+        let text = String::from_utf8_lossy(&answer);
+        assert!(text.starts_with("HTTP/1.1 200"), "{after_end}: {text}");
+        assert!(
+            text.contains(std::str::from_utf8(EVENT).expect("utf-8")),
+            "{after_end}: {text}"
+        );
+        assert_eq!(
+            text.ends_with("0\r\n\r\n"),
+            after_end,
+            "{after_end}: {text}"
+        );
+        let t = common::next_timeline(&mut timelines).await;
+        let want = if after_end { "ok" } else { "upstream_error" };
+        assert_eq!(t.outcome.as_str(), want, "{after_end}");
+    }
+}
+
+/// A whole answer of declared length from an HTTP/2 upstream whose
+/// `END_STREAM` comes in a frame of its own, after the body: a client that
+/// read every declared byte and closed had the whole answer, recorded `ok`
+/// and read for its usage (until 2026-12-07, `client_cancelled` with no
+/// tokens, whenever the client closed before the `END_STREAM` came).
+#[tokio::test]
+async fn a_whole_answer_read_before_an_http2_upstreams_late_end_is_ok() {
+    const BODY: &str = r#"{"id":"c1","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}"#;
+    let upstream = h2_upstream(|mut respond| async move {
+        let head = http::Response::builder()
+            .header("content-type", "application/json")
+            .header("content-length", BODY.len())
+            .body(())
+            .expect("head");
+        let Ok(mut stream) = respond.send_response(head, false) else {
+            return;
+        };
+        let _ = stream.send_data(Bytes::from_static(BODY.as_bytes()), false);
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        let _ = stream.send_data(Bytes::new(), true);
+    })
+    .await;
+    let (proxy, mut timelines) =
+        common::proxy_with_timelines(upstream, "upstream_protocol = \"http2\"").await;
+    let mut client = TcpStream::connect(proxy.addr).await.expect("connect");
+    let request = "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n\
+                   content-type: application/json\r\ncontent-length: 2\r\n\r\n{}";
+    client.write_all(request.as_bytes()).await.expect("request");
+    let mut answer = Vec::new();
+    let mut buffer = [0u8; 4096];
+    while !String::from_utf8_lossy(&answer).ends_with(BODY) {
+        let read =
+            tokio::time::timeout(std::time::Duration::from_secs(10), client.read(&mut buffer));
+        match read.await.expect("the answer comes").expect("read") {
+            0 => panic!("closed early: {}", String::from_utf8_lossy(&answer)),
+            n => answer.extend_from_slice(&buffer[..n]),
+        }
+    }
+    drop(client);
+    let t = common::next_timeline(&mut timelines).await;
+    assert_eq!(t.outcome.as_str(), "ok");
+    assert_eq!(t.tokens.generated, 1);
+    assert_eq!(t.finish_reason.as_deref(), Some("stop"));
+}

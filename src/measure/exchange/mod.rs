@@ -142,6 +142,10 @@ impl Exchange {
     pub fn on_response_head(&mut self, head: &response::Parts, at: Instant) {
         self.timeline.status = Some(head.status);
         self.timeline.response_head = Some(at);
+        self.timeline.length = head
+            .headers
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse().ok());
         let router = Router::of(&head.headers);
         let reported = head::reported(&head.headers, router);
         self.timeline.server = reported.server;
@@ -451,6 +455,20 @@ impl Exchange {
         if std::mem::replace(&mut self.done, true) {
             return;
         }
+        // Every byte the head declared went to the client, which may then
+        // close before the body's end is told: an HTTP/2 upstream's
+        // `END_STREAM` in a frame of its own after the last bytes (until
+        // 2026-12-07 such an answer was `client_cancelled`, and a whole
+        // JSON body's usage was not read).
+        let end = match end {
+            End::Dropped
+                if self.timeline.length.map(|n| u64::from(n.get()))
+                    == Some(self.timeline.bytes_out) =>
+            {
+                End::Complete
+            }
+            end => end,
+        };
         let shown = (self.reader).finish(matches!(end, End::Complete), &mut self.timeline);
         if self.undecided.is_some() {
             let success = self.timeline.status.is_some_and(|s| s.is_success());

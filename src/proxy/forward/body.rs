@@ -34,6 +34,10 @@ pub enum BodyError {
     /// The upstream sent nothing for `idle_timeout`.
     #[error("upstream sent nothing for {0:?}")]
     Idle(Duration),
+    /// The HTTP/2 upstream reset the stream with `NO_ERROR` before its
+    /// end (`RST_STREAM`, or a `GOAWAY` whose last stream is below it).
+    #[error("the HTTP/2 upstream reset the stream before its end (NO_ERROR)")]
+    Reset,
 }
 
 impl Failure for BodyError {
@@ -42,6 +46,7 @@ impl Failure for BodyError {
             Self::Upstream(e) => e.is_timeout(),
             Self::Pooled(e) => e.is_timeout(),
             Self::Idle(_) => true,
+            Self::Reset => false,
         }
     }
 }
@@ -238,11 +243,11 @@ impl Upstream {
             }
             Self::Spawned { body, next } => {
                 if let Some(frame) = next.take() {
-                    return Poll::Ready((frame.map(|f| f.map_err(BodyError::from)), false));
+                    return Poll::Ready((ended(frame, body), false));
                 }
                 let frame = ready!(Pin::new(&mut *body).poll_frame(cx));
                 let (frame, drained) = merge(body, next, frame, cx);
-                Poll::Ready((frame.map(|f| f.map_err(BodyError::from)), drained))
+                Poll::Ready((ended(frame, body), drained))
             }
         }
     }
@@ -261,6 +266,23 @@ impl Upstream {
             Self::Switched(_) => SizeHint::default(),
             Self::Spawned { body, .. } => body.size_hint(),
         }
+    }
+}
+
+/// An HTTP/2 body's `frame`, its end checked: hyper ends a body whose
+/// stream the upstream reset with `NO_ERROR` as if it had ended (RFC 9113
+/// §8.1 lets a server so stop a request's upload once its response is
+/// whole), also before `END_STREAM` came, and a `GOAWAY(NO_ERROR)` whose
+/// last stream is below this one resets it so. Such an answer is cut, and
+/// its client sees it cut (until 2026-12-07 its HTTP/1.1 client got a
+/// clean end, and it was recorded `ok`).
+fn ended(
+    frame: Option<Result<Frame<Bytes>, hyper::Error>>,
+    body: &Incoming,
+) -> Option<Result<Frame<Bytes>, BodyError>> {
+    match frame {
+        None if !body.is_end_stream() => Some(Err(BodyError::Reset)),
+        frame => frame.map(|f| f.map_err(BodyError::from)),
     }
 }
 

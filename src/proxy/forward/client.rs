@@ -275,6 +275,27 @@ pub(super) fn connector(config: &Config) -> Result<Connector, rustls::Error> {
     Ok(TimedConnector::new(connector))
 }
 
+/// What one stream to an HTTP/2 upstream may hold unread, in bytes: the
+/// answer's part its client has not taken yet (hyper's default is 2 MiB).
+const STREAM_WINDOW: u32 = 1024 * 1024;
+
+/// What all the streams of one HTTP/2 upstream connection may hold unread,
+/// in bytes: every stream's window, for as many streams as may be in
+/// flight (`max_connections`), up to HTTP/2's largest window (2 GiB; 2,047
+/// streams). The streams of many clients share one upstream connection,
+/// and the data a client has not read holds the connection's window as
+/// well as its stream's: with hyper's default of 5 MiB, three clients that
+/// stopped reading large answers stopped every other stream on the
+/// connection (until 2026-12-07). A stream still holds no more than its
+/// own window, so this adds no memory a stream could not already hold.
+fn connection_window(streams: usize) -> u32 {
+    const MAX: u32 = (1 << 31) - 1;
+    u32::try_from(streams)
+        .ok()
+        .and_then(|n| n.checked_mul(STREAM_WINDOW))
+        .map_or(MAX, |w| w.min(MAX))
+}
+
 /// Builds a hyper-util client from the validated config, sending bodies of
 /// type `B`: the proxy's own over HTTP/2, or the health probe's empty one,
 /// so both reach the upstream over the same TCP, TLS and protocol settings.
@@ -294,7 +315,9 @@ where
         // default is 16 KiB, which failed a larger answer's head).
         builder
             .http2_only(true)
-            .http2_max_header_list_size(MAX_HEAD as u32);
+            .http2_max_header_list_size(MAX_HEAD as u32)
+            .http2_initial_stream_window_size(STREAM_WINDOW)
+            .http2_initial_connection_window_size(connection_window(config.connections.max));
     }
     Ok(builder.build(connector(config)?))
 }
