@@ -172,7 +172,8 @@ pub(super) async fn read_and_inject(
 /// The request JSON with `stream_options.include_usage = true`, if it
 /// streams and does not ask for usage already (absent, `null`, or any
 /// value but `true`; a `stream_options` that is neither an object nor
-/// `null` is left alone). Only those bytes change: the member is written in, or its
+/// `null`, or that asks for vLLM's `continuous_usage_stats`, is left
+/// alone). Only those bytes change: the member is written in, or its
 /// value written over, and every other byte stays as the client wrote it
 /// (numbers past what a float holds, key order, duplicate keys, escapes
 /// and spacing; a server reads the request it was sent). With a key
@@ -196,6 +197,15 @@ fn with_include_usage(json: &[u8]) -> Option<Vec<u8>> {
         Some(v) if v.get() == "null" => (span(json, v)?, r#"{"include_usage":true}"#),
         Some(v) => {
             let options: Members<'_> = serde_json::from_str(v.get()).ok()?;
+            // vLLM puts a usage on every chunk when both are asked for,
+            // and only then: asked for include_usage too, the client would
+            // get the usages it did not have (only the last chunk is cut).
+            if options
+                .last("continuous_usage_stats")
+                .is_some_and(|c| !matches!(c.get(), "false" | "null"))
+            {
+                return None;
+            }
             match options.last("include_usage") {
                 Some(u) if u.get() == "true" => return None,
                 Some(u) => (span(json, u)?, "true"),

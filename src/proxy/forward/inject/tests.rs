@@ -70,10 +70,17 @@ fn include_usage_is_added_only_where_missing() {
             r#"{"stream_options":{"include_usage":true},"model":"m","stream":true,"messages":[]}"#
         )
     );
+    // vLLM's usage on every chunk, asked for alone, is off (it needs both):
+    // left alone, or the client would get it on every chunk (until
+    // 2026-12-07 it was written in). Asked not to, it is no matter.
+    assert!(
+        rewritten(r#"{"stream":true,"stream_options":{"continuous_usage_stats":true}}"#).is_none()
+    );
     assert_eq!(
-        rewritten(r#"{"stream":true,"stream_options":{"continuous_usage_stats":true}}"#).as_deref(),
+        rewritten(r#"{"stream":true,"stream_options":{"continuous_usage_stats":false}}"#)
+            .as_deref(),
         Some(
-            r#"{"stream":true,"stream_options":{"include_usage":true,"continuous_usage_stats":true}}"#
+            r#"{"stream":true,"stream_options":{"include_usage":true,"continuous_usage_stats":false}}"#
         )
     );
     // Asked not to, or null: usage is asked for all the same (the client
