@@ -295,6 +295,7 @@ impl Timeline {
                 split.has_output(),
             ),
         };
+        self.tokens.step_cumulative(parsed, bearing);
         if !bearing {
             return;
         }

@@ -408,6 +408,8 @@ pub(super) struct Counts {
     pub(super) by_count: bool,
     /// Elements summed (choices in a chunk).
     pub(super) items: u32,
+    /// The first element's `index` (a choice's), 0 when it has none.
+    pub(super) index: u32,
 }
 
 impl Counts {
@@ -420,6 +422,9 @@ impl Counts {
         self.tool = self.tool.saturating_add(o.tool);
         self.tokens = plus(self.tokens, o.tokens);
         self.by_count |= o.by_count;
+        if self.items == 0 {
+            self.index = o.index;
+        }
         self.items = self.items.saturating_add(1);
     }
 
@@ -435,6 +440,12 @@ impl Counts {
             ..Parsed::default()
         }
     }
+}
+
+/// An element's `index` as [`Counts::index`] holds it: 0 when absent, and
+/// one past `u32` read as the last (no server numbers so many).
+pub(super) fn index(index: Option<u64>) -> u32 {
+    index.map_or(0, |i| u32::try_from(i).unwrap_or(u32::MAX))
 }
 
 /// Two counts summed; `None` only when neither is known.

@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use serde::{de::IgnoredAny, Deserialize};
 
 use super::{
-    common::{cow, ms, name, one_or_summed, Answer, Count},
+    common::{self, cow, ms, name, one_or_summed, Answer, Count},
     lazy::{scan_struct, Reader},
     Finish, Name, ParseError, Parsed, ServerTimings, Usage,
 };
@@ -147,12 +147,19 @@ impl<'a> Event<'a> {
             output,
             reasoning: None,
         });
+        // Partial events count everything generated so far, of their
+        // prompt.
+        let cumulative = usage.is_some() && !self.stop;
         Parsed {
             output_bytes: self.content.len,
             think: self.content.think,
             tokens: self.tokens.map(|c| c.0).filter(|&n| n > 0),
-            // Partial events count everything generated so far.
-            cumulative: usage.is_some() && !self.stop,
+            cumulative,
+            item: if cumulative {
+                common::index(self.index)
+            } else {
+                0
+            },
             usage,
             server: self.timings.as_ref().map(Timings::server),
             finish: self.finish(),

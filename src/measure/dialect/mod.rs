@@ -1163,6 +1163,12 @@ pub struct Parsed<'a> {
     /// `continuous_usage_stats`, Anthropic `message_delta`), so that its
     /// growth since the last event is this event's exact token count.
     pub cumulative: bool,
+    /// Which item of the answer a `cumulative` count is of, by its
+    /// `index`: vLLM's continuous usage counts each of `n` choices apart
+    /// (a chunk's `completion_tokens` is its one choice's), as llama.cpp
+    /// counts each of several prompts. 0 for a single answer, and whenever
+    /// the count is not cumulative.
+    pub item: u32,
     /// The event's tokens are known by their count, not by their text: it
     /// carries a token exactly when its exact count (`tokens`, or the
     /// growth of a `cumulative` usage) is above zero, whatever its text, and

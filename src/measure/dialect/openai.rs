@@ -267,8 +267,11 @@ impl<'a, C> Envelope<'a, C> {
                 .as_ref()
                 .map(GroqUsage::server),
         };
+        let cumulative = usage.is_some() && counts.items > 0;
         Parsed {
-            cumulative: usage.is_some() && counts.items > 0,
+            cumulative,
+            // vLLM's continuous usage is its one choice's count.
+            item: if cumulative { counts.index } else { 0 },
             usage,
             server,
             model: self.model,

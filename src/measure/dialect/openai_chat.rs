@@ -5,7 +5,9 @@ use std::borrow::Cow;
 use serde::Deserialize;
 
 use super::{
-    common::{cow, Content, Count, Counts, Finishing, Function, Summed, Tally, TextLen, ToolCall},
+    common::{
+        self, cow, Content, Count, Counts, Finishing, Function, Summed, Tally, TextLen, ToolCall,
+    },
     lazy::{scan_struct, Reader},
     openai, ParseError, Parsed, Think,
 };
@@ -23,6 +25,10 @@ pub(super) struct Choice<'a> {
     /// Null until the choice ends.
     #[serde(default, borrow, deserialize_with = "cow")]
     finish_reason: Option<Cow<'a, str>>,
+    /// Which of `n` choices; whose count a continuous usage is
+    /// (`Parsed::item`).
+    #[serde(default)]
+    index: Option<u64>,
 }
 
 /// `reasoning` (vLLM ≥ 0.11, OpenRouter, Ollama) and `reasoning_content`
@@ -69,6 +75,7 @@ scan_struct!(Choice<'a> {
     logprobs: "logprobs",
     token_ids: "token_ids",
     finish_reason: "finish_reason",
+    index: "index",
 });
 scan_struct!(Delta {
     content: "content",
@@ -116,6 +123,7 @@ impl Tally for Choice<'_> {
                 .map(|c| c.0),
             by_count: false,
             items: 0,
+            index: common::index(self.index),
         }
     }
 }

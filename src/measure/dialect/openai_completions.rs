@@ -7,7 +7,7 @@ use std::borrow::Cow;
 use serde::Deserialize;
 
 use super::{
-    common::{cow, Answer, Count, Counts, Finishing, Tally},
+    common::{self, cow, Answer, Count, Counts, Finishing, Tally},
     lazy::{scan_struct, Reader},
     openai, ParseError, Parsed,
 };
@@ -25,6 +25,10 @@ struct Choice<'a> {
     /// Null until the choice ends.
     #[serde(default, borrow, deserialize_with = "cow")]
     finish_reason: Option<Cow<'a, str>>,
+    /// Which of `n` choices (or of several prompts'); whose count a
+    /// continuous usage is (`Parsed::item`).
+    #[serde(default)]
+    index: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -39,6 +43,7 @@ scan_struct!(Choice<'a> {
     logprobs: "logprobs",
     token_ids: "token_ids",
     finish_reason: "finish_reason",
+    index: "index",
 });
 scan_struct!(Logprobs { tokens: "tokens" });
 
@@ -54,6 +59,7 @@ impl Tally for Choice<'_> {
             think: self.text.think,
             tokens: ids.or(self.logprobs.and_then(|l| l.tokens).map(|c| c.0)),
             by_count: ids.is_some(),
+            index: common::index(self.index),
             ..Counts::default()
         }
     }

@@ -34,6 +34,66 @@ impl CountSource {
     }
 }
 
+/// The cumulative count each item of a stream reached (`Parsed::item`):
+/// vLLM counts each of `n` choices apart, llama.cpp each of several
+/// prompts. A single answer's is kept inline (16 bytes, as the one count
+/// was: the timeline is held by every request's future); a list only for
+/// a stream of several. Items past [`Cumulative::MAX_ITEMS`] are not
+/// followed (their events count one token each).
+#[derive(Clone, Debug, Default)]
+enum Cumulative {
+    #[default]
+    None,
+    One(u64),
+    /// By item; `None` for one not seen yet. A `Vec` behind a thin
+    /// pointer: inline, the `Vec` would make every request's timeline 8
+    /// bytes larger for the few streams of several items.
+    #[allow(clippy::box_collection)]
+    Many(Box<Vec<Option<u64>>>),
+}
+
+impl Cumulative {
+    /// `n` (a request's choices) is at most 128 on OpenAI's API.
+    const MAX_ITEMS: u32 = 1024;
+
+    /// The item's count; `None` for an item not followed.
+    fn get(&self, item: u32) -> Option<Option<u64>> {
+        match (self, item) {
+            (_, Self::MAX_ITEMS..) => None,
+            (Self::None, _) => Some(None),
+            (Self::One(n), 0) => Some(Some(*n)),
+            (Self::One(_), _) => Some(None),
+            (Self::Many(items), i) => Some(items.get(i as usize).copied().flatten()),
+        }
+    }
+
+    fn set(&mut self, item: u32, now: u64) {
+        if item >= Self::MAX_ITEMS {
+            return;
+        }
+        match self {
+            Self::None | Self::One(_) if item == 0 => *self = Self::One(now),
+            Self::None | Self::One(_) => {
+                let first = match self {
+                    Self::One(n) => Some(*n),
+                    _ => None,
+                };
+                *self = Self::Many(Box::new(vec![first]));
+                self.set(item, now);
+            }
+            Self::Many(items) => {
+                let at = item as usize;
+                if items.len() <= at {
+                    items.resize(at + 1, None);
+                }
+                if let Some(slot) = items.get_mut(at) {
+                    *slot = Some(now);
+                }
+            }
+        }
+    }
+}
+
 /// Bytes of text per estimated token (the common chars/4 rule of thumb).
 const BYTES_PER_TOKEN: u64 = 4;
 
@@ -76,7 +136,8 @@ pub struct TokenCounts {
     /// Every token-bearing event had an exact count; with no such event,
     /// a whole body listed its tokens.
     all_exact: bool,
-    last_cumulative: Option<u64>,
+    /// The cumulative counts the token-bearing events reached, per item.
+    cumulative: Cumulative,
     text_bytes: u64,
     reasoning_bytes: u64,
 }
@@ -85,19 +146,41 @@ pub struct TokenCounts {
 
 impl TokenCounts {
     /// The exact token count of an event, when the stream tells it: its own
-    /// `tokens`, or the growth of a cumulative usage count. Call for every
-    /// event, token-bearing or not, so cumulative counts stay in step.
+    /// `tokens`, or the growth of its item's cumulative usage count since
+    /// the item's last token-bearing event. Call for every event, then
+    /// [`TokenCounts::step_cumulative`].
     pub(crate) fn exact_for_event(&mut self, parsed: &Parsed<'_>) -> Option<u32> {
         self.read = true;
-        let cumulative = parsed
+        let from_usage = || {
+            let now = Self::cumulative_count(parsed)?;
+            let before = self.cumulative.get(parsed.item)?.unwrap_or(0);
+            Some(u32::try_from(now.saturating_sub(before)).unwrap_or(u32::MAX))
+        };
+        parsed.tokens.or_else(from_usage)
+    }
+
+    /// Moves the event's item to its cumulative count when the event bore
+    /// tokens (`bearing`): tokens counted by an event that carried none of
+    /// their text (vLLM's empty chunk while a character or a stop string is
+    /// held back) are the next token-bearing event's, which carries it
+    /// (they were lost before 2026-12-07). A count that went down starts
+    /// again from there.
+    pub(crate) fn step_cumulative(&mut self, parsed: &Parsed<'_>, bearing: bool) {
+        let Some(now) = Self::cumulative_count(parsed) else {
+            return;
+        };
+        if let Some(before) = self.cumulative.get(parsed.item) {
+            if bearing || before.is_some_and(|b| now < b) {
+                self.cumulative.set(parsed.item, now);
+            }
+        }
+    }
+
+    fn cumulative_count(parsed: &Parsed<'_>) -> Option<u64> {
+        parsed
             .usage
             .and_then(|u| u.output)
-            .filter(|_| parsed.cumulative);
-        let from_usage = cumulative.map(|now| {
-            let before = self.last_cumulative.replace(now).unwrap_or(0);
-            now.saturating_sub(before) as u32
-        });
-        parsed.tokens.or(from_usage)
+            .filter(|_| parsed.cumulative)
     }
 
     /// Counts a token-bearing event carrying `exact` tokens, if known, and

@@ -22,6 +22,21 @@ fn reasoning(bytes: u32) -> Parsed<'static> {
     }
 }
 
+/// An event of `bytes` of answer whose cumulative usage says `so_far`
+/// tokens of `item` were generated.
+fn counted(item: u32, bytes: u32, so_far: u64) -> Parsed<'static> {
+    Parsed {
+        output_bytes: bytes,
+        usage: Some(Usage {
+            output: Some(so_far),
+            ..Usage::default()
+        }),
+        cumulative: true,
+        item,
+        ..Parsed::default()
+    }
+}
+
 fn usage(output: u64) -> Parsed<'static> {
     Parsed {
         usage: Some(Usage {
@@ -173,23 +188,63 @@ fn exact_per_event_counts_weight_each_gap() {
 fn cumulative_usage_gives_exact_counts() {
     let t0 = Instant::now();
     let mut t = Timeline::new(t0, Dialect::OpenAiChat);
-    let chunk = |bytes, so_far| Parsed {
-        output_bytes: bytes,
-        usage: Some(Usage {
-            output: Some(so_far),
-            ..Usage::default()
-        }),
-        cumulative: true,
-        ..Parsed::default()
-    };
-    t.record(&chunk(0, 0), t0 + ms(10)); // role chunk with usage 0
-    t.record(&chunk(5, 2), t0 + ms(100));
-    t.record(&chunk(9, 5), t0 + ms(160));
+    t.record(&counted(0, 0, 0), t0 + ms(10)); // role chunk with usage 0
+    t.record(&counted(0, 5, 2), t0 + ms(100));
+    t.record(&counted(0, 9, 5), t0 + ms(160));
     t.finish(Outcome::Ok, t0 + ms(170));
     let itl: Vec<_> = t.inter_token_latencies().collect();
     assert_eq!(itl, vec![(ms(20), 3)]);
     assert_eq!(t.tokens.generated, 5);
     assert_eq!(t.tokens.generated_source, Some(CountSource::Usage));
+}
+
+/// vLLM's continuous usage with `n` > 1: each chunk's `completion_tokens`
+/// is its one choice's count, so each choice's growth is its own (read as
+/// one count, choice 1's gaps were lost and choice 0's split: ITL 8 to
+/// 17 ms where it is 25 and 50, and the event tokens summed past the total).
+#[test]
+fn continuous_usage_counts_each_choice_apart() {
+    let t0 = Instant::now();
+    let mut t = Timeline::new(t0, Dialect::OpenAiChat);
+    // Choice 0 two tokens an event, choice 1 one, interleaved 50 ms apart.
+    for i in 0..10u64 {
+        let at = t0 + ms(100 + 50 * i);
+        match i % 2 {
+            0 => t.record(&counted(0, 3, 2 * (i / 2 + 1)), at),
+            _ => t.record(&counted(1, 1, i / 2 + 1), at),
+        }
+    }
+    t.record(&usage(15), t0 + ms(560));
+    t.finish(Outcome::Ok, t0 + ms(570));
+    assert_eq!(t.tokens.generated, 15);
+    let itl: Vec<_> = t.inter_token_latencies().collect();
+    let want: Vec<_> = (1..10)
+        .map(|i| match i % 2 {
+            0 => (ms(25), 2),
+            _ => (ms(50), 1),
+        })
+        .collect();
+    assert_eq!(itl, want);
+    assert_eq!(t.tokens_per_event().sum::<u64>(), 15);
+}
+
+/// Tokens a cumulative count shows on an event that carries none of their
+/// text (vLLM's empty chunk while a character or a stop string is held
+/// back) are the next token-bearing event's, which carries their text
+/// (they were lost: ITL 50 and 100 ms for one token each, not 50 for two).
+#[test]
+fn tokens_held_back_count_with_the_event_that_carries_them() {
+    let t0 = Instant::now();
+    let mut t = Timeline::new(t0, Dialect::OpenAiChat);
+    t.record(&counted(0, 1, 1), t0 + ms(100));
+    t.record(&counted(0, 0, 2), t0 + ms(150));
+    t.record(&counted(0, 2, 3), t0 + ms(200));
+    t.record(&counted(0, 1, 4), t0 + ms(250));
+    t.finish(Outcome::Ok, t0 + ms(260));
+    assert_eq!(t.tokens.token_events, 3);
+    let itl: Vec<_> = t.inter_token_latencies().collect();
+    assert_eq!(itl, vec![(ms(50), 2), (ms(50), 1)]);
+    assert_eq!(t.tokens_per_event().sum::<u64>(), 4);
 }
 
 /// SGLang's `/generate`: whether an event carries a token is whether its

@@ -599,3 +599,32 @@ fn a_shared_paths_own_dialect_is_its_paths() {
         assert_eq!(shared.path_dialect(), Dialect::from_path(path), "{path}");
     }
 }
+
+/// A cumulative count is of its item: vLLM's continuous usage on a chunk
+/// of choice 1 is choice 1's count, llama.cpp's running count on prompt
+/// 2's event is prompt 2's. A count that is not cumulative has no item.
+#[test]
+fn a_cumulative_count_names_its_item() {
+    let chat = r#"{"choices":[{"index":1,"delta":{"content":"c"},"finish_reason":null}],"usage":{"prompt_tokens":5,"completion_tokens":3,"total_tokens":8}}"#;
+    let completions = r#"{"choices":[{"index":3,"text":"c","finish_reason":null}],"usage":{"prompt_tokens":5,"completion_tokens":3,"total_tokens":8}}"#;
+    let llamacpp = r#"{"index":2,"content":"c","stop":false,"tokens_predicted":3}"#;
+    for (d, data, item) in [
+        (Dialect::OpenAiChat, chat, 1),
+        (Dialect::OpenAiCompletions, completions, 3),
+        (Dialect::LlamaCpp, llamacpp, 2),
+    ] {
+        let p = ev(d, data);
+        assert!(p.cumulative, "{d:?}");
+        assert_eq!(p.item, item, "{d:?}");
+    }
+    // The final usage chunk (no choice) is a total; a choice without a
+    // usage has no count to name.
+    let total =
+        r#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":9,"total_tokens":14}}"#;
+    let plain = r#"{"choices":[{"index":1,"delta":{"content":"c"}}]}"#;
+    for data in [total, plain] {
+        let p = ev(Dialect::OpenAiChat, data);
+        assert!(!p.cumulative);
+        assert_eq!(p.item, 0);
+    }
+}
