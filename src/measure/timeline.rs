@@ -200,7 +200,7 @@ pub struct Timeline {
     /// if the body's own end never came.
     pub stream_done: bool,
     /// The response head's `Content-Length`: a body of which that many
-    /// bytes went to the client is whole, however it then ends. 32 bits
+    /// bytes were handed to the client is whole, however it then ends. 32 bits
     /// and never 0, which fit beside the fields around it (the future of
     /// every request waiting for its head holds them): a whole answer is
     /// not 4 GiB, and an empty one has no bytes to tell.

@@ -328,6 +328,12 @@ impl Inner {
             upgrade::restore_switch(&mut parts.headers, protocols);
         }
         let strip = exchange.usage_injected() && exchange.streamed();
+        if strip {
+            // The usage chunk cut out leaves the body shorter than an
+            // upstream's length said: framed another way (chunked, or by
+            // the close), as a changed body is.
+            parts.headers.remove(header::CONTENT_LENGTH);
+        }
         let (method, client) = exchange.request_line();
         let http10 = client == Version::HTTP_10 && *method != http::Method::HEAD;
         // A switch `answered` let through was asked for.

@@ -227,13 +227,15 @@ where
 
 /// An HTTP/2 upstream that answers every request with a head and `EVENT`,
 /// then resets the stream with `NO_ERROR`: before the stream's end, or
-/// after it (`after_end`: the early response RFC 9113 §8.1 allows).
-async fn resetting_h2_upstream(after_end: bool) -> SocketAddr {
+/// after it (`after_end`: the early response RFC 9113 §8.1 allows); with
+/// `declared`, the head says the body's length.
+async fn resetting_h2_upstream(after_end: bool, declared: bool) -> SocketAddr {
     h2_upstream(move |mut respond| async move {
-        let head = http::Response::builder()
-            .header("content-type", "text/event-stream")
-            .body(())
-            .expect("head");
+        let mut head = http::Response::builder().header("content-type", "text/event-stream");
+        if declared {
+            head = head.header("content-length", EVENT.len());
+        }
+        let head = head.body(()).expect("head");
         let Ok(mut stream) = respond.send_response(head, false) else {
             return;
         };
@@ -250,11 +252,12 @@ async fn resetting_h2_upstream(after_end: bool) -> SocketAddr {
 /// the head and the event, then the close without the last chunk, and it
 /// is recorded `upstream_error`. Until 2026-12-07 it got a clean end,
 /// recorded `ok`. A reset after the end (RFC 9113 §8.1's early response,
-/// which stops the request's upload) still ends the answer cleanly.
+/// which stops the request's upload) still ends the answer cleanly, as
+/// does one after every byte the head declared.
 #[tokio::test]
 async fn an_http2_upstreams_reset_without_error_before_the_end_is_a_cut() {
     for after_end in [false, true] {
-        let upstream = resetting_h2_upstream(after_end).await;
+        let upstream = resetting_h2_upstream(after_end, false).await;
         let (proxy, mut timelines) =
             common::proxy_with_timelines(upstream, "upstream_protocol = \"http2\"").await;
         let mut client = TcpStream::connect(proxy.addr).await.expect("connect");
@@ -283,6 +286,28 @@ async fn an_http2_upstreams_reset_without_error_before_the_end_is_a_cut() {
         let want = if after_end { "ok" } else { "upstream_error" };
         assert_eq!(t.outcome.as_str(), want, "{after_end}");
     }
+    let upstream = resetting_h2_upstream(false, true).await;
+    let (proxy, mut timelines) =
+        common::proxy_with_timelines(upstream, "upstream_protocol = \"http2\"").await;
+    // Over h2c, whose stream the proxy ends only with the upstream's (an
+    // HTTP/1.1 client's answer of declared length is over at its last byte).
+    let tcp = TcpStream::connect(proxy.addr).await.expect("connect");
+    let (mut sender, connection) = http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+        .await
+        .expect("h2c");
+    tokio::spawn(connection);
+    let request = Request::post(format!("http://{}/v1/chat/completions", proxy.addr))
+        .body(Empty::<Bytes>::new())
+        .expect("request");
+    let response = sender.send_request(request).await.expect("head");
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .expect("the whole declared body");
+    assert_eq!(body.to_bytes(), EVENT);
+    let t = common::next_timeline(&mut timelines).await;
+    assert_eq!(t.outcome.as_str(), "ok", "every declared byte came");
 }
 
 /// A whole answer of declared length from an HTTP/2 upstream whose

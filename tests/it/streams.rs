@@ -314,6 +314,34 @@ async fn usage_inject_asks_for_usage_and_hides_it_from_the_client() {
     assert!(t.bytes_out > got.len() as u64);
 }
 
+/// A stream whose upstream said its length, under `usage_mode =
+/// "inject"`: the usage chunk cut out leaves it shorter, so it reaches the
+/// client framed otherwise, without the upstream's `Content-Length` (until
+/// 2026-12-07 the length was passed on, and the client waited for bytes
+/// that never came).
+#[tokio::test]
+async fn usage_inject_drops_the_length_the_cut_makes_wrong() {
+    let (_, with, without) = usage_stream();
+    let length = format!("content-length: {}", with.len());
+    let script = vec![
+        Step::Write(upstream_head(
+            "200 OK",
+            &["content-type: text/event-stream", &length],
+        )),
+        Step::Write(bytes(with)),
+    ];
+    let upstream = Scripted::start(script).await;
+    let proxy = common::proxy(upstream.addr, "usage_mode = \"inject\"").await;
+    let request = Request::post("/v1/chat/completions")
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from_static(STREAMED_REQUEST)))
+        .expect("request");
+    let response = send(proxy.addr, request).await.expect("response");
+    assert!(response.headers().get("content-length").is_none());
+    let got = collect(response).await.expect("the whole stream").body();
+    assert_eq!(String::from_utf8_lossy(&got), without);
+}
+
 #[tokio::test]
 async fn passive_mode_changes_nothing() {
     let (script, with, _) = usage_stream();

@@ -448,6 +448,56 @@ pub(super) fn index(index: Option<u64>) -> u32 {
     index.map_or(0, |i| u32::try_from(i).unwrap_or(u32::MAX))
 }
 
+/// A choice's `index`, read leniently: a count when it is one (past `u32`,
+/// the last), else 0, whatever its value (`-1`, `"0"`, `0.0`, `null`, an
+/// object): it only tells whose a cumulative count is, so a value no
+/// server sends must not make the chunk unreadable (its text, finish and
+/// usage).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Index(pub(super) u32);
+
+impl<'de> Deserialize<'de> for Index {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Index;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("any value")
+            }
+            fn visit_u64<E: Error>(self, v: u64) -> Result<Index, E> {
+                Ok(Index(index(Some(v))))
+            }
+            fn visit_i64<E: Error>(self, v: i64) -> Result<Index, E> {
+                Ok(Index(u64::try_from(v).map_or(0, |v| index(Some(v)))))
+            }
+            fn visit_f64<E: Error>(self, _: f64) -> Result<Index, E> {
+                Ok(Index(0))
+            }
+            fn visit_bool<E: Error>(self, _: bool) -> Result<Index, E> {
+                Ok(Index(0))
+            }
+            fn visit_str<E: Error>(self, _: &str) -> Result<Index, E> {
+                Ok(Index(0))
+            }
+            fn visit_unit<E: Error>(self) -> Result<Index, E> {
+                Ok(Index(0))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Index, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Index(0))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Index, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Index(0))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
 /// Two counts summed; `None` only when neither is known.
 fn plus(a: Option<u32>, b: Option<u32>) -> Option<u32> {
     match (a, b) {

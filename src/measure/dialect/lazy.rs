@@ -142,6 +142,15 @@ impl Scan<'_> for u64 {
     }
 }
 
+/// A count read in place; anything else (a negative or fractional number,
+/// a string, `null`) is left to serde's lenient read.
+impl Scan<'_> for super::common::Index {
+    fn scan(s: &mut Scanner<'_>) -> Option<Self> {
+        let n = s.number()?.as_u64()?;
+        Some(Self(super::common::index(Some(n))))
+    }
+}
+
 /// Floats go through serde's own number parser, so they round as it does.
 impl Scan<'_> for f64 {
     fn scan(s: &mut Scanner<'_>) -> Option<Self> {

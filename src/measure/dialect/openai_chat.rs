@@ -28,7 +28,7 @@ pub(super) struct Choice<'a> {
     /// Which of `n` choices; whose count a continuous usage is
     /// (`Parsed::item`).
     #[serde(default)]
-    index: Option<u64>,
+    index: common::Index,
 }
 
 /// `reasoning` (vLLM ≥ 0.11, OpenRouter, Ollama) and `reasoning_content`
@@ -123,7 +123,7 @@ impl Tally for Choice<'_> {
                 .map(|c| c.0),
             by_count: false,
             items: 0,
-            index: common::index(self.index),
+            index: self.index.0,
         }
     }
 }

@@ -28,7 +28,7 @@ struct Choice<'a> {
     /// Which of `n` choices (or of several prompts'); whose count a
     /// continuous usage is (`Parsed::item`).
     #[serde(default)]
-    index: Option<u64>,
+    index: common::Index,
 }
 
 #[derive(Deserialize)]
@@ -59,7 +59,7 @@ impl Tally for Choice<'_> {
             think: self.text.think,
             tokens: ids.or(self.logprobs.and_then(|l| l.tokens).map(|c| c.0)),
             by_count: ids.is_some(),
-            index: common::index(self.index),
+            index: self.index.0,
             ..Counts::default()
         }
     }

@@ -455,11 +455,12 @@ impl Exchange {
         if std::mem::replace(&mut self.done, true) {
             return;
         }
-        // Every byte the head declared went to the client, which may then
-        // close before the body's end is told: an HTTP/2 upstream's
-        // `END_STREAM` in a frame of its own after the last bytes (until
-        // 2026-12-07 such an answer was `client_cancelled`, and a whole
-        // JSON body's usage was not read).
+        // Every byte the head declared was handed to the client's
+        // connection, which may then close before the body's end is told:
+        // an HTTP/2 upstream's `END_STREAM` in a frame of its own after the
+        // last bytes (until 2026-12-07 such an answer was
+        // `client_cancelled`, and a whole JSON body's usage was not read).
+        // Whole, as an HTTP/1.1 upstream's answer is at its last byte.
         let end = match end {
             End::Dropped
                 if self.timeline.length.map(|n| u64::from(n.get()))

@@ -275,13 +275,16 @@ impl Upstream {
 /// whole), also before `END_STREAM` came, and a `GOAWAY(NO_ERROR)` whose
 /// last stream is below this one resets it so. Such an answer is cut, and
 /// its client sees it cut (until 2026-12-07 its HTTP/1.1 client got a
-/// clean end, and it was recorded `ok`).
+/// clean end, and it was recorded `ok`), unless every byte its
+/// `Content-Length` declared came (hyper counts them down): it is whole.
 fn ended(
     frame: Option<Result<Frame<Bytes>, hyper::Error>>,
     body: &Incoming,
 ) -> Option<Result<Frame<Bytes>, BodyError>> {
     match frame {
-        None if !body.is_end_stream() => Some(Err(BodyError::Reset)),
+        None if !body.is_end_stream() && body.size_hint().exact() != Some(0) => {
+            Some(Err(BodyError::Reset))
+        }
         frame => frame.map(|f| f.map_err(BodyError::from)),
     }
 }

@@ -7,7 +7,7 @@
 
 use std::{
     pin::Pin,
-    sync::Arc,
+    sync::{Arc, Mutex},
     task::{Context, Poll, Waker},
     time::Duration,
 };
@@ -59,21 +59,31 @@ pub(super) fn read_what_came(body: &mut UpstreamBody) {
 }
 
 /// The body as hyper-util's HTTP/2 client takes it. The client drops a
-/// request whose connect failed without a poll of its body, so on a drop
-/// before any poll what had come of it is read ([`read_what_came`]), as
+/// request whose connect failed without a poll of its body; dropped so,
+/// the body is left in `left`, where [`Outgoing::send`] finds it when the
+/// connect failed and reads what had come of it ([`read_what_came`]), as
 /// the HTTP/1.1 pool reads it (until 2026-12-07 such a request was
-/// counted under model `unknown` with `bytes_in` 0). A drop before any
-/// poll is either that or a request given up before it was sent: reading
-/// what already came then waits for nothing and sends nothing.
+/// counted under model `unknown` with `bytes_in` 0). Not read in the drop
+/// itself: hyper also drops a request given up while it waited for a
+/// stream on a connection, on that connection's task, where reading a
+/// large body would hold up every stream on it, for a request that has
+/// already ended.
 pub(super) struct Unsent {
-    body: UpstreamBody,
+    body: Option<UpstreamBody>,
     polled: bool,
+    left: Left,
 }
+
+/// Where an [`Unsent`] body dropped before any poll is left.
+type Left = Arc<Mutex<Option<UpstreamBody>>>;
 
 impl Drop for Unsent {
     fn drop(&mut self) {
-        if !self.polled {
-            read_what_came(&mut self.body);
+        if self.polled {
+            return;
+        }
+        if let Ok(mut left) = self.left.lock() {
+            *left = self.body.take();
         }
     }
 }
@@ -88,15 +98,20 @@ impl Body for Unsent {
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = self.get_mut();
         this.polled = true;
-        this.body.as_mut().poll_frame(cx)
+        match &mut this.body {
+            Some(body) => body.as_mut().poll_frame(cx),
+            None => Poll::Ready(None),
+        }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
+        self.body.as_ref().is_none_or(|b| b.is_end_stream())
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
+        self.body
+            .as_ref()
+            .map_or_else(|| SizeHint::with_exact(0), |b| b.size_hint())
     }
 }
 
@@ -154,13 +169,15 @@ impl UpstreamClient {
     pub(super) fn outgoing(&self, request: Request<UpstreamBody>) -> Outgoing<'_> {
         match self {
             Self::Driven(pool) => Outgoing::Driven(pool, Pool::encode(request)),
-            Self::Spawned(client) => Outgoing::Spawned(
-                client,
-                Box::new(request.map(|body| Unsent {
-                    body,
+            Self::Spawned(client) => {
+                let left = Left::default();
+                let request = request.map(|body| Unsent {
+                    body: Some(body),
                     polled: false,
-                })),
-            ),
+                    left: left.clone(),
+                });
+                Outgoing::Spawned(client, Box::new(request), left)
+            }
         }
     }
 }
@@ -169,7 +186,7 @@ impl UpstreamClient {
 pub(super) enum Outgoing<'a> {
     Driven(&'a Pool, pool::Outgoing),
     /// Boxed: HTTP/2 requests wait in hyper-util's client, not here.
-    Spawned(&'a Client<Connector, Unsent>, Box<Request<Unsent>>),
+    Spawned(&'a Client<Connector, Unsent>, Box<Request<Unsent>>, Left),
 }
 
 // === impl Outgoing ===
@@ -189,10 +206,20 @@ impl Outgoing<'_> {
                     connect: Some(sent.connect),
                 })
             }
-            Self::Spawned(client, request) => {
+            Self::Spawned(client, request, left) => {
                 let mut request = *request;
                 let connection = capture_connection(&mut request);
-                let response = client.request(request).await.map_err(Unanswered::Client)?;
+                let response = match client.request(request).await {
+                    Ok(response) => response,
+                    Err(e) => {
+                        // Not sent: its body, dropped unread, is read here.
+                        let unsent = e.is_connect().then(|| left.lock().ok()?.take());
+                        if let Some(mut body) = unsent.flatten() {
+                            read_what_came(&mut body);
+                        }
+                        return Err(Unanswered::Client(e));
+                    }
+                };
                 let connect = connection
                     .connection_metadata()
                     .as_ref()
@@ -227,7 +254,7 @@ impl Unanswered {
 
     /// Whether the request was never sent: no connection to the upstream
     /// could be made for it (what of its body had come was then read, for
-    /// measurement only: by the pool, or by [`Unsent`]'s drop).
+    /// measurement only: by the pool, or by [`Outgoing::send`]).
     pub(super) fn never_sent(&self) -> bool {
         match self {
             Self::Pool(e) => matches!(e, PoolError::Connect(_)),

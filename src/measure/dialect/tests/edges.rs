@@ -627,4 +627,30 @@ fn a_cumulative_count_names_its_item() {
         assert!(!p.cumulative);
         assert_eq!(p.item, 0);
     }
+    // An index no server sends is item 0, never a chunk lost: its text,
+    // finish and usage are read (read strictly, each was a parse error).
+    for index in [
+        "-1",
+        "\"1\"",
+        "1.0",
+        "18446744073709551616",
+        "null",
+        "{\"a\":[1]}",
+    ] {
+        for d in [Dialect::OpenAiChat, Dialect::OpenAiCompletions] {
+            let data = chat
+                .replace(r#""index":1"#, &format!(r#""index":{index}"#))
+                .replace(
+                    r#""delta":{"content":"c"}"#,
+                    r#""delta":{"content":"c"},"text":"c""#,
+                );
+            let p = ev(d, &data);
+            assert_eq!(p.output_bytes, 1, "{d:?} {index}");
+            assert!(p.cumulative, "{d:?} {index}");
+            assert_eq!(p.item, 0, "{d:?} {index}");
+            assert_eq!(p.usage.and_then(|u| u.output), Some(3), "{d:?} {index}");
+        }
+    }
+    let huge = chat.replace(r#""index":1"#, r#""index":4294967296"#);
+    assert_eq!(ev(Dialect::OpenAiChat, &huge).item, u32::MAX);
 }
