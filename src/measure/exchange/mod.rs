@@ -142,10 +142,9 @@ impl Exchange {
     pub fn on_response_head(&mut self, head: &response::Parts, at: Instant) {
         self.timeline.status = Some(head.status);
         self.timeline.response_head = Some(at);
-        self.timeline.length = head
-            .headers
-            .get(http::header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok()?.parse().ok());
+        self.timeline.length = declared_length(&head.headers)
+            .and_then(|n| u32::try_from(n).ok())
+            .and_then(std::num::NonZeroU32::new);
         let router = Router::of(&head.headers);
         let reported = head::reported(&head.headers, router);
         self.timeline.server = reported.server;
@@ -517,6 +516,13 @@ fn cut(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
         .find(|&i| text.is_char_boundary(i))
         .unwrap_or(0);
     format!("{}…", &text[..end]).into()
+}
+
+/// The length a head declares (`Content-Length`), when it is a number.
+fn declared_length(headers: &http::HeaderMap) -> Option<u64> {
+    headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse().ok())
 }
 
 fn header_text(headers: &http::HeaderMap, name: &http::HeaderName) -> Option<String> {

@@ -138,9 +138,7 @@ impl Upload {
         // take the budget for nothing (a form is read as it passes, never
         // copied, whatever its length).
         let coding = Coding::of(headers);
-        let declared = headers
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        let declared = super::declared_length(headers);
         let fits = declared.is_none_or(|length| length <= cap as u64);
         let readable =
             dialect.reads_request() && *method == Method::POST && cap > 0 && coding.is_ok();
