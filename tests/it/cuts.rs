@@ -36,11 +36,20 @@ const EVENT: &[u8] = b"data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\
 /// and on `/event` one event, in one write, then closes the connection
 /// without the body's last chunk: a model server that died mid-stream.
 async fn cutting_upstream() -> SocketAddr {
+    serve_each(cut).await
+}
+
+/// A listener that serves each connection with `serve`, in a task of its own.
+async fn serve_each<F, S>(serve: F) -> SocketAddr
+where
+    F: Fn(TcpStream) -> S + Send + 'static,
+    S: std::future::Future<Output = ()> + Send + 'static,
+{
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
-            tokio::spawn(cut(stream));
+            tokio::spawn(serve(stream));
         }
     });
     addr
@@ -94,35 +103,40 @@ async fn stream(
     (received != sent).then(|| format!("{path}: {} bytes before the reset", received.len()))
 }
 
-/// Streams over h2c, on 4 connections of 100 at a time, half cut right
-/// behind their head and half behind an event, through a proxy with
-/// `threads` worker threads: each client gets its head and event.
-async fn cut_over_h2(threads: &str) {
-    let upstream = cutting_upstream().await;
-    let proxy = process::serve(upstream, &["--worker-threads", threads], &[]);
+/// What h2c clients saw of 2,400 cut streams through `proxy`, on 4
+/// connections of 100 at a time, at `paths` in turn, when it was not what
+/// the upstream sent before the cut.
+async fn cut_over_h2(proxy: SocketAddr, paths: &[&'static str]) -> Vec<String> {
     let mut wrong = Vec::new();
-    let mut streams = 0;
     for _ in 0..6 {
         let mut set = JoinSet::new();
         for _ in 0..4 {
-            let tcp = TcpStream::connect(proxy.addr).await.expect("connect");
+            let tcp = TcpStream::connect(proxy).await.expect("connect");
             let (sender, connection) = http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
                 .await
                 .expect("h2 handshake");
             tokio::spawn(connection);
             for i in 0..100 {
-                let path = if i % 2 == 0 { "/event" } else { "/head" };
-                set.spawn(stream(sender.clone(), path));
-                streams += 1;
+                set.spawn(stream(sender.clone(), paths[i % paths.len()]));
             }
         }
         while let Some(seen) = set.join_next().await {
             wrong.extend(seen.expect("stream task"));
         }
     }
+    wrong
+}
+
+/// Streams over h2c, half cut right behind their head and half behind an
+/// event, through a proxy with `threads` worker threads: each client gets
+/// its head and event.
+async fn cut_http1_upstream_over_h2(threads: &str) {
+    let upstream = cutting_upstream().await;
+    let proxy = process::serve(upstream, &["--worker-threads", threads], &[]);
+    let wrong = cut_over_h2(proxy.addr, &["/event", "/head"]).await;
     assert!(
         wrong.is_empty(),
-        "{threads} threads: {} of {streams} cut streams reached the client wrong, e.g. {:?}",
+        "{threads} threads: {} of 2400 cut streams reached the client wrong, e.g. {:?}",
         wrong.len(),
         &wrong[..wrong.len().min(5)]
     );
@@ -131,7 +145,7 @@ async fn cut_over_h2(threads: &str) {
 /// One thread: a cut right behind the head was a bare reset every time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_h2_stream_keeps_its_head_with_one_thread() {
-    cut_over_h2("1").await;
+    cut_http1_upstream_over_h2("1").await;
 }
 
 /// Two threads: the stream's body fails on one while the connection
@@ -139,7 +153,7 @@ async fn a_cut_h2_stream_keeps_its_head_with_one_thread() {
 /// reached the client as bare resets).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_h2_stream_keeps_its_head_and_events_with_two_threads() {
-    cut_over_h2("2").await;
+    cut_http1_upstream_over_h2("2").await;
 }
 
 /// What HTTP/1.1 clients saw of 200 cut streams through `proxy`, a
@@ -353,4 +367,89 @@ async fn a_whole_answer_read_before_an_http2_upstreams_late_end_is_ok() {
     assert_eq!(t.outcome.as_str(), "ok");
     assert_eq!(t.tokens.generated, 1);
     assert_eq!(t.finish_reason.as_deref(), Some("stop"));
+}
+
+/// An HTTP/2 upstream that dies mid-stream, as a raw socket writes it: on
+/// each request its head, `EVENT` and `RST_STREAM(INTERNAL_ERROR)` in one
+/// write, so that the proxy reads them together (the `h2` library's server
+/// would drop the frames it had queued when told to reset).
+async fn dying_h2_upstream() -> SocketAddr {
+    serve_each(die_on_each_stream).await
+}
+
+async fn die_on_each_stream(mut tcp: TcpStream) {
+    const SETTINGS: u8 = 4;
+    const HEADERS: u8 = 1;
+    let mut preface = [0u8; 24];
+    if tcp.read_exact(&mut preface).await.is_err() {
+        return;
+    }
+    let _ = tcp.write_all(&frame(SETTINGS, 0, 0, &[])).await;
+    loop {
+        let mut head = [0u8; 9];
+        if tcp.read_exact(&mut head).await.is_err() {
+            return;
+        }
+        let length = u32::from_be_bytes([0, head[0], head[1], head[2]]);
+        let mut payload = vec![0u8; length as usize];
+        if tcp.read_exact(&mut payload).await.is_err() {
+            return;
+        }
+        let id = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+        let answer = match head[3] {
+            // The client's settings, acknowledged.
+            SETTINGS if head[4] & 1 == 0 => frame(SETTINGS, 1, 0, &[]),
+            HEADERS => {
+                // `:status: 200` (static index 8), then `content-type`
+                // (static name 31) as a literal without indexing.
+                let mut block = vec![0x88, 0x0f, 0x10, 17];
+                block.extend_from_slice(b"text/event-stream");
+                let mut answer = frame(HEADERS, 0x4, id, &block);
+                answer.extend(frame(0, 0, id, EVENT));
+                answer.extend(frame(3, 0, id, &2u32.to_be_bytes()));
+                answer
+            }
+            _ => continue,
+        };
+        if tcp.write_all(&answer).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// An HTTP/2 frame: `kind`, `flags`, stream `id`, `payload`.
+fn frame(kind: u8, flags: u8, id: u32, payload: &[u8]) -> Vec<u8> {
+    let length = u32::try_from(payload.len()).expect("a small frame");
+    let mut frame = length.to_be_bytes()[1..].to_vec();
+    frame.extend_from_slice(&[kind, flags]);
+    frame.extend_from_slice(&id.to_be_bytes());
+    frame.extend_from_slice(payload);
+    frame
+}
+
+/// h2c clients of an HTTP/2 upstream that dies mid-stream each get the
+/// head and the event, then the reset, as they would directly; whether the
+/// proxy runs on one worker thread or two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_from_an_http2_upstream_reaches_h2c_clients_whole() {
+    let upstream = dying_h2_upstream().await;
+    let dir = std::env::temp_dir().join(format!("tokenclock-cuts-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    for threads in [1, 2] {
+        let file = dir.join(format!("h2-{threads}.toml"));
+        let config = format!(
+            "upstream = \"http://{upstream}\"\nlisten = \"127.0.0.1:0\"\n\
+             metrics_listen = \"127.0.0.1:0\"\nupstream_protocol = \"http2\"\n\
+             worker_threads = {threads}\n"
+        );
+        std::fs::write(&file, config).expect("config");
+        let proxy = process::serve_config(&file);
+        let wrong = cut_over_h2(proxy.addr, &["/event"]).await;
+        assert!(
+            wrong.is_empty(),
+            "{threads} threads: {} of 2400 cut streams reached the client wrong, e.g. {:?}",
+            wrong.len(),
+            &wrong[..wrong.len().min(5)]
+        );
+    }
 }
