@@ -6,7 +6,8 @@
 //! measurement sees the bytes pass. Upstream HTTP/1.1 connections come
 //! from `pool`, read by the response body itself and spoken in
 //! tokenclock's own codec (`h1`), so the events of one read are decoded in
-//! place and leave in one write.
+//! place and leave in one write; HTTP/2 ones from `multiplex`, as many as
+//! the upstream's stream limit requires.
 
 mod admit;
 mod body;
@@ -17,6 +18,7 @@ mod connect;
 mod error;
 mod headers;
 mod inject;
+mod multiplex;
 mod pool;
 
 use std::{convert::Infallible, future::Future, pin::Pin, sync::Arc};

@@ -213,38 +213,12 @@ async fn a_cut_from_an_http2_upstream_keeps_its_head_and_events() {
     );
 }
 
-/// An HTTP/2 upstream (the `h2` library's server, which sends what it is
-/// told to) that answers every request with `answer`, in a task of its own
-/// while the connection is driven.
-async fn h2_upstream<F, A>(answer: F) -> SocketAddr
-where
-    F: Fn(h2::server::SendResponse<Bytes>) -> A + Clone + Send + 'static,
-    A: std::future::Future<Output = ()> + Send + 'static,
-{
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move {
-        while let Ok((tcp, _)) = listener.accept().await {
-            let answer = answer.clone();
-            tokio::spawn(async move {
-                let Ok(mut connection) = h2::server::handshake(tcp).await else {
-                    return;
-                };
-                while let Some(Ok((_, respond))) = connection.accept().await {
-                    tokio::spawn(answer(respond));
-                }
-            });
-        }
-    });
-    addr
-}
-
 /// An HTTP/2 upstream that answers every request with a head and `EVENT`,
 /// then resets the stream with `NO_ERROR`: before the stream's end, or
 /// after it (`after_end`: the early response RFC 9113 §8.1 allows); with
 /// `declared`, the head says the body's length.
 async fn resetting_h2_upstream(after_end: bool, declared: bool) -> SocketAddr {
-    h2_upstream(move |mut respond| async move {
+    let upstream = common::h2::serve(None, move |_, mut respond| async move {
         let mut head = http::Response::builder().header("content-type", "text/event-stream");
         if declared {
             head = head.header("content-length", EVENT.len());
@@ -257,8 +231,8 @@ async fn resetting_h2_upstream(after_end: bool, declared: bool) -> SocketAddr {
         // A reset drops the frames still queued: reset once it is written.
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         stream.send_reset(h2::Reason::NO_ERROR);
-    })
-    .await
+    });
+    upstream.await.addr
 }
 
 /// An HTTP/2 upstream's stream reset with `NO_ERROR` before its end is cut
@@ -332,7 +306,7 @@ async fn an_http2_upstreams_reset_without_error_before_the_end_is_a_cut() {
 #[tokio::test]
 async fn a_whole_answer_read_before_an_http2_upstreams_late_end_is_ok() {
     const BODY: &str = r#"{"id":"c1","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}"#;
-    let upstream = h2_upstream(|mut respond| async move {
+    let upstream = common::h2::serve(None, |_, mut respond| async move {
         let head = http::Response::builder()
             .header("content-type", "application/json")
             .header("content-length", BODY.len())
@@ -347,7 +321,7 @@ async fn a_whole_answer_read_before_an_http2_upstreams_late_end_is_ok() {
     })
     .await;
     let (proxy, mut timelines) =
-        common::proxy_with_timelines(upstream, "upstream_protocol = \"http2\"").await;
+        common::proxy_with_timelines(upstream.addr, "upstream_protocol = \"http2\"").await;
     let mut client = TcpStream::connect(proxy.addr).await.expect("connect");
     let request = "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n\
                    content-type: application/json\r\ncontent-length: 2\r\n\r\n{}";

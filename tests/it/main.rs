@@ -51,6 +51,7 @@ mod sim_faults;
 mod streams;
 mod tls;
 mod transparency;
+mod upstream_multiplex;
 mod upstream_pool;
 mod upstream_wire;
 mod websocket;

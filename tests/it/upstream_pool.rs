@@ -161,17 +161,6 @@ async fn round_trip(proxy: SocketAddr, path: &str) {
     assert_eq!(body, expected, "{path}: the body arrives byte for byte");
 }
 
-/// Waits up to 5 s for `check`.
-async fn eventually(what: &str, check: impl Fn() -> bool) {
-    for _ in 0..100 {
-        if check() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("{what}");
-}
-
 #[tokio::test]
 async fn requests_one_after_another_share_one_connection() {
     let upstream = Counting::start(Duration::from_secs(30)).await;
@@ -210,7 +199,7 @@ async fn a_close_the_upstream_sent_while_idle_is_noticed() {
     let upstream = Counting::start(Duration::from_millis(200)).await;
     let proxy = common::proxy(upstream.addr, "pool_idle_timeout = \"30s\"").await;
     round_trip(proxy.addr, "/stream").await;
-    eventually("the upstream closes the idle connection", || {
+    common::eventually("the upstream closes the idle connection", || {
         upstream.closed() == 1
     })
     .await;
@@ -231,7 +220,7 @@ async fn pool_idle_timeout_retires_a_connection() {
     let proxy = common::proxy(upstream.addr, "pool_idle_timeout = \"300ms\"").await;
     round_trip(proxy.addr, "/stream").await;
     // Closed by the pool itself, with no request to find it expired.
-    eventually("the proxy closes the expired connection", || {
+    common::eventually("the proxy closes the expired connection", || {
         upstream.closed() == 1
     })
     .await;
@@ -252,7 +241,7 @@ async fn a_response_the_client_left_is_not_reused() {
     let first = body.frame().await.expect("a frame").expect("data");
     assert!(first.is_data());
     drop(body);
-    eventually(
+    common::eventually(
         "the proxy closes the connection of the response left",
         || upstream.closed() == 1,
     )
@@ -272,7 +261,7 @@ async fn at_most_pool_max_idle_per_host_stay_open() {
     let rounds = |n| futures_round(proxy.addr, n);
     rounds(6).await;
     assert_eq!(upstream.accepted(), 6, "six at once need six connections");
-    eventually("all but two idle connections are closed", || {
+    common::eventually("all but two idle connections are closed", || {
         upstream.closed() == 4
     })
     .await;

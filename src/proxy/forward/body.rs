@@ -18,6 +18,7 @@ use std::future::Future;
 use tokio::time::{Instant, Sleep};
 
 use super::capacity::Slot;
+use super::multiplex::OpenStream;
 use super::pool::{Lease, PoolError, Switched};
 use crate::measure::observe::Failure;
 use crate::proxy::woken::Woken;
@@ -78,15 +79,16 @@ pub(crate) trait IdleError {
 pub(crate) enum Source {
     /// A pooled HTTP/1.1 connection, read by the body itself.
     Pooled(Lease),
-    /// hyper-util's HTTP/2 client, whose connection a task of its own drives.
-    Spawned(Incoming),
+    /// An HTTP/2 stream, whose connection a task of its own drives; the
+    /// stream is given back to its connection's count when the body goes.
+    Spawned(Incoming, OpenStream),
     /// A pooled connection switched to another protocol (`101`).
     Switched(Switched),
 }
 
 impl Source {
     /// Whether the request's body, still being sent, will be left unread
-    /// ([`Lease::abandons_upload`]); never known of hyper-util's HTTP/2.
+    /// ([`Lease::abandons_upload`]); never known of HTTP/2.
     pub(crate) fn abandons_upload(&self) -> bool {
         matches!(self, Self::Pooled(lease) if lease.abandons_upload())
     }
@@ -193,6 +195,8 @@ enum Upstream {
         body: Incoming,
         /// What ended a merge (trailers, the end, a failure), returned next.
         next: Option<Option<Result<Frame<Bytes>, hyper::Error>>>,
+        /// The stream, counted open on its connection while it is kept.
+        _stream: OpenStream,
     },
 }
 
@@ -207,7 +211,11 @@ impl Received {
     fn new(source: Source) -> Self {
         let upstream = match source {
             Source::Pooled(lease) => Upstream::Pooled(lease),
-            Source::Spawned(body) => Upstream::Spawned { body, next: None },
+            Source::Spawned(body, stream) => Upstream::Spawned {
+                body,
+                next: None,
+                _stream: stream,
+            },
             Source::Switched(switched) => Upstream::Switched(switched),
         };
         Self {
@@ -241,7 +249,7 @@ impl Upstream {
                 let frame = ready!(switched.poll_next(cx));
                 Poll::Ready((frame.map(|f| f.map_err(BodyError::from)), false))
             }
-            Self::Spawned { body, next } => {
+            Self::Spawned { body, next, .. } => {
                 if let Some(frame) = next.take() {
                     return Poll::Ready((ended(frame, body), false));
                 }
@@ -256,7 +264,7 @@ impl Upstream {
         match self {
             Self::Pooled(lease) => lease.is_end_stream(),
             Self::Switched(_) => false,
-            Self::Spawned { body, next } => next.is_none() && body.is_end_stream(),
+            Self::Spawned { body, next, .. } => next.is_none() && body.is_end_stream(),
         }
     }
 

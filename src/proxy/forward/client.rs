@@ -1,40 +1,37 @@
-//! The upstream client: a keep-alive pool of HTTP/1.1 (or HTTP/2)
-//! connections with `TCP_NODELAY`, over TLS for `https://` upstreams.
+//! The upstream client: a keep-alive pool of HTTP/1.1 connections, or
+//! HTTP/2 connections each multiplexing streams, with `TCP_NODELAY`, over
+//! TLS for `https://` upstreams.
 //!
 //! HTTP/1.1 goes through [`Pool`], whose connections the forwarding task
-//! drives itself; HTTP/2 through hyper-util's client, which drives each
-//! connection in a task of its own (streams share it).
+//! drives itself; HTTP/2 through [`Multiplex`], whose connections each run
+//! in a task of their own (streams share them).
 
 use std::{
     pin::Pin,
-    sync::{Arc, Mutex},
+    sync::Arc,
     task::{Context, Poll, Waker},
     time::Duration,
 };
 
-use bytes::Bytes;
-use http_body::{Body, Frame, SizeHint};
-
 use http::{Request, Response, Uri};
-
-use crate::export::metrics::UpstreamPoolMetrics;
+use http_body::Body;
+use hyper::client::conn::http2;
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::{
-    client::legacy::{
-        connect::{capture_connection, HttpConnector},
-        Client,
-    },
+    client::legacy::{connect::HttpConnector, Client},
     rt::{TokioExecutor, TokioTimer},
 };
 use rustls::crypto::ring;
 
 use super::{
     body::Source,
-    connect::{self, TimedConnector},
+    connect::TimedConnector,
     error::ProxyError,
+    multiplex::{Multiplex, MultiplexError},
     pool::{self, Pool, PoolError},
     RequestBody,
 };
+use crate::export::metrics::UpstreamPoolMetrics;
 use crate::proxy::{keepalive, wire::client::MAX_HEAD};
 use crate::{
     config::{Config, UpstreamProtocol},
@@ -58,63 +55,6 @@ pub(super) fn read_what_came(body: &mut UpstreamBody) {
     while let Poll::Ready(Some(Ok(_))) = body.as_mut().poll_frame(&mut cx) {}
 }
 
-/// The body as hyper-util's HTTP/2 client takes it. The client drops a
-/// request whose connect failed without a poll of its body; dropped so,
-/// the body is left in `left`, where [`Outgoing::send`] finds it when the
-/// connect failed and reads what had come of it ([`read_what_came`]), as
-/// the HTTP/1.1 pool reads it (until 2026-12-07 such a request was
-/// counted under model `unknown` with `bytes_in` 0). Not read in the drop
-/// itself: hyper also drops a request given up while it waited for a
-/// stream on a connection, on that connection's task, where reading a
-/// large body would hold up every stream on it, for a request that has
-/// already ended.
-pub(super) struct Unsent {
-    body: Option<UpstreamBody>,
-    polled: bool,
-    left: Left,
-}
-
-/// Where an [`Unsent`] body dropped before any poll is left.
-type Left = Arc<Mutex<Option<UpstreamBody>>>;
-
-impl Drop for Unsent {
-    fn drop(&mut self) {
-        if self.polled {
-            return;
-        }
-        if let Ok(mut left) = self.left.lock() {
-            *left = self.body.take();
-        }
-    }
-}
-
-impl Body for Unsent {
-    type Data = Bytes;
-    type Error = <UpstreamBody as Body>::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        let this = self.get_mut();
-        this.polled = true;
-        match &mut this.body {
-            Some(body) => body.as_mut().poll_frame(cx),
-            None => Poll::Ready(None),
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.as_ref().is_none_or(|b| b.is_end_stream())
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.body
-            .as_ref()
-            .map_or_else(|| SizeHint::with_exact(0), |b| b.size_hint())
-    }
-}
-
 /// How the proxy (and the health probe) connect to the upstream: TCP with
 /// the connect timeout, TLS with the configured roots for `https://`.
 pub(crate) type Connector = TimedConnector<HttpsConnector<HttpConnector>>;
@@ -123,8 +63,8 @@ pub(crate) type Connector = TimedConnector<HttpsConnector<HttpConnector>>;
 pub(super) enum UpstreamClient {
     /// HTTP/1.1: connections driven by the tasks that use them.
     Driven(Pool),
-    /// HTTP/2: hyper-util's client.
-    Spawned(Box<Client<Connector, Unsent>>),
+    /// HTTP/2: connections that run in tasks of their own.
+    Spawned(Multiplex),
 }
 
 /// A response head from the upstream, and where its body comes from.
@@ -144,40 +84,44 @@ impl UpstreamClient {
         config: &Config,
         pool_metrics: UpstreamPoolMetrics,
     ) -> Result<Self, rustls::Error> {
+        let target = Uri::builder()
+            .scheme(config.upstream.scheme.clone())
+            .authority(config.upstream.authority.clone())
+            .path_and_query("/")
+            .build()
+            .map_err(|_| rustls::Error::General("invalid upstream URL".into()))?;
+        let (max_idle, idle_timeout) = (config.pool.max_idle_per_host, config.pool.idle_timeout);
         Ok(match config.upstream.protocol {
-            UpstreamProtocol::Http1 => {
-                let target = Uri::builder()
-                    .scheme(config.upstream.scheme.clone())
-                    .authority(config.upstream.authority.clone())
-                    .path_and_query("/")
-                    .build()
-                    .map_err(|_| rustls::Error::General("invalid upstream URL".into()))?;
-                Self::Driven(Pool::new(
+            UpstreamProtocol::Http1 => Self::Driven(Pool::new(
+                connector(config)?,
+                target,
+                max_idle,
+                idle_timeout,
+                pool_metrics,
+            )),
+            UpstreamProtocol::Http2 => {
+                let mut builder = http2::Builder::new(TokioExecutor::new());
+                builder
+                    .max_header_list_size(MAX_HEAD as u32)
+                    .initial_stream_window_size(STREAM_WINDOW)
+                    .initial_connection_window_size(connection_window(config.connections.max));
+                Self::Spawned(Multiplex::new(
                     connector(config)?,
                     target,
-                    config.pool.max_idle_per_host,
-                    config.pool.idle_timeout,
-                    pool_metrics,
+                    builder,
+                    max_idle,
+                    idle_timeout,
                 ))
             }
-            UpstreamProtocol::Http2 => Self::Spawned(Box::new(build(config)?)),
         })
     }
 
     /// `request`, made ready to send: encoded for the pool, or boxed for
-    /// hyper-util's client (see [`Pool::encode`] for why before waiting).
+    /// HTTP/2 (see [`Pool::encode`] for why before waiting).
     pub(super) fn outgoing(&self, request: Request<UpstreamBody>) -> Outgoing<'_> {
         match self {
             Self::Driven(pool) => Outgoing::Driven(pool, Pool::encode(request)),
-            Self::Spawned(client) => {
-                let left = Left::default();
-                let request = request.map(|body| Unsent {
-                    body: Some(body),
-                    polled: false,
-                    left: left.clone(),
-                });
-                Outgoing::Spawned(client, Box::new(request), left)
-            }
+            Self::Spawned(multiplex) => Outgoing::Spawned(multiplex, Box::new(request)),
         }
     }
 }
@@ -185,8 +129,9 @@ impl UpstreamClient {
 /// A request ready for the upstream, with the client that sends it.
 pub(super) enum Outgoing<'a> {
     Driven(&'a Pool, pool::Outgoing),
-    /// Boxed: HTTP/2 requests wait in hyper-util's client, not here.
-    Spawned(&'a Client<Connector, Unsent>, Box<Request<Unsent>>, Left),
+    /// Boxed, as is what waits for its head: an HTTP/2 request's wait is
+    /// not kept in every request's future.
+    Spawned(&'a Multiplex, Box<Request<UpstreamBody>>),
 }
 
 // === impl Outgoing ===
@@ -206,27 +151,13 @@ impl Outgoing<'_> {
                     connect: Some(sent.connect),
                 })
             }
-            Self::Spawned(client, request, left) => {
-                let mut request = *request;
-                let connection = capture_connection(&mut request);
-                let response = match client.request(request).await {
-                    Ok(response) => response,
-                    Err(e) => {
-                        // Not sent: its body, dropped unread, is read here.
-                        let unsent = e.is_connect().then(|| left.lock().ok()?.take());
-                        if let Some(mut body) = unsent.flatten() {
-                            read_what_came(&mut body);
-                        }
-                        return Err(Unanswered::Client(e));
-                    }
-                };
-                let connect = connection
-                    .connection_metadata()
-                    .as_ref()
-                    .and_then(|c| connect::paid_by(start, c));
+            Self::Spawned(multiplex, request) => {
+                let sent = Box::pin(multiplex.send(*request, start))
+                    .await
+                    .map_err(Unanswered::Multiplex)?;
                 Ok(Answer {
-                    response: response.map(Source::Spawned),
-                    connect,
+                    response: sent.response.map(|body| Source::Spawned(body, sent.stream)),
+                    connect: Some(sent.connect),
                 })
             }
         }
@@ -236,7 +167,7 @@ impl Outgoing<'_> {
 /// Why no response head came, as the client that sent the request says.
 pub(super) enum Unanswered {
     Pool(PoolError),
-    Client(hyper_util::client::legacy::Error),
+    Multiplex(MultiplexError),
 }
 
 // === impl Unanswered ===
@@ -248,7 +179,8 @@ impl Unanswered {
         match self {
             Self::Pool(PoolError::Connect(e)) => super::error::is_unreachable(e.as_ref()),
             Self::Pool(_) => false,
-            Self::Client(e) => e.is_connect() && super::error::is_unreachable(e),
+            Self::Multiplex(MultiplexError::Connect(e)) => super::error::is_unreachable(e.as_ref()),
+            Self::Multiplex(_) => false,
         }
     }
 
@@ -258,7 +190,7 @@ impl Unanswered {
     pub(super) fn never_sent(&self) -> bool {
         match self {
             Self::Pool(e) => matches!(e, PoolError::Connect(_)),
-            Self::Client(e) => e.is_connect(),
+            Self::Multiplex(e) => e.never_sent(),
         }
     }
 
@@ -269,7 +201,11 @@ impl Unanswered {
                 ProxyError::from_connect(e.as_ref(), connect_timeout)
             }
             Self::Pool(e) => ProxyError::from_upstream(&e),
-            Self::Client(e) => ProxyError::from_client(&e, connect_timeout),
+            Self::Multiplex(MultiplexError::Connect(e)) => {
+                ProxyError::from_connect(e.as_ref(), connect_timeout)
+            }
+            Self::Multiplex(e) if e.never_sent() => ProxyError::Unavailable(e.to_string()),
+            Self::Multiplex(e) => ProxyError::from_upstream(&e),
         }
     }
 }

@@ -30,6 +30,16 @@ pub(super) struct ConnectTiming {
     pub took: Duration,
 }
 
+impl ConnectTiming {
+    /// The connect time a request that arrived at `request_start` paid:
+    /// the part of the connect after it arrived. All of it for a
+    /// connection opened for the request, zero for one open already; an
+    /// HTTP/2 request that joined a connect under way waited for its rest.
+    pub(super) fn paid_by(self, request_start: Instant) -> Duration {
+        (self.started + self.took).saturating_duration_since(request_start.max(self.started))
+    }
+}
+
 /// A connector that stamps each connection it opens with [`ConnectTiming`].
 #[derive(Clone, Debug)]
 pub(crate) struct TimedConnector<C> {
@@ -93,7 +103,7 @@ impl<T> Timed<T> {
 
 impl<T: Connection> Connection for Timed<T> {
     fn connected(&self) -> Connected {
-        self.io.connected().extra(self.timing)
+        self.io.connected()
     }
 }
 
@@ -243,19 +253,6 @@ impl Write for Stream {
     }
 }
 
-/// The connect time a request paid: the connection's open time if it was
-/// opened after the request arrived, zero if it came from the pool.
-pub(super) fn paid_by(request_start: Instant, connected: &Connected) -> Option<Duration> {
-    let mut extensions = http::Extensions::new();
-    connected.get_extras(&mut extensions);
-    let timing = extensions.get::<ConnectTiming>()?;
-    Some(if timing.started >= request_start {
-        timing.took
-    } else {
-        Duration::ZERO
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use std::{
@@ -349,5 +346,26 @@ mod tests {
         );
         let (stream, _peer) = connected().await;
         assert!(matches!(stream.inner(), Stream::Plain(_)));
+    }
+
+    /// A request pays the part of a connect after it arrived: all of one
+    /// begun for it, none of one done before it, the rest of one it
+    /// joined under way (HTTP/2 requests share connects).
+    #[test]
+    fn a_request_pays_the_part_of_a_connect_after_it_arrived() {
+        let started = tokio::time::Instant::now();
+        let timing = super::ConnectTiming {
+            started,
+            took: Duration::from_millis(30),
+        };
+        assert_eq!(timing.paid_by(started), Duration::from_millis(30));
+        let before = started
+            .checked_sub(Duration::from_millis(5))
+            .expect("earlier");
+        assert_eq!(timing.paid_by(before), Duration::from_millis(30));
+        let during = started + Duration::from_millis(10);
+        assert_eq!(timing.paid_by(during), Duration::from_millis(20));
+        let after = started + Duration::from_millis(40);
+        assert_eq!(timing.paid_by(after), Duration::ZERO);
     }
 }

@@ -55,14 +55,6 @@ pub(crate) enum ProxyError {
 // === impl ProxyError ===
 
 impl ProxyError {
-    /// Classifies an error from hyper-util's client.
-    pub(crate) fn from_client(err: &hyper_util::client::legacy::Error, connect: Duration) -> Self {
-        if err.is_connect() {
-            return Self::from_connect(err, connect);
-        }
-        Self::from_upstream(err)
-    }
-
     /// A connect that failed: timed out, refused, or TLS.
     pub(crate) fn from_connect(err: &(dyn std::error::Error + 'static), connect: Duration) -> Self {
         if source_chain(err).any(|e| {

@@ -27,8 +27,8 @@
 //! closes a kept-alive connection after its answer without saying so (a
 //! worker recycled after its N requests) may have read the request, but a
 //! safe method changes nothing (RFC 9110 §9.2.2).
-//! HTTP/2 multiplexes streams on one connection, which needs a task of its
-//! own: `upstream_protocol = "http2"` stays on hyper-util's client.
+//! HTTP/2 multiplexes streams on a connection, which needs a task of its
+//! own: `upstream_protocol = "http2"` has its own pool (`multiplex`).
 
 use std::{
     future::poll_fn,
@@ -170,7 +170,7 @@ impl Pool {
         // Closes connections idle past the timeout; without a runtime (unit
         // tests) they stay until the pool goes.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(reap(Arc::downgrade(&shared)));
+            runtime.spawn(reap(Arc::downgrade(&shared), idle_timeout, Shared::evict));
         }
         Self { shared }
     }
@@ -696,19 +696,16 @@ fn close(expired: Vec<Idle>) {
 /// How often the pool may log that the upstream closed an idle connection.
 const WARN_EVERY: Duration = Duration::from_secs(600);
 
-/// Every half idle timeout (at least a second), evicts expired idle
-/// connections; ends with the pool.
-async fn reap(shared: Weak<Shared>) {
-    let period = match shared.upgrade() {
-        Some(shared) => (shared.idle_timeout / 2).max(Duration::from_secs(1)),
-        None => return,
-    };
+/// Every half `idle_timeout` (at least a second), has a pool `evict` the
+/// connections idle too long; ends with the pool. The HTTP/2 pool's too.
+pub(super) async fn reap<S>(shared: Weak<S>, idle_timeout: Duration, evict: fn(&S)) {
+    let period = (idle_timeout / 2).max(Duration::from_secs(1));
     let mut ticks = tokio::time::interval(period);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
         match shared.upgrade() {
-            Some(shared) => shared.evict(),
+            Some(shared) => evict(&shared),
             None => return,
         }
     }

@@ -3,6 +3,7 @@
 //! plain HTTP/1.1 and h2c clients built on hyper's connection API.
 
 pub mod client;
+pub mod h2;
 pub mod oracle;
 pub mod otel;
 pub mod process;
@@ -165,4 +166,15 @@ pub fn noise(len: usize, seed: u64) -> Vec<u8> {
             (x >> 24) as u8
         })
         .collect()
+}
+
+/// Waits up to 10 s for `check`; panics with `what` if it never holds.
+pub async fn eventually(what: &str, check: impl Fn() -> bool) {
+    for _ in 0..200 {
+        if check() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("{what}");
 }
