@@ -86,25 +86,9 @@ async fn a_request_never_sent_is_answered_502_whatever_its_body() {
 
 #[tokio::test]
 async fn connect_timeout_is_a_504() {
-    // A listener whose accept queue is full and never drained: the kernel
-    // drops further SYNs, so a connect hangs until the proxy gives up.
-    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
-    socket
-        .bind("127.0.0.1:0".parse().expect("addr"))
-        .expect("bind");
-    let listener = socket.listen(1).expect("listen");
+    // A listener whose accept queue is full and never drained.
+    let (listener, fillers) = common::full_listener().await;
     let addr = listener.local_addr().expect("addr");
-    let mut fillers = Vec::new();
-    for _ in 0..8 {
-        if let Ok(Ok(s)) = tokio::time::timeout(
-            Duration::from_millis(200),
-            tokio::net::TcpStream::connect(addr),
-        )
-        .await
-        {
-            fillers.push(s);
-        }
-    }
     let proxy = common::proxy(addr, "connect_timeout = \"300ms\"").await;
     let response = client::get(proxy.addr, "/").await;
     assert_eq!(response.status, 504);

@@ -9,7 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
-    net::TcpStream,
+    net::{TcpListener, TcpStream},
     sync::watch,
     task::JoinSet,
 };
@@ -23,7 +23,17 @@ const EVENT: &[u8] = b"data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\
 /// sends a head and `EVENT`, then ends once `release` says so; any other
 /// path gets its head and `EVENT`, and ends.
 async fn upstream(max_streams: Option<u32>, release: watch::Receiver<bool>) -> H2Upstream {
-    common::h2::serve(max_streams, move |request, mut respond| {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    upstream_on(listener, max_streams, release)
+}
+
+/// [`upstream`], on `listener`.
+fn upstream_on(
+    listener: TcpListener,
+    max_streams: Option<u32>,
+    release: watch::Receiver<bool>,
+) -> H2Upstream {
+    common::h2::serve_on(listener, max_streams, move |request, mut respond| {
         let mut release = release.clone();
         async move {
             let head = http::Response::builder()
@@ -41,7 +51,6 @@ async fn upstream(max_streams: Option<u32>, release: watch::Receiver<bool>) -> H
             }
         }
     })
-    .await
 }
 
 /// An HTTP/1.1 client's request for `path`, once its answer's event came.
@@ -77,9 +86,9 @@ async fn started(proxy: std::net::SocketAddr, path: &str) -> Result<Started, Str
 type Started = (TcpStream, Vec<u8>);
 
 /// Reads `client` to its close; whether the answer ended whole.
-async fn ended((mut client, mut seen): Started) -> bool {
+async fn ended((mut client, mut seen): Started) -> Result<bool, String> {
     let read = tokio::time::timeout(Duration::from_secs(10), client.read_to_end(&mut seen));
-    matches!(read.await, Ok(Ok(_))) && seen.ends_with(b"0\r\n\r\n")
+    Ok(matches!(read.await, Ok(Ok(_))) && seen.ends_with(b"0\r\n\r\n"))
 }
 
 /// An upstream that allows 2 streams on a connection, and 6 streams open
@@ -103,31 +112,74 @@ async fn streams_past_an_http2_upstreams_limit_go_on_connections_of_their_own() 
     assert_eq!(upstream.accepted(), 3, "2 streams on each connection");
     release.send_replace(true);
     for client in open {
-        assert!(ended(client).await, "every held answer ends whole");
+        assert_eq!(
+            ended(client).await,
+            Ok(true),
+            "every held answer ends whole"
+        );
     }
     // The connections stay for what comes next.
     let client = started(proxy.addr, "/now").await.expect("a stream");
-    assert!(ended(client).await);
+    assert_eq!(ended(client).await, Ok(true));
     assert_eq!(upstream.accepted(), 3);
 }
 
 /// A burst of requests on a pool with no connection yet shares one
 /// connect, as it would share the connection once open: 40 clients at
-/// once, one upstream connection.
+/// once while the connect cannot end (the upstream's accept queue is full,
+/// so its SYN waits for a retransmit, a second later), one upstream
+/// connection.
 #[tokio::test]
 async fn a_burst_on_a_new_http2_pool_shares_one_connect() {
-    let (_release, held) = watch::channel(false);
-    let upstream = upstream(None, held).await;
-    let proxy = common::proxy(upstream.addr, "upstream_protocol = \"http2\"").await;
+    let (listener, fillers) = common::full_listener().await;
+    let addr = listener.local_addr().expect("addr");
+    let proxy = common::proxy(addr, "upstream_protocol = \"http2\"").await;
     let mut burst = JoinSet::new();
     for _ in 0..40 {
-        let addr = proxy.addr;
-        burst.spawn(async move { ended(started(addr, "/now").await.expect("a stream")).await });
+        burst.spawn(async move { ended(started(proxy.addr, "/now").await?).await });
     }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for _ in 0..fillers.len() {
+        let _ = listener.accept().await.expect("a filler");
+    }
+    let (_release, held) = watch::channel(false);
+    let upstream = upstream_on(listener, None, held);
     while let Some(whole) = burst.join_next().await {
-        assert!(whole.expect("client task"), "every answer ends whole");
+        assert_eq!(
+            whole.expect("client task"),
+            Ok(true),
+            "every answer ends whole"
+        );
     }
     assert_eq!(upstream.accepted(), 1);
+}
+
+/// With `pool_max_idle_per_host = 0` (no idle connection kept), every
+/// request still gets a connection: a new one is not idle before its
+/// first stream (until the same day's review, the pool dropped each new
+/// connection before its request could take it, and every request failed
+/// `502`).
+#[tokio::test]
+async fn no_idle_http2_connection_kept_still_serves_every_request() {
+    let (_release, held) = watch::channel(false);
+    let upstream = upstream(Some(1), held).await;
+    let config = "upstream_protocol = \"http2\"\npool_max_idle_per_host = 0";
+    let proxy = common::proxy(upstream.addr, config).await;
+    for _ in 0..5 {
+        let client = started(proxy.addr, "/now").await.expect("a stream");
+        assert_eq!(ended(client).await, Ok(true));
+    }
+    let mut burst = JoinSet::new();
+    for _ in 0..10 {
+        burst.spawn(async move { ended(started(proxy.addr, "/now").await?).await });
+    }
+    while let Some(whole) = burst.join_next().await {
+        assert_eq!(
+            whole.expect("client task"),
+            Ok(true),
+            "every answer ends whole"
+        );
+    }
 }
 
 /// Connections left idle go: after `pool_idle_timeout`, and past
@@ -148,7 +200,7 @@ async fn idle_http2_connections_go_after_the_pools_limits() {
     assert_eq!(upstream.accepted(), 3, "1 stream on each connection");
     release.send_replace(true);
     for client in open {
-        assert!(ended(client).await);
+        assert_eq!(ended(client).await, Ok(true));
     }
     common::eventually("two of three idle connections are closed", || {
         upstream.ended() == 2
@@ -159,6 +211,28 @@ async fn idle_http2_connections_go_after_the_pools_limits() {
     })
     .await;
     let client = started(proxy.addr, "/now").await.expect("a stream");
-    assert!(ended(client).await);
+    assert_eq!(ended(client).await, Ok(true));
     assert_eq!(upstream.accepted(), 4);
+}
+
+/// A stream the upstream refuses (`REFUSED_STREAM`: not processed, RFC
+/// 9113 §8.7) is an upstream that could not take the request, `502`
+/// `upstream_unavailable`, not a failure of a request it had (hyper keeps
+/// no request it began to send, so it is not sent again).
+#[tokio::test]
+async fn a_refused_stream_is_a_request_the_upstream_never_had() {
+    let upstream = common::h2::serve(None, |_, mut respond| async move {
+        respond.send_reset(h2::Reason::REFUSED_STREAM);
+    })
+    .await;
+    let proxy = common::proxy(upstream.addr, "upstream_protocol = \"http2\"").await;
+    let mut client = TcpStream::connect(proxy.addr).await.expect("connect");
+    let request = "GET /v1/models HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n";
+    client.write_all(request.as_bytes()).await.expect("request");
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), client.read_to_end(&mut answer));
+    read.await.expect("answered").expect("read");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 502"), "{answer}");
+    assert!(answer.contains("\"upstream_unavailable\""), "{answer}");
 }

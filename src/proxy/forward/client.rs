@@ -109,8 +109,8 @@ impl UpstreamClient {
                     connector(config)?,
                     target,
                     builder,
-                    max_idle,
-                    idle_timeout,
+                    config.timeouts.connect,
+                    (max_idle, idle_timeout),
                 ))
             }
         })
@@ -204,7 +204,7 @@ impl Unanswered {
             Self::Multiplex(MultiplexError::Connect(e)) => {
                 ProxyError::from_connect(e.as_ref(), connect_timeout)
             }
-            Self::Multiplex(e) if e.never_sent() => ProxyError::Unavailable(e.to_string()),
+            Self::Multiplex(e) if e.never_sent() => ProxyError::from_connect(&e, connect_timeout),
             Self::Multiplex(e) => ProxyError::from_upstream(&e),
         }
     }

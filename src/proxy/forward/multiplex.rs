@@ -13,23 +13,27 @@
 //!
 //! A connect is shared: the requests that find every connection full wait
 //! for one connect under way, as many as it is expected to take (the limit
-//! the last connection heard), and only those past that open another. The
-//! connect runs in a task of its own, so a request that gives up while it
-//! waits (its client gone, `response_header_timeout`) leaves the connection
-//! to the next. Connections go as HTTP/1.1's do: once idle for
-//! `pool_idle_timeout`, or past `pool_max_idle_per_host` idle ones; one the
-//! upstream closes (`GOAWAY`, a reset) leaves the pool when its task ends.
-//! A request a connection gave back unsent (it closed first) is sent on
-//! another, once or twice; hyper gives back no request it began to send,
-//! so a stream the upstream refuses (`REFUSED_STREAM`) is a `502`.
+//! the last connection heard), and only those past that open another; each
+//! has a stream kept for it on the new connection. The connect (TCP, TLS
+//! and the HTTP/2 preface, within `connect_timeout`) runs in a task of its
+//! own, so a request that gives up while it waits (its client gone,
+//! `response_header_timeout`) leaves the connection to the next.
+//! Connections go as HTTP/1.1's do: once idle for `pool_idle_timeout`, or
+//! past `pool_max_idle_per_host` idle ones; one the upstream closes
+//! (`GOAWAY`, a reset) leaves the pool when its task ends, and gives back
+//! the requests hyper held for it unsent, which are sent on another (up to
+//! three times). hyper gives back no request it began to send, so a
+//! stream the upstream refuses (`REFUSED_STREAM`) is a `502`, counted as
+//! never sent.
 
 use std::{
     error::Error,
     future::Future,
+    io,
     pin::Pin,
     sync::{
-        atomic::{AtomicBool, AtomicUsize, Ordering},
-        Arc, Mutex,
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
+        Arc, Mutex, MutexGuard, Weak,
     },
     task::{Context, Poll},
     time::Duration,
@@ -50,24 +54,25 @@ use super::{
     pool,
 };
 
-/// The streams the first connection is taken to allow until the
-/// upstream's `SETTINGS` say otherwise (later ones, what the last one
-/// heard): RFC 9113 §6.5.2's recommended minimum, and what most servers
-/// allow. Requests that come in the first round trip of a connection
-/// whose upstream allows fewer wait in hyper's client for a stream on it,
-/// as all did before.
+/// The streams a new connection is taken to allow until the upstream's
+/// `SETTINGS` say: what the last connection heard, but no more than this,
+/// RFC 9113 §6.5.2's recommended minimum and what most servers allow
+/// (hyper's default too). Requests that come in the first round trip of
+/// a connection whose upstream allows fewer wait in hyper's client for a
+/// stream on it, as all did before.
 const ASSUMED_STREAMS: usize = 100;
 
-/// Times a request looks for a stream again after the connection it
-/// waited for was full or closed, or gave it back unsent; after that it
-/// queues on any open connection, and fails only when there is none.
+/// Times a request looks for a stream again after the connect it waited
+/// for went, or a connection gave it back unsent; after that it queues on
+/// the open connection with the fewest streams, and fails only when there
+/// is none.
 const RETRIES: usize = 3;
 
 /// Why a request got no response head.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum MultiplexError {
-    /// The TCP or TLS connect failed (the error of the connect every
-    /// request waiting for it shares).
+    /// The TCP or TLS connect failed or timed out (the error of the
+    /// connect every request waiting for it shares).
     #[error("connect failed: {0}")]
     Connect(Arc<dyn Error + Send + Sync>),
     /// The HTTP/2 handshake failed: nothing of a request was sent.
@@ -83,10 +88,36 @@ pub(crate) enum MultiplexError {
 }
 
 impl MultiplexError {
-    /// Whether the request was never sent upstream.
+    /// Whether the request was never sent upstream: no connection took
+    /// it, hyper dropped it unsent, or the upstream refused its stream
+    /// (`REFUSED_STREAM`: not processed, RFC 9113 §8.7).
     pub(super) fn never_sent(&self) -> bool {
-        !matches!(self, Self::Stream(_))
+        match self {
+            Self::Stream(e) => e.is_canceled() || refused(e),
+            _ => true,
+        }
     }
+
+    /// This error, for another request that waited for the same connect.
+    fn shared(&self) -> Self {
+        match self {
+            Self::Connect(e) => Self::Connect(e.clone()),
+            Self::Handshake(e) => Self::Handshake(e.clone()),
+            Self::Closed | Self::Stream(_) => Self::Closed,
+        }
+    }
+}
+
+/// Whether the upstream reset the stream `REFUSED_STREAM`.
+fn refused(e: &hyper::Error) -> bool {
+    let mut source = e.source();
+    while let Some(e) = source {
+        if let Some(h2) = e.downcast_ref::<h2::Error>() {
+            return h2.reason() == Some(h2::Reason::REFUSED_STREAM);
+        }
+        source = e.source();
+    }
+    false
 }
 
 /// The HTTP/2 connections to the upstream; cheap to clone.
@@ -100,10 +131,13 @@ struct Shared {
     /// Where the connector connects: the upstream's scheme and authority.
     target: Uri,
     builder: http2::Builder<TokioExecutor>,
+    /// The limit on a whole connect: TCP, TLS and the HTTP/2 preface.
+    connect_timeout: Duration,
     max_idle: usize,
     idle_timeout: Duration,
-    /// The stream limit the upstream last set on a connection: how many
-    /// requests may wait for one connect.
+    /// What idle times count from.
+    epoch: Instant,
+    /// The stream limit the upstream last set on a connection.
     allowed: AtomicUsize,
     state: Mutex<State>,
 }
@@ -120,9 +154,9 @@ struct State {
 struct Conn {
     sender: http2::SendRequest<UpstreamBody>,
     streams: Arc<Streams>,
-    /// The connection, driven by its own task, and read here for the
-    /// upstream's stream limit: hyper's h2 task reads the upstream's
-    /// `SETTINGS`, and only the connection knows what they said.
+    /// hyper's side of the connection, driven by its own task, and read
+    /// here for the upstream's stream limit: hyper's h2 task reads the
+    /// upstream's `SETTINGS`, and only the connection tells what they said.
     connection: Driven,
     timing: ConnectTiming,
 }
@@ -130,31 +164,54 @@ struct Conn {
 /// hyper's side of a connection: the task that hands requests to h2.
 type Connection = http2::Connection<Stream, UpstreamBody, TokioExecutor>;
 
-/// A connection, shared by its task and the pool.
-type Driven = Arc<Mutex<Pin<Box<Connection>>>>;
+/// A connection, shared by its task (which drops it once it ends, giving
+/// back the requests it held unsent) and the pool.
+type Driven = Arc<Mutex<Option<Pin<Box<Connection>>>>>;
 
 /// One connection's streams, as its requests and its task see them.
 struct Streams {
-    /// Streams open: taken by requests, given back when their answer's
-    /// body is dropped (or no answer came).
+    /// Streams open: taken by requests (or kept for those that waited for
+    /// the connect), given back when their answer's body is dropped, or
+    /// no answer came.
     open: AtomicUsize,
+    /// The upstream's limit, as last read.
+    allowed: AtomicUsize,
     /// The connection's task has ended: no stream can be opened on it.
     closed: AtomicBool,
-    /// When the last stream was given back.
-    idle_since: Mutex<Instant>,
+    /// Whether a stream was ever given back: until then the connection
+    /// is not one of the idle that `pool_max_idle_per_host` bounds.
+    used: AtomicBool,
+    /// When the last stream was given back (or the connection opened), in
+    /// nanoseconds from the pool's epoch.
+    idle_since: AtomicU64,
+    epoch: Instant,
 }
 
-/// A connect under way, and how many requests wait for it.
+/// A connect under way, and the requests waiting for it.
 struct Connecting {
-    waiting: AtomicUsize,
-    done: watch::Receiver<Option<Connected>>,
+    pending: Mutex<Pending>,
+    /// Set once the connect has ended; its task gone without, when the
+    /// sender is dropped.
+    done: watch::Receiver<bool>,
+}
+
+struct Pending {
+    waiting: usize,
+    outcome: Option<Outcome>,
 }
 
 /// How a connect ended, for the requests waiting for it.
-#[derive(Clone)]
-enum Connected {
-    Open,
+enum Outcome {
+    /// Open, a stream kept on it for each request that waited.
+    Open(Kept),
     Failed(Arc<MultiplexError>),
+}
+
+/// A stream on a connection, as a request takes it.
+struct Handed {
+    sender: http2::SendRequest<UpstreamBody>,
+    stream: OpenStream,
+    timing: ConnectTiming,
 }
 
 /// A stream taken on a connection, given back when dropped; the answer's
@@ -163,11 +220,11 @@ pub(crate) struct OpenStream(Arc<Streams>);
 
 impl Drop for OpenStream {
     fn drop(&mut self) {
-        if self.0.open.fetch_sub(1, Ordering::AcqRel) == 1 {
-            if let Ok(mut since) = self.0.idle_since.lock() {
-                *since = Instant::now();
-            }
-        }
+        // Noted before the count falls, so that the pool never reads a
+        // connection idle since an earlier time.
+        self.0.idle_since.store(self.0.nanos(), Ordering::Release);
+        self.0.used.store(true, Ordering::Release);
+        self.0.open.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -181,20 +238,18 @@ pub(super) struct Sent {
 
 /// What a request found when it looked for a stream.
 enum Found {
-    Stream(http2::SendRequest<UpstreamBody>, OpenStream, ConnectTiming),
+    Stream(Handed),
     Wait(Waiting),
     /// Every connection is closed and none is being opened.
     Nothing,
 }
 
-/// A request's place among those waiting for a connect, given up when
-/// dropped, so that another may take it.
-struct Waiting(Arc<Connecting>);
-
-impl Drop for Waiting {
-    fn drop(&mut self) {
-        self.0.waiting.fetch_sub(1, Ordering::AcqRel);
-    }
+/// A request's place among those waiting for a connect. Dropped unsettled
+/// (the request gave up), it is given up, and the stream kept for it on
+/// the connection, if it opened, given back.
+struct Waiting {
+    connecting: Arc<Connecting>,
+    settled: bool,
 }
 
 // === impl Multiplex ===
@@ -206,20 +261,22 @@ impl Multiplex {
         connector: Connector,
         target: Uri,
         mut builder: http2::Builder<TokioExecutor>,
-        max_idle: usize,
-        idle_timeout: Duration,
+        connect_timeout: Duration,
+        (max_idle, idle_timeout): (usize, Duration),
     ) -> Self {
         builder.timer(TokioTimer::new());
         let shared = Arc::new(Shared {
             connector,
             target,
             builder,
+            connect_timeout,
             max_idle,
             idle_timeout,
+            epoch: Instant::now(),
             allowed: AtomicUsize::new(ASSUMED_STREAMS),
             state: Mutex::default(),
         });
-        // Closes connections idle past the timeout; without a runtime (unit
+        // Closes connections idle past the limits; without a runtime (unit
         // tests) they stay until the pool goes.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(pool::reap(
@@ -242,60 +299,58 @@ impl Multiplex {
     ) -> Result<Sent, MultiplexError> {
         let mut tries = 0;
         loop {
-            let (mut sender, stream, timing) = match self.shared.find(tries >= RETRIES) {
-                Found::Stream(sender, stream, timing) => (sender, stream, timing),
-                Found::Wait(waiting) => {
-                    let mut done = waiting.0.done.clone();
-                    let connected = done
-                        .wait_for(Option::is_some)
-                        .await
-                        .ok()
-                        .and_then(|c| c.clone());
-                    drop(waiting);
-                    if let Some(Connected::Failed(e)) = connected {
+            let handed = match self.shared.find(tries >= RETRIES) {
+                Found::Stream(handed) => handed,
+                Found::Wait(waiting) => match waiting.wait().await {
+                    Ok(Some(handed)) => handed,
+                    // Its task gone without a word: look again.
+                    Ok(None) => {
+                        tries += 1;
+                        continue;
+                    }
+                    Err(e) => {
                         // Not sent: what of its body came is read, for its
                         // model and size.
                         read_what_came(request.body_mut());
-                        return Err(match &*e {
-                            MultiplexError::Connect(e) => MultiplexError::Connect(e.clone()),
-                            MultiplexError::Handshake(e) => MultiplexError::Handshake(e.clone()),
-                            _ => MultiplexError::Closed,
-                        });
+                        return Err(e.shared());
                     }
-                    // Open (or its task gone): look again.
-                    tries += 1;
-                    continue;
-                }
+                },
                 Found::Nothing => {
                     read_what_came(request.body_mut());
                     return Err(MultiplexError::Closed);
                 }
             };
-            match sender.try_send_request(request).await {
+            let Handed {
+                mut sender,
+                stream,
+                timing,
+            } = handed;
+            let e = match sender.try_send_request(request).await {
                 Ok(response) => {
                     return Ok(Sent {
                         response,
                         stream,
                         connect: timing.paid_by(start),
-                    });
+                    })
                 }
-                Err(e) => {
-                    let (e, unsent) = split(e);
-                    match unsent {
-                        // The connection closed before it sent the request.
-                        Some(unsent) if tries < RETRIES => {
-                            tracing::debug!("An HTTP/2 upstream connection closed before a request was sent; sent on another.");
-                            stream.0.closed.store(true, Ordering::Release);
-                            request = unsent;
-                            tries += 1;
-                        }
-                        Some(mut unsent) => {
-                            read_what_came(unsent.body_mut());
-                            return Err(MultiplexError::Closed);
-                        }
-                        None => return Err(MultiplexError::Stream(e)),
-                    }
+                Err(e) => e,
+            };
+            let (e, unsent) = split(e);
+            match unsent {
+                // The connection closed before it sent the request.
+                Some(unsent) if tries < RETRIES => {
+                    tracing::debug!(
+                        "An HTTP/2 upstream connection closed before a request was sent; sent on another."
+                    );
+                    stream.0.closed.store(true, Ordering::Release);
+                    request = unsent;
+                    tries += 1;
                 }
+                Some(mut unsent) => {
+                    read_what_came(unsent.body_mut());
+                    return Err(MultiplexError::Closed);
+                }
+                None => return Err(MultiplexError::Stream(e)),
             }
         }
     }
@@ -312,13 +367,24 @@ fn split(
 // === impl Shared ===
 
 impl Shared {
+    /// The pool's state; a panic while it was held left nothing half
+    /// done that the next request could not use.
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// A stream on the oldest open connection with room, or a place among
     /// those waiting for a connect (one begun if none has room). With
     /// `overflow`, a request that looked often enough queues on the open
     /// connection with the fewest streams, whatever its limit.
     fn find(self: &Arc<Self>, overflow: bool) -> Found {
         let mut state = self.state();
-        self.prune(&mut state, Instant::now());
+        let now = self.nanos();
+        let idle_timeout = self.idle_timeout;
+        // Not one idle past the timeout: its upstream may be closing it.
+        state
+            .conns
+            .retain(|c| !c.streams.closed() && c.streams.idle_for(now) < Some(idle_timeout));
         let room = state
             .conns
             .iter()
@@ -333,68 +399,64 @@ impl Shared {
         };
         if let Some(conn) = room {
             conn.streams.open.fetch_add(1, Ordering::AcqRel);
-            let stream = OpenStream(conn.streams.clone());
-            return Found::Stream(conn.sender.clone(), stream, conn.timing);
+            return Found::Stream(conn.handed());
         }
         if overflow {
             return Found::Nothing;
         }
-        let allowed = self.allowed.load(Ordering::Acquire).max(1);
-        let joined = state
-            .connecting
-            .iter()
-            .find(|c| c.waiting.load(Ordering::Acquire) < allowed);
-        let connecting = match joined {
-            Some(connecting) => connecting.clone(),
-            None => {
-                let connecting = self.open();
-                state.connecting.push(connecting.clone());
-                connecting
+        let expected = self
+            .allowed
+            .load(Ordering::Acquire)
+            .clamp(1, ASSUMED_STREAMS);
+        for connecting in &state.connecting {
+            let mut pending = connecting.pending();
+            if pending.outcome.is_none() && pending.waiting < expected {
+                pending.waiting += 1;
+                return Found::Wait(Waiting {
+                    connecting: connecting.clone(),
+                    settled: false,
+                });
             }
-        };
-        connecting.waiting.fetch_add(1, Ordering::AcqRel);
-        Found::Wait(Waiting(connecting))
+        }
+        let connecting = self.open();
+        state.connecting.push(connecting.clone());
+        Found::Wait(Waiting {
+            connecting,
+            settled: false,
+        })
     }
 
-    /// The pool's state; a panic while it was held left nothing half
-    /// done that the next request could not use.
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// How many streams `conn`'s upstream allows at once now, noted as
-    /// what the next connection is taken to allow until it hears.
+    /// How many streams `conn`'s upstream allows at once (at least one:
+    /// `0` stops new streams for a while, and a request then waits on the
+    /// connection rather than open others). Read from hyper's connection
+    /// unless its task has it (then as last read); noted as what the next
+    /// connection is taken to allow.
     fn allowed_on(&self, conn: &Conn) -> usize {
-        let allowed = match conn.connection.lock() {
-            Ok(connection) => connection.current_max_send_streams(),
-            Err(_) => 0,
-        };
+        let streams = &conn.streams;
+        if let Ok(connection) = conn.connection.try_lock() {
+            if let Some(connection) = connection.as_ref() {
+                let allowed = connection.current_max_send_streams();
+                streams.allowed.store(allowed, Ordering::Release);
+            }
+        }
+        let allowed = streams.allowed.load(Ordering::Acquire);
         self.allowed.store(allowed, Ordering::Release);
-        allowed
-    }
-
-    /// Drops the connections closed or idle too long ([`prune`](Self::prune)).
-    fn evict(&self) {
-        self.prune(&mut self.state(), Instant::now());
+        allowed.max(1)
     }
 
     /// Drops the connections closed, those idle for `idle_timeout`, and
     /// the idle ones past `max_idle` (the longest idle first). Dropped,
     /// an idle connection's task sends `GOAWAY` and ends.
-    fn prune(&self, state: &mut State, now: Instant) {
+    fn evict(&self) {
+        let now = self.nanos();
+        let mut state = self.state();
         state
             .conns
-            .retain(|c| !c.streams.closed.load(Ordering::Acquire) && !c.sender.is_closed());
+            .retain(|c| !c.streams.closed() && c.streams.idle_for(now) < Some(self.idle_timeout));
         let idle_for = |c: &Conn| {
-            if c.streams.open.load(Ordering::Acquire) > 0 {
-                return None;
-            }
-            let since = c.streams.idle_since.lock().ok().map(|s| *s)?;
-            Some(now.saturating_duration_since(since))
+            let used = c.streams.used.load(Ordering::Acquire);
+            used.then(|| c.streams.idle_for(now)).flatten()
         };
-        state
-            .conns
-            .retain(|c| idle_for(c).is_none_or(|idle| idle < self.idle_timeout));
         let mut idle: Vec<(Duration, usize)> = state
             .conns
             .iter()
@@ -414,29 +476,53 @@ impl Shared {
         }
     }
 
-    /// Begins a connect in a task of its own.
+    /// Now, in nanoseconds from the pool's epoch.
+    fn nanos(&self) -> u64 {
+        nanos_since(self.epoch)
+    }
+
+    /// Begins a connect in a task of its own, one request waiting for it.
     fn open(self: &Arc<Self>) -> Arc<Connecting> {
-        let (tx, rx) = watch::channel(None);
+        let (tx, rx) = watch::channel(false);
         let connecting = Arc::new(Connecting {
-            waiting: AtomicUsize::new(0),
+            pending: Mutex::new(Pending {
+                waiting: 1,
+                outcome: None,
+            }),
             done: rx,
         });
-        let shared = self.clone();
-        let mine = connecting.clone();
+        let unlist = Unlist {
+            shared: self.clone(),
+            connecting: connecting.clone(),
+        };
         tokio::spawn(async move {
-            let connected = shared.connect().await;
-            let done = {
+            let shared = &unlist.shared;
+            let connected =
+                match tokio::time::timeout(shared.connect_timeout, shared.connect()).await {
+                    Ok(connected) => connected,
+                    Err(_) => Err(MultiplexError::Connect(Arc::new(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "the connect (TCP, TLS and the HTTP/2 preface) timed out",
+                    )))),
+                };
+            {
                 let mut state = shared.state();
-                state.connecting.retain(|c| !Arc::ptr_eq(c, &mine));
-                match connected {
+                let mut pending = unlist.connecting.pending();
+                pending.outcome = Some(match connected {
                     Ok(conn) => {
+                        // A stream kept for each request that waited.
+                        conn.streams
+                            .open
+                            .fetch_add(pending.waiting, Ordering::AcqRel);
+                        let handed = conn.handed_kept();
                         state.conns.push(conn);
-                        Connected::Open
+                        Outcome::Open(handed)
                     }
-                    Err(e) => Connected::Failed(Arc::new(e)),
-                }
-            };
-            tx.send_replace(Some(done));
+                    Err(e) => Outcome::Failed(Arc::new(e)),
+                });
+            }
+            drop(unlist);
+            tx.send_replace(true);
         });
         connecting
     }
@@ -454,7 +540,10 @@ impl Shared {
         let timing = io.timing();
         // Until its own `SETTINGS` come, a connection is taken to allow
         // what the last one did.
-        let allowed = self.allowed.load(Ordering::Acquire).max(1);
+        let allowed = self
+            .allowed
+            .load(Ordering::Acquire)
+            .clamp(1, ASSUMED_STREAMS);
         let (sender, connection) = self
             .builder
             .clone()
@@ -464,13 +553,17 @@ impl Shared {
             .map_err(|e| MultiplexError::Handshake(Arc::new(e)))?;
         let streams = Arc::new(Streams {
             open: AtomicUsize::new(0),
+            allowed: AtomicUsize::new(allowed),
             closed: AtomicBool::new(false),
-            idle_since: Mutex::new(Instant::now()),
+            used: AtomicBool::new(false),
+            idle_since: AtomicU64::new(self.nanos()),
+            epoch: self.epoch,
         });
-        let connection: Driven = Arc::new(Mutex::new(Box::pin(connection)));
+        let connection: Driven = Arc::new(Mutex::new(Some(Box::pin(connection))));
         tokio::spawn(Driver {
             connection: connection.clone(),
             streams: streams.clone(),
+            shared: Arc::downgrade(self),
         });
         Ok(Conn {
             sender,
@@ -481,31 +574,167 @@ impl Shared {
     }
 }
 
-/// A connection's task: drives hyper's side of it, which ends once the
-/// connection has closed, or the pool dropped it and its last stream
-/// ended.
+/// Nanoseconds from `epoch` to now.
+fn nanos_since(epoch: Instant) -> u64 {
+    u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Takes a connect off the pool's list when its task ends, however it
+/// ends: a connect whose task is gone must not keep requests waiting.
+struct Unlist {
+    shared: Arc<Shared>,
+    connecting: Arc<Connecting>,
+}
+
+impl Drop for Unlist {
+    fn drop(&mut self) {
+        let mut state = self.shared.state();
+        state
+            .connecting
+            .retain(|c| !Arc::ptr_eq(c, &self.connecting));
+    }
+}
+
+// === impl Conn ===
+
+impl Conn {
+    /// A stream on this connection, already counted open.
+    fn handed(&self) -> Handed {
+        Handed {
+            sender: self.sender.clone(),
+            stream: OpenStream(self.streams.clone()),
+            timing: self.timing,
+        }
+    }
+
+    /// What the requests that waited for this connection take: a handle
+    /// on it, and the streams counted for them.
+    fn handed_kept(&self) -> Kept {
+        Kept {
+            sender: self.sender.clone(),
+            streams: self.streams.clone(),
+            timing: self.timing,
+        }
+    }
+}
+
+// === impl Streams ===
+
+impl Streams {
+    fn closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// How long the connection has had no stream open at `now` (from the
+    /// epoch), if it has none.
+    fn idle_for(&self, now: u64) -> Option<Duration> {
+        if self.open.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        let since = self.idle_since.load(Ordering::Acquire);
+        Some(Duration::from_nanos(now.saturating_sub(since)))
+    }
+
+    fn nanos(&self) -> u64 {
+        nanos_since(self.epoch)
+    }
+}
+
+// === impl Connecting ===
+
+impl Connecting {
+    fn pending(&self) -> MutexGuard<'_, Pending> {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+// === impl Waiting ===
+
+impl Waiting {
+    /// The stream kept for the request on the connection once open; its
+    /// error if the connect failed; `None` if its task went without a
+    /// word.
+    async fn wait(mut self) -> Result<Option<Handed>, Arc<MultiplexError>> {
+        let mut done = self.connecting.done.clone();
+        let _ = done.wait_for(|done| *done).await;
+        let mut pending = self.connecting.pending();
+        self.settled = true;
+        match &pending.outcome {
+            Some(Outcome::Open(kept)) => Ok(Some(Handed {
+                sender: kept.sender.clone(),
+                stream: OpenStream(kept.streams.clone()),
+                timing: kept.timing,
+            })),
+            Some(Outcome::Failed(e)) => Err(e.clone()),
+            None => {
+                pending.waiting -= 1;
+                Ok(None)
+            }
+        }
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        if self.settled {
+            return;
+        }
+        let mut pending = self.connecting.pending();
+        match &pending.outcome {
+            // The stream kept for this request, given back.
+            Some(Outcome::Open(kept)) => drop(OpenStream(kept.streams.clone())),
+            _ => pending.waiting -= 1,
+        }
+    }
+}
+
+/// A connection: each request that waited for it has a stream counted
+/// open on it, which it takes (or gives back).
+struct Kept {
+    sender: http2::SendRequest<UpstreamBody>,
+    streams: Arc<Streams>,
+    timing: ConnectTiming,
+}
+
+/// A connection's task: drives hyper's side of it until the connection
+/// has closed (or the pool dropped it and its last stream ended), then
+/// drops it, so that the requests hyper held for it come back unsent, and
+/// takes it out of the pool.
 struct Driver {
     connection: Driven,
     streams: Arc<Streams>,
+    shared: Weak<Shared>,
 }
 
 impl Future for Driver {
     type Output = ();
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        let polled = match self.connection.lock() {
-            Ok(mut connection) => connection.as_mut().poll(cx),
-            Err(_) => Poll::Ready(Ok(())),
-        };
-        match polled {
-            Poll::Pending => Poll::Pending,
-            Poll::Ready(ended) => {
-                self.streams.closed.store(true, Ordering::Release);
-                if let Err(e) = ended {
-                    tracing::debug!(error = %e, "An HTTP/2 upstream connection failed.");
-                }
-                Poll::Ready(())
+        let ended = {
+            let mut connection = self.connection.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(driven) = connection.as_mut() else {
+                return Poll::Ready(());
+            };
+            let polled = driven.as_mut().poll(cx);
+            let allowed = driven.current_max_send_streams();
+            self.streams.allowed.store(allowed, Ordering::Release);
+            match polled {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(ended) => (ended, connection.take()),
             }
+        };
+        self.streams.closed.store(true, Ordering::Release);
+        // Out of the lock: hyper's side dropped gives back what it held.
+        drop(ended.1);
+        if let Err(e) = ended.0 {
+            tracing::debug!(error = %e, "An HTTP/2 upstream connection failed.");
         }
+        if let Some(shared) = self.shared.upgrade() {
+            let mut state = shared.state();
+            state
+                .conns
+                .retain(|c| !Arc::ptr_eq(&c.streams, &self.streams));
+        }
+        Poll::Ready(())
     }
 }

@@ -46,6 +46,15 @@ where
     A: Future<Output = ()> + Send + 'static,
 {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    serve_on(listener, max_streams, answer)
+}
+
+/// [`serve`], on `listener`.
+pub fn serve_on<F, A>(listener: TcpListener, max_streams: Option<u32>, answer: F) -> H2Upstream
+where
+    F: Fn(Request<RecvStream>, SendResponse<Bytes>) -> A + Clone + Send + 'static,
+    A: Future<Output = ()> + Send + 'static,
+{
     let addr = listener.local_addr().expect("addr");
     let accepted = Arc::new(AtomicUsize::new(0));
     let ended = Arc::new(AtomicUsize::new(0));

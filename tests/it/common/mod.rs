@@ -178,3 +178,25 @@ pub async fn eventually(what: &str, check: impl Fn() -> bool) {
     }
     panic!("{what}");
 }
+
+/// A listener on 127.0.0.1 whose accept queue is full, and the connections
+/// that fill it: the kernel drops the SYN of any further connect, which
+/// hangs until the queue is drained (then goes on at the SYN's retransmit,
+/// about a second later) or its caller gives up.
+pub async fn full_listener() -> (tokio::net::TcpListener, Vec<tokio::net::TcpStream>) {
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket
+        .bind("127.0.0.1:0".parse().expect("addr"))
+        .expect("bind");
+    let listener = socket.listen(1).expect("listen");
+    let addr = listener.local_addr().expect("addr");
+    let mut fillers = Vec::new();
+    loop {
+        let connect = tokio::net::TcpStream::connect(addr);
+        match tokio::time::timeout(std::time::Duration::from_millis(200), connect).await {
+            Ok(filler) => fillers.push(filler.expect("connect")),
+            Err(_) => return (listener, fillers),
+        }
+        assert!(fillers.len() < 64, "the accept queue never filled");
+    }
+}
