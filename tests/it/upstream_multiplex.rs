@@ -154,6 +154,42 @@ async fn a_burst_on_a_new_http2_pool_shares_one_connect() {
     assert_eq!(upstream.accepted(), 1);
 }
 
+/// A burst on a new pool, to an upstream that allows 2 streams on a
+/// connection, all waiting for the first connect (held as above): only
+/// one goes on it before the upstream's `SETTINGS` say its limit, and the
+/// rest then go as it allows, so it never has more streams at once than it
+/// allows, and every stream gets its head and event while the others are
+/// open. Until the same day's second review, all went on the first
+/// connection, taken to allow 100: an upstream that refuses streams past
+/// its limit (as Go's and nginx's do) refused them, `502`, and one that
+/// queues them answered them one after another.
+#[tokio::test]
+async fn a_burst_on_a_new_http2_pool_waits_to_hear_the_upstreams_limit() {
+    let (listener, fillers) = common::full_listener().await;
+    let addr = listener.local_addr().expect("addr");
+    let proxy = common::proxy(addr, "upstream_protocol = \"http2\"").await;
+    let mut burst = JoinSet::new();
+    for _ in 0..10 {
+        burst.spawn(async move { started(proxy.addr, "/hold").await });
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for _ in 0..fillers.len() {
+        let _ = listener.accept().await.expect("a filler");
+    }
+    let (release, held) = watch::channel(false);
+    let upstream = upstream_on(listener, Some(2), held);
+    let mut open = Vec::new();
+    while let Some(started) = burst.join_next().await {
+        open.push(started.expect("client task").expect("a stream"));
+    }
+    assert_eq!(upstream.most_streams(), 2, "no more than it allows");
+    assert_eq!(upstream.accepted(), 5);
+    release.send_replace(true);
+    for client in open {
+        assert_eq!(ended(client).await, Ok(true));
+    }
+}
+
 /// With `pool_max_idle_per_host = 0` (no idle connection kept), every
 /// request still gets a connection: a new one is not idle before its
 /// first stream (until the same day's review, the pool dropped each new

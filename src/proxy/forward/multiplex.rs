@@ -48,11 +48,14 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tokio::{sync::watch, time::Instant};
 use tower::Service;
 
+use self::heard::Heard;
 use super::{
     client::{read_what_came, Connector, UpstreamBody},
     connect::{ConnectTiming, Stream, Timed},
     pool,
 };
+
+mod heard;
 
 /// The streams a new connection is taken to allow until the upstream's
 /// `SETTINGS` say: what the last connection heard, but no more than this,
@@ -139,6 +142,10 @@ struct Shared {
     epoch: Instant,
     /// The stream limit the upstream last set on a connection.
     allowed: AtomicUsize,
+    /// Whether a connection has heard the upstream's `SETTINGS`: until
+    /// then `allowed` is a guess, and a new connection takes one stream
+    /// until its own come.
+    known: AtomicBool,
     state: Mutex<State>,
 }
 
@@ -162,7 +169,7 @@ struct Conn {
 }
 
 /// hyper's side of a connection: the task that hands requests to h2.
-type Connection = http2::Connection<Stream, UpstreamBody, TokioExecutor>;
+type Connection = http2::Connection<Heard, UpstreamBody, TokioExecutor>;
 
 /// A connection, shared by its task (which drops it once it ends, giving
 /// back the requests it held unsent) and the pool.
@@ -185,6 +192,8 @@ struct Streams {
     /// nanoseconds from the pool's epoch.
     idle_since: AtomicU64,
     epoch: Instant,
+    /// Set once the upstream's `SETTINGS` are applied ([`Heard`]).
+    heard: watch::Sender<bool>,
 }
 
 /// A connect under way, and the requests waiting for it.
@@ -198,6 +207,11 @@ struct Connecting {
 struct Pending {
     waiting: usize,
     outcome: Option<Outcome>,
+    /// Streams counted open on the new connection for the next requests
+    /// that take them: one for each that waited, or, while no connection
+    /// has heard the upstream's limit, one (the others wait to hear it).
+    /// At most `waiting`.
+    kept: usize,
 }
 
 /// How a connect ended, for the requests waiting for it.
@@ -274,6 +288,7 @@ impl Multiplex {
             idle_timeout,
             epoch: Instant::now(),
             allowed: AtomicUsize::new(ASSUMED_STREAMS),
+            known: AtomicBool::new(false),
             state: Mutex::default(),
         });
         // Closes connections idle past the limits; without a runtime (unit
@@ -301,14 +316,15 @@ impl Multiplex {
         loop {
             let handed = match self.shared.find(tries >= RETRIES) {
                 Found::Stream(handed) => handed,
-                Found::Wait(waiting) => match waiting.wait().await {
-                    Ok(Some(handed)) => handed,
-                    // Its task gone without a word: look again.
-                    Ok(None) => {
+                Found::Wait(waiting) => match waiting.wait(self.shared.connect_timeout).await {
+                    Waited::Stream(handed) => handed,
+                    // Its task gone without a word, or the connection's
+                    // limit heard: look again.
+                    Waited::Again => {
                         tries += 1;
                         continue;
                     }
-                    Err(e) => {
+                    Waited::Failed(e) => {
                         // Not sent: what of its body came is read, for its
                         // model and size.
                         read_what_came(request.body_mut());
@@ -429,8 +445,8 @@ impl Shared {
     /// How many streams `conn`'s upstream allows at once (at least one:
     /// `0` stops new streams for a while, and a request then waits on the
     /// connection rather than open others). Read from hyper's connection
-    /// unless its task has it (then as last read); noted as what the next
-    /// connection is taken to allow.
+    /// unless its task has it (then as last read); once heard, noted as
+    /// what the next connection is taken to allow.
     fn allowed_on(&self, conn: &Conn) -> usize {
         let streams = &conn.streams;
         if let Ok(connection) = conn.connection.try_lock() {
@@ -440,7 +456,10 @@ impl Shared {
             }
         }
         let allowed = streams.allowed.load(Ordering::Acquire);
-        self.allowed.store(allowed, Ordering::Release);
+        if *streams.heard.borrow() {
+            self.allowed.store(allowed, Ordering::Release);
+            self.known.store(true, Ordering::Release);
+        }
         allowed.max(1)
     }
 
@@ -488,6 +507,7 @@ impl Shared {
             pending: Mutex::new(Pending {
                 waiting: 1,
                 outcome: None,
+                kept: 0,
             }),
             done: rx,
         });
@@ -510,10 +530,12 @@ impl Shared {
                 let mut pending = unlist.connecting.pending();
                 pending.outcome = Some(match connected {
                     Ok(conn) => {
-                        // A stream kept for each request that waited.
-                        conn.streams
-                            .open
-                            .fetch_add(pending.waiting, Ordering::AcqRel);
+                        pending.kept = if shared.known.load(Ordering::Acquire) {
+                            pending.waiting
+                        } else {
+                            pending.waiting.min(1)
+                        };
+                        conn.streams.open.fetch_add(pending.kept, Ordering::AcqRel);
                         let handed = conn.handed_kept();
                         state.conns.push(conn);
                         Outcome::Open(handed)
@@ -544,11 +566,13 @@ impl Shared {
             .allowed
             .load(Ordering::Acquire)
             .clamp(1, ASSUMED_STREAMS);
+        let (heard, _) = watch::channel(false);
+        let io = Heard::new(io.into_inner(), heard.clone());
         let (sender, connection) = self
             .builder
             .clone()
             .initial_max_send_streams(allowed)
-            .handshake(io.into_inner())
+            .handshake(io)
             .await
             .map_err(|e| MultiplexError::Handshake(Arc::new(e)))?;
         let streams = Arc::new(Streams {
@@ -558,6 +582,7 @@ impl Shared {
             used: AtomicBool::new(false),
             idle_since: AtomicU64::new(self.nanos()),
             epoch: self.epoch,
+            heard,
         });
         let connection: Driven = Arc::new(Mutex::new(Some(Box::pin(connection))));
         tokio::spawn(Driver {
@@ -651,27 +676,43 @@ impl Connecting {
 // === impl Waiting ===
 
 impl Waiting {
-    /// The stream kept for the request on the connection once open; its
-    /// error if the connect failed; `None` if its task went without a
-    /// word.
-    async fn wait(mut self) -> Result<Option<Handed>, Arc<MultiplexError>> {
+    /// A stream kept for the request on the connection once open; else,
+    /// once the connection has heard the upstream's limit (at most
+    /// `hear_within`), or the connect's task went without a word, that
+    /// the request looks again; the connect's error if it failed.
+    async fn wait(mut self, hear_within: Duration) -> Waited {
         let mut done = self.connecting.done.clone();
         let _ = done.wait_for(|done| *done).await;
-        let mut pending = self.connecting.pending();
-        self.settled = true;
-        match &pending.outcome {
-            Some(Outcome::Open(kept)) => Ok(Some(Handed {
-                sender: kept.sender.clone(),
-                stream: OpenStream(kept.streams.clone()),
-                timing: kept.timing,
-            })),
-            Some(Outcome::Failed(e)) => Err(e.clone()),
-            None => {
-                pending.waiting -= 1;
-                Ok(None)
+        let streams = {
+            let mut pending = self.connecting.pending();
+            self.settled = true;
+            pending.waiting -= 1;
+            match &pending.outcome {
+                Some(Outcome::Open(kept)) if pending.kept > 0 => {
+                    let handed = Handed {
+                        sender: kept.sender.clone(),
+                        stream: OpenStream(kept.streams.clone()),
+                        timing: kept.timing,
+                    };
+                    pending.kept -= 1;
+                    return Waited::Stream(handed);
+                }
+                Some(Outcome::Open(kept)) => kept.streams.clone(),
+                Some(Outcome::Failed(e)) => return Waited::Failed(e.clone()),
+                None => return Waited::Again,
             }
-        }
+        };
+        let mut heard = streams.heard.subscribe();
+        let _ = tokio::time::timeout(hear_within, heard.wait_for(|heard| *heard)).await;
+        Waited::Again
     }
+}
+
+/// What a request that waited for a connect got.
+enum Waited {
+    Stream(Handed),
+    Again,
+    Failed(Arc<MultiplexError>),
 }
 
 impl Drop for Waiting {
@@ -680,10 +721,13 @@ impl Drop for Waiting {
             return;
         }
         let mut pending = self.connecting.pending();
-        match &pending.outcome {
-            // The stream kept for this request, given back.
-            Some(Outcome::Open(kept)) => drop(OpenStream(kept.streams.clone())),
-            _ => pending.waiting -= 1,
+        pending.waiting -= 1;
+        // A stream kept for a request that is gone, given back.
+        if pending.kept > pending.waiting {
+            pending.kept -= 1;
+            if let Some(Outcome::Open(kept)) = &pending.outcome {
+                drop(OpenStream(kept.streams.clone()));
+            }
         }
     }
 }

@@ -22,6 +22,7 @@ pub struct H2Upstream {
     pub addr: SocketAddr,
     accepted: Arc<AtomicUsize>,
     ended: Arc<AtomicUsize>,
+    most: Arc<AtomicUsize>,
 }
 
 impl H2Upstream {
@@ -33,6 +34,11 @@ impl H2Upstream {
     /// Connections that have ended (the proxy closed them, or they failed).
     pub fn ended(&self) -> usize {
         self.ended.load(Ordering::SeqCst)
+    }
+
+    /// The most streams one connection had being answered at once.
+    pub fn most_streams(&self) -> usize {
+        self.most.load(Ordering::SeqCst)
     }
 }
 
@@ -58,10 +64,12 @@ where
     let addr = listener.local_addr().expect("addr");
     let accepted = Arc::new(AtomicUsize::new(0));
     let ended = Arc::new(AtomicUsize::new(0));
-    let (counted, gone) = (accepted.clone(), ended.clone());
+    let most = Arc::new(AtomicUsize::new(0));
+    let (counted, gone, seen) = (accepted.clone(), ended.clone(), most.clone());
     tokio::spawn(async move {
         while let Ok((tcp, _)) = listener.accept().await {
             let (answer, counted, gone) = (answer.clone(), counted.clone(), gone.clone());
+            let seen = seen.clone();
             tokio::spawn(async move {
                 let mut builder = h2::server::Builder::new();
                 if let Some(max) = max_streams {
@@ -72,8 +80,15 @@ where
                     return;
                 };
                 counted.fetch_add(1, Ordering::SeqCst);
+                let open = Arc::new(AtomicUsize::new(0));
                 while let Some(Ok((request, respond))) = connection.accept().await {
-                    tokio::spawn(answer(request, respond));
+                    let now = open.fetch_add(1, Ordering::SeqCst) + 1;
+                    seen.fetch_max(now, Ordering::SeqCst);
+                    let (answered, open) = (answer(request, respond), open.clone());
+                    tokio::spawn(async move {
+                        answered.await;
+                        open.fetch_sub(1, Ordering::SeqCst);
+                    });
                 }
                 gone.fetch_add(1, Ordering::SeqCst);
             });
@@ -83,5 +98,6 @@ where
         addr,
         accepted,
         ended,
+        most,
     }
 }
