@@ -13,16 +13,20 @@
 //!
 //! A connect is shared: the requests that find every connection full wait
 //! for one connect under way, as many as it is expected to take (the limit
-//! the last connection heard), and only those past that open another; each
-//! has a stream kept for it on the new connection. The connect (TCP, TLS
+//! the last connection heard), and only those past that open another. A
+//! new connection takes one of them at once; the others look again once
+//! it has heard the upstream's `SETTINGS` (`heard`), which say its limit:
+//! sent before, streams past a limit the upstream had not said yet were
+//! refused (`REFUSED_STREAM`, by Go's and nginx's servers) or queued on
+//! the connection. The connect (TCP, TLS
 //! and the HTTP/2 preface, within `connect_timeout`) runs in a task of its
 //! own, so a request that gives up while it waits (its client gone,
 //! `response_header_timeout`) leaves the connection to the next.
 //! Connections go as HTTP/1.1's do: once idle for `pool_idle_timeout`, or
 //! past `pool_max_idle_per_host` idle ones; one the upstream closes
 //! (`GOAWAY`, a reset) leaves the pool when its task ends, and gives back
-//! the requests hyper held for it unsent, which are sent on another (up to
-//! three times). hyper gives back no request it began to send, so a
+//! the requests hyper held for it unsent, which are sent on another.
+//! hyper gives back no request it began to send, so a
 //! stream the upstream refuses (`REFUSED_STREAM`) is a `502`, counted as
 //! never sent.
 
@@ -57,19 +61,19 @@ use super::{
 
 mod heard;
 
-/// The streams a new connection is taken to allow until the upstream's
-/// `SETTINGS` say: what the last connection heard, but no more than this,
-/// RFC 9113 §6.5.2's recommended minimum and what most servers allow
-/// (hyper's default too). Requests that come in the first round trip of
-/// a connection whose upstream allows fewer wait in hyper's client for a
-/// stream on it, as all did before.
+/// The streams h2 takes a new connection to allow until the upstream's
+/// `SETTINGS` say (the pool sends one until then): what the last
+/// connection heard, but no more than this, RFC 9113 §6.5.2's recommended
+/// minimum and what most servers allow (hyper's default too); and the
+/// most requests that wait for one connect.
 const ASSUMED_STREAMS: usize = 100;
 
-/// Times a request looks for a stream again after the connect it waited
-/// for went, or a connection gave it back unsent; after that it queues on
-/// the open connection with the fewest streams, and fails only when there
-/// is none.
-const RETRIES: usize = 3;
+/// Times a request looks for a stream again (after the connect it waited
+/// for opened without a stream for it, or went; after a connection heard
+/// its limit; after one gave it back unsent); after that it queues on the
+/// open connection with the fewest streams, and fails only when there is
+/// none.
+const RETRIES: usize = 6;
 
 /// Why a request got no response head.
 #[derive(Debug, thiserror::Error)]
@@ -143,8 +147,7 @@ struct Shared {
     /// The stream limit the upstream last set on a connection.
     allowed: AtomicUsize,
     /// Whether a connection has heard the upstream's `SETTINGS`: until
-    /// then `allowed` is a guess, and a new connection takes one stream
-    /// until its own come.
+    /// then `allowed` is a guess.
     known: AtomicBool,
     state: Mutex<State>,
 }
@@ -208,9 +211,10 @@ struct Pending {
     waiting: usize,
     outcome: Option<Outcome>,
     /// Streams counted open on the new connection for the next requests
-    /// that take them: one for each that waited, or, while no connection
-    /// has heard the upstream's limit, one (the others wait to hear it).
-    /// At most `waiting`.
+    /// that take them: one, while it has not heard the upstream's limit
+    /// (the others look again once it has; a limit heard on another
+    /// connection may not be this one's, behind a load balancer). At most
+    /// `waiting`.
     kept: usize,
 }
 
@@ -254,6 +258,9 @@ pub(super) struct Sent {
 enum Found {
     Stream(Handed),
     Wait(Waiting),
+    /// Only a connection that has not heard the upstream's limit yet,
+    /// whose first stream is taken: the request looks again once it has.
+    Hear(watch::Receiver<bool>),
     /// Every connection is closed and none is being opened.
     Nothing,
 }
@@ -331,6 +338,12 @@ impl Multiplex {
                         return Err(e.shared());
                     }
                 },
+                Found::Hear(mut heard) => {
+                    let hear = heard.wait_for(|heard| *heard);
+                    let _ = tokio::time::timeout(self.shared.connect_timeout, hear).await;
+                    tries += 1;
+                    continue;
+                }
                 Found::Nothing => {
                     read_what_came(request.body_mut());
                     return Err(MultiplexError::Closed);
@@ -420,6 +433,17 @@ impl Shared {
         if overflow {
             return Found::Nothing;
         }
+        // A connection about to hear its limit, which may have room (the
+        // last one heard, or none heard yet), is waited for before
+        // another is opened.
+        let known = self.known.load(Ordering::Acquire);
+        let hint = self.allowed.load(Ordering::Acquire);
+        let unheard = state.conns.iter().find(|c| {
+            !*c.streams.heard.borrow() && (!known || c.streams.open.load(Ordering::Acquire) < hint)
+        });
+        if let Some(unheard) = unheard {
+            return Found::Hear(unheard.streams.heard.subscribe());
+        }
         let expected = self
             .allowed
             .load(Ordering::Acquire)
@@ -444,11 +468,15 @@ impl Shared {
 
     /// How many streams `conn`'s upstream allows at once (at least one:
     /// `0` stops new streams for a while, and a request then waits on the
-    /// connection rather than open others). Read from hyper's connection
-    /// unless its task has it (then as last read); once heard, noted as
-    /// what the next connection is taken to allow.
+    /// connection rather than open others; one until its `SETTINGS` are
+    /// heard, beyond those kept for the requests that waited for it). Read
+    /// from hyper's connection unless its task has it (then as last read);
+    /// once heard, noted as what the next connection is taken to allow.
     fn allowed_on(&self, conn: &Conn) -> usize {
         let streams = &conn.streams;
+        if !*streams.heard.borrow() {
+            return 1;
+        }
         if let Ok(connection) = conn.connection.try_lock() {
             if let Some(connection) = connection.as_ref() {
                 let allowed = connection.current_max_send_streams();
@@ -456,10 +484,8 @@ impl Shared {
             }
         }
         let allowed = streams.allowed.load(Ordering::Acquire);
-        if *streams.heard.borrow() {
-            self.allowed.store(allowed, Ordering::Release);
-            self.known.store(true, Ordering::Release);
-        }
+        self.allowed.store(allowed, Ordering::Release);
+        self.known.store(true, Ordering::Release);
         allowed.max(1)
     }
 
@@ -530,11 +556,7 @@ impl Shared {
                 let mut pending = unlist.connecting.pending();
                 pending.outcome = Some(match connected {
                     Ok(conn) => {
-                        pending.kept = if shared.known.load(Ordering::Acquire) {
-                            pending.waiting
-                        } else {
-                            pending.waiting.min(1)
-                        };
+                        pending.kept = pending.waiting.min(1);
                         conn.streams.open.fetch_add(pending.kept, Ordering::AcqRel);
                         let handed = conn.handed_kept();
                         state.conns.push(conn);
@@ -768,6 +790,8 @@ impl Future for Driver {
             }
         };
         self.streams.closed.store(true, Ordering::Release);
+        // Nothing more will be heard: requests waiting to hear look again.
+        self.streams.heard.send_replace(true);
         // Out of the lock: hyper's side dropped gives back what it held.
         drop(ended.1);
         if let Err(e) = ended.0 {
