@@ -24,33 +24,40 @@ const EVENT: &[u8] = b"data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\
 /// path gets its head and `EVENT`, and ends.
 async fn upstream(max_streams: Option<u32>, release: watch::Receiver<bool>) -> H2Upstream {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    upstream_on(listener, max_streams, release)
+    upstream_on(listener, max_streams, Duration::ZERO, release)
 }
 
-/// [`upstream`], on `listener`.
+/// [`upstream`], on `listener`, its `SETTINGS` sent `settings_after` each
+/// accept.
 fn upstream_on(
     listener: TcpListener,
     max_streams: Option<u32>,
+    settings_after: Duration,
     release: watch::Receiver<bool>,
 ) -> H2Upstream {
-    common::h2::serve_on(listener, max_streams, move |request, mut respond| {
-        let mut release = release.clone();
-        async move {
-            let head = http::Response::builder()
-                .header("content-type", "text/event-stream")
-                .body(())
-                .expect("head");
-            let Ok(mut stream) = respond.send_response(head, false) else {
-                return;
-            };
-            let hold = request.uri().path() == "/hold";
-            let _ = stream.send_data(Bytes::from_static(EVENT), !hold);
-            if hold {
-                let _ = release.wait_for(|released| *released).await;
-                let _ = stream.send_data(Bytes::new(), true);
+    common::h2::serve_on(
+        listener,
+        max_streams,
+        settings_after,
+        move |request, mut respond| {
+            let mut release = release.clone();
+            async move {
+                let head = http::Response::builder()
+                    .header("content-type", "text/event-stream")
+                    .body(())
+                    .expect("head");
+                let Ok(mut stream) = respond.send_response(head, false) else {
+                    return;
+                };
+                let hold = request.uri().path() == "/hold";
+                let _ = stream.send_data(Bytes::from_static(EVENT), !hold);
+                if hold {
+                    let _ = release.wait_for(|released| *released).await;
+                    let _ = stream.send_data(Bytes::new(), true);
+                }
             }
-        }
-    })
+        },
+    )
 }
 
 /// An HTTP/1.1 client's request for `path`, once its answer's event came.
@@ -143,7 +150,7 @@ async fn a_burst_on_a_new_http2_pool_shares_one_connect() {
         let _ = listener.accept().await.expect("a filler");
     }
     let (_release, held) = watch::channel(false);
-    let upstream = upstream_on(listener, None, held);
+    let upstream = upstream_on(listener, None, Duration::ZERO, held);
     while let Some(whole) = burst.join_next().await {
         assert_eq!(
             whole.expect("client task"),
@@ -177,7 +184,7 @@ async fn a_burst_on_a_new_http2_pool_waits_to_hear_the_upstreams_limit() {
         let _ = listener.accept().await.expect("a filler");
     }
     let (release, held) = watch::channel(false);
-    let upstream = upstream_on(listener, Some(2), held);
+    let upstream = upstream_on(listener, Some(2), Duration::ZERO, held);
     let mut open = Vec::new();
     while let Some(started) = burst.join_next().await {
         open.push(started.expect("client task").expect("a stream"));
@@ -186,6 +193,36 @@ async fn a_burst_on_a_new_http2_pool_waits_to_hear_the_upstreams_limit() {
     assert_eq!(upstream.accepted(), 5);
     release.send_replace(true);
     for client in open {
+        assert_eq!(ended(client).await, Ok(true));
+    }
+}
+
+/// Requests that come while a new connection waits for the upstream's
+/// `SETTINGS` (300 ms away here) wait for them, and then go as its limit
+/// allows: to an upstream that allows 1 stream, one stream on each
+/// connection, every stream its head and event. Until the same day's
+/// third pass they went on the connection taken to allow 100, and the
+/// upstream refused them (`502`).
+#[tokio::test]
+async fn requests_before_an_http2_upstreams_settings_wait_for_its_limit() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let (release, held) = watch::channel(false);
+    let far = Duration::from_millis(300);
+    let upstream = upstream_on(listener, Some(1), far, held);
+    let proxy = common::proxy(upstream.addr, "upstream_protocol = \"http2\"").await;
+    let mut open = JoinSet::new();
+    for _ in 0..5 {
+        open.spawn(async move { started(proxy.addr, "/hold").await });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut started = Vec::new();
+    while let Some(client) = open.join_next().await {
+        started.push(client.expect("client task").expect("a stream"));
+    }
+    assert_eq!(upstream.most_streams(), 1, "no more than it allows");
+    assert_eq!(upstream.accepted(), 5);
+    release.send_replace(true);
+    for client in started {
         assert_eq!(ended(client).await, Ok(true));
     }
 }

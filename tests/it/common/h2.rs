@@ -10,6 +10,7 @@ use std::{
         atomic::{AtomicUsize, Ordering},
         Arc,
     },
+    time::Duration,
 };
 
 use bytes::Bytes;
@@ -52,11 +53,18 @@ where
     A: Future<Output = ()> + Send + 'static,
 {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    serve_on(listener, max_streams, answer)
+    serve_on(listener, max_streams, Duration::ZERO, answer)
 }
 
-/// [`serve`], on `listener`.
-pub fn serve_on<F, A>(listener: TcpListener, max_streams: Option<u32>, answer: F) -> H2Upstream
+/// [`serve`], on `listener`; each connection's `SETTINGS` (its first
+/// frame) sent `settings_after` its accept, as from an upstream that far
+/// away.
+pub fn serve_on<F, A>(
+    listener: TcpListener,
+    max_streams: Option<u32>,
+    settings_after: Duration,
+    answer: F,
+) -> H2Upstream
 where
     F: Fn(Request<RecvStream>, SendResponse<Bytes>) -> A + Clone + Send + 'static,
     A: Future<Output = ()> + Send + 'static,
@@ -71,6 +79,7 @@ where
             let (answer, counted, gone) = (answer.clone(), counted.clone(), gone.clone());
             let seen = seen.clone();
             tokio::spawn(async move {
+                tokio::time::sleep(settings_after).await;
                 let mut builder = h2::server::Builder::new();
                 if let Some(max) = max_streams {
                     builder.max_concurrent_streams(max);
