@@ -52,7 +52,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tokio::{sync::watch, time::Instant};
 use tower::Service;
 
-use self::heard::Heard;
+use self::heard::{Heard, Hearing};
 use super::{
     client::{read_what_came, Connector, UpstreamBody},
     connect::{ConnectTiming, Stream, Timed},
@@ -195,8 +195,12 @@ struct Streams {
     /// nanoseconds from the pool's epoch.
     idle_since: AtomicU64,
     epoch: Instant,
-    /// Set once the upstream's `SETTINGS` are applied ([`Heard`]).
-    heard: watch::Sender<bool>,
+    /// Whether the upstream's `SETTINGS` are applied ([`Heard`]), or the
+    /// connection ended before.
+    heard: watch::Sender<Hearing>,
+    /// When the connection opened, from the epoch: it must hear within
+    /// `connect_timeout` of it, or is not used.
+    opened_at: u64,
 }
 
 /// A connect under way, and the requests waiting for it.
@@ -259,10 +263,9 @@ enum Found {
     Stream(Handed),
     Wait(Waiting),
     /// Only a connection that has not heard the upstream's limit yet,
-    /// whose first stream is taken: the request looks again once it has.
-    Hear(watch::Receiver<bool>),
-    /// Every connection is closed and none is being opened.
-    Nothing,
+    /// whose first stream is taken: the request looks again once it has,
+    /// or at the instant it had to (`connect_timeout` after it opened).
+    Hear(watch::Receiver<Hearing>, Instant),
 }
 
 /// A request's place among those waiting for a connect. Dropped unsettled
@@ -321,6 +324,11 @@ impl Multiplex {
     ) -> Result<Sent, MultiplexError> {
         let mut tries = 0;
         loop {
+            if tries > 3 * RETRIES {
+                // Looked too often: every connection went before it.
+                read_what_came(request.body_mut());
+                return Err(MultiplexError::Closed);
+            }
             let handed = match self.shared.find(tries >= RETRIES) {
                 Found::Stream(handed) => handed,
                 Found::Wait(waiting) => match waiting.wait(self.shared.connect_timeout).await {
@@ -338,15 +346,11 @@ impl Multiplex {
                         return Err(e.shared());
                     }
                 },
-                Found::Hear(mut heard) => {
-                    let hear = heard.wait_for(|heard| *heard);
-                    let _ = tokio::time::timeout(self.shared.connect_timeout, hear).await;
+                Found::Hear(mut heard, by) => {
+                    let hear = heard.wait_for(|heard| *heard != Hearing::Waiting);
+                    let _ = tokio::time::timeout_at(by, hear).await;
                     tries += 1;
                     continue;
-                }
-                Found::Nothing => {
-                    read_what_came(request.body_mut());
-                    return Err(MultiplexError::Closed);
                 }
             };
             let Handed {
@@ -405,33 +409,45 @@ impl Shared {
     /// A stream on the oldest open connection with room, or a place among
     /// those waiting for a connect (one begun if none has room). With
     /// `overflow`, a request that looked often enough queues on the open
-    /// connection with the fewest streams, whatever its limit.
+    /// connection with the fewest streams that has heard its limit,
+    /// whatever it is.
     fn find(self: &Arc<Self>, overflow: bool) -> Found {
         let mut state = self.state();
         let now = self.nanos();
-        let idle_timeout = self.idle_timeout;
-        // Not one idle past the timeout: its upstream may be closing it.
-        state
-            .conns
-            .retain(|c| !c.streams.closed() && c.streams.idle_for(now) < Some(idle_timeout));
+        let (idle_timeout, connect_timeout) = (self.idle_timeout, self.connect_timeout);
+        // Not one idle past the timeout (its upstream may be closing it),
+        // nor one that did not hear the upstream in time.
+        state.conns.retain(|c| {
+            let deaf = c.streams.deaf(now, connect_timeout);
+            if deaf {
+                c.streams.closed.store(true, Ordering::Release);
+                tracing::debug!("An HTTP/2 upstream sent no SETTINGS within connect_timeout; its connection is not used.");
+            }
+            !deaf && !c.streams.closed() && c.streams.idle_for(now) < Some(idle_timeout)
+        });
         let room = state
             .conns
             .iter()
             .find(|c| c.streams.open.load(Ordering::Acquire) < self.allowed_on(c));
+        let heard = |c: &&Conn| *c.streams.heard.borrow() == Hearing::Heard;
         let room = match room {
             Some(conn) => Some(conn),
             None if overflow => state
                 .conns
                 .iter()
+                .filter(heard)
                 .min_by_key(|c| c.streams.open.load(Ordering::Acquire)),
-            None => None,
+            // An upstream that allows no stream for now (a limit of 0)
+            // has the request wait on its connection, not open others.
+            None => state
+                .conns
+                .iter()
+                .filter(heard)
+                .find(|c| c.streams.allowed.load(Ordering::Acquire) == 0),
         };
         if let Some(conn) = room {
             conn.streams.open.fetch_add(1, Ordering::AcqRel);
             return Found::Stream(conn.handed());
-        }
-        if overflow {
-            return Found::Nothing;
         }
         // A connection about to hear its limit, which may have room (the
         // last one heard, or none heard yet), is waited for before
@@ -439,10 +455,12 @@ impl Shared {
         let known = self.known.load(Ordering::Acquire);
         let hint = self.allowed.load(Ordering::Acquire);
         let unheard = state.conns.iter().find(|c| {
-            !*c.streams.heard.borrow() && (!known || c.streams.open.load(Ordering::Acquire) < hint)
+            *c.streams.heard.borrow() == Hearing::Waiting
+                && (!known || c.streams.open.load(Ordering::Acquire) < hint)
         });
         if let Some(unheard) = unheard {
-            return Found::Hear(unheard.streams.heard.subscribe());
+            let by = unheard.streams.hear_by(connect_timeout);
+            return Found::Hear(unheard.streams.heard.subscribe(), by);
         }
         let expected = self
             .allowed
@@ -466,16 +484,17 @@ impl Shared {
         })
     }
 
-    /// How many streams `conn`'s upstream allows at once (at least one:
-    /// `0` stops new streams for a while, and a request then waits on the
-    /// connection rather than open others; one until its `SETTINGS` are
-    /// heard, beyond those kept for the requests that waited for it). Read
-    /// from hyper's connection unless its task has it (then as last read);
-    /// once heard, noted as what the next connection is taken to allow.
+    /// How many streams `conn`'s upstream allows at once: one until its
+    /// `SETTINGS` are heard (beyond those kept for the requests that
+    /// waited for it), none once it ended. Read from hyper's connection
+    /// unless its task has it (then as last read); once heard, noted as
+    /// what the next connection is taken to allow.
     fn allowed_on(&self, conn: &Conn) -> usize {
         let streams = &conn.streams;
-        if !*streams.heard.borrow() {
-            return 1;
+        match *streams.heard.borrow() {
+            Hearing::Waiting => return 1,
+            Hearing::Ended => return 0,
+            Hearing::Heard => {}
         }
         if let Ok(connection) = conn.connection.try_lock() {
             if let Some(connection) = connection.as_ref() {
@@ -486,7 +505,7 @@ impl Shared {
         let allowed = streams.allowed.load(Ordering::Acquire);
         self.allowed.store(allowed, Ordering::Release);
         self.known.store(true, Ordering::Release);
-        allowed.max(1)
+        allowed
     }
 
     /// Drops the connections closed, those idle for `idle_timeout`, and
@@ -588,7 +607,7 @@ impl Shared {
             .allowed
             .load(Ordering::Acquire)
             .clamp(1, ASSUMED_STREAMS);
-        let (heard, _) = watch::channel(false);
+        let (heard, _) = watch::channel(Hearing::Waiting);
         let io = Heard::new(io.into_inner(), heard.clone());
         let (sender, connection) = self
             .builder
@@ -605,6 +624,7 @@ impl Shared {
             idle_since: AtomicU64::new(self.nanos()),
             epoch: self.epoch,
             heard,
+            opened_at: self.nanos(),
         });
         let connection: Driven = Arc::new(Mutex::new(Some(Box::pin(connection))));
         tokio::spawn(Driver {
@@ -685,6 +705,20 @@ impl Streams {
     fn nanos(&self) -> u64 {
         nanos_since(self.epoch)
     }
+
+    /// When the connection had to have heard the upstream's `SETTINGS`.
+    fn hear_by(&self, connect_timeout: Duration) -> Instant {
+        self.epoch + Duration::from_nanos(self.opened_at) + connect_timeout
+    }
+
+    /// Whether the upstream has said nothing for `connect_timeout` since
+    /// the connection opened (at `now`, from the epoch): a server that
+    /// took the connection and is stuck, whose connection would only
+    /// queue requests.
+    fn deaf(&self, now: u64, connect_timeout: Duration) -> bool {
+        *self.heard.borrow() == Hearing::Waiting
+            && Duration::from_nanos(now.saturating_sub(self.opened_at)) > connect_timeout
+    }
 }
 
 // === impl Connecting ===
@@ -725,7 +759,8 @@ impl Waiting {
             }
         };
         let mut heard = streams.heard.subscribe();
-        let _ = tokio::time::timeout(hear_within, heard.wait_for(|heard| *heard)).await;
+        let hear = heard.wait_for(|heard| *heard != Hearing::Waiting);
+        let _ = tokio::time::timeout_at(streams.hear_by(hear_within), hear).await;
         Waited::Again
     }
 }
@@ -776,33 +811,49 @@ impl Future for Driver {
     type Output = ();
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        let ended = {
-            let mut connection = self.connection.lock().unwrap_or_else(|e| e.into_inner());
-            let Some(driven) = connection.as_mut() else {
-                return Poll::Ready(());
-            };
-            let polled = driven.as_mut().poll(cx);
-            let allowed = driven.current_max_send_streams();
-            self.streams.allowed.store(allowed, Ordering::Release);
-            match polled {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(ended) => (ended, connection.take()),
-            }
+        let mut connection = self.connection.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(driven) = connection.as_mut() else {
+            return Poll::Ready(());
         };
-        self.streams.closed.store(true, Ordering::Release);
-        // Nothing more will be heard: requests waiting to hear look again.
-        self.streams.heard.send_replace(true);
-        // Out of the lock: hyper's side dropped gives back what it held.
-        drop(ended.1);
-        if let Err(e) = ended.0 {
-            tracing::debug!(error = %e, "An HTTP/2 upstream connection failed.");
+        let polled = driven.as_mut().poll(cx);
+        let allowed = driven.current_max_send_streams();
+        self.streams.allowed.store(allowed, Ordering::Release);
+        match polled {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(ended) => {
+                if let Err(e) = ended {
+                    tracing::debug!(error = %e, "An HTTP/2 upstream connection failed.");
+                }
+                Poll::Ready(())
+            }
         }
+    }
+}
+
+/// The connection's end, however its task ends (a panic in it too): it
+/// leaves the pool, those waiting to hear from it look again, and hyper's
+/// side is dropped, which gives back the requests it held unsent.
+impl Drop for Driver {
+    fn drop(&mut self) {
+        self.streams.closed.store(true, Ordering::Release);
+        self.streams.heard.send_if_modified(|heard| {
+            let waiting = *heard == Hearing::Waiting;
+            if waiting {
+                *heard = Hearing::Ended;
+            }
+            waiting
+        });
+        let connection = self
+            .connection
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        drop(connection);
         if let Some(shared) = self.shared.upgrade() {
             let mut state = shared.state();
             state
                 .conns
                 .retain(|c| !Arc::ptr_eq(&c.streams, &self.streams));
         }
-        Poll::Ready(())
     }
 }

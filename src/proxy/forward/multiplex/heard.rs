@@ -29,7 +29,19 @@ const WATCHED_READ: usize = 512;
 pub(super) struct Heard {
     io: Stream,
     first: First,
-    heard: watch::Sender<bool>,
+    heard: watch::Sender<Hearing>,
+}
+
+/// What a connection has heard of the upstream's limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Hearing {
+    /// Not yet.
+    Waiting,
+    /// Its `SETTINGS` are applied: the connection's stream limit is the
+    /// upstream's.
+    Heard,
+    /// The connection ended (or its read failed) first.
+    Ended,
 }
 
 /// How much of the upstream's first frame has been read.
@@ -47,7 +59,7 @@ enum First {
 
 impl Heard {
     /// `io`, telling `heard` once the upstream's first frame is applied.
-    pub(super) fn new(io: Stream, heard: watch::Sender<bool>) -> Self {
+    pub(super) fn new(io: Stream, heard: watch::Sender<Hearing>) -> Self {
         Self {
             io,
             first: First::Header([0; 9], 0),
@@ -55,9 +67,9 @@ impl Heard {
         }
     }
 
-    fn tell(&mut self) {
+    fn tell(&mut self, heard: Hearing) {
         self.first = First::Told;
-        self.heard.send_replace(true);
+        self.heard.send_replace(heard);
     }
 }
 
@@ -103,7 +115,7 @@ impl Read for Heard {
         match this.first {
             First::Told => return Pin::new(&mut this.io).poll_read(cx, buf),
             First::Read => {
-                this.tell();
+                this.tell(Hearing::Heard);
                 return Pin::new(&mut this.io).poll_read(cx, buf);
             }
             First::Header(..) | First::Payload(_) => {}
@@ -115,13 +127,13 @@ impl Read for Heard {
         match Pin::new(&mut this.io).poll_read(cx, read.unfilled()) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Err(e)) => {
-                this.tell();
+                this.tell(Hearing::Ended);
                 Poll::Ready(Err(e))
             }
             Poll::Ready(Ok(())) => {
                 let read = read.filled();
                 if read.is_empty() && len > 0 {
-                    this.tell();
+                    this.tell(Hearing::Ended);
                 }
                 this.first.advance(read);
                 buf.put_slice(read);
