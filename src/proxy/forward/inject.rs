@@ -170,10 +170,10 @@ pub(super) async fn read_and_inject(
 }
 
 /// The request JSON with `stream_options.include_usage = true`, if it
-/// streams and does not ask for usage already (absent, `null`, or any
-/// value but `true`; a `stream_options` that is neither an object nor
-/// `null`, or that asks for vLLM's `continuous_usage_stats`, is left
-/// alone). Only those bytes change: the member is written in, or its
+/// streams and does not ask for usage already (absent, `null`, or false
+/// as the server reads it, [`lax_bool`]; a `stream_options` that is
+/// neither an object nor `null`, or that asks for vLLM's
+/// `continuous_usage_stats`, is left alone). Only those bytes change: the member is written in, or its
 /// value written over, and every other byte stays as the client wrote it
 /// (numbers past what a float holds, key order, duplicate keys, escapes
 /// and spacing; a server reads the request it was sent). With a key
@@ -202,12 +202,15 @@ fn with_include_usage(json: &[u8]) -> Option<Vec<u8>> {
             // get the usages it did not have (only the last chunk is cut).
             if options
                 .last("continuous_usage_stats")
-                .is_some_and(|c| !matches!(c.get(), "false" | "null"))
+                .is_some_and(|c| c.get() != "null" && lax_bool(c.get()) != Some(false))
             {
                 return None;
             }
             match options.last("include_usage") {
-                Some(u) if u.get() == "true" => return None,
+                // Asked for (`1` and `"yes"` too: the client reads the
+                // usage it asked for, and it is not cut), or a value the
+                // server refuses: left as it is.
+                Some(u) if u.get() != "null" && lax_bool(u.get()) != Some(false) => return None,
                 Some(u) => (span(json, u)?, "true"),
                 None if options.0.is_empty() => {
                     (inside(json, v.get().as_bytes())?, r#""include_usage":true"#)
@@ -224,6 +227,24 @@ fn with_include_usage(json: &[u8]) -> Option<Vec<u8>> {
     out.extend_from_slice(text.as_bytes());
     out.extend_from_slice(&json[at.end..]);
     Some(out)
+}
+
+/// A JSON value as a boolean, as vLLM and SGLang read one (pydantic's lax
+/// mode): `true` and `false`, the numbers `1` and `0`, and the strings
+/// `"true"`, `"1"`, `"yes"`, `"y"`, `"on"`, `"t"` and their opposites, in
+/// any case. `None` for anything else, which the server refuses.
+fn lax_bool(raw: &str) -> Option<bool> {
+    match raw {
+        "true" | "1" | "1.0" => return Some(true),
+        "false" | "0" | "0.0" => return Some(false),
+        _ => {}
+    }
+    let text: String = serde_json::from_str(raw).ok()?;
+    match text.to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" | "y" | "on" | "t" => Some(true),
+        "false" | "0" | "no" | "n" | "off" | "f" => Some(false),
+        _ => None,
+    }
 }
 
 /// A JSON object's members as written: in order, duplicates kept, each

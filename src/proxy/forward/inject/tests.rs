@@ -83,6 +83,32 @@ fn include_usage_is_added_only_where_missing() {
             r#"{"stream":true,"stream_options":{"include_usage":true,"continuous_usage_stats":false}}"#
         )
     );
+    // Asked for in the words the server also takes (pydantic's lax
+    // booleans): left alone, so the client's usage chunk is not cut out
+    // (until 2026-12-07, `1` or `"true"` were written over and the usage
+    // the client asked for was cut). Asked not to in those words: asked
+    // for, as `false` is. vLLM's continuous usage the same way.
+    for asked in ["1", r#""true""#, r#""Yes""#, r#""on""#, "1.0", r#""maybe""#] {
+        let body = format!(r#"{{"stream":true,"stream_options":{{"include_usage":{asked}}}}}"#);
+        assert!(rewritten(&body).is_none(), "{asked}");
+        let body =
+            format!(r#"{{"stream":true,"stream_options":{{"continuous_usage_stats":{asked}}}}}"#);
+        assert!(rewritten(&body).is_none(), "{asked}");
+    }
+    for refused in ["0", r#""false""#, r#""No""#, r#""off""#, "0.0"] {
+        let body = format!(r#"{{"stream":true,"stream_options":{{"include_usage":{refused}}}}}"#);
+        assert_eq!(
+            rewritten(&body).as_deref(),
+            Some(r#"{"stream":true,"stream_options":{"include_usage":true}}"#),
+            "{refused}"
+        );
+        let body =
+            format!(r#"{{"stream":true,"stream_options":{{"continuous_usage_stats":{refused}}}}}"#);
+        let want = format!(
+            r#"{{"stream":true,"stream_options":{{"include_usage":true,"continuous_usage_stats":{refused}}}}}"#
+        );
+        assert_eq!(rewritten(&body), Some(want), "{refused}");
+    }
     // Asked not to, or null: usage is asked for all the same (the client
     // still sees none).
     assert_eq!(
