@@ -131,32 +131,54 @@ async fn streams_past_an_http2_upstreams_limit_go_on_connections_of_their_own() 
     assert_eq!(upstream.accepted(), 3);
 }
 
-/// A burst of requests on a pool with no connection yet shares one
-/// connect, as it would share the connection once open: 40 clients at
-/// once while the connect cannot end (the upstream's accept queue is full,
-/// so its SYN waits for a retransmit, a second later), one upstream
-/// connection.
-#[tokio::test]
-async fn a_burst_on_a_new_http2_pool_shares_one_connect() {
+/// `n` requests for `path` at once, on a new pool whose first connect
+/// cannot end until they all wait for it (the upstream's accept queue is
+/// full, so its SYN waits for a retransmit, a second later), then served
+/// by an upstream allowing `max_streams`: what each client got, the
+/// upstream, its release, and the proxy.
+async fn burst_on_a_held_connect(
+    n: usize,
+    path: &'static str,
+    max_streams: Option<u32>,
+) -> (
+    Vec<Result<Started, String>>,
+    H2Upstream,
+    watch::Sender<bool>,
+    common::Proxy,
+) {
     let (listener, fillers) = common::full_listener().await;
     let addr = listener.local_addr().expect("addr");
     let proxy = common::proxy(addr, "upstream_protocol = \"http2\"").await;
     let mut burst = JoinSet::new();
-    for _ in 0..40 {
-        burst.spawn(async move { ended(started(proxy.addr, "/now").await?).await });
+    for _ in 0..n {
+        let addr = proxy.addr;
+        burst.spawn(async move { started(addr, path).await });
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     for _ in 0..fillers.len() {
         let _ = listener.accept().await.expect("a filler");
     }
-    let (_release, held) = watch::channel(false);
-    let upstream = upstream_on(listener, None, Duration::ZERO, held);
-    while let Some(whole) = burst.join_next().await {
-        assert_eq!(
-            whole.expect("client task"),
-            Ok(true),
-            "every answer ends whole"
-        );
+    let (release, held) = watch::channel(false);
+    let upstream = upstream_on(listener, max_streams, Duration::ZERO, held);
+    let mut got = Vec::new();
+    while let Some(started) = burst.join_next().await {
+        got.push(started.expect("client task"));
+    }
+    (got, upstream, release, proxy)
+}
+
+/// A burst of requests on a pool with no connection yet shares one
+/// connect, as it would share the connection once open: 40 clients at
+/// once while the connect cannot end, one upstream connection.
+#[tokio::test]
+async fn a_burst_on_a_new_http2_pool_shares_one_connect() {
+    let (got, upstream, _release, _proxy) = burst_on_a_held_connect(40, "/now", None).await;
+    for started in got {
+        let whole = match started {
+            Ok(started) => ended(started).await,
+            Err(e) => Err(e),
+        };
+        assert_eq!(whole, Ok(true), "every answer ends whole");
     }
     assert_eq!(upstream.accepted(), 1);
 }
@@ -172,23 +194,8 @@ async fn a_burst_on_a_new_http2_pool_shares_one_connect() {
 /// queues them answered them one after another.
 #[tokio::test]
 async fn a_burst_on_a_new_http2_pool_waits_to_hear_the_upstreams_limit() {
-    let (listener, fillers) = common::full_listener().await;
-    let addr = listener.local_addr().expect("addr");
-    let proxy = common::proxy(addr, "upstream_protocol = \"http2\"").await;
-    let mut burst = JoinSet::new();
-    for _ in 0..10 {
-        burst.spawn(async move { started(proxy.addr, "/hold").await });
-    }
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    for _ in 0..fillers.len() {
-        let _ = listener.accept().await.expect("a filler");
-    }
-    let (release, held) = watch::channel(false);
-    let upstream = upstream_on(listener, Some(2), Duration::ZERO, held);
-    let mut open = Vec::new();
-    while let Some(started) = burst.join_next().await {
-        open.push(started.expect("client task").expect("a stream"));
-    }
+    let (got, upstream, release, _proxy) = burst_on_a_held_connect(10, "/hold", Some(2)).await;
+    let open: Vec<Started> = got.into_iter().map(|s| s.expect("a stream")).collect();
     assert_eq!(upstream.most_streams(), 2, "no more than it allows");
     assert_eq!(upstream.accepted(), 5);
     release.send_replace(true);

@@ -224,7 +224,8 @@ struct Pending {
 
 /// How a connect ended, for the requests waiting for it.
 enum Outcome {
-    /// Open, a stream kept on it for each request that waited.
+    /// Open, with `Pending::kept` streams kept on it for the requests that
+    /// waited.
     Open(Kept),
     Failed(Arc<MultiplexError>),
 }
@@ -503,8 +504,14 @@ impl Shared {
             }
         }
         let allowed = streams.allowed.load(Ordering::Acquire);
-        self.allowed.store(allowed, Ordering::Release);
-        self.known.store(true, Ordering::Release);
+        // Written only when it changes: read by every request, a store
+        // on each would move the line between cores.
+        if self.allowed.load(Ordering::Acquire) != allowed {
+            self.allowed.store(allowed, Ordering::Release);
+        }
+        if !self.known.load(Ordering::Acquire) {
+            self.known.store(true, Ordering::Release);
+        }
         allowed
     }
 
@@ -675,7 +682,7 @@ impl Conn {
     }
 
     /// What the requests that waited for this connection take: a handle
-    /// on it, and the streams counted for them.
+    /// on it, and its streams (the kept ones already counted).
     fn handed_kept(&self) -> Kept {
         Kept {
             sender: self.sender.clone(),
@@ -789,8 +796,8 @@ impl Drop for Waiting {
     }
 }
 
-/// A connection: each request that waited for it has a stream counted
-/// open on it, which it takes (or gives back).
+/// A connection opened for the requests that waited for it: those that
+/// take a stream kept on it (`Pending::kept`) take this handle on it.
 struct Kept {
     sender: http2::SendRequest<UpstreamBody>,
     streams: Arc<Streams>,
