@@ -438,7 +438,7 @@ def panels():
             query("sum by (instance) (increase(tokenclock_upstream_resends_total[$__rate_interval]))", "resent {{instance}}", "B")
         ),
         0, 82, 24, 8, "Upstream connections closed under the pool",
-        "Per interval, on each sidecar: pooled connections the model server closed while idle, before pool_idle_timeout, and requests sent a second time after it closed a kept-alive connection. A steady count of the first means its keep-alive timeout is under pool_idle_timeout, and POSTs that race its closes get 502 (TokenclockUpstreamKeepAliveShort); a burst is a restart.",
+        "Per interval, on each sidecar: pooled connections the model server closed while idle, before pool_idle_timeout, and requests sent again: after it closed a kept-alive HTTP/1.1 connection, or on an HTTP/2 stream it did not process (REFUSED_STREAM, or past its GOAWAY's last stream: connections rotated). A steady count of the first means its keep-alive timeout is under pool_idle_timeout, and POSTs that race its closes get 502 (TokenclockUpstreamKeepAliveShort); a burst is a restart.",
     )
     return out
 

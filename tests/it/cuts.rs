@@ -352,35 +352,25 @@ async fn dying_h2_upstream() -> SocketAddr {
 }
 
 async fn die_on_each_stream(mut tcp: TcpStream) {
-    const SETTINGS: u8 = 4;
-    const HEADERS: u8 = 1;
-    let mut preface = [0u8; 24];
+    use common::h2::raw::{self, frame, DATA, END_HEADERS, HEADERS, SETTINGS};
+    const RST_STREAM: u8 = 3;
+    let mut preface = [0u8; raw::PREFACE_LEN];
     if tcp.read_exact(&mut preface).await.is_err() {
         return;
     }
     let _ = tcp.write_all(&frame(SETTINGS, 0, 0, &[])).await;
-    loop {
-        let mut head = [0u8; 9];
-        if tcp.read_exact(&mut head).await.is_err() {
-            return;
-        }
-        let length = u32::from_be_bytes([0, head[0], head[1], head[2]]);
-        let mut payload = vec![0u8; length as usize];
-        if tcp.read_exact(&mut payload).await.is_err() {
-            return;
-        }
-        let id = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
-        let answer = match head[3] {
+    while let Some((kind, flags, id, _)) = raw::read(&mut tcp).await {
+        let answer = match kind {
             // The client's settings, acknowledged.
-            SETTINGS if head[4] & 1 == 0 => frame(SETTINGS, 1, 0, &[]),
+            SETTINGS if flags & 1 == 0 => frame(SETTINGS, 1, 0, &[]),
             HEADERS => {
                 // `:status: 200` (static index 8), then `content-type`
                 // (static name 31) as a literal without indexing.
                 let mut block = vec![0x88, 0x0f, 0x10, 17];
                 block.extend_from_slice(b"text/event-stream");
-                let mut answer = frame(HEADERS, 0x4, id, &block);
-                answer.extend(frame(0, 0, id, EVENT));
-                answer.extend(frame(3, 0, id, &2u32.to_be_bytes()));
+                let mut answer = frame(HEADERS, END_HEADERS, id, &block);
+                answer.extend(frame(DATA, 0, id, EVENT));
+                answer.extend(frame(RST_STREAM, 0, id, &2u32.to_be_bytes()));
                 answer
             }
             _ => continue,
@@ -389,16 +379,6 @@ async fn die_on_each_stream(mut tcp: TcpStream) {
             return;
         }
     }
-}
-
-/// An HTTP/2 frame: `kind`, `flags`, stream `id`, `payload`.
-fn frame(kind: u8, flags: u8, id: u32, payload: &[u8]) -> Vec<u8> {
-    let length = u32::try_from(payload.len()).expect("a small frame");
-    let mut frame = length.to_be_bytes()[1..].to_vec();
-    frame.extend_from_slice(&[kind, flags]);
-    frame.extend_from_slice(&id.to_be_bytes());
-    frame.extend_from_slice(payload);
-    frame
 }
 
 /// h2c clients of an HTTP/2 upstream that dies mid-stream each get the

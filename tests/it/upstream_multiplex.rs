@@ -4,7 +4,13 @@
 //! directly would; a burst shares one connect; idle connections go as the
 //! HTTP/1.1 pool's do. Against the `h2` library's server.
 
-use std::time::Duration;
+use std::{
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
 
 use bytes::Bytes;
 use tokio::{
@@ -295,24 +301,194 @@ async fn idle_http2_connections_go_after_the_pools_limits() {
     assert_eq!(upstream.accepted(), 4);
 }
 
-/// A stream the upstream refuses (`REFUSED_STREAM`: not processed, RFC
-/// 9113 §8.7) is an upstream that could not take the request, `502`
-/// `upstream_unavailable`, not a failure of a request it had (hyper keeps
-/// no request it began to send, so it is not sent again).
-#[tokio::test]
-async fn a_refused_stream_is_a_request_the_upstream_never_had() {
-    let upstream = common::h2::serve(None, |_, mut respond| async move {
-        respond.send_reset(h2::Reason::REFUSED_STREAM);
+/// A `POST` with a JSON body of `len` bytes, through `proxy`, read to its
+/// end: the answer and the body sent.
+async fn post(proxy: &common::Proxy, len: usize) -> (common::client::Collected, Vec<u8>) {
+    let mut body = b"{\"model\":\"m\",\"prompt\":\"".to_vec();
+    body.resize(len - 2, b'x');
+    body.extend_from_slice(b"\"}");
+    let request = http::Request::post("/v1/completions")
+        .header("content-type", "application/json")
+        .body(http_body_util::Full::new(Bytes::from(body.clone())))
+        .expect("request");
+    let answer = async {
+        let response = common::client::send(proxy.addr, request).await?;
+        common::client::collect(response).await
+    };
+    let answer = tokio::time::timeout(Duration::from_secs(10), answer).await;
+    (answer.expect("answered").expect("read"), body)
+}
+
+/// [`post`]s a body of `len` bytes, which comes back whole: the upstream
+/// that answered read it whole.
+async fn echoed(proxy: &common::Proxy, len: usize) {
+    let (answer, sent) = post(proxy, len).await;
+    let body = answer.body();
+    assert_eq!(answer.status, 200, "{:?}", String::from_utf8_lossy(&body));
+    assert!(
+        body == sent,
+        "{} bytes came back of {}",
+        body.len(),
+        sent.len()
+    );
+}
+
+/// An upstream that reads each request's body whole, then resets its
+/// stream `REFUSED_STREAM` while `refusals` says to (counting down), or
+/// answers with the body it read; `streams` counts the streams it had.
+async fn refusing(refusals: usize) -> (H2Upstream, Arc<AtomicUsize>) {
+    let (refusals, streams) = (
+        Arc::new(AtomicUsize::new(refusals)),
+        Arc::new(AtomicUsize::new(0)),
+    );
+    let seen = streams.clone();
+    let upstream = common::h2::serve(None, move |request, mut respond| {
+        let (refusals, seen) = (refusals.clone(), seen.clone());
+        async move {
+            seen.fetch_add(1, Ordering::SeqCst);
+            let mut body = request.into_body();
+            let mut read = Vec::new();
+            while let Some(Ok(data)) = body.data().await {
+                let _ = body.flow_control().release_capacity(data.len());
+                read.extend_from_slice(&data);
+            }
+            let refuse =
+                refusals.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+            if refuse.is_ok() {
+                respond.send_reset(h2::Reason::REFUSED_STREAM);
+                return;
+            }
+            let head = http::Response::builder().body(()).expect("head");
+            if let Ok(mut stream) = respond.send_response(head, false) {
+                let _ = stream.send_data(Bytes::from(read), true);
+            }
+        }
     })
     .await;
+    (upstream, streams)
+}
+
+/// A stream the upstream refuses (`REFUSED_STREAM`: not processed, RFC
+/// 9113 §8.7) after it read the request's body is sent again, body and
+/// all, and answered; the resend counted. Until 2026-12-07 it was a `502`
+/// (hyper keeps no request it began to send).
+#[tokio::test]
+async fn a_refused_stream_is_sent_again_whole() {
+    let (upstream, streams) = refusing(1).await;
     let proxy = common::proxy(upstream.addr, "upstream_protocol = \"http2\"").await;
-    let mut client = TcpStream::connect(proxy.addr).await.expect("connect");
-    let request = "GET /v1/models HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n";
-    client.write_all(request.as_bytes()).await.expect("request");
-    let mut answer = Vec::new();
-    let read = tokio::time::timeout(Duration::from_secs(10), client.read_to_end(&mut answer));
-    read.await.expect("answered").expect("read");
-    let answer = String::from_utf8_lossy(&answer);
-    assert!(answer.starts_with("HTTP/1.1 502"), "{answer}");
-    assert!(answer.contains("\"upstream_unavailable\""), "{answer}");
+    echoed(&proxy, 20_000).await;
+    assert_eq!(streams.load(Ordering::SeqCst), 2);
+    let resends = common::client::metric(proxy.metrics_addr, "tokenclock_upstream_resends_total");
+    assert_eq!(resends.await, 1.0);
+}
+
+/// An upstream that refuses every stream gets each request three times
+/// (sent again twice), then the client a `502` `upstream_unavailable`: an
+/// upstream that could not take the request, not a failure of one it had.
+#[tokio::test]
+async fn a_stream_refused_again_and_again_is_a_request_the_upstream_never_had() {
+    let (upstream, streams) = refusing(usize::MAX).await;
+    let proxy = common::proxy(upstream.addr, "upstream_protocol = \"http2\"").await;
+    let (answer, _) = post(&proxy, 100).await;
+    assert_eq!(answer.status, 502);
+    assert_eq!(answer.error_type(), "upstream_unavailable");
+    assert_eq!(streams.load(Ordering::SeqCst), 3);
+}
+
+/// A body past the 256 KiB the proxy keeps to send again is not: its
+/// refused stream is a `502` `upstream_unavailable`, sent once.
+#[tokio::test]
+async fn a_refused_stream_with_a_body_past_the_copy_limit_is_not_sent_again() {
+    let (upstream, streams) = refusing(1).await;
+    let proxy = common::proxy(upstream.addr, "upstream_protocol = \"http2\"").await;
+    let (answer, _) = post(&proxy, 256 * 1024 + 1).await;
+    assert_eq!(answer.status, 502);
+    assert_eq!(answer.error_type(), "upstream_unavailable");
+    assert_eq!(streams.load(Ordering::SeqCst), 1);
+}
+
+/// An upstream on raw frames whose first connection reads a request whole
+/// and then says `GOAWAY` naming stream 0 as the last it processes (a
+/// server rotating its connection as the request crossed its `GOAWAY`);
+/// later connections answer each request with the body they read.
+/// Returns its address and the HTTP/2 connections it had.
+async fn going_away_once() -> (std::net::SocketAddr, Arc<AtomicUsize>) {
+    use common::h2::raw::{self, frame, DATA, END_HEADERS, END_STREAM, GOAWAY, HEADERS, SETTINGS};
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let connections = Arc::new(AtomicUsize::new(0));
+    let counted = connections.clone();
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            let counted = counted.clone();
+            tokio::spawn(async move {
+                // The proxy's TCP probe of the upstream never says hello.
+                let mut preface = [0u8; raw::PREFACE_LEN];
+                if tcp.read_exact(&mut preface).await.is_err() {
+                    return;
+                }
+                let first = counted.fetch_add(1, Ordering::SeqCst) == 0;
+                let _ = tcp.write_all(&frame(SETTINGS, 0, 0, &[])).await;
+                let mut body = Vec::new();
+                while let Some((kind, flags, id, payload)) = raw::read(&mut tcp).await {
+                    let ended = match kind {
+                        SETTINGS if flags & 1 == 0 => {
+                            let _ = tcp.write_all(&frame(SETTINGS, 1, 0, &[])).await;
+                            false
+                        }
+                        HEADERS => flags & END_STREAM != 0,
+                        DATA => {
+                            body.extend_from_slice(&payload);
+                            flags & END_STREAM != 0
+                        }
+                        _ => false,
+                    };
+                    if !ended {
+                        continue;
+                    }
+                    let answer = if first {
+                        // Last stream 0, NO_ERROR: none of this
+                        // connection's streams was processed.
+                        frame(GOAWAY, 0, 0, &[0; 8])
+                    } else {
+                        // `:status: 200` (static index 8), then the body.
+                        let mut answer = frame(HEADERS, END_HEADERS, id, &[0x88]);
+                        for (i, chunk) in body.chunks(16_384).enumerate() {
+                            let last = (i + 1) * 16_384 >= body.len();
+                            answer.extend(frame(
+                                DATA,
+                                if last { END_STREAM } else { 0 },
+                                id,
+                                chunk,
+                            ));
+                        }
+                        answer
+                    };
+                    body.clear();
+                    if tcp.write_all(&answer).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, connections)
+}
+
+/// A request sent on a connection whose upstream then says `GOAWAY`,
+/// naming an earlier stream as the last it processes, is sent again on a
+/// new connection, body and all (RFC 9113 §8.7: such streams are safe to
+/// retry, whatever the method). Until 2026-12-07 it was a `502`
+/// `upstream_error`.
+#[tokio::test]
+async fn a_stream_past_an_upstreams_goaway_is_sent_again_on_a_new_connection() {
+    let (upstream, connections) = going_away_once().await;
+    let proxy = common::proxy(upstream, "upstream_protocol = \"http2\"").await;
+    echoed(&proxy, 20_000).await;
+    assert_eq!(connections.load(Ordering::SeqCst), 2);
+    // The connection that went away is not used again.
+    echoed(&proxy, 100).await;
+    assert_eq!(connections.load(Ordering::SeqCst), 2);
+    let resends = common::client::metric(proxy.metrics_addr, "tokenclock_upstream_resends_total");
+    assert_eq!(resends.await, 1.0);
 }

@@ -13,7 +13,7 @@ pub(super) struct UpstreamFamilies {
     idle_closed: IntCounter,
 }
 
-/// The HTTP/1.1 pool's series; cheap to clone.
+/// The upstream pools' series; cheap to clone.
 #[derive(Clone)]
 pub(crate) struct UpstreamPoolMetrics {
     /// Requests sent a second time on a new connection.
@@ -50,7 +50,7 @@ impl UpstreamFamilies {
         )?;
         let resends = IntCounter::with_opts(Opts::new(
             "tokenclock_upstream_resends_total",
-            "Requests sent to the upstream a second time, on a new connection, after it closed a kept-alive HTTP/1.1 connection: a request of which no byte was written yet, or a bodiless GET, HEAD, OPTIONS or TRACE before any byte of its answer (a worker recycled, a graceful restart). Never a POST once a byte of it was written.",
+            "Requests sent to the upstream again, counted each time: over HTTP/1.1, on a new connection after the upstream closed a kept-alive one, a request of which no byte was written yet, or a bodiless GET, HEAD, OPTIONS or TRACE before any byte of its answer (a worker recycled, a graceful restart), never a POST once a byte of it was written; over HTTP/2, a request whose stream the upstream did not process (REFUSED_STREAM, or past the last stream its GOAWAY names: a connection rotated), with its body.",
         ))?;
         let idle_closed = IntCounter::with_opts(Opts::new(
             "tokenclock_upstream_idle_closed_total",

@@ -78,8 +78,8 @@ pub(super) struct Answer {
 // === impl UpstreamClient ===
 
 impl UpstreamClient {
-    /// The client for the validated config; `pool_metrics` count what its
-    /// HTTP/1.1 pool sends a second time and finds closed.
+    /// The client for the validated config; `pool_metrics` count what it
+    /// sends again, and what its HTTP/1.1 pool finds closed.
     pub(super) fn new(
         config: &Config,
         pool_metrics: UpstreamPoolMetrics,
@@ -111,6 +111,7 @@ impl UpstreamClient {
                     builder,
                     config.timeouts.connect,
                     (max_idle, idle_timeout),
+                    pool_metrics.resends,
                 ))
             }
         })

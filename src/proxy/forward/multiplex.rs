@@ -26,9 +26,10 @@
 //! past `pool_max_idle_per_host` idle ones; one the upstream closes
 //! (`GOAWAY`, a reset) leaves the pool when its task ends, and gives back
 //! the requests hyper held for it unsent, which are sent on another.
-//! hyper gives back no request it began to send, so a
-//! stream the upstream refuses (`REFUSED_STREAM`) is a `502`, counted as
-//! never sent.
+//! hyper gives back no request it began to send, so a request whose
+//! stream the upstream did not process (`REFUSED_STREAM`, or past its
+//! `GOAWAY`'s last stream) is sent again from a copy of its body kept
+//! until its head comes (`replay`).
 
 use std::{
     error::Error,
@@ -49,17 +50,24 @@ use hyper::{
     client::conn::{http2, TrySendError},
 };
 use hyper_util::rt::{TokioExecutor, TokioTimer};
+use prometheus::IntCounter;
+
+use crate::measure::read::CaptureBudget;
 use tokio::{sync::watch, time::Instant};
 use tower::Service;
 
-use self::heard::{Heard, Hearing};
+use self::{
+    heard::{Heard, Hearing},
+    replay::Outbound,
+};
 use super::{
-    client::{read_what_came, Connector, UpstreamBody},
+    client::{Connector, UpstreamBody},
     connect::{ConnectTiming, Stream, Timed},
     pool,
 };
 
 mod heard;
+mod replay;
 
 /// The streams h2 takes a new connection to allow until the upstream's
 /// `SETTINGS` say (the pool sends one until then): what the last
@@ -74,6 +82,12 @@ const ASSUMED_STREAMS: usize = 100;
 /// open connection with the fewest streams, and fails only when there is
 /// none.
 const RETRIES: usize = 6;
+
+/// Times a request the upstream did not process (a stream it refused, or
+/// one past its `GOAWAY`'s last) is sent again, at once, as Go's client
+/// does its first time: a connection going away has left the pool, and
+/// one that refuses over and over is answered `502` soon.
+const REPLAYS: usize = 2;
 
 /// Why a request got no response head.
 #[derive(Debug, thiserror::Error)]
@@ -95,12 +109,12 @@ pub(crate) enum MultiplexError {
 }
 
 impl MultiplexError {
-    /// Whether the request was never sent upstream: no connection took
-    /// it, hyper dropped it unsent, or the upstream refused its stream
-    /// (`REFUSED_STREAM`: not processed, RFC 9113 §8.7).
+    /// Whether the request was never sent upstream, or never processed:
+    /// no connection took it, hyper dropped it unsent, or the upstream
+    /// said it did not process it ([`unprocessed`]).
     pub(super) fn never_sent(&self) -> bool {
         match self {
-            Self::Stream(e) => e.is_canceled() || refused(e),
+            Self::Stream(e) => e.is_canceled() || unprocessed(e),
             _ => true,
         }
     }
@@ -115,16 +129,32 @@ impl MultiplexError {
     }
 }
 
-/// Whether the upstream reset the stream `REFUSED_STREAM`.
-fn refused(e: &hyper::Error) -> bool {
+/// Whether the error is the upstream's `GOAWAY`.
+fn go_away(e: &hyper::Error) -> bool {
+    h2_error(e).is_some_and(|h2| h2.is_go_away() && h2.is_remote())
+}
+
+/// The `h2` error under `e`, if any.
+fn h2_error(e: &hyper::Error) -> Option<&h2::Error> {
     let mut source = e.source();
     while let Some(e) = source {
         if let Some(h2) = e.downcast_ref::<h2::Error>() {
-            return h2.reason() == Some(h2::Reason::REFUSED_STREAM);
+            return Some(h2);
         }
         source = e.source();
     }
-    false
+    None
+}
+
+/// Whether the upstream said it did not process the stream (RFC 9113
+/// §8.7): it reset it `REFUSED_STREAM`, or its `GOAWAY` named an earlier
+/// stream as the last it processes (h2 fails only the streams past it
+/// with the `GOAWAY`'s error; those it cuts short after are a broken
+/// pipe).
+fn unprocessed(e: &hyper::Error) -> bool {
+    h2_error(e).is_some_and(|h2| {
+        h2.is_remote() && (h2.is_go_away() || h2.reason() == Some(h2::Reason::REFUSED_STREAM))
+    })
 }
 
 /// The HTTP/2 connections to the upstream; cheap to clone.
@@ -150,6 +180,11 @@ struct Shared {
     /// then `allowed` is a guess.
     known: AtomicBool,
     state: Mutex<State>,
+    /// Requests sent again (`tokenclock_upstream_resends_total`).
+    resends: IntCounter,
+    /// What the copies of requests' bodies kept to send again hold
+    /// together, up to [`replay::REPLAY_TOTAL`].
+    copies: CaptureBudget,
 }
 
 #[derive(Default)]
@@ -162,7 +197,7 @@ struct State {
 }
 
 struct Conn {
-    sender: http2::SendRequest<UpstreamBody>,
+    sender: http2::SendRequest<Outbound>,
     streams: Arc<Streams>,
     /// hyper's side of the connection, driven by its own task, and read
     /// here for the upstream's stream limit: hyper's h2 task reads the
@@ -172,7 +207,7 @@ struct Conn {
 }
 
 /// hyper's side of a connection: the task that hands requests to h2.
-type Connection = http2::Connection<Heard, UpstreamBody, TokioExecutor>;
+type Connection = http2::Connection<Heard, Outbound, TokioExecutor>;
 
 /// A connection, shared by its task (which drops it once it ends, giving
 /// back the requests it held unsent) and the pool.
@@ -232,7 +267,7 @@ enum Outcome {
 
 /// A stream on a connection, as a request takes it.
 struct Handed {
-    sender: http2::SendRequest<UpstreamBody>,
+    sender: http2::SendRequest<Outbound>,
     stream: OpenStream,
     timing: ConnectTiming,
 }
@@ -288,6 +323,7 @@ impl Multiplex {
         mut builder: http2::Builder<TokioExecutor>,
         connect_timeout: Duration,
         (max_idle, idle_timeout): (usize, Duration),
+        resends: IntCounter,
     ) -> Self {
         builder.timer(TokioTimer::new());
         let shared = Arc::new(Shared {
@@ -301,6 +337,8 @@ impl Multiplex {
             allowed: AtomicUsize::new(ASSUMED_STREAMS),
             known: AtomicBool::new(false),
             state: Mutex::default(),
+            resends,
+            copies: CaptureBudget::new(replay::REPLAY_TOTAL),
         });
         // Closes connections idle past the limits; without a runtime (unit
         // tests) they stay until the pool goes.
@@ -320,14 +358,18 @@ impl Multiplex {
     /// the request's.
     pub(super) async fn send(
         &self,
-        mut request: Request<UpstreamBody>,
+        request: Request<UpstreamBody>,
         start: Instant,
     ) -> Result<Sent, MultiplexError> {
-        let mut tries = 0;
+        let (head, body) = request.into_parts();
+        let (body, replay) = Outbound::new(body, &self.shared.copies);
+        // The head, kept to send the request again (`replay`).
+        let mut request = Request::from_parts(head.clone(), body);
+        let (mut tries, mut replays) = (0, 0);
         loop {
             if tries > 3 * RETRIES {
                 // Looked too often: every connection went before it.
-                read_what_came(request.body_mut());
+                request.body_mut().read_what_came();
                 return Err(MultiplexError::Closed);
             }
             let handed = match self.shared.find(tries >= RETRIES) {
@@ -343,7 +385,7 @@ impl Multiplex {
                     Waited::Failed(e) => {
                         // Not sent: what of its body came is read, for its
                         // model and size.
-                        read_what_came(request.body_mut());
+                        request.body_mut().read_what_came();
                         return Err(e.shared());
                     }
                 },
@@ -361,11 +403,12 @@ impl Multiplex {
             } = handed;
             let e = match sender.try_send_request(request).await {
                 Ok(response) => {
+                    replay.forget();
                     return Ok(Sent {
                         response,
                         stream,
                         connect: timing.paid_by(start),
-                    })
+                    });
                 }
                 Err(e) => e,
             };
@@ -381,8 +424,23 @@ impl Multiplex {
                     tries += 1;
                 }
                 Some(mut unsent) => {
-                    read_what_came(unsent.body_mut());
+                    unsent.body_mut().read_what_came();
                     return Err(MultiplexError::Closed);
+                }
+                // Sent, and not processed: sent again, whole, if it was
+                // copied whole.
+                None if unprocessed(&e) && replays < REPLAYS => {
+                    let Some(again) = replay.again() else {
+                        return Err(MultiplexError::Stream(e));
+                    };
+                    if go_away(&e) {
+                        // The connection takes no more streams.
+                        stream.0.closed.store(true, Ordering::Release);
+                    }
+                    tracing::debug!(error = %e, "An HTTP/2 upstream did not process a request; sent again.");
+                    self.shared.resends.inc();
+                    request = Request::from_parts(head.clone(), again);
+                    replays += 1;
                 }
                 None => return Err(MultiplexError::Stream(e)),
             }
@@ -391,9 +449,7 @@ impl Multiplex {
 }
 
 /// The error, and the request when hyper gives it back unsent.
-fn split(
-    mut e: TrySendError<Request<UpstreamBody>>,
-) -> (hyper::Error, Option<Request<UpstreamBody>>) {
+fn split(mut e: TrySendError<Request<Outbound>>) -> (hyper::Error, Option<Request<Outbound>>) {
     let unsent = e.take_message();
     (e.into_error(), unsent)
 }
@@ -799,7 +855,7 @@ impl Drop for Waiting {
 /// A connection opened for the requests that waited for it: those that
 /// take a stream kept on it (`Pending::kept`) take this handle on it.
 struct Kept {
-    sender: http2::SendRequest<UpstreamBody>,
+    sender: http2::SendRequest<Outbound>,
     streams: Arc<Streams>,
     timing: ConnectTiming,
 }

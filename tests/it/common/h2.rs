@@ -110,3 +110,42 @@ where
         most,
     }
 }
+
+/// HTTP/2 on a raw socket, for an upstream that sends exactly the frames
+/// a test needs where the `h2` library's server would not (a `GOAWAY`
+/// naming an earlier stream than one it was sent, a stream's end in the
+/// same write as its reset).
+pub mod raw {
+    use tokio::{io::AsyncReadExt, net::TcpStream};
+
+    pub const DATA: u8 = 0;
+    pub const HEADERS: u8 = 1;
+    pub const SETTINGS: u8 = 4;
+    pub const GOAWAY: u8 = 7;
+    pub const END_STREAM: u8 = 0x1;
+    pub const END_HEADERS: u8 = 0x4;
+    /// The client's preface, before its first frame.
+    pub const PREFACE_LEN: usize = 24;
+
+    /// A frame of `kind`, with `flags`, on stream `id`.
+    pub fn frame(kind: u8, flags: u8, id: u32, payload: &[u8]) -> Vec<u8> {
+        let length = u32::try_from(payload.len()).expect("a small frame");
+        let mut frame = length.to_be_bytes()[1..].to_vec();
+        frame.extend_from_slice(&[kind, flags]);
+        frame.extend_from_slice(&id.to_be_bytes());
+        frame.extend_from_slice(payload);
+        frame
+    }
+
+    /// The next frame's type, flags, stream and payload; `None` once the
+    /// peer closed.
+    pub async fn read(tcp: &mut TcpStream) -> Option<(u8, u8, u32, Vec<u8>)> {
+        let mut head = [0u8; 9];
+        tcp.read_exact(&mut head).await.ok()?;
+        let length = u32::from_be_bytes([0, head[0], head[1], head[2]]);
+        let mut payload = vec![0u8; usize::try_from(length).ok()?];
+        tcp.read_exact(&mut payload).await.ok()?;
+        let id = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+        Some((head[3], head[4], id, payload))
+    }
+}

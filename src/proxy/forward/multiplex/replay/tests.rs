@@ -1,0 +1,184 @@
+use std::{collections::VecDeque, convert::Infallible, task::Waker};
+
+use http_body_util::{BodyExt, Full};
+
+use super::*;
+
+/// A body of `frames`, then its end; or, `open`, no end yet (a client
+/// still sending). Says it ended only once polled to its end, as a
+/// chunked body does.
+struct Frames {
+    frames: VecDeque<Frame<Bytes>>,
+    open: bool,
+}
+
+impl Frames {
+    fn new(data: &[&'static [u8]], trailers: Option<HeaderMap>) -> Self {
+        let mut frames: VecDeque<_> = data
+            .iter()
+            .map(|d| Frame::data(Bytes::from_static(d)))
+            .collect();
+        frames.extend(trailers.map(Frame::trailers));
+        Self {
+            frames,
+            open: false,
+        }
+    }
+}
+
+impl Body for Frames {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        match self.frames.pop_front() {
+            Some(frame) => Poll::Ready(Some(Ok(frame))),
+            None if self.open => Poll::Pending,
+            None => Poll::Ready(None),
+        }
+    }
+}
+
+impl<B: Body> Outbound<B> {
+    /// `body`, with a budget of its own.
+    fn new_in_test(body: B) -> (Self, Replay) {
+        Self::new(body, &CaptureBudget::new(REPLAY_TOTAL))
+    }
+}
+
+/// Polls `body` as hyper does: while it does not say it ended, and not
+/// past a frame that is not ready.
+fn send<B: Body<Data = Bytes, Error = Infallible> + Unpin>(body: &mut Outbound<B>) -> Vec<u8> {
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut sent = Vec::new();
+    while !body.is_end_stream() {
+        match Pin::new(&mut *body).poll_frame(&mut cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    sent.extend_from_slice(data);
+                }
+            }
+            Poll::Ready(None) | Poll::Pending => break,
+        }
+    }
+    sent
+}
+
+/// What `body` sends to its end, and its trailers.
+async fn whole(body: Outbound<Frames>) -> (Bytes, Option<HeaderMap>) {
+    let collected = body.collect().await.expect("infallible");
+    let trailers = collected.trailers().cloned();
+    (collected.to_bytes(), trailers)
+}
+
+#[tokio::test]
+async fn a_body_sent_to_its_end_is_sent_again_whole_as_often_as_asked() {
+    let mut trailers = HeaderMap::new();
+    trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+    let (mut body, replay) = Outbound::new_in_test(Frames::new(
+        &[b"{\"model\":", b"\"m\",", b"\"messages\":[]}"],
+        Some(trailers.clone()),
+    ));
+    assert!(replay.again::<Frames>().is_none(), "nothing sent yet");
+    assert_eq!(send(&mut body), b"{\"model\":\"m\",\"messages\":[]}");
+    for _ in 0..2 {
+        let again: Outbound<Frames> = replay.again().expect("copied whole");
+        assert_eq!(again.size_hint().exact(), Some(27));
+        let (data, sent_trailers) = whole(again).await;
+        assert_eq!(&data[..], b"{\"model\":\"m\",\"messages\":[]}");
+        assert_eq!(sent_trailers, Some(trailers.clone()));
+    }
+}
+
+/// hyper stops polling a body that says it ended: one with a length after
+/// its last frame, or a bodiless request, which it never polls at all.
+#[test]
+fn a_body_that_says_it_ended_is_whole_without_being_polled_to_its_end() {
+    let (mut body, replay) = Outbound::new_in_test(Full::new(Bytes::from_static(b"{\"n\":1}")));
+    assert_eq!(send(&mut body), b"{\"n\":1}");
+    let again: Outbound<Full<Bytes>> = replay.again().expect("whole after its last frame");
+    assert_eq!(again.size_hint().exact(), Some(7));
+
+    let (body, replay) = Outbound::new_in_test(Full::new(Bytes::new()));
+    assert!(body.is_end_stream(), "a bodiless request");
+    let again: Outbound<Full<Bytes>> = replay.again().expect("whole, never polled");
+    assert!(
+        again.is_end_stream(),
+        "sent again bodiless, END_STREAM on its head"
+    );
+    assert_eq!(again.size_hint().exact(), Some(0));
+}
+
+#[test]
+fn a_body_still_coming_is_not_sent_again() {
+    let mut frames = Frames::new(&[b"{\"model\":"], None);
+    frames.open = true;
+    let (mut body, replay) = Outbound::new_in_test(frames);
+    assert_eq!(send(&mut body), b"{\"model\":");
+    assert!(replay.again::<Frames>().is_none());
+}
+
+#[test]
+fn a_body_past_the_limit_is_not_kept() {
+    static BIG: [u8; REPLAY_LIMIT / 2 + 1] = [b'x'; REPLAY_LIMIT / 2 + 1];
+    let (mut body, replay) = Outbound::new_in_test(Frames::new(&[&BIG, &BIG], None));
+    assert_eq!(send(&mut body).len(), REPLAY_LIMIT + 2);
+    assert!(replay.again::<Frames>().is_none());
+    assert_eq!(lock(&replay.copy).data.capacity(), 0, "the copy let go");
+
+    // At the limit, it is.
+    let (mut body, replay) = Outbound::new_in_test(Frames::new(&[&BIG[1..], &BIG[1..]], None));
+    assert_eq!(send(&mut body).len(), REPLAY_LIMIT);
+    assert!(replay.again::<Frames>().is_some());
+}
+
+#[test]
+fn once_the_head_came_the_copy_is_let_go() {
+    let (mut body, replay) = Outbound::new_in_test(Frames::new(&[b"{}"], None));
+    send(&mut body);
+    replay.forget();
+    assert!(replay.again::<Frames>().is_none());
+    assert_eq!(lock(&replay.copy).data.capacity(), 0);
+}
+
+/// The copies of a pool's requests share [`REPLAY_TOTAL`]: one that would
+/// take it past is dropped, and what a copy held is given back once its
+/// head came.
+#[test]
+fn copies_hold_no_more_than_their_budget_together() {
+    let budget = CaptureBudget::new(1000);
+    let (mut first, kept) = Outbound::new(Full::new(Bytes::from(vec![b'x'; 600])), &budget);
+    send(&mut first);
+    assert_eq!(
+        budget.held(),
+        600,
+        "a body of known length, copied in one allocation"
+    );
+    let (mut second, dropped) = Outbound::new(Full::new(Bytes::from(vec![b'y'; 600])), &budget);
+    send(&mut second);
+    assert!(dropped.again::<Full<Bytes>>().is_none(), "past the budget");
+    assert!(kept.again::<Full<Bytes>>().is_some());
+    assert_eq!(budget.held(), 600);
+    kept.forget();
+    assert_eq!(budget.held(), 0);
+}
+
+/// A head that comes while a body sent again is still being sent (an
+/// upstream that answers early) lets the copy go, not the bytes still to
+/// send: the upstream gets the body whole.
+#[tokio::test]
+async fn a_body_sent_again_is_sent_whole_after_its_copy_is_let_go() {
+    let mut trailers = HeaderMap::new();
+    trailers.insert("x-end", http::HeaderValue::from_static("1"));
+    let (mut body, replay) =
+        Outbound::new_in_test(Frames::new(&[b"{\"a\":", b"1}"], Some(trailers)));
+    send(&mut body);
+    let again: Outbound<Frames> = replay.again().expect("whole");
+    drop(replay);
+    let (data, trailers) = whole(again).await;
+    assert_eq!(&data[..], b"{\"a\":1}");
+    assert!(trailers.is_some_and(|t| t.contains_key("x-end")));
+}
