@@ -412,9 +412,10 @@ def panels():
     add(
         series("bytes")
         .with_target(query("sum by (instance) (tokenclock_request_capture_bytes)", "{{instance}}", "A"))
-        .with_target(query("max(tokenclock_request_capture_limit_bytes)", "limit", "B")),
+        .with_target(query("max(tokenclock_request_capture_limit_bytes)", "limit", "B"))
+        .with_target(query("sum by (instance) (tokenclock_upstream_replay_copy_bytes)", "kept to resend {{instance}}", "C")),
         0, 74, 12, 8, "Request bodies copied on the side",
-        "Bytes the copies of the request bodies in flight hold on each sidecar, read to learn model, stream and max_tokens, against the limit they share (request_capture_total_bytes). At the limit a body is forwarded unread, and counted in the Parse errors panel as request_over_budget: raise the limit if the pod has the memory, or look for clients uploading slowly.",
+        "Bytes the copies of the request bodies in flight hold on each sidecar, read to learn model, stream and max_tokens, against the limit they share (request_capture_total_bytes). At the limit a body is forwarded unread, and counted in the Parse errors panel as request_over_budget: raise the limit if the pod has the memory, or look for clients uploading slowly. Kept to resend: the copies an HTTP/2 upstream's requests keep until their answer's head, to send one again if the upstream did not process its stream (at most 32 MiB a sidecar; past it a request goes without one).",
     )
     add(
         series("bytes").with_target(

@@ -35,6 +35,7 @@ use self::capacity::Slot;
 use self::client::{Answer, Unanswered, UpstreamBody, UpstreamClient};
 use self::client_body::ClientFault;
 pub use self::inject::StripUsage;
+pub(crate) use self::multiplex::REPLAY_TOTAL;
 pub(crate) use self::{
     body::ResponseBody,
     client::{build as upstream_client, Connector},

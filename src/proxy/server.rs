@@ -197,7 +197,7 @@ impl Bound {
             Serve::new(&config.timeouts, metrics.connections("metrics"))
                 .with_answer_limit(admin::ANSWER_LIMIT),
         );
-        let pool_metrics = metrics.upstream_pool();
+        let pool_metrics = metrics.upstream_pool(super::forward::REPLAY_TOTAL)?;
         let admin_service = admin::Admin::new(health.clone(), metrics);
         background.spawn(async move {
             // Never drained: it serves /readyz = 503 until the process exits.

@@ -380,6 +380,11 @@ async fn a_refused_stream_is_sent_again_whole() {
     assert_eq!(streams.load(Ordering::SeqCst), 2);
     let resends = common::client::metric(proxy.metrics_addr, "tokenclock_upstream_resends_total");
     assert_eq!(resends.await, 1.0);
+    // The copy let go; its limit exported.
+    let metric = |name| common::client::metric(proxy.metrics_addr, name);
+    assert_eq!(metric("tokenclock_upstream_replay_copy_bytes").await, 0.0);
+    let limit = metric("tokenclock_upstream_replay_copy_limit_bytes").await;
+    assert_eq!(limit, 32.0 * 1024.0 * 1024.0);
 }
 
 /// An upstream that refuses every stream gets each request three times
@@ -408,11 +413,12 @@ async fn a_refused_stream_with_a_body_past_the_copy_limit_is_not_sent_again() {
 }
 
 /// An upstream on raw frames whose first connection reads a request whole
-/// and then says `GOAWAY` naming stream 0 as the last it processes (a
-/// server rotating its connection as the request crossed its `GOAWAY`);
-/// later connections answer each request with the body they read.
-/// Returns its address and the HTTP/2 connections it had.
-async fn going_away_once() -> (std::net::SocketAddr, Arc<AtomicUsize>) {
+/// and then says `GOAWAY` naming `last` as the last stream it processes
+/// (0: a server rotating its connection as the request crossed its
+/// `GOAWAY`; 1: the request's stream, which it had), and closes; later
+/// connections answer each request with the body they read. Returns its
+/// address and the HTTP/2 connections it had.
+async fn going_away_once(last: u32) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
     use common::h2::raw::{self, frame, DATA, END_HEADERS, END_STREAM, GOAWAY, HEADERS, SETTINGS};
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
@@ -446,11 +452,13 @@ async fn going_away_once() -> (std::net::SocketAddr, Arc<AtomicUsize>) {
                     if !ended {
                         continue;
                     }
-                    let answer = if first {
-                        // Last stream 0, NO_ERROR: none of this
-                        // connection's streams was processed.
-                        frame(GOAWAY, 0, 0, &[0; 8])
-                    } else {
+                    if first {
+                        let mut payload = last.to_be_bytes().to_vec();
+                        payload.extend_from_slice(&[0; 4]); // NO_ERROR
+                        let _ = tcp.write_all(&frame(GOAWAY, 0, 0, &payload)).await;
+                        return;
+                    }
+                    let answer = {
                         // `:status: 200` (static index 8), then the body.
                         let mut answer = frame(HEADERS, END_HEADERS, id, &[0x88]);
                         for (i, chunk) in body.chunks(16_384).enumerate() {
@@ -482,7 +490,7 @@ async fn going_away_once() -> (std::net::SocketAddr, Arc<AtomicUsize>) {
 /// `upstream_error`.
 #[tokio::test]
 async fn a_stream_past_an_upstreams_goaway_is_sent_again_on_a_new_connection() {
-    let (upstream, connections) = going_away_once().await;
+    let (upstream, connections) = going_away_once(0).await;
     let proxy = common::proxy(upstream, "upstream_protocol = \"http2\"").await;
     echoed(&proxy, 20_000).await;
     assert_eq!(connections.load(Ordering::SeqCst), 2);
@@ -491,4 +499,19 @@ async fn a_stream_past_an_upstreams_goaway_is_sent_again_on_a_new_connection() {
     assert_eq!(connections.load(Ordering::SeqCst), 2);
     let resends = common::client::metric(proxy.metrics_addr, "tokenclock_upstream_resends_total");
     assert_eq!(resends.await, 1.0);
+}
+
+/// A stream the upstream's `GOAWAY` names as processed (its last), cut by
+/// the close that follows, is a request it had: `502` `upstream_error`,
+/// never sent again (the model may have begun to generate).
+#[tokio::test]
+async fn a_stream_an_upstreams_goaway_names_as_processed_is_not_sent_again() {
+    let (upstream, connections) = going_away_once(1).await;
+    let proxy = common::proxy(upstream, "upstream_protocol = \"http2\"").await;
+    let (answer, _) = post(&proxy, 20_000).await;
+    assert_eq!(answer.status, 502);
+    assert_eq!(answer.error_type(), "upstream_error");
+    assert_eq!(connections.load(Ordering::SeqCst), 1);
+    let resends = common::client::metric(proxy.metrics_addr, "tokenclock_upstream_resends_total");
+    assert_eq!(resends.await, 0.0);
 }

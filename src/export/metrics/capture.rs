@@ -1,7 +1,10 @@
-//! `tokenclock_request_capture_bytes` and its limit: what the copies of the
-//! request bodies in flight hold now, all requests together, read from the
-//! [`CaptureBudget`] at each scrape (the copies move it per frame; a gauge
-//! kept beside it would cost a second atomic there for nothing).
+//! What copies of request bodies hold now, all requests together, and
+//! their limit, read from their [`CaptureBudget`] at each scrape (the
+//! copies move it per frame; a gauge kept beside it would cost a second
+//! atomic there for nothing): `tokenclock_request_capture_bytes`, the
+//! copies read to learn what a request asks, and
+//! `tokenclock_upstream_replay_copy_bytes`, those kept to send a request
+//! again to an HTTP/2 upstream that did not process it.
 
 use prometheus::{
     core::{Collector, Desc},
@@ -19,15 +22,38 @@ pub(super) struct CaptureGauges {
 }
 
 impl CaptureGauges {
+    /// The gauges of the copies read to learn what requests ask.
     pub(super) fn new(budget: CaptureBudget) -> Result<Self, prometheus::Error> {
-        let held = IntGauge::with_opts(Opts::new(
-            "tokenclock_request_capture_bytes",
-            "Bytes the copies of the request bodies in flight hold now (their capacity), all requests together: read on the side to learn model, stream and max_tokens. At tokenclock_request_capture_limit_bytes a body is forwarded unread and counted in tokenclock_parse_errors_total, reason request_over_budget.",
-        ))?;
-        let limit = IntGauge::with_opts(Opts::new(
-            "tokenclock_request_capture_limit_bytes",
-            "The most the copies of the request bodies in flight may hold at once (request_capture_total_bytes).",
-        ))?;
+        Self::named(
+            budget,
+            Opts::new(
+                "tokenclock_request_capture_bytes",
+                "Bytes the copies of the request bodies in flight hold now (their capacity), all requests together: read on the side to learn model, stream and max_tokens. At tokenclock_request_capture_limit_bytes a body is forwarded unread and counted in tokenclock_parse_errors_total, reason request_over_budget.",
+            ),
+            Opts::new(
+                "tokenclock_request_capture_limit_bytes",
+                "The most the copies of the request bodies in flight may hold at once (request_capture_total_bytes).",
+            ),
+        )
+    }
+
+    /// The gauges of the copies kept to send requests again.
+    pub(super) fn replay(budget: CaptureBudget) -> Result<Self, prometheus::Error> {
+        Self::named(
+            budget,
+            Opts::new(
+                "tokenclock_upstream_replay_copy_bytes",
+                "Bytes the copies of request bodies kept to send a request again to an HTTP/2 upstream that did not process its stream (REFUSED_STREAM, or past its GOAWAY's last stream) hold now (their capacity), all requests together; each is let go when its answer's head comes. At tokenclock_upstream_replay_copy_limit_bytes a body is sent without a copy, and not sent again.",
+            ),
+            Opts::new(
+                "tokenclock_upstream_replay_copy_limit_bytes",
+                "The most the copies kept to send requests again may hold at once (32 MiB; each at most 256 KiB).",
+            ),
+        )
+    }
+
+    fn named(budget: CaptureBudget, held: Opts, limit: Opts) -> Result<Self, prometheus::Error> {
+        let (held, limit) = (IntGauge::with_opts(held)?, IntGauge::with_opts(limit)?);
         Ok(Self {
             budget,
             held,

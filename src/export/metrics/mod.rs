@@ -253,8 +253,16 @@ impl Metrics {
 
     /// The upstream HTTP/1.1 pool's series: requests it sent a second
     /// time, connections it found closed while idle.
-    pub(crate) fn upstream_pool(&self) -> UpstreamPoolMetrics {
-        self.shared.upstream.pool()
+    /// The pools' series, with the budget of the copies kept to send
+    /// requests again (`replay_total` bytes), exported here: called once.
+    pub(crate) fn upstream_pool(
+        &self,
+        replay_total: usize,
+    ) -> Result<UpstreamPoolMetrics, prometheus::Error> {
+        let replay_copies = crate::measure::read::CaptureBudget::new(replay_total);
+        let gauges = capture::CaptureGauges::replay(replay_copies.clone())?;
+        self.shared.registry.register(Box::new(gauges))?;
+        Ok(self.shared.upstream.pool(replay_copies))
     }
 
     /// Counts a config reload; a successful one also sets the time of the

@@ -4,6 +4,8 @@
 
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
+use crate::measure::read::CaptureBudget;
+
 /// The upstream health families, registered once.
 #[derive(Clone)]
 pub(super) struct UpstreamFamilies {
@@ -16,11 +18,15 @@ pub(super) struct UpstreamFamilies {
 /// The upstream pools' series; cheap to clone.
 #[derive(Clone)]
 pub(crate) struct UpstreamPoolMetrics {
-    /// Requests sent a second time on a new connection.
+    /// Requests sent again.
     pub resends: IntCounter,
     /// Pooled connections found closed by the upstream before
     /// `pool_idle_timeout`.
     pub idle_closed: IntCounter,
+    /// What the copies kept to send requests again to an HTTP/2 upstream
+    /// may hold together (`tokenclock_upstream_replay_copy_bytes`, read
+    /// from it at each scrape).
+    pub replay_copies: CaptureBudget,
 }
 
 impl UpstreamPoolMetrics {
@@ -31,6 +37,7 @@ impl UpstreamPoolMetrics {
         Self {
             resends: counter("resends"),
             idle_closed: counter("idle_closed"),
+            replay_copies: CaptureBudget::default(),
         }
     }
 }
@@ -68,11 +75,12 @@ impl UpstreamFamilies {
         })
     }
 
-    /// The HTTP/1.1 pool's series.
-    pub(super) fn pool(&self) -> UpstreamPoolMetrics {
+    /// The pools' series; `replay_copies` is exported apart.
+    pub(super) fn pool(&self, replay_copies: CaptureBudget) -> UpstreamPoolMetrics {
         UpstreamPoolMetrics {
             resends: self.resends.clone(),
             idle_closed: self.idle_closed.clone(),
+            replay_copies,
         }
     }
 

@@ -111,7 +111,7 @@ impl UpstreamClient {
                     builder,
                     config.timeouts.connect,
                     (max_idle, idle_timeout),
-                    pool_metrics.resends,
+                    &pool_metrics,
                 ))
             }
         })

@@ -52,7 +52,7 @@ use hyper::{
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use prometheus::IntCounter;
 
-use crate::measure::read::CaptureBudget;
+use crate::{export::metrics::UpstreamPoolMetrics, measure::read::CaptureBudget};
 use tokio::{sync::watch, time::Instant};
 use tower::Service;
 
@@ -68,6 +68,8 @@ use super::{
 
 mod heard;
 mod replay;
+
+pub(crate) use self::replay::REPLAY_TOTAL;
 
 /// The streams h2 takes a new connection to allow until the upstream's
 /// `SETTINGS` say (the pool sends one until then): what the last
@@ -150,7 +152,9 @@ fn h2_error(e: &hyper::Error) -> Option<&h2::Error> {
 /// §8.7): it reset it `REFUSED_STREAM`, or its `GOAWAY` named an earlier
 /// stream as the last it processes (h2 fails only the streams past it
 /// with the `GOAWAY`'s error; those it cuts short after are a broken
-/// pipe).
+/// pipe). One exception: hyper fails a stream it has just opened with any
+/// `GOAWAY` read before its next look at the connection, whatever its last
+/// stream ([`replay::Replay::piped`] tells such a stream).
 fn unprocessed(e: &hyper::Error) -> bool {
     h2_error(e).is_some_and(|h2| {
         h2.is_remote() && (h2.is_go_away() || h2.reason() == Some(h2::Reason::REFUSED_STREAM))
@@ -183,7 +187,7 @@ struct Shared {
     /// Requests sent again (`tokenclock_upstream_resends_total`).
     resends: IntCounter,
     /// What the copies of requests' bodies kept to send again hold
-    /// together, up to [`replay::REPLAY_TOTAL`].
+    /// together, up to [`REPLAY_TOTAL`].
     copies: CaptureBudget,
 }
 
@@ -323,7 +327,7 @@ impl Multiplex {
         mut builder: http2::Builder<TokioExecutor>,
         connect_timeout: Duration,
         (max_idle, idle_timeout): (usize, Duration),
-        resends: IntCounter,
+        metrics: &UpstreamPoolMetrics,
     ) -> Self {
         builder.timer(TokioTimer::new());
         let shared = Arc::new(Shared {
@@ -337,8 +341,8 @@ impl Multiplex {
             allowed: AtomicUsize::new(ASSUMED_STREAMS),
             known: AtomicBool::new(false),
             state: Mutex::default(),
-            resends,
-            copies: CaptureBudget::new(replay::REPLAY_TOTAL),
+            resends: metrics.resends.clone(),
+            copies: metrics.replay_copies.clone(),
         });
         // Closes connections idle past the limits; without a runtime (unit
         // tests) they stay until the pool goes.
@@ -430,10 +434,15 @@ impl Multiplex {
                 // Sent, and not processed: sent again, whole, if it was
                 // copied whole.
                 None if unprocessed(&e) && replays < REPLAYS => {
-                    let Some(again) = replay.again() else {
+                    let go_away = go_away(&e);
+                    // A `GOAWAY` may fail a stream it did not name before
+                    // hyper began to pipe its body ([`replay::Replay::piped`]):
+                    // such a stream is sent again only if that is safe.
+                    let safe = !go_away || replay.piped() || head.method.is_idempotent();
+                    let Some(again) = replay.again().filter(|_| safe) else {
                         return Err(MultiplexError::Stream(e));
                     };
-                    if go_away(&e) {
+                    if go_away {
                         // The connection takes no more streams.
                         stream.0.closed.store(true, Ordering::Release);
                     }

@@ -16,9 +16,9 @@
 //! What is kept: the body's bytes, copied into one buffer (a request's
 //! body is small next to its answer: a chat's messages), and its
 //! trailers; up to [`REPLAY_LIMIT`] bytes, and up to [`REPLAY_TOTAL`]
-//! for all the requests of a pool together (a copy is held while its
-//! request waits for its head, through the upstream's queue and prefill,
-//! so a burst of long prompts would otherwise hold them all). A body past
+//! for all requests together (a copy is held while its request waits for
+//! its head: through the upstream's queue and prefill, and for an answer
+//! that is not streamed, through the whole generation). A body past
 //! either, or one not yet whole when its stream failed (a client still
 //! uploading), is not sent again. The copy is dropped as soon as the
 //! answer's head comes.
@@ -61,6 +61,8 @@ pub(crate) enum Outbound<B = UpstreamBody> {
 pub(crate) struct Again {
     data: Option<Bytes>,
     trailers: Option<HeaderMap>,
+    /// The client's body said its exact size: so does this one.
+    exact: bool,
 }
 
 /// A copy of what the client's body sent, shared by the body hyper
@@ -75,8 +77,12 @@ pub(crate) struct Record {
     /// The share of the pool's [`REPLAY_TOTAL`] that the copy holds (as
     /// allocated).
     held: Option<Held>,
-    /// The body's length, when its head says it: the copy's capacity.
+    /// The body's length, when its head says it: the copy's capacity,
+    /// and said again when it is sent again (hyper writes a
+    /// `content-length` for a body of exact size).
     length: Option<u64>,
+    /// hyper polled the body: its stream was open and its pipe began.
+    piped: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -101,13 +107,21 @@ impl<B: Body> Outbound<B> {
     /// `body`, to be copied as it is sent, taking from `budget` as the
     /// copy grows, and the handle that sends the copy again.
     pub(crate) fn new(body: B, budget: &CaptureBudget) -> (Self, Replay) {
+        let hint = body.size_hint();
+        // A body longer than a copy holds is not copied at all.
+        let state = if hint.lower() > REPLAY_LIMIT as u64 {
+            Recorded::Dropped
+        } else {
+            Recorded::Partly
+        };
         let copy = Arc::new(Mutex::new(Record {
             data: BytesMut::new(),
             whole: None,
             trailers: None,
-            state: Recorded::Partly,
+            state,
             held: Some(budget.holder()),
-            length: body.size_hint().exact(),
+            length: hint.exact(),
+            piped: false,
         }));
         (Self::Live(body, copy.clone()), Replay { copy })
     }
@@ -145,8 +159,9 @@ where
             }
         };
         let polled = Pin::new(&mut *body).poll_frame(cx);
+        let mut copy = lock(copy);
+        copy.piped = true;
         if let Poll::Ready(frame) = &polled {
-            let mut copy = lock(copy);
             match frame {
                 Some(Ok(frame)) => copy.keep(frame),
                 Some(Err(_)) => copy.drop_it(),
@@ -179,7 +194,14 @@ where
         match self {
             Self::Live(body, _) => body.size_hint(),
             Self::Again(again) => {
-                SizeHint::with_exact(again.data.as_ref().map_or(0, |d| d.len() as u64))
+                let left = again.data.as_ref().map_or(0, |d| d.len() as u64);
+                if again.exact {
+                    SizeHint::with_exact(left)
+                } else {
+                    let mut hint = SizeHint::new();
+                    hint.set_lower(left);
+                    hint
+                }
             }
         }
     }
@@ -205,22 +227,30 @@ impl Record {
         }
     }
 
-    /// Makes room in `data` for `needed` bytes, taking what it allocates
-    /// from the pool's budget; false if the budget has none.
+    /// Makes room in `data` for `needed` bytes (at most [`REPLAY_LIMIT`]),
+    /// taking what it allocates from the budget first; false if the
+    /// budget has no room.
     fn room_for(&mut self, needed: usize) -> bool {
         let before = self.data.capacity();
         if needed <= before {
             return true;
         }
-        // The whole body at once when its length is known, else as
-        // `BytesMut` grows.
-        let whole = self
-            .length
-            .and_then(|n| usize::try_from(n).ok())
-            .filter(|&n| n >= needed && n <= REPLAY_LIMIT);
-        self.data.reserve(whole.unwrap_or(needed) - self.data.len());
-        let grown = self.data.capacity() - before;
-        self.held.as_mut().is_some_and(|held| held.grow(grown))
+        // The whole body at once when its length is known; else twice
+        // what it holds, as a `Vec` grows, but never past the limit.
+        let capacity = match self.length.and_then(|n| usize::try_from(n).ok()) {
+            Some(length) if length >= needed => length,
+            _ => needed.max(before * 2).clamp(1024, REPLAY_LIMIT),
+        };
+        let taken = self
+            .held
+            .as_mut()
+            .is_some_and(|held| held.grow(capacity - before));
+        if taken {
+            let mut data = BytesMut::with_capacity(capacity);
+            data.extend_from_slice(&self.data);
+            self.data = data;
+        }
+        taken
     }
 
     fn end(&mut self) {
@@ -253,7 +283,17 @@ impl Replay {
         Some(Outbound::Again(Box::new(Again {
             data: Some(whole.clone()).filter(|data| !data.is_empty()),
             trailers: copy.trailers.clone(),
+            exact: copy.length.is_some(),
         })))
+    }
+
+    /// Whether hyper began to send the body: its stream was open. A
+    /// `GOAWAY` that hyper reads between opening a stream and its next
+    /// look at the connection fails that stream whatever the last stream
+    /// it names (`ClientTask::poll`), so a stream it never began to pipe
+    /// may have been processed.
+    pub(crate) fn piped(&self) -> bool {
+        lock(&self.copy).piped
     }
 
     /// The answer's head came: the request will not be sent again, and
