@@ -429,7 +429,7 @@ def panels():
         "Each sidecar's resident memory, to set against its container's memory limit: held streams, connections, the request-body copies (left) and the decoders of compressed responses.",
     )
 
-    # Row 11: the upstream's HTTP/1.1 connections.
+    # Row 11: the upstream's connections.
     add(
         series("short")
         .with_target(
@@ -438,8 +438,15 @@ def panels():
         .with_target(
             query("sum by (instance) (increase(tokenclock_upstream_resends_total[$__rate_interval]))", "resent {{instance}}", "B")
         ),
-        0, 82, 24, 8, "Upstream connections closed under the pool",
+        0, 82, 12, 8, "Upstream connections closed under the pool",
         "Per interval, on each sidecar: pooled connections the model server closed while idle, before pool_idle_timeout, and requests sent again: after it closed a kept-alive HTTP/1.1 connection, or on an HTTP/2 stream it did not process (REFUSED_STREAM, or past its GOAWAY's last stream: connections rotated). A steady count of the first means its keep-alive timeout is under pool_idle_timeout, and POSTs that race its closes get 502 (TokenclockUpstreamKeepAliveShort); a burst is a restart.",
+    )
+    add(
+        series("short").with_target(
+            query("sum by (instance) (tokenclock_upstream_connections_open)", "{{instance}}", "A")
+        ),
+        12, 82, 12, 8, "Upstream connections open",
+        "Connections each sidecar's pool holds open to the model server. Over HTTP/1.1, one per request in flight plus those idle (up to pool_max_idle_per_host, for pool_idle_timeout); a count that follows the requests with no idle ones left means new connects on requests' paths (the upstream_connect phase). Over HTTP/2, each carries up to the upstream's SETTINGS_MAX_CONCURRENT_STREAMS: more than one means that limit was reached.",
     )
     return out
 

@@ -22,6 +22,9 @@ use tokio::{
 
 use crate::common::{self, h2::H2Upstream};
 
+/// The pool's connections open now.
+const OPEN: &str = "tokenclock_upstream_connections_open";
+
 /// The event each answer starts with.
 const EVENT: &[u8] = b"data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n";
 
@@ -123,6 +126,7 @@ async fn streams_past_an_http2_upstreams_limit_go_on_connections_of_their_own() 
         }
     }
     assert_eq!(upstream.accepted(), 3, "2 streams on each connection");
+    common::client::metric_soon(proxy.metrics_addr, OPEN, 3.0).await;
     release.send_replace(true);
     for client in open {
         assert_eq!(
@@ -296,6 +300,7 @@ async fn idle_http2_connections_go_after_the_pools_limits() {
         upstream.ended() == 3
     })
     .await;
+    common::client::metric_soon(proxy.metrics_addr, OPEN, 0.0).await;
     let client = started(proxy.addr, "/now").await.expect("a stream");
     assert_eq!(ended(client).await, Ok(true));
     assert_eq!(upstream.accepted(), 4);

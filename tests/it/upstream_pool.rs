@@ -224,7 +224,10 @@ async fn pool_idle_timeout_retires_a_connection() {
         upstream.closed() == 1
     })
     .await;
+    let open = "tokenclock_upstream_connections_open";
+    common::client::metric_soon(proxy.metrics_addr, open, 0.0).await;
     round_trip(proxy.addr, "/stream").await;
+    assert_eq!(metric(proxy.metrics_addr, open).await, 1.0, "idle, open");
     assert_eq!(upstream.accepted(), 2);
     let closed = metric(proxy.metrics_addr, IDLE_CLOSED).await;
     assert_eq!(closed, 0.0, "closed by the pool, not the upstream");

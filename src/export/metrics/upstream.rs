@@ -13,6 +13,7 @@ pub(super) struct UpstreamFamilies {
     probes: IntCounterVec,
     resends: IntCounter,
     idle_closed: IntCounter,
+    connections: IntGauge,
 }
 
 /// The upstream pools' series; cheap to clone.
@@ -23,6 +24,8 @@ pub(crate) struct UpstreamPoolMetrics {
     /// Pooled connections found closed by the upstream before
     /// `pool_idle_timeout`.
     pub idle_closed: IntCounter,
+    /// The pool's connections to the upstream open now.
+    pub connections: IntGauge,
     /// What the copies kept to send requests again to an HTTP/2 upstream
     /// may hold together (`tokenclock_upstream_replay_copy_bytes`, read
     /// from it at each scrape).
@@ -37,6 +40,7 @@ impl UpstreamPoolMetrics {
         Self {
             resends: counter("resends"),
             idle_closed: counter("idle_closed"),
+            connections: IntGauge::new("connections", "connections").expect("a valid gauge"),
             replay_copies: CaptureBudget::default(),
         }
     }
@@ -63,7 +67,12 @@ impl UpstreamFamilies {
             "tokenclock_upstream_idle_closed_total",
             "Pooled HTTP/1.1 connections found closed by the upstream while idle, before pool_idle_timeout. A steady rate means the upstream's keep-alive timeout is under pool_idle_timeout: a POST that races such a close gets 502 (it is never sent twice), so set pool_idle_timeout under it. An upstream restart closes them all at once; workers recycled after a number of requests close them too, which no pool_idle_timeout helps.",
         ))?;
+        let connections = IntGauge::with_opts(Opts::new(
+            "tokenclock_upstream_connections_open",
+            "Connections the proxy's pool holds open to the upstream now: over HTTP/1.1 those carrying a request and those idle; over HTTP/2 each carries up to the upstream's SETTINGS_MAX_CONCURRENT_STREAMS, and more open past it. The health probe's are not counted.",
+        ))?;
         registry.register(Box::new(healthy.clone()))?;
+        registry.register(Box::new(connections.clone()))?;
         registry.register(Box::new(probes.clone()))?;
         registry.register(Box::new(resends.clone()))?;
         registry.register(Box::new(idle_closed.clone()))?;
@@ -72,6 +81,7 @@ impl UpstreamFamilies {
             probes,
             resends,
             idle_closed,
+            connections,
         })
     }
 
@@ -80,6 +90,7 @@ impl UpstreamFamilies {
         UpstreamPoolMetrics {
             resends: self.resends.clone(),
             idle_closed: self.idle_closed.clone(),
+            connections: self.connections.clone(),
             replay_copies,
         }
     }

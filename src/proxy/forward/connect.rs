@@ -18,6 +18,7 @@ use hyper_util::{
     rt::TokioIo,
 };
 use pin_project_lite::pin_project;
+use prometheus::IntGauge;
 use tokio::{net::TcpStream, time::Instant};
 use tower::Service;
 
@@ -37,6 +38,24 @@ impl ConnectTiming {
     /// HTTP/2 request that joined a connect under way waited for its rest.
     pub(super) fn paid_by(self, request_start: Instant) -> Duration {
         (self.started + self.took).saturating_duration_since(request_start.max(self.started))
+    }
+}
+
+/// A connection counted in `tokenclock_upstream_connections_open` while it
+/// lives: held by what owns the socket, so it counts until the socket
+/// closes.
+pub(super) struct Counted(IntGauge);
+
+impl Counted {
+    pub(super) fn new(open: &IntGauge) -> Self {
+        open.inc();
+        Self(open.clone())
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }
 

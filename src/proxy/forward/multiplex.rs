@@ -50,9 +50,8 @@ use hyper::{
     client::conn::{http2, TrySendError},
 };
 use hyper_util::rt::{TokioExecutor, TokioTimer};
-use prometheus::IntCounter;
 
-use crate::{export::metrics::UpstreamPoolMetrics, measure::read::CaptureBudget};
+use crate::export::metrics::UpstreamPoolMetrics;
 use tokio::{sync::watch, time::Instant};
 use tower::Service;
 
@@ -62,7 +61,7 @@ use self::{
 };
 use super::{
     client::{Connector, UpstreamBody},
-    connect::{ConnectTiming, Stream, Timed},
+    connect::{ConnectTiming, Counted, Stream, Timed},
     pool,
 };
 
@@ -184,11 +183,10 @@ struct Shared {
     /// then `allowed` is a guess.
     known: AtomicBool,
     state: Mutex<State>,
-    /// Requests sent again (`tokenclock_upstream_resends_total`).
-    resends: IntCounter,
-    /// What the copies of requests' bodies kept to send again hold
-    /// together, up to [`REPLAY_TOTAL`].
-    copies: CaptureBudget,
+    /// Requests sent again (`tokenclock_upstream_resends_total`), the
+    /// connections open, and the budget of the copies of requests' bodies
+    /// kept to send again (up to [`REPLAY_TOTAL`] together).
+    metrics: UpstreamPoolMetrics,
 }
 
 #[derive(Default)]
@@ -341,8 +339,7 @@ impl Multiplex {
             allowed: AtomicUsize::new(ASSUMED_STREAMS),
             known: AtomicBool::new(false),
             state: Mutex::default(),
-            resends: metrics.resends.clone(),
-            copies: metrics.replay_copies.clone(),
+            metrics: metrics.clone(),
         });
         // Closes connections idle past the limits; without a runtime (unit
         // tests) they stay until the pool goes.
@@ -366,7 +363,7 @@ impl Multiplex {
         start: Instant,
     ) -> Result<Sent, MultiplexError> {
         let (head, body) = request.into_parts();
-        let (body, replay) = Outbound::new(body, &self.shared.copies);
+        let (body, replay) = Outbound::new(body, &self.shared.metrics.replay_copies);
         // The head, kept to send the request again (`replay`).
         let mut request = Request::from_parts(head.clone(), body);
         let (mut tries, mut replays) = (0, 0);
@@ -447,7 +444,7 @@ impl Multiplex {
                         stream.0.closed.store(true, Ordering::Release);
                     }
                     tracing::debug!(error = %e, "An HTTP/2 upstream did not process a request; sent again.");
-                    self.shared.resends.inc();
+                    self.shared.metrics.resends.inc();
                     request = Request::from_parts(head.clone(), again);
                     replays += 1;
                 }
@@ -680,7 +677,8 @@ impl Shared {
             .load(Ordering::Acquire)
             .clamp(1, ASSUMED_STREAMS);
         let (heard, _) = watch::channel(Hearing::Waiting);
-        let io = Heard::new(io.into_inner(), heard.clone());
+        let open = Counted::new(&self.metrics.connections);
+        let io = Heard::new(io.into_inner(), heard.clone(), open);
         let (sender, connection) = self
             .builder
             .clone()

@@ -53,7 +53,7 @@ use tower::Service;
 
 use super::{
     client::{Connector, UpstreamBody},
-    connect::{Stream, Timed},
+    connect::{Counted, Stream, Timed},
 };
 use crate::proxy::upgrade::Asked;
 use crate::proxy::wire::{
@@ -131,6 +131,7 @@ struct Conn {
     /// pool in a few words.
     io: TokioIo<Stream>,
     buf: BytesMut,
+    _open: Counted,
 }
 
 /// A request encoded for the pool ([`Pool::encode`]): its head written
@@ -320,6 +321,7 @@ impl Pool {
         let conn = Conn {
             io: TokioIo::new(io.into_inner()),
             buf: BytesMut::new(),
+            _open: Counted::new(&self.shared.metrics.connections),
         };
         Ok((conn, took))
     }

@@ -132,6 +132,20 @@ pub async fn metric(metrics: SocketAddr, series: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// Waits up to 10 s for the series `series` on the `/metrics` of
+/// `metrics` to read `want`; panics with the last value if it never does.
+pub async fn metric_soon(metrics: SocketAddr, series: &str, want: f64) {
+    let mut last = f64::NAN;
+    for _ in 0..100 {
+        last = metric(metrics, series).await;
+        if last == want {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("{series} is {last}, not {want}");
+}
+
 /// `tokenclock_requests_total` summed over every series with this `code`
 /// and `outcome`, on the `/metrics` of `metrics`.
 pub async fn requests_with(metrics: SocketAddr, code: u16, outcome: &str) -> f64 {

@@ -20,7 +20,7 @@ use std::{
 use hyper::rt::{Read, ReadBuf, ReadBufCursor, Write};
 use tokio::sync::watch;
 
-use super::super::connect::Stream;
+use super::super::connect::{Counted, Stream};
 
 /// The most bytes a read takes while the first frame is watched.
 const WATCHED_READ: usize = 512;
@@ -30,6 +30,8 @@ pub(super) struct Heard {
     io: Stream,
     first: First,
     heard: watch::Sender<Hearing>,
+    /// Counted open until h2 drops the connection.
+    _open: Counted,
 }
 
 /// What a connection has heard of the upstream's limit.
@@ -58,12 +60,14 @@ enum First {
 }
 
 impl Heard {
-    /// `io`, telling `heard` once the upstream's first frame is applied.
-    pub(super) fn new(io: Stream, heard: watch::Sender<Hearing>) -> Self {
+    /// `io`, telling `heard` once the upstream's first frame is applied,
+    /// counted `open` while it lives.
+    pub(super) fn new(io: Stream, heard: watch::Sender<Hearing>, open: Counted) -> Self {
         Self {
             io,
             first: First::Header([0; 9], 0),
             heard,
+            _open: open,
         }
     }
 

@@ -30,6 +30,9 @@ async fn connected() -> (Conn, TcpStream) {
     let conn = Conn {
         io: TokioIo::new(io),
         buf: BytesMut::new(),
+        _open: super::Counted::new(
+            &crate::export::metrics::UpstreamPoolMetrics::unexported().connections,
+        ),
     };
     (conn, peer)
 }
