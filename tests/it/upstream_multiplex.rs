@@ -339,9 +339,10 @@ async fn echoed(proxy: &common::Proxy, len: usize) {
 }
 
 /// An upstream that reads each request's body whole, then resets its
-/// stream `REFUSED_STREAM` while `refusals` says to (counting down), or
-/// answers with the body it read; `streams` counts the streams it had.
-async fn refusing(refusals: usize) -> (H2Upstream, Arc<AtomicUsize>) {
+/// stream `REFUSED_STREAM` while `refusals` says to (counting down; `at_head`:
+/// as the head arrives, before it reads the body), or answers with the
+/// body it read; `streams` counts the streams it had.
+async fn refusing(refusals: usize, at_head: bool) -> (H2Upstream, Arc<AtomicUsize>) {
     let (refusals, streams) = (
         Arc::new(AtomicUsize::new(refusals)),
         Arc::new(AtomicUsize::new(0)),
@@ -351,15 +352,23 @@ async fn refusing(refusals: usize) -> (H2Upstream, Arc<AtomicUsize>) {
         let (refusals, seen) = (refusals.clone(), seen.clone());
         async move {
             seen.fetch_add(1, Ordering::SeqCst);
+            let refuse = |refusals: &AtomicUsize| {
+                let left = |n: usize| n.checked_sub(1);
+                refusals
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, left)
+                    .is_ok()
+            };
+            if at_head && refuse(&refusals) {
+                respond.send_reset(h2::Reason::REFUSED_STREAM);
+                return;
+            }
             let mut body = request.into_body();
             let mut read = Vec::new();
             while let Some(Ok(data)) = body.data().await {
                 let _ = body.flow_control().release_capacity(data.len());
                 read.extend_from_slice(&data);
             }
-            let refuse =
-                refusals.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
-            if refuse.is_ok() {
+            if !at_head && refuse(&refusals) {
                 respond.send_reset(h2::Reason::REFUSED_STREAM);
                 return;
             }
@@ -379,7 +388,7 @@ async fn refusing(refusals: usize) -> (H2Upstream, Arc<AtomicUsize>) {
 /// (hyper keeps no request it began to send).
 #[tokio::test]
 async fn a_refused_stream_is_sent_again_whole() {
-    let (upstream, streams) = refusing(1).await;
+    let (upstream, streams) = refusing(1, false).await;
     let proxy = common::proxy(upstream.addr, "upstream_protocol = \"http2\"").await;
     echoed(&proxy, 20_000).await;
     assert_eq!(streams.load(Ordering::SeqCst), 2);
@@ -392,16 +401,51 @@ async fn a_refused_stream_is_sent_again_whole() {
     assert_eq!(limit, 32.0 * 1024.0 * 1024.0);
 }
 
+/// A stream refused as its head arrives, before the proxy had read a byte
+/// of the body (here the client sends it 300 ms after its head; under
+/// load, most refusals find hyper yet to read it): the request is sent
+/// again, body and all, whatever its size, since nothing of it was sent.
+/// Until the body was kept with the request, not in the stream's pipe,
+/// such a body went with the failed stream: `502`.
+#[tokio::test]
+async fn a_stream_refused_before_its_body_came_is_sent_again_whole() {
+    let (upstream, streams) = refusing(1, true).await;
+    let proxy = common::proxy(upstream.addr, "upstream_protocol = \"http2\"").await;
+    let body = Bytes::from(vec![b'x'; 300_000]);
+    let late = body.clone();
+    let frames = futures_util::stream::once(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        Ok::<_, std::convert::Infallible>(http_body::Frame::data(late))
+    });
+    let request = http::Request::post("/v1/completions")
+        .body(http_body_util::StreamBody::new(frames))
+        .expect("request");
+    let answer = async {
+        let response = common::client::send(proxy.addr, request).await?;
+        common::client::collect(response).await
+    };
+    let answer = tokio::time::timeout(Duration::from_secs(10), answer).await;
+    let answer = answer.expect("answered").expect("read");
+    assert_eq!(answer.status, 200, "{:?}", answer.error_type());
+    assert!(answer.body() == body, "the upstream read the body whole");
+    assert_eq!(streams.load(Ordering::SeqCst), 2);
+}
+
 /// An upstream that refuses every stream gets each request three times
 /// (sent again twice), then the client a `502` `upstream_unavailable`: an
 /// upstream that could not take the request, not a failure of one it had.
 #[tokio::test]
 async fn a_stream_refused_again_and_again_is_a_request_the_upstream_never_had() {
-    let (upstream, streams) = refusing(usize::MAX).await;
+    let (upstream, streams) = refusing(usize::MAX, false).await;
     let proxy = common::proxy(upstream.addr, "upstream_protocol = \"http2\"").await;
     let (answer, _) = post(&proxy, 100).await;
     assert_eq!(answer.status, 502);
     assert_eq!(answer.error_type(), "upstream_unavailable");
+    let message = String::from_utf8_lossy(&answer.body()).into_owned();
+    assert!(
+        message.contains("refused the stream (REFUSED_STREAM)"),
+        "{message}"
+    );
     assert_eq!(streams.load(Ordering::SeqCst), 3);
 }
 
@@ -409,7 +453,7 @@ async fn a_stream_refused_again_and_again_is_a_request_the_upstream_never_had() 
 /// refused stream is a `502` `upstream_unavailable`, sent once.
 #[tokio::test]
 async fn a_refused_stream_with_a_body_past_the_copy_limit_is_not_sent_again() {
-    let (upstream, streams) = refusing(1).await;
+    let (upstream, streams) = refusing(1, false).await;
     let proxy = common::proxy(upstream.addr, "upstream_protocol = \"http2\"").await;
     let (answer, _) = post(&proxy, 256 * 1024 + 1).await;
     assert_eq!(answer.status, 502);
@@ -417,13 +461,13 @@ async fn a_refused_stream_with_a_body_past_the_copy_limit_is_not_sent_again() {
     assert_eq!(streams.load(Ordering::SeqCst), 1);
 }
 
-/// An upstream on raw frames whose first connection reads a request whole
-/// and then says `GOAWAY` naming `last` as the last stream it processes
-/// (0: a server rotating its connection as the request crossed its
-/// `GOAWAY`; 1: the request's stream, which it had), and closes; later
-/// connections answer each request with the body they read. Returns its
-/// address and the HTTP/2 connections it had.
-async fn going_away_once(last: u32) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
+/// An upstream on raw frames whose first `times` connections each read a
+/// request whole and then say `GOAWAY` naming `last` as the last stream
+/// they process (0: a server rotating its connection as the request
+/// crossed its `GOAWAY`; 1: the request's stream, which it had), and
+/// close; later connections answer each request with the body they read.
+/// Returns its address and the HTTP/2 connections it had.
+async fn going_away(last: u32, times: usize) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
     use common::h2::raw::{self, frame, DATA, END_HEADERS, END_STREAM, GOAWAY, HEADERS, SETTINGS};
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
@@ -438,7 +482,7 @@ async fn going_away_once(last: u32) -> (std::net::SocketAddr, Arc<AtomicUsize>) 
                 if tcp.read_exact(&mut preface).await.is_err() {
                     return;
                 }
-                let first = counted.fetch_add(1, Ordering::SeqCst) == 0;
+                let first = counted.fetch_add(1, Ordering::SeqCst) < times;
                 let _ = tcp.write_all(&frame(SETTINGS, 0, 0, &[])).await;
                 let mut body = Vec::new();
                 while let Some((kind, flags, id, payload)) = raw::read(&mut tcp).await {
@@ -495,7 +539,7 @@ async fn going_away_once(last: u32) -> (std::net::SocketAddr, Arc<AtomicUsize>) 
 /// `upstream_error`.
 #[tokio::test]
 async fn a_stream_past_an_upstreams_goaway_is_sent_again_on_a_new_connection() {
-    let (upstream, connections) = going_away_once(0).await;
+    let (upstream, connections) = going_away(0, 1).await;
     let proxy = common::proxy(upstream, "upstream_protocol = \"http2\"").await;
     echoed(&proxy, 20_000).await;
     assert_eq!(connections.load(Ordering::SeqCst), 2);
@@ -511,7 +555,7 @@ async fn a_stream_past_an_upstreams_goaway_is_sent_again_on_a_new_connection() {
 /// never sent again (the model may have begun to generate).
 #[tokio::test]
 async fn a_stream_an_upstreams_goaway_names_as_processed_is_not_sent_again() {
-    let (upstream, connections) = going_away_once(1).await;
+    let (upstream, connections) = going_away(1, 1).await;
     let proxy = common::proxy(upstream, "upstream_protocol = \"http2\"").await;
     let (answer, _) = post(&proxy, 20_000).await;
     assert_eq!(answer.status, 502);
@@ -519,4 +563,17 @@ async fn a_stream_an_upstreams_goaway_names_as_processed_is_not_sent_again() {
     assert_eq!(connections.load(Ordering::SeqCst), 1);
     let resends = common::client::metric(proxy.metrics_addr, "tokenclock_upstream_resends_total");
     assert_eq!(resends.await, 0.0);
+}
+
+/// An upstream that rotates its connections under load fails the streams
+/// that moved to the next one too: a stream past a `GOAWAY` is sent again
+/// up to 6 times (a refused one twice), each on a new connection.
+#[tokio::test]
+async fn a_stream_past_goaway_after_goaway_is_sent_again_on_each_new_connection() {
+    let (upstream, connections) = going_away(0, 5).await;
+    let proxy = common::proxy(upstream, "upstream_protocol = \"http2\"").await;
+    echoed(&proxy, 100).await;
+    assert_eq!(connections.load(Ordering::SeqCst), 6);
+    let resends = common::client::metric(proxy.metrics_addr, "tokenclock_upstream_resends_total");
+    assert_eq!(resends.await, 5.0);
 }

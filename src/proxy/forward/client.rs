@@ -205,7 +205,10 @@ impl Unanswered {
             Self::Multiplex(MultiplexError::Connect(e)) => {
                 ProxyError::from_connect(e.as_ref(), connect_timeout)
             }
-            Self::Multiplex(e) if e.never_sent() => ProxyError::from_connect(&e, connect_timeout),
+            Self::Multiplex(e) if e.never_sent() => match e.unprocessed() {
+                Some(why) => ProxyError::Unprocessed(why),
+                None => ProxyError::from_connect(&e, connect_timeout),
+            },
             Self::Multiplex(e) => ProxyError::from_upstream(&e),
         }
     }

@@ -20,6 +20,10 @@ pub(crate) enum ProxyError {
     /// The upstream refused or could not be reached.
     #[error("cannot connect to the upstream: {0}")]
     Unavailable(String),
+    /// An HTTP/2 upstream said it did not process the request, as often
+    /// as it could be sent (or it could not be sent again).
+    #[error("the upstream did not process the request: {0}")]
+    Unprocessed(String),
     /// The TCP or TLS connect did not finish within `connect_timeout`.
     #[error("connecting to the upstream timed out after {0:?}")]
     ConnectTimeout(Duration),
@@ -83,6 +87,7 @@ impl ProxyError {
         !matches!(
             self,
             Self::Unavailable(_)
+                | Self::Unprocessed(_)
                 | Self::ConnectTimeout(_)
                 | Self::BadRequest(_)
                 | Self::MethodNotAllowed
@@ -96,9 +101,10 @@ impl ProxyError {
     pub(crate) fn outcome(&self) -> Outcome {
         match self {
             Self::ConnectTimeout(_) | Self::HeaderTimeout(_) => Outcome::Timeout,
-            Self::Unavailable(_) | Self::Upstream(_) | Self::UnsolicitedUpgrade => {
-                Outcome::UpstreamError
-            }
+            Self::Unavailable(_)
+            | Self::Unprocessed(_)
+            | Self::Upstream(_)
+            | Self::UnsolicitedUpgrade => Outcome::UpstreamError,
             Self::BadRequest(_)
             | Self::MethodNotAllowed
             | Self::TransferCoding
@@ -112,9 +118,10 @@ impl ProxyError {
     /// The status the client receives.
     pub(crate) fn status(&self) -> StatusCode {
         match self {
-            Self::Unavailable(_) | Self::Upstream(_) | Self::UnsolicitedUpgrade => {
-                StatusCode::BAD_GATEWAY
-            }
+            Self::Unavailable(_)
+            | Self::Unprocessed(_)
+            | Self::Upstream(_)
+            | Self::UnsolicitedUpgrade => StatusCode::BAD_GATEWAY,
             Self::ConnectTimeout(_) | Self::HeaderTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::TransferCoding => StatusCode::NOT_IMPLEMENTED,
@@ -127,7 +134,7 @@ impl ProxyError {
     /// The `error.type` of the JSON body, stable for clients to match on.
     pub(crate) fn kind(&self) -> &'static str {
         match self {
-            Self::Unavailable(_) => "upstream_unavailable",
+            Self::Unavailable(_) | Self::Unprocessed(_) => "upstream_unavailable",
             Self::ConnectTimeout(_) | Self::HeaderTimeout(_) => "upstream_timeout",
             Self::Upstream(_) | Self::UnsolicitedUpgrade => "upstream_error",
             Self::MethodNotAllowed => "method_not_allowed",

@@ -84,11 +84,14 @@ const ASSUMED_STREAMS: usize = 100;
 /// none.
 const RETRIES: usize = 6;
 
-/// Times a request the upstream did not process (a stream it refused, or
-/// one past its `GOAWAY`'s last) is sent again, at once, as Go's client
-/// does its first time: a connection going away has left the pool, and
-/// one that refuses over and over is answered `502` soon.
-const REPLAYS: usize = 2;
+/// Times a request whose stream the upstream refused (`REFUSED_STREAM`:
+/// not processed) is sent again, at once, as Go's client does its first
+/// time: an upstream that refuses over and over is answered `502` soon.
+/// One past a `GOAWAY`'s last stream is sent again up to [`RETRIES`]
+/// times: its connection has left the pool, and an upstream that rotates
+/// connections every few streams under load fails the requests that moved
+/// to the next one again, not because it cannot take them.
+const REFUSALS: usize = 2;
 
 /// Why a request got no response head.
 #[derive(Debug, thiserror::Error)]
@@ -118,6 +121,22 @@ impl MultiplexError {
             Self::Stream(e) => e.is_canceled() || unprocessed(e),
             _ => true,
         }
+    }
+
+    /// Why the upstream did not process the request, if it said so.
+    pub(super) fn unprocessed(&self) -> Option<String> {
+        let Self::Stream(e) = self else {
+            return None;
+        };
+        let h2 = h2_error(e).filter(|_| unprocessed(e))?;
+        let reason = h2
+            .reason()
+            .map_or_else(String::new, |r| format!(" ({r:?})"));
+        Some(if h2.is_go_away() {
+            format!("its connection went away (GOAWAY{reason}) before it took the stream")
+        } else {
+            "it refused the stream (REFUSED_STREAM)".to_owned()
+        })
     }
 
     /// This error, for another request that waited for the same connect.
@@ -366,11 +385,11 @@ impl Multiplex {
         let (body, replay) = Outbound::new(body, &self.shared.metrics.replay_copies);
         // The head, kept to send the request again (`replay`).
         let mut request = Request::from_parts(head.clone(), body);
-        let (mut tries, mut replays) = (0, 0);
+        let (mut tries, mut refusals, mut goaways) = (0, 0, 0);
         loop {
             if tries > 3 * RETRIES {
                 // Looked too often: every connection went before it.
-                request.body_mut().read_what_came();
+                replay.read_what_came();
                 return Err(MultiplexError::Closed);
             }
             let handed = match self.shared.find(tries >= RETRIES) {
@@ -386,7 +405,7 @@ impl Multiplex {
                     Waited::Failed(e) => {
                         // Not sent: what of its body came is read, for its
                         // model and size.
-                        request.body_mut().read_what_came();
+                        replay.read_what_came();
                         return Err(e.shared());
                     }
                 },
@@ -424,21 +443,28 @@ impl Multiplex {
                     request = unsent;
                     tries += 1;
                 }
-                Some(mut unsent) => {
-                    unsent.body_mut().read_what_came();
+                Some(_) => {
+                    replay.read_what_came();
                     return Err(MultiplexError::Closed);
                 }
-                // Sent, and not processed: sent again, whole, if it was
-                // copied whole.
-                None if unprocessed(&e) && replays < REPLAYS => {
+                // Sent, and not processed: sent again, if what its body
+                // sent is copied.
+                None if unprocessed(&e) => {
                     let go_away = go_away(&e);
+                    let (count, limit) = if go_away {
+                        (&mut goaways, RETRIES)
+                    } else {
+                        (&mut refusals, REFUSALS)
+                    };
                     // A `GOAWAY` may fail a stream it did not name before
                     // hyper began to pipe its body ([`replay::Replay::piped`]):
                     // such a stream is sent again only if that is safe.
                     let safe = !go_away || replay.piped() || head.method.is_idempotent();
-                    let Some(again) = replay.again().filter(|_| safe) else {
+                    let again = (*count < limit && safe).then(|| replay.again()).flatten();
+                    let Some(again) = again else {
                         return Err(MultiplexError::Stream(e));
                     };
+                    *count += 1;
                     if go_away {
                         // The connection takes no more streams.
                         stream.0.closed.store(true, Ordering::Release);
@@ -446,7 +472,6 @@ impl Multiplex {
                     tracing::debug!(error = %e, "An HTTP/2 upstream did not process a request; sent again.");
                     self.shared.metrics.resends.inc();
                     request = Request::from_parts(head.clone(), again);
-                    replays += 1;
                 }
                 None => return Err(MultiplexError::Stream(e)),
             }

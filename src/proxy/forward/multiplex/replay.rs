@@ -13,15 +13,21 @@
 //! where a client connecting directly (Go's client, which keeps a way to
 //! read the body again) would have sent it again.
 //!
-//! What is kept: the body's bytes, copied into one buffer (a request's
-//! body is small next to its answer: a chat's messages), and its
-//! trailers; up to [`REPLAY_LIMIT`] bytes, and up to [`REPLAY_TOTAL`]
-//! for all requests together (a copy is held while its request waits for
-//! its head: through the upstream's queue and prefill, and for an answer
-//! that is not streamed, through the whole generation). A body past
-//! either, or one not yet whole when its stream failed (a client still
-//! uploading), is not sent again. The copy is dropped as soon as the
-//! answer's head comes.
+//! The client's body is not given to hyper: hyper gets an [`Outbound`],
+//! which reads it from the [`Record`] the request keeps, so that a stream
+//! that fails leaves what the body has not sent yet with the request (an
+//! upstream refuses a stream as its head arrives, before hyper has read a
+//! byte of the body: most refusals and `GOAWAY`s under load). What the
+//! body has sent is copied, bytes into one buffer (a request's body is
+//! small next to its answer: a chat's messages) and its trailers, up to
+//! [`REPLAY_LIMIT`] bytes, and up to [`REPLAY_TOTAL`] for all requests
+//! together (a copy is held while its request waits for its head: through
+//! the upstream's queue and prefill, and for an answer that is not
+//! streamed, through the whole generation). Sent again, a request sends
+//! the copy, then the rest of the body as it comes. A request whose body
+//! had sent more than its copy holds is not sent again. The copy is
+//! dropped as soon as the answer's head comes; the body goes on being
+//! sent.
 
 use std::{
     pin::Pin,
@@ -46,94 +52,97 @@ pub(crate) const REPLAY_LIMIT: usize = 256 * 1024;
 /// about 1,600 chats of 20 KiB.
 pub(crate) const REPLAY_TOTAL: usize = 32 * 1024 * 1024;
 
-/// The body hyper sends upstream: the client's, copied as it goes, or,
-/// sent again, the copy.
-pub(crate) enum Outbound<B = UpstreamBody> {
-    /// The client's body, copied into the record its request keeps.
-    Live(B, Arc<Mutex<Record>>),
-    /// The copy, sent again: its data, then its trailers, each taken as
-    /// sent (boxed: hyper's queue of requests holds 32 bodies inline per
-    /// connection).
-    Again(Box<Again>),
+/// The body hyper sends upstream for one attempt at a request: the
+/// client's, read from its [`Record`], after what an earlier attempt sent
+/// (the copy). Two words: hyper's queue of requests holds 32 bodies inline
+/// per connection.
+pub(crate) struct Outbound<B = UpstreamBody> {
+    record: Arc<Mutex<Record<B>>>,
+    /// Which attempt this is. Once its stream has failed and the request
+    /// is sent again, the pipe hyper may still run for it reads no more.
+    attempt: u32,
 }
 
-/// What a body sent again has left to send.
-pub(crate) struct Again {
-    data: Option<Bytes>,
-    trailers: Option<HeaderMap>,
-    /// The client's body said its exact size: so does this one.
-    exact: bool,
-}
-
-/// A copy of what the client's body sent, shared by the body hyper
-/// polls and the request that may send it again.
-pub(crate) struct Record {
+/// The client's body, what it sent, and what the current attempt has
+/// still to send of it; shared by the request and the attempt's body.
+pub(crate) struct Record<B> {
+    /// The client's body; not read once it has ended.
+    source: B,
+    attempt: u32,
+    /// Sent again: the copy, still to send before the rest of the body.
+    pending: Option<Bytes>,
+    /// Sent again after the body ended with trailers: they are still to
+    /// send.
+    pending_trailers: bool,
+    /// What the body sent, while `copy` is [`Copy::Copying`].
     data: BytesMut,
-    /// The whole body, once it ended: `data`, frozen, to be sent again
-    /// as often as asked without a copy.
-    whole: Option<Bytes>,
+    /// The trailers it ended with.
     trailers: Option<HeaderMap>,
-    state: Recorded,
-    /// The share of the pool's [`REPLAY_TOTAL`] that the copy holds (as
-    /// allocated).
+    copy: Copy,
+    /// Whether any frame was read from the body.
+    read: bool,
+    ended: bool,
+    /// The share of [`REPLAY_TOTAL`] that `data` holds (as allocated).
     held: Option<Held>,
-    /// The body's length, when its head says it: the copy's capacity,
-    /// and said again when it is sent again (hyper writes a
-    /// `content-length` for a body of exact size).
+    /// The body's length, when its head said it: the copy's capacity.
     length: Option<u64>,
-    /// hyper polled the body: its stream was open and its pipe began.
+    /// The body said its exact size: each attempt says what is left of
+    /// it, hyper writes a `content-length` from that, and a body that
+    /// did not say one gets none.
+    exact: bool,
+    /// hyper polled the current attempt's body: its stream was open.
     piped: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Recorded {
-    /// The body is being sent and copied.
-    Partly,
-    /// The body ended and all of it is in the copy.
-    Whole,
-    /// No copy: past [`REPLAY_LIMIT`] or [`REPLAY_TOTAL`], the body
-    /// failed, or its answer's head came.
-    Dropped,
+enum Copy {
+    /// All the body has sent is in `data`.
+    Copying,
+    /// Not copied (past [`REPLAY_LIMIT`] or the budget, or the body
+    /// failed): sent again only if it sent nothing.
+    Not,
+    /// The answer's head came: no more copies.
+    Done,
 }
 
-/// The request's handle on its body's copy; the copy goes with it.
-pub(crate) struct Replay {
-    copy: Arc<Mutex<Record>>,
+/// The request's handle on its body and its copy; the copy goes with it.
+pub(crate) struct Replay<B = UpstreamBody> {
+    record: Arc<Mutex<Record<B>>>,
 }
 
 // === impl Outbound ===
 
 impl<B: Body> Outbound<B> {
     /// `body`, to be copied as it is sent, taking from `budget` as the
-    /// copy grows, and the handle that sends the copy again.
-    pub(crate) fn new(body: B, budget: &CaptureBudget) -> (Self, Replay) {
+    /// copy grows, and the handle that sends it again.
+    pub(crate) fn new(body: B, budget: &CaptureBudget) -> (Self, Replay<B>) {
         let hint = body.size_hint();
         // A body longer than a copy holds is not copied at all.
-        let state = if hint.lower() > REPLAY_LIMIT as u64 {
-            Recorded::Dropped
+        let copy = if hint.lower() > REPLAY_LIMIT as u64 {
+            Copy::Not
         } else {
-            Recorded::Partly
+            Copy::Copying
         };
-        let copy = Arc::new(Mutex::new(Record {
+        let record = Arc::new(Mutex::new(Record {
+            source: body,
+            attempt: 0,
+            pending: None,
+            pending_trailers: false,
             data: BytesMut::new(),
-            whole: None,
             trailers: None,
-            state,
+            copy,
+            read: false,
+            ended: false,
             held: Some(budget.holder()),
             length: hint.exact(),
+            exact: hint.exact().is_some(),
             piped: false,
         }));
-        (Self::Live(body, copy.clone()), Replay { copy })
-    }
-}
-
-impl Outbound {
-    /// Reads what of the client's body has come, when the request will
-    /// not be sent ([`read_what_came`]).
-    pub(crate) fn read_what_came(&mut self) {
-        if let Self::Live(body, _) = self {
-            read_what_came(body);
-        }
+        let outbound = Self {
+            record: record.clone(),
+            attempt: 0,
+        };
+        (outbound, Replay { record })
     }
 }
 
@@ -145,86 +154,100 @@ where
     type Error = B::Error;
 
     fn poll_frame(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        let (body, copy) = match &mut *self {
-            Self::Live(body, copy) => (body, copy),
-            Self::Again(again) => {
-                let frame = match again.data.take() {
-                    Some(data) => Some(Frame::data(data)),
-                    None => again.trailers.take().map(Frame::trailers),
-                };
-                return Poll::Ready(frame.map(Ok));
-            }
-        };
-        let polled = Pin::new(&mut *body).poll_frame(cx);
-        let mut copy = lock(copy);
-        copy.piped = true;
+        let mut record = lock(&self.record);
+        if record.attempt != self.attempt {
+            // Retired: its stream failed, and another sends the body.
+            return Poll::Ready(None);
+        }
+        record.piped = true;
+        if let Some(data) = record.pending.take() {
+            return Poll::Ready(Some(Ok(Frame::data(data))));
+        }
+        if record.ended {
+            let trailers = std::mem::take(&mut record.pending_trailers)
+                .then(|| record.trailers.clone())
+                .flatten();
+            return Poll::Ready(trailers.map(|t| Ok(Frame::trailers(t))));
+        }
+        let polled = Pin::new(&mut record.source).poll_frame(cx);
         if let Poll::Ready(frame) = &polled {
             match frame {
-                Some(Ok(frame)) => copy.keep(frame),
-                Some(Err(_)) => copy.drop_it(),
-                None => copy.end(),
+                Some(Ok(frame)) => record.keep(frame),
+                Some(Err(_)) => record.not_copied(),
+                None => record.ended = true,
             }
-            if body.is_end_stream() {
-                copy.end();
-            }
+        }
+        if record.source.is_end_stream() {
+            record.ended = true;
         }
         polled
     }
 
     /// hyper asks before it polls: a body that says it ended is never
     /// polled to its end (a bodiless request, or the last frame of one
-    /// with a length), so its copy is whole when it says so.
+    /// with a length).
     fn is_end_stream(&self) -> bool {
-        match self {
-            Self::Live(body, copy) => {
-                let ended = body.is_end_stream();
-                if ended {
-                    lock(copy).end();
-                }
-                ended
-            }
-            Self::Again(again) => again.data.is_none() && again.trailers.is_none(),
+        let mut record = lock(&self.record);
+        if record.attempt != self.attempt {
+            return true;
         }
+        if record.pending.is_some() {
+            return false;
+        }
+        if record.ended {
+            return !(record.pending_trailers && record.trailers.is_some());
+        }
+        let ended = record.source.is_end_stream();
+        record.ended |= ended;
+        ended
     }
 
     fn size_hint(&self) -> SizeHint {
-        match self {
-            Self::Live(body, _) => body.size_hint(),
-            Self::Again(again) => {
-                let left = again.data.as_ref().map_or(0, |d| d.len() as u64);
-                if again.exact {
-                    SizeHint::with_exact(left)
-                } else {
-                    let mut hint = SizeHint::new();
-                    hint.set_lower(left);
-                    hint
-                }
-            }
+        let record = lock(&self.record);
+        if record.attempt != self.attempt {
+            return SizeHint::with_exact(0);
         }
+        let pending = record.pending.as_ref().map_or(0, |d| d.len() as u64);
+        let rest = if record.ended {
+            SizeHint::with_exact(0)
+        } else {
+            record.source.size_hint()
+        };
+        let mut hint = SizeHint::new();
+        if let Some(upper) = rest.upper().filter(|_| record.exact) {
+            hint.set_upper(pending.saturating_add(upper));
+        }
+        hint.set_lower(pending.saturating_add(rest.lower()));
+        hint
     }
 }
 
 // === impl Record ===
 
-impl Record {
+impl<B> Record<B> {
+    /// Copies `frame`, read from the body.
     fn keep(&mut self, frame: &Frame<Bytes>) {
-        if self.state != Recorded::Partly {
+        if let Some(trailers) = frame.trailers_ref() {
+            self.trailers = Some(trailers.clone());
+            self.ended = true;
             return;
         }
-        if let Some(data) = frame.data_ref() {
-            let needed = self.data.len() + data.len();
-            if needed > REPLAY_LIMIT || !self.room_for(needed) {
-                self.drop_it();
-                return;
-            }
-            self.data.extend_from_slice(data);
-        } else if let Some(trailers) = frame.trailers_ref() {
-            self.trailers = Some(trailers.clone());
-            self.end();
+        let Some(data) = frame.data_ref().filter(|d| !d.is_empty()) else {
+            return;
+        };
+        self.read = true;
+        if self.copy != Copy::Copying {
+            return;
         }
+        let needed = self.data.len() + data.len();
+        if needed > REPLAY_LIMIT || !self.room_for(needed) {
+            self.not_copied();
+            return;
+        }
+        self.data.extend_from_slice(data);
     }
 
     /// Makes room in `data` for `needed` bytes (at most [`REPLAY_LIMIT`]),
@@ -253,59 +276,73 @@ impl Record {
         taken
     }
 
-    fn end(&mut self) {
-        if self.state == Recorded::Partly {
-            self.state = Recorded::Whole;
-            self.whole = Some(std::mem::take(&mut self.data).freeze());
-        }
+    /// The body is not copied (any more), and its share of the budget is
+    /// given back.
+    fn not_copied(&mut self) {
+        self.read = true;
+        self.let_go(Copy::Not);
     }
 
-    fn drop_it(&mut self) {
+    fn let_go(&mut self, copy: Copy) {
+        if self.copy == Copy::Copying {
+            self.copy = copy;
+        }
         self.data = BytesMut::new();
-        self.whole = None;
-        self.trailers = None;
-        self.state = Recorded::Dropped;
-        // The budget's share given back.
         self.held = None;
     }
 }
 
 // === impl Replay ===
 
-impl Replay {
-    /// The body to send again: the copy, if the whole body was copied.
-    pub(crate) fn again<B>(&self) -> Option<Outbound<B>> {
-        let copy = lock(&self.copy);
-        let whole = copy
-            .whole
-            .as_ref()
-            .filter(|_| copy.state == Recorded::Whole)?;
-        Some(Outbound::Again(Box::new(Again {
-            data: Some(whole.clone()).filter(|data| !data.is_empty()),
-            trailers: copy.trailers.clone(),
-            exact: copy.length.is_some(),
-        })))
-    }
-
-    /// Whether hyper began to send the body: its stream was open. A
-    /// `GOAWAY` that hyper reads between opening a stream and its next
-    /// look at the connection fails that stream whatever the last stream
-    /// it names (`ClientTask::poll`), so a stream it never began to pipe
-    /// may have been processed.
-    pub(crate) fn piped(&self) -> bool {
-        lock(&self.copy).piped
-    }
-
-    /// The answer's head came: the request will not be sent again, and
-    /// what was copied (and what is still to come) is let go.
-    pub(crate) fn forget(&self) {
-        lock(&self.copy).drop_it();
+impl<B: Body<Data = Bytes> + Unpin> Replay<B> {
+    /// The body to send again, if it can be: it sent nothing yet, or all
+    /// it sent is copied. The attempt before is retired.
+    pub(crate) fn again(&self) -> Option<Outbound<B>> {
+        let mut record = lock(&self.record);
+        if record.read && record.copy != Copy::Copying {
+            return None;
+        }
+        record.attempt += 1;
+        record.piped = false;
+        record.pending = Some(Bytes::copy_from_slice(&record.data)).filter(|d| !d.is_empty());
+        record.pending_trailers = record.ended && record.trailers.is_some();
+        Some(Outbound {
+            record: self.record.clone(),
+            attempt: record.attempt,
+        })
     }
 }
 
-/// The request is done with its copy, however it ended; the body hyper
-/// may still hold copies no more.
-impl Drop for Replay {
+impl<B> Replay<B> {
+    /// Whether hyper began to send the current attempt's body: its stream
+    /// was open. A `GOAWAY` that hyper reads between opening a stream and
+    /// its next look at the connection fails that stream whatever the
+    /// last stream it names (`ClientTask::poll`), so a stream it never
+    /// began to pipe may have been processed.
+    pub(crate) fn piped(&self) -> bool {
+        lock(&self.record).piped
+    }
+
+    /// The answer's head came: the request will not be sent again, and
+    /// what was copied is let go (the body goes on being sent).
+    pub(crate) fn forget(&self) {
+        lock(&self.record).let_go(Copy::Done);
+    }
+}
+
+impl Replay {
+    /// Reads what of the client's body has come, when the request will
+    /// not be sent ([`read_what_came`]).
+    pub(crate) fn read_what_came(&self) {
+        let mut record = lock(&self.record);
+        if !record.ended {
+            read_what_came(&mut record.source);
+        }
+    }
+}
+
+/// The request is done with its copy, however it ended.
+impl<B> Drop for Replay<B> {
     fn drop(&mut self) {
         self.forget();
     }
@@ -313,8 +350,8 @@ impl Drop for Replay {
 
 /// The record. Nothing under its lock panics but a failed allocation, so
 /// a lock poisoned by one is read as it is.
-fn lock(copy: &Mutex<Record>) -> MutexGuard<'_, Record> {
-    copy.lock().unwrap_or_else(|e| e.into_inner())
+fn lock<B>(record: &Mutex<Record<B>>) -> MutexGuard<'_, Record<B>> {
+    record.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]
