@@ -107,6 +107,55 @@ async fn read_to_close(client: &mut TcpStream) -> (String, bool) {
     (String::from_utf8_lossy(&answer).into_owned(), closed)
 }
 
+/// An upstream that answers `413` (with its own `Connection: close`,
+/// hop-by-hop) as soon as a request's head comes, before its body ends.
+async fn too_large_at_once() -> Scripted {
+    let too_large = head(
+        "413 Payload Too Large",
+        &["content-length: 2", "connection: close"],
+    );
+    Scripted::start(vec![Step::Write(too_large), Step::Write(bytes("no"))]).await
+}
+
+/// A client that sends its whole body before it reads (httpx, most
+/// SDKs) still gets an answer that came before its upload ended: the
+/// proxy's `502` when the upstream closes mid-upload, an upstream's early
+/// `413`. The proxy reads and drops what it still sends before it closes
+/// (a lingering close, as nginx's); until 2026-12-07 the socket closed at
+/// once, the client's next bytes drew a reset, and its next write failed
+/// (`EPIPE`, `ECONNRESET`): such a client gives up with a write error and
+/// never reads the answer waiting for it.
+#[tokio::test]
+async fn an_early_answer_reaches_a_client_that_goes_on_uploading() {
+    let cases = [
+        ("502", Scripted::start(vec![]).await),
+        ("413", too_large_at_once().await),
+    ];
+    for (want, upstream) in cases {
+        let proxy = common::proxy(upstream.addr, "").await;
+        let mut client = start_upload(&proxy).await;
+        // The answer (and the proxy's FIN) come meanwhile.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let chunk = format!("4000\r\n{}\r\n", "x".repeat(0x4000));
+        for i in 0..4 {
+            let wrote = client.write_all(chunk.as_bytes()).await;
+            assert!(wrote.is_ok(), "{want}: write {i}: {wrote:?}");
+            // Time for a reset to come back.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        client
+            .write_all(b"0\r\n\r\n")
+            .await
+            .expect("the body's end");
+        let (answer, closed) = read_to_close(&mut client).await;
+        assert!(
+            answer.starts_with(&format!("HTTP/1.1 {want} ")),
+            "{want}: {answer:?}"
+        );
+        assert!(closed, "{want}: closed after the answer");
+    }
+}
+
 /// An answer to a request whose body is left unread closes the connection
 /// after it, and says so (`connection: close`, RFC 9112 §9.6): the proxy's
 /// own `408` for a stalled upload, its `502` when the upstream closes
@@ -115,17 +164,10 @@ async fn read_to_close(client: &mut TcpStream) -> (String, bool) {
 /// Until 2026-12-07 each said nothing of it and the connection closed.
 #[tokio::test]
 async fn an_answer_that_leaves_the_upload_unread_says_connection_close() {
-    let too_large = head(
-        "413 Payload Too Large",
-        &["content-length: 2", "connection: close"],
-    );
     let cases = [
         ("408", silent_upstream().await),
         ("502", Scripted::start(vec![]).await),
-        (
-            "413",
-            Scripted::start(vec![Step::Write(too_large), Step::Write(bytes("no"))]).await,
-        ),
+        ("413", too_large_at_once().await),
     ];
     for (want, upstream) in cases {
         let config = "request_body_timeout = \"300ms\"";

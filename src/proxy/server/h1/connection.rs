@@ -44,9 +44,15 @@ const READ_SIZE: usize = 8 * 1024;
 /// The most request-body bytes handed over in one frame.
 const MAX_FRAME: usize = 64 * 1024;
 
-/// How long a switched connection whose upstream ended the session reads
-/// on (and drops) what its client still sends, before the socket closes.
+/// How long a closing connection whose client may still be sending (a
+/// switched one whose upstream ended the session, a body an answer left
+/// unread, a refused head's rest) reads on and drops what it sends, from
+/// its last bytes, before the socket closes: nginx's `lingering_timeout`
+/// (5 s there).
 const LINGER: Duration = Duration::from_secs(2);
+/// The most a connection lingers, however often its client sends: nginx's
+/// `lingering_time`.
+const LINGER_MOST: Duration = Duration::from_secs(30);
 
 /// `HTTP/1.1 100 Continue`, sent when a request that expects it has its
 /// body asked for.
@@ -79,7 +85,7 @@ pub(crate) struct Connection<S, F, B> {
     /// `header_read_timeout`, for the heads after the first.
     header_read: Duration,
     /// Running while a head after the first is begun and not whole; and,
-    /// once a switched connection is shut down, while it lingers (a field
+    /// once a closing connection is shut down, while it lingers (a field
     /// of its own would cost every held stream 8 bytes).
     head_timer: Option<Pin<Box<Sleep>>>,
 }
@@ -116,9 +122,14 @@ enum State<F, B> {
     /// Closing: write what is left, then shut the socket down; after a
     /// refused head, the connection ends with its error ([`RefusedHead`]).
     Closing { refused: Option<HeadError> },
-    /// A switched connection, shut down: what the client still sends is
-    /// read and dropped, for at most [`LINGER`].
-    Lingering,
+    /// Shut down, its client maybe still sending: what it sends is read
+    /// and dropped until it closes, for [`LINGER`] after its last bytes,
+    /// until `until` at most; then the connection ends (with its refused
+    /// head's error, if any).
+    Lingering {
+        refused: Option<HeadError>,
+        until: tokio::time::Instant,
+    },
 }
 
 /// What a response answers: the request's facts it is framed by.
@@ -209,16 +220,36 @@ where
                     ready!(self.poll_flush(cx))?;
                     // The end of a close-delimited body, and a clean FIN.
                     let _ = ready!(Pin::new(&mut self.io).poll_shutdown(cx));
-                    if let Some(error) = refused {
-                        return Poll::Ready(Err(RefusedHead(error).into()));
+                    // A client that may still be sending (a switched
+                    // connection's, a body the answer left unread, the
+                    // rest of a refused head) would get a reset for its
+                    // next bytes once the socket closed, which drops the
+                    // answer it has not read yet (a client that sends its
+                    // whole body before it reads never sees the `502`).
+                    let sending = self.tunnel
+                        || refused.is_some()
+                        || self.upload.is_some()
+                        || !self.read.is_empty();
+                    if sending && !self.read_closed {
+                        let until = tokio::time::Instant::now() + LINGER_MOST;
+                        self.state = State::Lingering { refused, until };
+                        self.head_timer = None;
+                        true
+                    } else {
+                        return Poll::Ready(match refused {
+                            Some(error) => Err(RefusedHead(error).into()),
+                            None => Ok(()),
+                        });
                     }
-                    if !self.tunnel || self.read_closed {
-                        return Poll::Ready(Ok(()));
-                    }
-                    self.state = State::Lingering;
-                    true
                 }
-                State::Lingering => return self.poll_linger(cx),
+                State::Lingering { refused, until } => {
+                    let (refused, until) = (*refused, *until);
+                    ready!(self.poll_linger(cx, until));
+                    return Poll::Ready(match refused {
+                        Some(error) => Err(RefusedHead(error).into()),
+                        None => Ok(()),
+                    });
+                }
             };
             if !progressed {
                 return Poll::Pending;
@@ -698,26 +729,31 @@ where
         Ok(())
     }
 
-    /// Reads and drops what the client of a switched connection still
-    /// sends, until it closes or [`LINGER`] passes: a socket closed with
-    /// bytes unread is reset by the kernel, which drops what it had not
-    /// yet delivered of the upstream's last bytes (its close frame, an
-    /// error event), as nginx's lingering close avoids.
-    fn poll_linger(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+    /// Reads and drops what the client still sends, until it closes, or
+    /// [`LINGER`] passes without its bytes, or `until`: a socket closed
+    /// with bytes unread, or that gets more, is reset by the kernel, which
+    /// drops what the client had not yet read of the answer (a `502`
+    /// mid-upload, a switched connection's close frame), as nginx's
+    /// lingering close avoids.
+    fn poll_linger(&mut self, cx: &mut Context<'_>, until: tokio::time::Instant) -> Poll<()> {
         self.upload = None;
+        let mut sent = false;
         loop {
             self.read.clear();
             match self.poll_read(cx) {
-                Poll::Ready(Ok(0) | Err(_)) => return Poll::Ready(Ok(())),
-                Poll::Ready(Ok(_)) => {}
+                Poll::Ready(Ok(0) | Err(_)) => return Poll::Ready(()),
+                Poll::Ready(Ok(_)) => sent = true,
                 Poll::Pending => break,
             }
         }
+        let idle = (tokio::time::Instant::now() + LINGER).min(until);
         let timer = self
             .head_timer
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep(LINGER)));
-        ready!(timer.as_mut().poll(cx));
-        Poll::Ready(Ok(()))
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(idle)));
+        if sent {
+            timer.as_mut().reset(idle);
+        }
+        timer.as_mut().poll(cx)
     }
 
     fn poll_read(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
