@@ -124,7 +124,8 @@ async fn too_large_at_once() -> Scripted {
 /// (a lingering close, as nginx's); until 2026-12-07 the socket closed at
 /// once, the client's next bytes drew a reset, and its next write failed
 /// (`EPIPE`, `ECONNRESET`): such a client gives up with a write error and
-/// never reads the answer waiting for it.
+/// never reads the answer waiting for it. The own codec's: hyper's server
+/// (`http1_server = "hyper"`) closes at once.
 #[tokio::test]
 async fn an_early_answer_reaches_a_client_that_goes_on_uploading() {
     let cases = [
@@ -132,7 +133,7 @@ async fn an_early_answer_reaches_a_client_that_goes_on_uploading() {
         ("413", too_large_at_once().await),
     ];
     for (want, upstream) in cases {
-        let proxy = common::proxy(upstream.addr, "").await;
+        let proxy = common::proxy(upstream.addr, "http1_server = \"tokenclock\"").await;
         let mut client = start_upload(&proxy).await;
         // The answer (and the proxy's FIN) come meanwhile.
         tokio::time::sleep(Duration::from_millis(300)).await;
