@@ -464,10 +464,15 @@ async fn a_refused_stream_with_a_body_past_the_copy_limit_is_not_sent_again() {
 /// An upstream on raw frames whose first `times` connections each read a
 /// request whole and then say `GOAWAY` naming `last` as the last stream
 /// they process (0: a server rotating its connection as the request
-/// crossed its `GOAWAY`; 1: the request's stream, which it had), and
-/// close; later connections answer each request with the body they read.
-/// Returns its address and the HTTP/2 connections it had.
-async fn going_away(last: u32, times: usize) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
+/// crossed its `GOAWAY`; 1: the request's stream, which it had), with
+/// error `code` (0: `NO_ERROR`), and close; later connections answer each
+/// request with the body they read. Returns its address and the HTTP/2
+/// connections it had.
+async fn going_away(
+    last: u32,
+    times: usize,
+    code: u32,
+) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
     use common::h2::raw::{self, frame, DATA, END_HEADERS, END_STREAM, GOAWAY, HEADERS, SETTINGS};
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
@@ -503,7 +508,7 @@ async fn going_away(last: u32, times: usize) -> (std::net::SocketAddr, Arc<Atomi
                     }
                     if first {
                         let mut payload = last.to_be_bytes().to_vec();
-                        payload.extend_from_slice(&[0; 4]); // NO_ERROR
+                        payload.extend_from_slice(&code.to_be_bytes());
                         let _ = tcp.write_all(&frame(GOAWAY, 0, 0, &payload)).await;
                         return;
                     }
@@ -539,7 +544,7 @@ async fn going_away(last: u32, times: usize) -> (std::net::SocketAddr, Arc<Atomi
 /// `upstream_error`.
 #[tokio::test]
 async fn a_stream_past_an_upstreams_goaway_is_sent_again_on_a_new_connection() {
-    let (upstream, connections) = going_away(0, 1).await;
+    let (upstream, connections) = going_away(0, 1, 0).await;
     let proxy = common::proxy(upstream, "upstream_protocol = \"http2\"").await;
     echoed(&proxy, 20_000).await;
     assert_eq!(connections.load(Ordering::SeqCst), 2);
@@ -555,7 +560,7 @@ async fn a_stream_past_an_upstreams_goaway_is_sent_again_on_a_new_connection() {
 /// never sent again (the model may have begun to generate).
 #[tokio::test]
 async fn a_stream_an_upstreams_goaway_names_as_processed_is_not_sent_again() {
-    let (upstream, connections) = going_away(1, 1).await;
+    let (upstream, connections) = going_away(1, 1, 0).await;
     let proxy = common::proxy(upstream, "upstream_protocol = \"http2\"").await;
     let (answer, _) = post(&proxy, 20_000).await;
     assert_eq!(answer.status, 502);
@@ -570,10 +575,30 @@ async fn a_stream_an_upstreams_goaway_names_as_processed_is_not_sent_again() {
 /// up to 6 times (a refused one twice), each on a new connection.
 #[tokio::test]
 async fn a_stream_past_goaway_after_goaway_is_sent_again_on_each_new_connection() {
-    let (upstream, connections) = going_away(0, 5).await;
+    let (upstream, connections) = going_away(0, 5, 0).await;
     let proxy = common::proxy(upstream, "upstream_protocol = \"http2\"").await;
     echoed(&proxy, 100).await;
     assert_eq!(connections.load(Ordering::SeqCst), 6);
     let resends = common::client::metric(proxy.metrics_addr, "tokenclock_upstream_resends_total");
     assert_eq!(resends.await, 5.0);
+}
+
+/// A stream past `GOAWAY` after `GOAWAY` is sent again 6 times at most,
+/// then answered `502`; one an upstream went away from with an error
+/// (`ENHANCE_YOUR_CALM`: it asks for less) twice, as a refused one.
+#[tokio::test]
+async fn goaways_after_goaways_end_in_a_502() {
+    for (code, connections) in [(0, 7), (0xb, 3)] {
+        let (upstream, seen) = going_away(0, 10, code).await;
+        let proxy = common::proxy(upstream, "upstream_protocol = \"http2\"").await;
+        let (answer, _) = post(&proxy, 100).await;
+        assert_eq!(answer.status, 502, "code {code}");
+        assert_eq!(answer.error_type(), "upstream_unavailable");
+        let message = String::from_utf8_lossy(&answer.body()).into_owned();
+        assert!(
+            message.contains("its connection went away (GOAWAY"),
+            "{message}"
+        );
+        assert_eq!(seen.load(Ordering::SeqCst), connections, "code {code}");
+    }
 }

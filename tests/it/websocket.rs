@@ -157,8 +157,12 @@ async fn a_websocket_session_goes_through_unchanged_and_is_one_request() {
         next(&mut ws).await,
         Message::Pong(bytes::Bytes::from_static(b"p"))
     );
+    // The switched connection is the pool's still, counted open.
+    let open = "tokenclock_upstream_connections_open";
+    assert_eq!(common::client::metric(proxy.metrics_addr, open).await, 1.0);
     ws.close(None).await.expect("close");
     while let Some(Ok(_)) = ws.next().await {}
+    common::client::metric_soon(proxy.metrics_addr, open, 0.0).await;
 
     let t = next_timeline(&mut timelines).await;
     assert_eq!(t.status.map(|s| s.as_u16()), Some(101));

@@ -110,6 +110,11 @@ pub(crate) enum MultiplexError {
     /// The stream failed before a response head.
     #[error(transparent)]
     Stream(hyper::Error),
+    /// A `GOAWAY` failed the stream as hyper opened it, before it began
+    /// to send its body: the upstream may have had it
+    /// ([`replay::Replay::piped`]), and it is not one to send twice.
+    #[error("the upstream went away as the request was sent: {0}")]
+    GoneAway(hyper::Error),
 }
 
 impl MultiplexError {
@@ -119,6 +124,7 @@ impl MultiplexError {
     pub(super) fn never_sent(&self) -> bool {
         match self {
             Self::Stream(e) => e.is_canceled() || unprocessed(e),
+            Self::GoneAway(_) => false,
             _ => true,
         }
     }
@@ -144,7 +150,7 @@ impl MultiplexError {
         match self {
             Self::Connect(e) => Self::Connect(e.clone()),
             Self::Handshake(e) => Self::Handshake(e.clone()),
-            Self::Closed | Self::Stream(_) => Self::Closed,
+            Self::Closed | Self::Stream(_) | Self::GoneAway(_) => Self::Closed,
         }
     }
 }
@@ -451,17 +457,27 @@ impl Multiplex {
                 // sent is copied.
                 None if unprocessed(&e) => {
                     let go_away = go_away(&e);
-                    let (count, limit) = if go_away {
+                    // A `GOAWAY` may fail a stream it did not name before
+                    // hyper began to pipe its body ([`replay::Replay::piped`]):
+                    // such a stream is sent again only if that is safe.
+                    if go_away && !replay.piped() && !head.method.is_idempotent() {
+                        return Err(MultiplexError::GoneAway(e));
+                    }
+                    // A connection rotated (`NO_ERROR`) is sent again more
+                    // often than an upstream that refuses, or went away
+                    // with an error (`ENHANCE_YOUR_CALM`, an internal one).
+                    let rotated = go_away
+                        && h2_error(&e).and_then(h2::Error::reason) == Some(h2::Reason::NO_ERROR);
+                    let (count, limit) = if rotated {
                         (&mut goaways, RETRIES)
                     } else {
                         (&mut refusals, REFUSALS)
                     };
-                    // A `GOAWAY` may fail a stream it did not name before
-                    // hyper began to pipe its body ([`replay::Replay::piped`]):
-                    // such a stream is sent again only if that is safe.
-                    let safe = !go_away || replay.piped() || head.method.is_idempotent();
-                    let again = (*count < limit && safe).then(|| replay.again()).flatten();
+                    let again = (*count < limit).then(|| replay.again()).flatten();
                     let Some(again) = again else {
+                        // Not sent: what of its body came is read, for its
+                        // model and size.
+                        replay.abandon();
                         return Err(MultiplexError::Stream(e));
                     };
                     *count += 1;
@@ -473,7 +489,12 @@ impl Multiplex {
                     self.shared.metrics.resends.inc();
                     request = Request::from_parts(head.clone(), again);
                 }
-                None => return Err(MultiplexError::Stream(e)),
+                None => {
+                    if e.is_canceled() {
+                        replay.abandon();
+                    }
+                    return Err(MultiplexError::Stream(e));
+                }
             }
         }
     }

@@ -970,6 +970,8 @@ pub(crate) struct Switched {
     buf: BytesMut,
     /// The task sending the client's bytes, stopped with the session.
     sending: Option<AbortHandle>,
+    /// Counted open until the session ends.
+    _open: Counted,
 }
 
 impl Lease {
@@ -990,6 +992,7 @@ impl Lease {
             read,
             buf: conn.buf,
             sending,
+            _open: conn._open,
         })
     }
 }

@@ -49,7 +49,9 @@ pub(crate) const REPLAY_LIMIT: usize = 256 * 1024;
 
 /// The most the copies of a pool's requests waiting for their heads hold
 /// together, in bytes (as allocated): 32 MiB, 128 bodies at the limit,
-/// about 1,600 chats of 20 KiB.
+/// about 1,600 chats of 20 KiB. A request being sent again holds one more
+/// copy of its own, the one its next stream sends, until that stream has
+/// taken it (as soon as it opens).
 pub(crate) const REPLAY_TOTAL: usize = 32 * 1024 * 1024;
 
 /// The body hyper sends upstream for one attempt at a request: the
@@ -338,6 +340,14 @@ impl Replay {
         if !record.ended {
             read_what_came(&mut record.source);
         }
+    }
+
+    /// The request will not be sent again after its stream failed: the
+    /// attempt is retired (a pipe hyper still runs for it reads no more),
+    /// and what of the body has come is read, for measurement.
+    pub(crate) fn abandon(&self) {
+        lock(&self.record).attempt += 1;
+        self.read_what_came();
     }
 }
 

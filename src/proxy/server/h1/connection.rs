@@ -46,7 +46,7 @@ const MAX_FRAME: usize = 64 * 1024;
 
 /// How long a closing connection whose client may still be sending (a
 /// switched one whose upstream ended the session, a body an answer left
-/// unread, a refused head's rest) reads on and drops what it sends, from
+/// unread) reads on and drops what it sends, from
 /// its last bytes, before the socket closes: nginx's `lingering_timeout`
 /// (5 s there).
 const LINGER: Duration = Duration::from_secs(2);
@@ -124,12 +124,8 @@ enum State<F, B> {
     Closing { refused: Option<HeadError> },
     /// Shut down, its client maybe still sending: what it sends is read
     /// and dropped until it closes, for [`LINGER`] after its last bytes,
-    /// until `until` at most; then the connection ends (with its refused
-    /// head's error, if any).
-    Lingering {
-        refused: Option<HeadError>,
-        until: tokio::time::Instant,
-    },
+    /// until `until` at most.
+    Lingering { until: tokio::time::Instant },
 }
 
 /// What a response answers: the request's facts it is framed by.
@@ -221,18 +217,16 @@ where
                     // The end of a close-delimited body, and a clean FIN.
                     let _ = ready!(Pin::new(&mut self.io).poll_shutdown(cx));
                     // A client that may still be sending (a switched
-                    // connection's, a body the answer left unread, the
-                    // rest of a refused head) would get a reset for its
-                    // next bytes once the socket closed, which drops the
-                    // answer it has not read yet (a client that sends its
-                    // whole body before it reads never sees the `502`).
-                    let sending = self.tunnel
-                        || refused.is_some()
-                        || self.upload.is_some()
-                        || !self.read.is_empty();
-                    if sending && !self.read_closed {
+                    // connection's, a body the answer left unread) would
+                    // get a reset for its next bytes once the socket
+                    // closed, which drops the answer it has not read yet
+                    // (a client that sends its whole body before it reads
+                    // never sees the `502`). Not after a refused head: the
+                    // connection ends with its error at once, counted.
+                    let sending = self.tunnel || self.upload.is_some() || !self.read.is_empty();
+                    if sending && !self.read_closed && refused.is_none() {
                         let until = tokio::time::Instant::now() + LINGER_MOST;
-                        self.state = State::Lingering { refused, until };
+                        self.state = State::Lingering { until };
                         self.head_timer = None;
                         true
                     } else {
@@ -242,13 +236,10 @@ where
                         });
                     }
                 }
-                State::Lingering { refused, until } => {
-                    let (refused, until) = (*refused, *until);
+                State::Lingering { until } => {
+                    let until = *until;
                     ready!(self.poll_linger(cx, until));
-                    return Poll::Ready(match refused {
-                        Some(error) => Err(RefusedHead(error).into()),
-                        None => Ok(()),
-                    });
+                    return Poll::Ready(Ok(()));
                 }
             };
             if !progressed {
