@@ -431,6 +431,19 @@ async fn a_stream_refused_before_its_body_came_is_sent_again_whole() {
     assert_eq!(streams.load(Ordering::SeqCst), 2);
 }
 
+/// A long body sent with its head (`content-length` 300,000, past what a
+/// copy holds) whose stream is refused as its head arrives: the proxy had
+/// sent only what the upstream's window let through, all of it copied,
+/// and sends it again, then the rest. Until the copy was kept whatever the
+/// body's length, such a body was not copied at all: `502`.
+#[tokio::test]
+async fn a_long_body_refused_at_its_head_is_sent_again_whole() {
+    let (upstream, streams) = refusing(1, true).await;
+    let proxy = common::proxy(upstream.addr, "upstream_protocol = \"http2\"").await;
+    echoed(&proxy, 300_000).await;
+    assert_eq!(streams.load(Ordering::SeqCst), 2);
+}
+
 /// An upstream that refuses every stream gets each request three times
 /// (sent again twice), then the client a `502` `upstream_unavailable`: an
 /// upstream that could not take the request, not a failure of one it had.

@@ -100,8 +100,9 @@ pub(crate) struct Record<B> {
 enum Copy {
     /// All the body has sent is in `data`.
     Copying,
-    /// Not copied (past [`REPLAY_LIMIT`] or the budget, or the body
-    /// failed): sent again only if it sent nothing.
+    /// No longer copied (it sent more than [`REPLAY_LIMIT`], or the
+    /// budget had no room, or the body failed): sent again only if it
+    /// sent nothing.
     Not,
     /// The answer's head came: no more copies.
     Done,
@@ -119,12 +120,9 @@ impl<B: Body> Outbound<B> {
     /// copy grows, and the handle that sends it again.
     pub(crate) fn new(body: B, budget: &CaptureBudget) -> (Self, Replay<B>) {
         let hint = body.size_hint();
-        // A body longer than a copy holds is not copied at all.
-        let copy = if hint.lower() > REPLAY_LIMIT as u64 {
-            Copy::Not
-        } else {
-            Copy::Copying
-        };
+        // Even a body longer than a copy holds is copied until it is: an
+        // upstream refuses a stream as it comes, long before its end.
+        let copy = Copy::Copying;
         let record = Arc::new(Mutex::new(Record {
             source: body,
             attempt: 0,
@@ -260,10 +258,11 @@ impl<B> Record<B> {
         if needed <= before {
             return true;
         }
-        // The whole body at once when its length is known; else twice
-        // what it holds, as a `Vec` grows, but never past the limit.
+        // The whole body at once when its length is known and fits;
+        // else twice what it holds, as a `Vec` grows, but never past the
+        // limit.
         let capacity = match self.length.and_then(|n| usize::try_from(n).ok()) {
-            Some(length) if length >= needed => length,
+            Some(length) if length >= needed && length <= REPLAY_LIMIT => length,
             _ => needed.max(before * 2).clamp(1024, REPLAY_LIMIT),
         };
         let taken = self
