@@ -415,7 +415,7 @@ def panels():
         .with_target(query("max(tokenclock_request_capture_limit_bytes)", "limit", "B"))
         .with_target(query("sum by (instance) (tokenclock_upstream_replay_copy_bytes)", "kept to resend {{instance}}", "C")),
         0, 74, 12, 8, "Request bodies copied on the side",
-        "Bytes the copies of the request bodies in flight hold on each sidecar, read to learn model, stream and max_tokens, against the limit they share (request_capture_total_bytes). At the limit a body is forwarded unread, and counted in the Parse errors panel as request_over_budget: raise the limit if the pod has the memory, or look for clients uploading slowly. Kept to resend: the copies an HTTP/2 upstream's requests keep until their answer's head, to send one again if the upstream did not process its stream (at most 32 MiB a sidecar; past it a request goes without one).",
+        "Bytes the copies of the request bodies in flight hold on each sidecar, read to learn model, stream and max_tokens, against the limit they share (request_capture_total_bytes). At the limit a body is forwarded unread, and counted in the Parse errors panel as request_over_budget: raise the limit if the pod has the memory, or look for clients uploading slowly. Kept to resend: the copies an HTTP/2 upstream's requests keep until their answer's head, to send one again if the upstream did not process its stream (at most 32 MiB a sidecar; past it a body stops being copied, and a stream that fails after sending some of it is not sent again).",
     )
     add(
         series("bytes").with_target(
@@ -446,7 +446,7 @@ def panels():
             query("sum by (instance) (tokenclock_upstream_connections_open)", "{{instance}}", "A")
         ),
         12, 82, 12, 8, "Upstream connections open",
-        "Connections each sidecar's pool holds open to the model server. Over HTTP/1.1, one per request in flight plus those idle (up to pool_max_idle_per_host, for pool_idle_timeout); a count that follows the requests with no idle ones left means new connects on requests' paths (the upstream_connect phase). Over HTTP/2, each carries up to the upstream's SETTINGS_MAX_CONCURRENT_STREAMS: more than one means that limit was reached.",
+        "Connections each sidecar's pool holds open to the model server. Over HTTP/1.1, one per request in flight or WebSocket session plus those idle (up to pool_max_idle_per_host, for pool_idle_timeout); a count that follows the requests with no idle ones left means new connects on requests' paths (the upstream_connect phase). Over HTTP/2, each carries up to the upstream's SETTINGS_MAX_CONCURRENT_STREAMS: more than one means that limit was reached, or a connection the upstream rotated (GOAWAY) is finishing its streams.",
     )
     return out
 

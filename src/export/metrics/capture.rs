@@ -43,7 +43,7 @@ impl CaptureGauges {
             budget,
             Opts::new(
                 "tokenclock_upstream_replay_copy_bytes",
-                "Bytes the copies of request bodies kept to send a request again to an HTTP/2 upstream that did not process its stream (REFUSED_STREAM, or past its GOAWAY's last stream) hold now (their capacity), all requests together; each is let go when its answer's head comes. At tokenclock_upstream_replay_copy_limit_bytes a body is sent without a copy, and not sent again.",
+                "Bytes the copies of request bodies kept to send a request again to an HTTP/2 upstream that did not process its stream (REFUSED_STREAM, or past its GOAWAY's last stream) hold now (their capacity), all requests together; each is let go when its answer's head comes. When they have no more room, a body stops being copied, and its stream, if it fails after sending some of the body, is not sent again.",
             ),
             Opts::new(
                 "tokenclock_upstream_replay_copy_limit_bytes",

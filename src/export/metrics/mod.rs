@@ -251,8 +251,6 @@ impl Metrics {
         self.shared.upstream.series()
     }
 
-    /// The upstream HTTP/1.1 pool's series: requests it sent a second
-    /// time, connections it found closed while idle.
     /// The pools' series, with the budget of the copies kept to send
     /// requests again (`replay_total` bytes), exported here: called once.
     pub(crate) fn upstream_pool(

@@ -69,7 +69,7 @@ impl UpstreamFamilies {
         ))?;
         let connections = IntGauge::with_opts(Opts::new(
             "tokenclock_upstream_connections_open",
-            "Connections the proxy's pool holds open to the upstream now: over HTTP/1.1 those carrying a request and those idle; over HTTP/2 each carries up to the upstream's SETTINGS_MAX_CONCURRENT_STREAMS, and more open past it. The health probe's are not counted.",
+            "Connections the proxy's pool holds open to the upstream now: over HTTP/1.1 those carrying a request or a WebSocket session and those idle; over HTTP/2 each carries up to the upstream's SETTINGS_MAX_CONCURRENT_STREAMS, and more open past it. The health probe's are not counted.",
         ))?;
         registry.register(Box::new(healthy.clone()))?;
         registry.register(Box::new(connections.clone()))?;

@@ -186,8 +186,9 @@ impl Unanswered {
     }
 
     /// Whether the request was never sent: no connection to the upstream
-    /// could be made for it (what of its body had come was then read, for
-    /// measurement only: by the pool, or by [`Outgoing::send`]).
+    /// could be made for it, or an HTTP/2 upstream said it did not process
+    /// it (what of its body had come was then read, for measurement only:
+    /// by the pool, or the HTTP/2 pool's `Replay`).
     pub(super) fn never_sent(&self) -> bool {
         match self {
             Self::Pool(e) => matches!(e, PoolError::Connect(_)),

@@ -82,7 +82,8 @@ impl ProxyError {
     }
 
     /// Whether the request may have gone upstream: not when no connection
-    /// could be made for it, nor when the proxy refused it.
+    /// could be made for it, nor when the upstream said it did not process
+    /// it, nor when the proxy refused it.
     pub(crate) fn sent(&self) -> bool {
         !matches!(
             self,

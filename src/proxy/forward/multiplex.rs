@@ -28,8 +28,8 @@
 //! the requests hyper held for it unsent, which are sent on another.
 //! hyper gives back no request it began to send, so a request whose
 //! stream the upstream did not process (`REFUSED_STREAM`, or past its
-//! `GOAWAY`'s last stream) is sent again from a copy of its body kept
-//! until its head comes (`replay`).
+//! `GOAWAY`'s last stream) is sent again: its body is kept with the
+//! request, and what it sent copied until its head comes (`replay`).
 
 use std::{
     error::Error,
@@ -461,6 +461,7 @@ impl Multiplex {
                     // hyper began to pipe its body ([`replay::Replay::piped`]):
                     // such a stream is sent again only if that is safe.
                     if go_away && !replay.piped() && !head.method.is_idempotent() {
+                        replay.abandon();
                         return Err(MultiplexError::GoneAway(e));
                     }
                     // A connection rotated (`NO_ERROR`) is sent again more

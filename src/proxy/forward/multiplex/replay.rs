@@ -43,8 +43,8 @@ use super::super::client::{read_what_came, UpstreamBody};
 use crate::measure::read::{CaptureBudget, Held};
 
 /// The most body bytes kept to send again, per request: 256 KiB, about
-/// 64,000 tokens of text. A body past it (a long document, an image) is
-/// not sent again.
+/// 64,000 tokens of text. A body that had sent more than this when its
+/// stream failed (a long document, an image) is not sent again.
 pub(crate) const REPLAY_LIMIT: usize = 256 * 1024;
 
 /// The most the copies of a pool's requests waiting for their heads hold
@@ -81,12 +81,13 @@ pub(crate) struct Record<B> {
     /// The trailers it ended with.
     trailers: Option<HeaderMap>,
     copy: Copy,
-    /// Whether any frame was read from the body.
+    /// Whether any data was read from the body (or it failed).
     read: bool,
     ended: bool,
     /// The share of [`REPLAY_TOTAL`] that `data` holds (as allocated).
     held: Option<Held>,
-    /// The body's length, when its head said it: the copy's capacity.
+    /// The body's length, when its head said it: the copy's capacity when
+    /// it fits in [`REPLAY_LIMIT`].
     length: Option<u64>,
     /// The body said its exact size: each attempt says what is left of
     /// it, hyper writes a `content-length` from that, and a body that
@@ -101,8 +102,7 @@ enum Copy {
     /// All the body has sent is in `data`.
     Copying,
     /// No longer copied (it sent more than [`REPLAY_LIMIT`], or the
-    /// budget had no room, or the body failed): sent again only if it
-    /// sent nothing.
+    /// budget had no room, or the body failed): never sent again.
     Not,
     /// The answer's head came: no more copies.
     Done,
