@@ -162,14 +162,7 @@ fn go_away(e: &hyper::Error) -> bool {
 
 /// The `h2` error under `e`, if any.
 fn h2_error(e: &hyper::Error) -> Option<&h2::Error> {
-    let mut source = e.source();
-    while let Some(e) = source {
-        if let Some(h2) = e.downcast_ref::<h2::Error>() {
-            return Some(h2);
-        }
-        source = e.source();
-    }
-    None
+    super::error::source_chain(e).find_map(|e| e.downcast_ref::<h2::Error>())
 }
 
 /// Whether the upstream said it did not process the stream (RFC 9113

@@ -87,12 +87,10 @@ pub(crate) struct Record<B> {
     /// The share of [`REPLAY_TOTAL`] that `data` holds (as allocated).
     held: Option<Held>,
     /// The body's length, when its head said it: the copy's capacity when
-    /// it fits in [`REPLAY_LIMIT`].
+    /// it fits in [`REPLAY_LIMIT`]. Only a body that said it has each
+    /// attempt say what is left of it (hyper writes a `content-length`
+    /// from that; a body that did not say one gets none).
     length: Option<u64>,
-    /// The body said its exact size: each attempt says what is left of
-    /// it, hyper writes a `content-length` from that, and a body that
-    /// did not say one gets none.
-    exact: bool,
     /// hyper polled the current attempt's body: its stream was open.
     piped: bool,
 }
@@ -119,10 +117,7 @@ impl<B: Body> Outbound<B> {
     /// `body`, to be copied as it is sent, taking from `budget` as the
     /// copy grows, and the handle that sends it again.
     pub(crate) fn new(body: B, budget: &CaptureBudget) -> (Self, Replay<B>) {
-        let hint = body.size_hint();
-        // Even a body longer than a copy holds is copied until it is: an
-        // upstream refuses a stream as it comes, long before its end.
-        let copy = Copy::Copying;
+        let length = body.size_hint().exact();
         let record = Arc::new(Mutex::new(Record {
             source: body,
             attempt: 0,
@@ -130,12 +125,13 @@ impl<B: Body> Outbound<B> {
             pending_trailers: false,
             data: BytesMut::new(),
             trailers: None,
-            copy,
+            // Even a body longer than a copy holds is copied until it is:
+            // an upstream refuses a stream as it comes, long before its end.
+            copy: Copy::Copying,
             read: false,
             ended: false,
             held: Some(budget.holder()),
-            length: hint.exact(),
-            exact: hint.exact().is_some(),
+            length,
             piped: false,
         }));
         let outbound = Self {
@@ -217,7 +213,7 @@ where
             record.source.size_hint()
         };
         let mut hint = SizeHint::new();
-        if let Some(upper) = rest.upper().filter(|_| record.exact) {
+        if let Some(upper) = rest.upper().filter(|_| record.length.is_some()) {
             hint.set_upper(pending.saturating_add(upper));
         }
         hint.set_lower(pending.saturating_add(rest.lower()));
