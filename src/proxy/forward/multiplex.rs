@@ -67,6 +67,8 @@ use super::{
 
 mod heard;
 mod replay;
+#[cfg(test)]
+mod tests;
 
 pub(crate) use self::replay::REPLAY_TOTAL;
 
@@ -416,11 +418,11 @@ impl Multiplex {
                 }
             };
             let Handed {
-                mut sender,
+                sender,
                 stream,
                 timing,
             } = handed;
-            let e = match sender.try_send_request(request).await {
+            let e = match send_on(sender, request).await {
                 Ok(response) => {
                     replay.forget();
                     return Ok(Sent {
@@ -498,6 +500,32 @@ impl Multiplex {
 fn split(mut e: TrySendError<Request<Outbound>>) -> (hyper::Error, Option<Request<Outbound>>) {
     let unsent = e.take_message();
     (e.into_error(), unsent)
+}
+
+/// Sends `request` on the connection `sender` is a handle of, and lets the
+/// handle go before the answer is awaited.
+///
+/// hyper hands a request to its connection's task through a tokio
+/// channel, whose receiver the task drops when the connection ends (an
+/// upstream's `GOAWAY`, a reset) and so gives back, unsent, every request
+/// it holds. A request sent as it drops may be left in the channel
+/// (tokio's send reserves its place before it writes the request, and the
+/// drop's drain stops at a place not yet written): it comes back only when
+/// the channel itself goes, with its last handle. A handle held across the
+/// wait for the answer would be one of them, and the request's own wait
+/// would keep its answer from ever coming: it waited until the proxy shut
+/// down. Without it, the channel goes with the pool's own handle, as the
+/// connection leaves the pool, and the request is sent again.
+fn send_on<B>(
+    mut sender: http2::SendRequest<B>,
+    request: Request<B>,
+) -> impl Future<Output = Result<Response<Incoming>, TrySendError<Request<B>>>>
+where
+    B: http_body::Body + 'static,
+{
+    let sending = sender.try_send_request(request);
+    drop(sender);
+    sending
 }
 
 // === impl Shared ===
@@ -868,6 +896,9 @@ impl Waiting {
                 None => return Waited::Again,
             }
         };
+        // Its handle on the connection (the outcome's) is let go before
+        // the wait: see [`send_on`].
+        drop(self);
         let mut heard = streams.heard.subscribe();
         let hear = heard.wait_for(|heard| *heard != Hearing::Waiting);
         let _ = tokio::time::timeout_at(streams.hear_by(hear_within), hear).await;
