@@ -290,12 +290,10 @@ impl Timeline {
                 let grew = exact.is_some_and(|n| n > 0);
                 (grew, grew && !split.reasoning_only)
             }
-            false => (
-                split.any() || parsed.tokens.is_some_and(|n| n > 0),
-                split.has_output(),
-            ),
+            false => (split.any() || parsed.own_token(), split.has_output()),
         };
         self.tokens.step_cumulative(parsed, bearing);
+        let exact = self.tokens.step_held(parsed, exact, bearing);
         if !bearing {
             return;
         }

@@ -1157,6 +1157,14 @@ pub struct Parsed<'a> {
     /// The exact number of tokens generated in this event, when the stream
     /// says (one `logprobs` entry per token, TGI's one token per event).
     pub tokens: Option<u32>,
+    /// `tokens` are this event's even when it carries no text: TGI sends
+    /// one event per token, its special `</s>` with no text. Otherwise
+    /// tokens listed on an event that carries none of their text (vLLM's
+    /// `logprobs` or token ids on an empty chunk, while it holds back a
+    /// character's bytes or a possible stop string) are the next
+    /// token-bearing event's, which carries that text, as a cumulative
+    /// count's growth is.
+    pub own_tokens: bool,
     /// Usage totals reported in this event.
     pub usage: Option<Usage>,
     /// Whether `usage.output` counts everything generated so far (vLLM
@@ -1200,10 +1208,17 @@ pub struct Parsed<'a> {
 }
 
 impl Parsed<'_> {
-    /// Whether the event carries at least one generated token of any kind.
+    /// Whether the event carries at least one generated token of any kind:
+    /// text, or tokens of its own ([`Parsed::own_tokens`]; with
+    /// [`Parsed::answer_by_count`], a count's growth decides).
     pub(crate) fn has_token(&self) -> bool {
-        self.reasoning_bytes + self.output_bytes + self.tool_bytes > 0
-            || self.tokens.is_some_and(|n| n > 0)
+        self.reasoning_bytes + self.output_bytes + self.tool_bytes > 0 || self.own_token()
+    }
+
+    /// Whether `tokens` alone make the event token-bearing, whatever its
+    /// text: they are its own, or tokens are known by their count.
+    pub(crate) fn own_token(&self) -> bool {
+        self.tokens.is_some_and(|n| n > 0) && (self.own_tokens || self.answer_by_count)
     }
 
     /// Whether the event carries a non-reasoning token (answer or tool

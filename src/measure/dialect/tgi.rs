@@ -94,6 +94,7 @@ pub(super) fn event(reader: Reader, data: &[u8]) -> Result<Parsed<'_>, ParseErro
         output_bytes: text.map_or(0, |t| t.text.len),
         think: text.map_or(Think::NONE, |t| t.text.think),
         tokens: token.map(|_| 1),
+        own_tokens: true,
         ..ev.parsed()
     })
 }

@@ -138,6 +138,10 @@ pub struct TokenCounts {
     all_exact: bool,
     /// The cumulative counts the token-bearing events reached, per item.
     cumulative: Cumulative,
+    /// Tokens listed on events that carried none of their text, for the
+    /// next token-bearing event ([`TokenCounts::step_held`]); those no
+    /// event took by the end are counted in the total, in no gap.
+    held: u32,
     text_bytes: u64,
     reasoning_bytes: u64,
 }
@@ -173,6 +177,27 @@ impl TokenCounts {
             if bearing || before.is_some_and(|b| now < b) {
                 self.cumulative.set(parsed.item, now);
             }
+        }
+    }
+
+    /// The exact count of an event that bore tokens (`bearing`), with the
+    /// tokens held for it: those listed on events that carried none of
+    /// their text ([`Parsed::own_tokens`]), which are held instead.
+    pub(crate) fn step_held(
+        &mut self,
+        parsed: &Parsed<'_>,
+        exact: Option<u32>,
+        bearing: bool,
+    ) -> Option<u32> {
+        if !bearing {
+            if let Some(n) = parsed.tokens.filter(|_| !parsed.answer_by_count) {
+                self.held = self.held.saturating_add(n);
+            }
+            return exact;
+        }
+        match exact {
+            Some(n) if self.held > 0 => Some(n.saturating_add(std::mem::take(&mut self.held))),
+            exact => exact,
         }
     }
 
@@ -236,6 +261,9 @@ impl TokenCounts {
 
     /// Fixes the totals from the best source available.
     pub fn settle(&mut self, usage: &Usage, request: &RequestInfo) {
+        // Generated, though no event showed their text (a stop string
+        // held back, then cut).
+        self.event_tokens += u64::from(std::mem::take(&mut self.held));
         (self.generated, self.generated_source) = self.generated_total(usage);
         (self.reasoning, self.reasoning_source) = self.reasoning_total(usage);
         // Reasoning the server counted but no event carried as text.

@@ -247,6 +247,72 @@ fn tokens_held_back_count_with_the_event_that_carries_them() {
     assert_eq!(t.tokens_per_event().sum::<u64>(), 4);
 }
 
+/// vLLM with `logprobs` (or `return_token_ids`) lists a token on an empty
+/// chunk while it holds back the first bytes of its character: the token
+/// is the next chunk's, which shows its text, as a cumulative count's
+/// growth is (before, the empty chunk was the first token: TTFT 40 ms
+/// early, TPOT doubled). One no chunk showed by the end (a stop string
+/// held back, then cut) is in the total, as in vLLM's usage.
+#[test]
+fn tokens_listed_without_their_text_count_with_the_event_that_shows_it() {
+    let read = |contents: &[(&str, u64)]| {
+        let t0 = Instant::now();
+        let mut t = Timeline::new(t0, Dialect::OpenAiChat);
+        for &(content, at) in contents {
+            let chunk = format!(
+                r#"{{"id":"c","choices":[{{"index":0,"delta":{{"content":"{content}"}},"logprobs":{{"content":[{{"token":"x","logprob":-0.5}}]}},"finish_reason":null}}]}}"#
+            );
+            let parsed = Dialect::OpenAiChat
+                .parse_event(b"", chunk.as_bytes())
+                .expect("a chunk");
+            t.record(&parsed, t0 + ms(at));
+        }
+        t.finish(Outcome::Ok, t0 + ms(230));
+        t
+    };
+    let t = read(&[("", 100), ("\\u00e9", 140), ("b", 180)]);
+    assert_eq!(
+        t.ttft(),
+        Some(ms(140)),
+        "the first text, not the empty chunk"
+    );
+    assert_eq!(t.tokens.token_events, 2);
+    assert_eq!(t.tokens_per_event().collect::<Vec<_>>(), [2, 1]);
+    let itl: Vec<_> = t.inter_token_latencies().collect();
+    assert_eq!(itl, vec![(ms(40), 1)]);
+    assert_eq!(t.tpot(), Some(ms(20)));
+    assert_eq!(
+        (t.tokens.generated, t.tokens.generated_source),
+        (3, Some(CountSource::PerEvent))
+    );
+    let t = read(&[("a", 100), ("b", 140), ("", 180)]);
+    assert_eq!((t.tokens.token_events, t.tokens.generated), (2, 3));
+}
+
+/// TGI's tokens are its events' own: its `</s>`, with no text, is
+/// generated when it comes.
+#[test]
+fn a_tgi_token_without_text_is_its_events_own() {
+    let t0 = Instant::now();
+    let mut t = Timeline::new(t0, Dialect::Tgi);
+    for (token, at) in [
+        (r#"{"id":1,"text":"a","logprob":-0.1,"special":false}"#, 100),
+        (
+            r#"{"id":2,"text":"</s>","logprob":-0.1,"special":true}"#,
+            130,
+        ),
+    ] {
+        let event = format!(r#"{{"token":{token},"generated_text":null,"details":null}}"#);
+        let parsed = Dialect::Tgi
+            .parse_event(b"", event.as_bytes())
+            .expect("an event");
+        t.record(&parsed, t0 + ms(at));
+    }
+    t.finish(Outcome::Ok, t0 + ms(140));
+    assert_eq!(t.tokens.token_events, 2);
+    assert_eq!(t.tpot(), Some(ms(30)));
+}
+
 /// SGLang's `/generate`: whether an event carries a token is whether its
 /// count grew, whatever its text (all the text so far, repeated by an event
 /// that added nothing, or empty while a character's bytes are held back).

@@ -257,6 +257,7 @@ fn tgi_special_token_is_a_token_without_text() {
     let data = r#"{"index":1,"token":{"id":1,"text":"<s>","logprob":0.0,"special":true},"generated_text":null,"details":null}"#;
     let want = Parsed {
         tokens: Some(1),
+        own_tokens: true,
         ..Parsed::default()
     };
     assert_eq!(ev(Dialect::Tgi, data), want);
