@@ -475,13 +475,22 @@ impl Gaps {
         })
     }
 
-    /// Inter-token latencies as `(gap / tokens, tokens)` pairs.
+    /// Inter-token latencies as `(gap / tokens, tokens)` pairs. A gap
+    /// whose share of a usage total is none (fewer tokens than events: a
+    /// gateway that cuts the text finer than tokens) is the next token's
+    /// time too, which it took to come: the latencies add up to the time
+    /// from the first event to the last, as TPOT's does.
     pub(crate) fn per_token(&self, weights: Weights) -> impl Iterator<Item = (Duration, u64)> + '_ {
+        let mut carried = Duration::ZERO;
         self.weighed(weights).filter_map(move |(gap, tokens)| {
-            let gap = Duration::from_micros(u64::from(gap.micros));
+            let gap = carried + Duration::from_micros(u64::from(gap.micros));
+            carried = Duration::ZERO;
             // One token an event is the usual case: no division.
             let value = match tokens {
-                0 => return None,
+                0 => {
+                    carried = gap;
+                    return None;
+                }
                 1 => gap,
                 many => gap / u32::try_from(many).unwrap_or(u32::MAX),
             };

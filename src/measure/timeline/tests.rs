@@ -118,6 +118,18 @@ fn each_events_tokens_add_up_to_the_total() {
         assert_eq!(per_event.iter().sum::<u64>(), t.tokens.streamed());
         let itl: u64 = t.inter_token_latencies().map(|(_, n)| n).sum();
         assert_eq!(itl + per_event[0], total, "{events} events, {total} tokens");
+        // Their latencies add up to the time from the first event to the
+        // last (before, an event whose share was none lost its gap: 5
+        // events 50 ms apart and 3 tokens gave ITL 50 ms, TPOT 100).
+        let time: Duration = t
+            .inter_token_latencies()
+            .map(|(d, n)| d * u32::try_from(n).expect("few"))
+            .sum();
+        let whole = ms(50 * (events - 1));
+        assert!(
+            time.abs_diff(whole) < Duration::from_micros(1),
+            "{events} events, {total} tokens: {time:?}"
+        );
     }
     // Exact counts are each event's own.
     let t0 = Instant::now();
