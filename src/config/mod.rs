@@ -85,9 +85,10 @@ pub struct UpstreamHealth {
     /// every `health::PROBE_INTERVAL`; `None` = a TCP connect probe, and any
     /// proxied answer counts too.
     pub path: Option<http::uri::PathAndQuery>,
-    /// Longest wait for the health endpoint's whole answer (connect, head
-    /// and body); exceeded counts as unhealthy. Unused without `path`: the
-    /// TCP probe keeps `connect_timeout`.
+    /// Longest wait for the health endpoint's answer (connect, head, and
+    /// its body to its end or its first 64 KiB, past which it is not read);
+    /// exceeded counts as unhealthy. Unused without `path`: the TCP probe
+    /// keeps `connect_timeout`.
     pub timeout: Duration,
 }
 

@@ -448,3 +448,54 @@ fn check_config_accepts_otel_hides_its_headers_and_names_a_bad_key() {
         assert!(!stderr.contains("otel-s3cret"), "{stderr}");
     }
 }
+
+/// Spans the flush at exit had no time for are counted, but the counter
+/// goes with the process: the exit says how many in its log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_lost_at_exit_are_logged() {
+    // A collector that takes the connection and never answers.
+    let collector = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let endpoint = format!("http://{}", collector.local_addr().expect("addr"));
+    let held = tokio::spawn(async move {
+        let mut sockets = Vec::new();
+        while let Ok((socket, _)) = collector.accept().await {
+            sockets.push(socket);
+        }
+    });
+    let upstream =
+        upstream::Scripted::start(upstream::header_timed_chat(8, Duration::from_millis(1), 3))
+            .await;
+    let dir = temp_records("lost-at-exit");
+    let config = dir.with_file_name("tokenclock.toml");
+    std::fs::write(&config, otel_config(&endpoint, "export_timeout = \"30s\""))
+        .expect("write config");
+    let config = config.to_string_lossy().into_owned();
+    let served = common::process::serve(upstream.addr, &["--config", &config], &[]);
+    let sampled = traceparent("01");
+    for i in 0..3 {
+        let body = chat(&format!("m{i}"));
+        let proxied = sim::post(
+            served.addr,
+            "/v1/chat/completions",
+            &body,
+            &[("traceparent", sampled.as_str())],
+        )
+        .await
+        .expect("proxied body");
+        assert_eq!(proxied.status, 200);
+    }
+    // The batch is on its way to the collector, which holds it.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    served.sigterm();
+    let waited = tokio::time::timeout(Duration::from_secs(20), served.wait()).await;
+    let (status, log) = waited.expect("the flush at exit is bounded");
+    assert_eq!(status.code(), Some(0));
+    let lost = log
+        .iter()
+        .find(|line| line.contains("Spans still queued at exit were not exported"))
+        .unwrap_or_else(|| panic!("no line about the spans lost: {log:#?}"));
+    assert!(!lost.contains("spans=0"), "{lost}");
+    held.abort();
+}

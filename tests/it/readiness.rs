@@ -15,7 +15,7 @@ use std::{
 use crate::common::{self, client, process::sample, tls::TlsEcho};
 use bytes::Bytes;
 use http::{Request, Response, StatusCode, Version};
-use http_body_util::Full;
+use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
 use hyper::{body::Incoming, service::service_fn};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokenclock::proxy::health::PROBE_INTERVAL;
@@ -28,6 +28,8 @@ enum Mode {
     Healthy = 0,
     Failing = 1,
     Hanging = 2,
+    /// `200`, and a body that stops after its first bytes.
+    Stalling = 3,
 }
 
 /// One `/health` request as the upstream saw it.
@@ -105,9 +107,9 @@ async fn answer(
     request: &Request<Incoming>,
     mode: &AtomicU8,
     probes: &mpsc::UnboundedSender<Seen>,
-) -> Response<Full<Bytes>> {
+) -> Response<BoxBody<Bytes, Infallible>> {
     let reply = |status: StatusCode, body: &'static str| {
-        let mut response = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
+        let mut response = Response::new(Full::new(Bytes::from_static(body.as_bytes())).boxed());
         *response.status_mut() = status;
         response
     };
@@ -135,7 +137,14 @@ async fn answer(
     match mode.load(Ordering::SeqCst) {
         0 => reply(StatusCode::OK, ""),
         1 => reply(StatusCode::SERVICE_UNAVAILABLE, "engine dead"),
-        _ => std::future::pending().await,
+        2 => std::future::pending().await,
+        _ => {
+            let first = futures_util::stream::iter([Ok(hyper::body::Frame::data(
+                Bytes::from_static(b"{\"status\":"),
+            ))]);
+            let stalled = futures_util::StreamExt::chain(first, futures_util::stream::pending());
+            Response::new(StreamBody::new(stalled).boxed())
+        }
     }
 }
 
@@ -219,6 +228,21 @@ async fn a_hanging_health_endpoint_times_out_and_recovers() {
 
     engine.set(Mode::Healthy);
     until_readyz(&proxy, 200).await;
+}
+
+/// The probe waits for the body too (up to 64 KiB): an endpoint that
+/// sends its `200` and stops is not healthy.
+#[tokio::test]
+async fn a_health_endpoint_whose_body_stalls_times_out() {
+    let engine = Engine::start(Mode::Healthy).await;
+    let extra = format!("{HEALTH}\nupstream_health_timeout = \"300ms\"");
+    let proxy = common::proxy(engine.addr, &extra).await;
+    until_readyz(&proxy, 200).await;
+
+    engine.set(Mode::Stalling);
+    until_readyz(&proxy, 503).await;
+    let timeouts = "tokenclock_upstream_health_probes_total{result=\"timeout\"}";
+    assert!(metric(&proxy, timeouts).await >= 1.0);
 }
 
 #[tokio::test]

@@ -132,6 +132,7 @@ impl Traces {
             batch_delay: otel.batch_delay,
             export_timeout: otel.export_timeout,
             failing: false,
+            lost_at_exit: 0,
         };
         let task = tokio::spawn(batcher.run());
         let sink = Arc::new(OtelSink {
@@ -199,6 +200,9 @@ struct Batcher {
     export_timeout: Duration,
     /// The last export failed (logged once per run of failures).
     failing: bool,
+    /// Spans the flush at exit did not export: counted, and logged as the
+    /// task ends, since a counter is not scraped once the process is gone.
+    lost_at_exit: u64,
 }
 
 /// How one export ended.
@@ -213,10 +217,22 @@ impl Batcher {
         loop {
             let batch = self.collect().await;
             if batch.is_empty() {
-                return;
+                break;
             }
             self.export(batch).await;
         }
+        if self.lost_at_exit > 0 {
+            tracing::warn!(
+                spans = self.lost_at_exit,
+                "Spans still queued at exit were not exported: the flush ran out of time."
+            );
+        }
+    }
+
+    /// `spans` the flush at exit had no time for.
+    fn lost_at_exit(&mut self, spans: usize) {
+        self.counters.dropped("shutdown", spans);
+        self.lost_at_exit += spans as u64;
     }
 
     /// The next batch: waits for a first span, then for up to
@@ -265,7 +281,7 @@ impl Batcher {
             .closing
             .is_some_and(|deadline| Instant::now() >= deadline)
         {
-            self.counters.dropped("shutdown", spans);
+            self.lost_at_exit(spans);
             return;
         }
         let mut limit = Instant::now() + self.export_timeout;
@@ -309,7 +325,7 @@ impl Batcher {
                 }
             }
             Exported::TimedOut if self.closing.is_some_and(|end| Instant::now() >= end) => {
-                self.counters.dropped("shutdown", spans);
+                self.lost_at_exit(spans);
             }
             Exported::TimedOut => {
                 self.counters.dropped("timeout", spans);
