@@ -39,6 +39,21 @@ pub(crate) fn is_chunked(value: &HeaderValue) -> bool {
     last.is_some_and(|coding| coding.trim().eq_ignore_ascii_case("chunked"))
 }
 
+/// Whether the `Transfer-Encoding` lines, if any, name one coding, and
+/// it is `chunked` (any case, spaces and empty list elements aside): the
+/// only transfer coding either side may be sent without having asked for
+/// it (RFC 9112 §6.1), and the only one tokenclock decodes.
+pub(crate) fn only_chunked(lines: http::header::GetAll<'_, HeaderValue>) -> bool {
+    let mut codings = lines.iter().flat_map(|line| {
+        let text = line.to_str().unwrap_or("?");
+        text.split(',').map(str::trim).filter(|c| !c.is_empty())
+    });
+    match codings.next() {
+        None => true,
+        Some(first) => first.eq_ignore_ascii_case("chunked") && codings.next().is_none(),
+    }
+}
+
 /// hyper's `connection_has`: one of the value's comma-separated tokens is
 /// `token`, trimmed, any case.
 pub(crate) fn has_token(value: &HeaderValue, token: &str) -> bool {

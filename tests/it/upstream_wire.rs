@@ -165,6 +165,29 @@ async fn garbage_instead_of_a_head_is_a_502() {
     assert_eq!(got.error_type(), "upstream_error");
 }
 
+/// A transfer coding besides `chunked` (RFC 9112 §6.1: sent only to a
+/// client that asked for it) is a `502`, as nginx answers: the header is
+/// hop-by-hop, and forwarded, the body went to the client still coded,
+/// labelled plain chunked, its events unread and uncounted.
+#[tokio::test]
+async fn an_answer_in_a_transfer_coding_besides_chunked_is_a_502() {
+    for codings in ["gzip, chunked", "chunked, gzip"] {
+        let head = format!("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: {codings}\r\n\r\n");
+        let upstream = Scripted::start(vec![
+            Step::Write(head.into_bytes().into()),
+            Step::Write(Bytes::from_static(
+                b"5\r\n\x1f\x8b\x08\x00\x00\r\n0\r\n\r\n",
+            )),
+        ])
+        .await;
+        let proxy = common::proxy(upstream.addr, "").await;
+        let response = send(proxy.addr, post(b"{}")).await.expect("response");
+        let got = collect(response).await.expect("body");
+        assert_eq!(got.status, 502, "{codings}");
+        assert_eq!(got.error_type(), "upstream_error", "{codings}");
+    }
+}
+
 /// An upstream that answers `413` after the request head and reads no
 /// more of the body. The client's body trickles (64 KiB every 10 ms,
 /// 6.4 MB, more than the sockets hold): the proxy is still sending it when

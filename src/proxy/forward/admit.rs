@@ -1,8 +1,9 @@
 //! Requests tokenclock answers itself instead of forwarding.
 
-use http::{header, HeaderValue, Method, Request, Version};
+use http::{header, Method, Request, Version};
 
 use super::ProxyError;
+use crate::proxy::wire::only_chunked;
 
 /// Refuses what a reverse proxy must not forward:
 ///
@@ -33,19 +34,6 @@ pub(super) fn admit<B>(request: &Request<B>) -> Result<(), ProxyError> {
             "a request may carry one Host header at most",
         )),
         _ => Ok(()),
-    }
-}
-
-/// Whether the `Transfer-Encoding` lines, if any, name one coding, and
-/// it is `chunked` (any case, spaces and empty list elements aside).
-fn only_chunked(lines: header::GetAll<'_, HeaderValue>) -> bool {
-    let mut codings = lines.iter().flat_map(|line| {
-        let text = line.to_str().unwrap_or("?");
-        text.split(',').map(str::trim).filter(|c| !c.is_empty())
-    });
-    match codings.next() {
-        None => true,
-        Some(first) => first.eq_ignore_ascii_case("chunked") && codings.next().is_none(),
     }
 }
 

@@ -204,11 +204,13 @@ pub(crate) fn parse_response(
             if version == Version::HTTP_10 {
                 return Err(WireError::Head("transfer-encoding in an HTTP/1.0 response"));
             }
-            if is_chunked(&headers) {
-                Framing::Chunked
-            } else {
-                Framing::Close
+            // A coding besides `chunked` (`gzip, chunked`): the header is
+            // hop-by-hop, and the body, forwarded, went to the client
+            // still coded and labelled plain (nginx answers `502` too).
+            if !super::only_chunked(headers.get_all(header::TRANSFER_ENCODING)) {
+                return Err(WireError::Head("a transfer coding besides chunked"));
             }
+            Framing::Chunked
         } else {
             match content_length(&headers) {
                 Ok(Some(len)) => Framing::Length(len),

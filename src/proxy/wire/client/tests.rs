@@ -150,19 +150,26 @@ fn the_response_framing_follows_rfc_9112() {
     );
     assert_eq!(
         framing(
-            "HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, chunked\r\ncontent-length: 3\r\n\r\n",
+            "HTTP/1.1 200 OK\r\ntransfer-encoding: Chunked\r\ncontent-length: 3\r\n\r\n",
             Method::POST
         ),
         Framing::Chunked,
         "transfer-encoding wins over content-length"
     );
-    assert_eq!(
-        framing(
-            "HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\n\r\n",
-            Method::POST
-        ),
-        Framing::Close
-    );
+    // A coding besides `chunked` is refused (`502`): forwarded, the body
+    // went to the client still coded, labelled plain chunked.
+    for codings in [
+        "gzip, chunked",
+        "chunked, gzip",
+        "gzip",
+        "identity",
+        "chunked, chunked",
+    ] {
+        let head = format!("HTTP/1.1 200 OK\r\ntransfer-encoding: {codings}\r\n\r\n");
+        assert!(parse(head.as_bytes(), &Method::POST).is_err(), "{codings}");
+    }
+    let split = b"HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\ntransfer-encoding: chunked\r\n\r\n";
+    assert!(parse(split, &Method::POST).is_err(), "on two lines");
     assert_eq!(
         framing(
             "HTTP/1.1 200 OK\r\ncontent-length: 4, 4\r\n\r\n",
