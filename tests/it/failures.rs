@@ -61,6 +61,40 @@ async fn a_request_that_could_not_be_sent_keeps_its_model() {
     }
 }
 
+/// So is one whose body comes in a write after its head, as httpx (the
+/// OpenAI SDK's), `requests` and Python's `http.client` send it: the body
+/// is waited for, a short while, before the `502` (before, the failure was
+/// `unknown`'s whenever the connect failed before the body came).
+#[tokio::test]
+async fn a_request_that_could_not_be_sent_keeps_the_model_its_later_body_names() {
+    for protocol in ["http1", "http2"] {
+        let config = format!("upstream_protocol = \"{protocol}\"");
+        let (proxy, mut timelines) =
+            common::proxy_with_timelines(common::closed_port().await, &config).await;
+        let body = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+        let mut client = tokio::net::TcpStream::connect(proxy.addr)
+            .await
+            .expect("connect");
+        let head = format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+             content-length: {}\r\n\r\n",
+            body.len()
+        );
+        client.write_all(head.as_bytes()).await.expect("head");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        client.write_all(body.as_bytes()).await.expect("body");
+        let mut answer = vec![0; 4096];
+        let read = tokio::time::timeout(Duration::from_secs(5), client.read(&mut answer));
+        let n = read.await.expect("answered").expect("read");
+        let answer = String::from_utf8_lossy(&answer[..n]);
+        assert!(answer.starts_with("HTTP/1.1 502"), "{protocol}: {answer}");
+        let t = common::next_timeline(&mut timelines).await;
+        assert_eq!(t.model.as_deref(), Some("m"), "{protocol}");
+        assert_eq!(t.bytes_in, body.len() as u64, "{protocol}");
+        assert_eq!(t.outcome.as_str(), "upstream_error", "{protocol}");
+    }
+}
+
 /// What the measurement's read of a request never sent finds wrong with
 /// its body is not the client's answer: the upstream could not be
 /// reached, and the client is told so, as before the body was read.

@@ -404,9 +404,9 @@ impl Multiplex {
                         continue;
                     }
                     Waited::Failed(e) => {
-                        // Not sent: what of its body came is read, for its
-                        // model and size.
-                        replay.read_what_came();
+                        // Not sent: what of its body comes is read, for
+                        // its model and size.
+                        replay.read_what_comes().await;
                         return Err(e.shared());
                     }
                 },

@@ -232,7 +232,7 @@ impl Pool {
         let mut spent = None;
         let (mut conn, mut connect) = match self.shared.take() {
             Some(conn) => (conn, Duration::ZERO),
-            None => unsent(self.connect().await, &mut upload)?,
+            None => Box::pin(self.connect_for(&mut upload)).await?,
         };
         let mut reused = connect.is_zero();
         let mut failed_write = None;
@@ -263,7 +263,7 @@ impl Pool {
                 Err(e) => return Err(e),
             }
             self.shared.metrics.resends.inc();
-            (conn, connect) = unsent(self.connect().await, &mut upload)?;
+            (conn, connect) = Box::pin(self.connect_for(&mut upload)).await?;
             reused = false;
             failed_write = None;
         };
@@ -306,6 +306,24 @@ impl Pool {
         })
     }
 
+    /// Opens a connection for `upload`; when that fails, the request will
+    /// not be sent, and what of its body comes is read first
+    /// ([`Upload::read_what_comes`]). Boxed where it is awaited: a
+    /// connect's state (and a failure's) would otherwise be laid out in
+    /// every waiting request's future, though few requests connect.
+    async fn connect_for(
+        &self,
+        upload: &mut Option<Box<Upload>>,
+    ) -> Result<(Conn, Duration), PoolError> {
+        let connected = self.connect().await;
+        if connected.is_err() {
+            if let Some(upload) = upload {
+                upload.read_what_comes().await;
+            }
+        }
+        connected
+    }
+
     /// Opens a connection; returns it and how long that took.
     async fn connect(&self) -> Result<(Conn, Duration), PoolError> {
         let mut connector = self.shared.connector.clone();
@@ -325,22 +343,6 @@ impl Pool {
         };
         Ok((conn, took))
     }
-}
-
-/// `connected`, for `upload`: when the connect failed, the request will
-/// not be sent, and what of its body has come is read first
-/// ([`Upload::read_what_came`]). Not an `async fn` of its own: its state
-/// would be nested in every waiting request's future.
-fn unsent<T>(
-    connected: Result<T, PoolError>,
-    upload: &mut Option<Box<Upload>>,
-) -> Result<T, PoolError> {
-    if connected.is_err() {
-        if let Some(upload) = upload {
-            upload.read_what_came();
-        }
-    }
-    connected
 }
 
 /// Puts back a replayable request (`upload` partly written, or `spent`
@@ -459,13 +461,13 @@ struct Upload {
 }
 
 impl Upload {
-    /// Reads the body's frames that have come already, without waiting
-    /// for more, when the request will not be sent (no connection to the
-    /// upstream): its measurement then reads the request's `model` and
-    /// size, and the failure is counted under its model, not `unknown`, as
-    /// an outage's requests must be. A small body comes with its head.
-    fn read_what_came(&mut self) {
-        super::client::read_what_came(&mut self.body);
+    /// Reads the body to its end, for a short while, when the request will
+    /// not be sent (no connection to the upstream): its measurement then
+    /// reads the request's `model` and size, and the failure is counted
+    /// under its model, not `unknown`, as an outage's requests must be
+    /// ([`super::client::read_what_comes`]).
+    fn read_what_comes(&mut self) -> impl std::future::Future<Output = ()> + Send + '_ {
+        super::client::read_what_comes(&mut self.body)
     }
 
     fn new(body: UpstreamBody, framing: Framing, head: Vec<u8>, headers: &HeaderMap) -> Self {

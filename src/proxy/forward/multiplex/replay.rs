@@ -39,7 +39,7 @@ use bytes::{Bytes, BytesMut};
 use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
 
-use super::super::client::{read_what_came, UpstreamBody};
+use super::super::client::{read_what_came, UpstreamBody, BODY_WAIT};
 use crate::measure::read::{CaptureBudget, Held};
 
 /// The most body bytes kept to send again, per request: 256 KiB, about
@@ -335,6 +335,29 @@ impl Replay {
         if !record.ended {
             read_what_came(&mut record.source);
         }
+    }
+
+    /// Reads the body to its end, for a short while, when its connect
+    /// failed ([`read_what_comes`](super::super::client::read_what_comes)).
+    pub(crate) fn read_what_comes(
+        &self,
+    ) -> Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+        Box::pin(async move {
+            let reading = std::future::poll_fn(|cx| {
+                let mut record = lock(&self.record);
+                if record.ended {
+                    return Poll::Ready(());
+                }
+                loop {
+                    match record.source.as_mut().poll_frame(cx) {
+                        Poll::Ready(Some(Ok(_))) => {}
+                        Poll::Ready(_) => return Poll::Ready(()),
+                        Poll::Pending => return Poll::Pending,
+                    }
+                }
+            });
+            let _ = tokio::time::timeout(BODY_WAIT, reading).await;
+        })
     }
 
     /// The request will not be sent again after its stream failed: the
