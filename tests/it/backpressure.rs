@@ -125,3 +125,97 @@ async fn clients_that_stop_reading_do_not_stop_an_http2_upstreams_other_streams(
     assert!(text.ends_with("data: {\"choices\":[]}\n\n"), "{text}");
     drop(stalled);
 }
+
+/// An HTTP/1.1 upstream that reads nothing of a request to `/stall` but
+/// its head, and answers any other with `200` once it has read its
+/// `content-length` body.
+async fn stalling_upstream() -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    if tcp.read_exact(&mut byte).await.is_err() {
+                        return;
+                    }
+                    head.push(byte[0]);
+                }
+                let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+                if head.starts_with("post /stall") {
+                    // Holds the connection, reading nothing more.
+                    tokio::time::sleep(Duration::from_secs(60)).await;
+                    return;
+                }
+                let length = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse::<usize>().ok())
+                    .unwrap_or(0);
+                let mut body = vec![0u8; length];
+                if tcp.read_exact(&mut body).await.is_err() {
+                    return;
+                }
+                let _ = tcp
+                    .write_all(
+                        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok",
+                    )
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+/// One stream's upload that its upstream does not read holds its own
+/// window, not its connection's: the other streams of an h2 client's
+/// connection (a gateway's, many users') still send their bodies. With
+/// hyper's connection window, the size of one stream's, one such upload
+/// stopped every other on the connection until `request_body_timeout`
+/// answered them `408`, blamed on their clients (a black-box pass: 4 of 4
+/// with a 40 MB upload).
+#[tokio::test]
+async fn an_upload_its_upstream_does_not_read_leaves_the_connections_other_uploads() {
+    use http_body_util::{BodyExt, Full, StreamBody};
+    let upstream = stalling_upstream().await;
+    let proxy = common::proxy(upstream, "").await;
+    let stream = tokio::net::TcpStream::connect(proxy.addr)
+        .await
+        .expect("connect");
+    let (mut sender, connection) =
+        hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .handshake::<_, http_body_util::combinators::BoxBody<Bytes, std::convert::Infallible>>(
+                hyper_util::rt::TokioIo::new(stream),
+            )
+            .await
+            .expect("handshake");
+    tokio::spawn(connection);
+    // 40 MB, more than the sockets between hold.
+    const LARGE: usize = 40 * 1024 * 1024;
+    let chunks = futures_util::stream::iter(
+        (0..LARGE / 65_536).map(|_| Ok(hyper::body::Frame::data(Bytes::from(vec![b'x'; 65_536])))),
+    );
+    let large = http::Request::post("/stall")
+        .header("content-length", LARGE)
+        .body(StreamBody::new(chunks).boxed())
+        .expect("request");
+    let stalled = tokio::spawn(sender.send_request(large));
+    // Its upload fills what lies between, and its window.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    for i in 0..3 {
+        let small = http::Request::post("/v1/completions")
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from_static(b"{\"model\":\"m\"}")).boxed())
+            .expect("request");
+        let answer = tokio::time::timeout(Duration::from_secs(5), sender.send_request(small))
+            .await
+            .unwrap_or_else(|_| panic!("request {i} waited behind the stalled upload"))
+            .expect("answer");
+        assert_eq!(answer.status(), 200, "request {i}");
+    }
+    stalled.abort();
+}

@@ -125,17 +125,38 @@ impl Serve {
     /// proxy's cap on requests in flight, when it is below hyper's 200. A
     /// client told so in its SETTINGS queues what is beyond it, where it
     /// would otherwise send it and get `503` (`forward::capacity`).
+    ///
+    /// Their window for what clients send is each stream's
+    /// ([`CLIENT_STREAM_WINDOW`]) for every stream they may open: with
+    /// hyper's, one stream's size, one upload its upstream did not read
+    /// (a model server busy with the others) held the whole connection's,
+    /// and the other streams' bodies (a gateway's, many users') waited
+    /// until `request_body_timeout` answered them `408`. A stream still
+    /// holds no more than its own window, and the streams in flight are
+    /// capped, so this adds no memory they could not already hold.
     pub(crate) fn with_max_streams(mut self, max: usize) -> Self {
         let max = u32::try_from(max)
             .unwrap_or(u32::MAX)
             .min(HYPER_MAX_STREAMS);
-        self.builder.http2().max_concurrent_streams(max);
+        let window = CLIENT_STREAM_WINDOW.saturating_mul(max).min(MAX_WINDOW);
+        self.builder
+            .http2()
+            .max_concurrent_streams(max)
+            .initial_stream_window_size(CLIENT_STREAM_WINDOW)
+            .initial_connection_window_size(window);
         self
     }
 }
 
 /// hyper's default cap on an h2 server connection's concurrent streams.
 const HYPER_MAX_STREAMS: u32 = 200;
+
+/// What one h2 client stream may send before the proxy reads it, in
+/// bytes: hyper's default, 1 MiB.
+const CLIENT_STREAM_WINDOW: u32 = 1024 * 1024;
+
+/// HTTP/2's largest window (RFC 9113 §6.9.1).
+const MAX_WINDOW: u32 = (1 << 31) - 1;
 
 /// HTTP/1.1 and h2c with tokenclock's timers and client-side `timeouts`.
 ///
