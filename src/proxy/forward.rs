@@ -376,11 +376,11 @@ impl Inner {
         body: RequestBody,
         upload: Upload,
     ) -> Result<Request<UpstreamBody>, ProxyError> {
-        let client_host = parts
-            .headers
-            .get(header::HOST)
-            .cloned()
-            .or_else(|| authority_header(&parts.uri));
+        // The target's authority (an h2 client's `:authority`, an
+        // absolute-form target's) over a Host beside it: RFC 9113 §8.3.1,
+        // RFC 9112 §3.2.2.
+        let client_host =
+            authority_header(&parts.uri).or_else(|| parts.headers.get(header::HOST).cloned());
         let path = match parts.uri.path_and_query() {
             // An absolute-form target with no path (`http://host?x=1`, as
             // Python's urllib sends through a proxy): the origin form's
@@ -431,9 +431,12 @@ impl Inner {
     }
 }
 
+/// The target's authority as a Host: without a user's name and password
+/// (`user:secret@`), which are not the host's, and must not reach a log.
 fn authority_header(uri: &Uri) -> Option<HeaderValue> {
-    uri.authority()
-        .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+    let authority = uri.authority()?.as_str();
+    let host = authority.rsplit('@').next().unwrap_or(authority);
+    HeaderValue::from_str(host).ok()
 }
 
 /// The one place a [`ProxyError`] becomes the client's response; the

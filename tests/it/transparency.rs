@@ -387,6 +387,31 @@ async fn host_is_the_upstreams_unless_preserved() {
         echo.next().await.headers.get("host").map(|v| v.as_bytes()),
         Some(&b"client.example:9"[..])
     );
+    // `:authority` is the target's, a Host beside it aside (RFC 9113
+    // §8.3.1), and so is an absolute-form target's authority over HTTP/1.1
+    // (RFC 9112 §3.2.2); a user's name and password in it are not a host.
+    let request = Request::get("http://user:secret@client.example:9/x")
+        .header("host", "other.example")
+        .body(Full::new(Bytes::new()))
+        .expect("request");
+    send_h2(proxy.addr, request).await.expect("response");
+    assert_eq!(
+        echo.next().await.headers.get("host").map(|v| v.as_bytes()),
+        Some(&b"client.example:9"[..])
+    );
+    let mut raw = tokio::net::TcpStream::connect(proxy.addr)
+        .await
+        .expect("connect");
+    tokio::io::AsyncWriteExt::write_all(
+        &mut raw,
+        b"GET http://client.example:9/x HTTP/1.1\r\nhost: other.example\r\nconnection: close\r\n\r\n",
+    )
+    .await
+    .expect("request");
+    assert_eq!(
+        echo.next().await.headers.get("host").map(|v| v.as_bytes()),
+        Some(&b"client.example:9"[..])
+    );
 }
 
 #[tokio::test]
