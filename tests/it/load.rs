@@ -520,3 +520,19 @@ async fn whole_answers_read_as(paths: &[&str], endpoint: &str, min_input: u64) {
     }
     proxy.shutdown().await;
 }
+
+/// A closed-loop worker whose request could not connect waits 100 ms
+/// before its next: a target that is down refuses at once, and asked again
+/// at once it took hundreds of thousands of connects a second (a
+/// black-box pass: 440,282 in 4 s).
+#[tokio::test]
+async fn a_target_that_is_down_is_asked_at_most_ten_times_a_second_a_worker() {
+    let closed = common::closed_port().await;
+    let mut config = config(closed, 2, None);
+    config.duration = Some(Duration::from_secs(1));
+    let summary = run(config).await;
+    let connects = summary.errors_by_kind.get("connect").copied().unwrap_or(0);
+    assert!(connects >= 2, "{summary}");
+    // 2 workers, 1 s, a pause of 100 ms after each: 22 at most.
+    assert!(connects <= 22, "{connects} connects in 1 s: {summary}");
+}

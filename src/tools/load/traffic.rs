@@ -78,7 +78,9 @@ impl Shared {
     }
 
     /// Sends one request of workload `index` and records it.
-    async fn one(&self, index: usize, stop: &mut watch::Receiver<bool>) {
+    /// Sends one request of workload `index` and records it; whether it
+    /// could not connect.
+    async fn one(&self, index: usize, stop: &mut watch::Receiver<bool>) -> bool {
         let measured = match self.request(index) {
             Ok(request) => {
                 let live = (&self.live, self.timeout);
@@ -87,10 +89,13 @@ impl Shared {
             }
             Err(_) => failed(index, "request_build"),
         };
+        let unconnected =
+            matches!(&measured.outcome, ClientOutcome::Error(kind) if kind == "connect");
         self.recorder
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .add(measured);
+        unconnected
     }
 
     fn request(&self, index: usize) -> Result<Request<Full<Bytes>>, http::Error> {
@@ -162,12 +167,25 @@ pub(super) fn spawn(
 }
 
 /// Closed loop: one request after another until the budget or the stop.
+/// A request that could not connect is followed by a pause
+/// ([`UNCONNECTED_PAUSE`]): a target that is down refuses at once, and a
+/// worker that asked again at once made hundreds of thousands of connects
+/// a second, on a machine the target may share.
 async fn worker(shared: Arc<Shared>, mut rng: Rng, mut stop: watch::Receiver<bool>) {
     while !*stop.borrow() && shared.ticket() {
         let index = rng.weighted(&shared.weights);
-        shared.one(index, &mut stop).await;
+        if shared.one(index, &mut stop).await {
+            tokio::select! {
+                () = request::stopped(&mut stop) => break,
+                () = tokio::time::sleep(UNCONNECTED_PAUSE) => {}
+            }
+        }
     }
 }
+
+/// How long a closed-loop worker waits after a request that could not
+/// connect.
+const UNCONNECTED_PAUSE: Duration = Duration::from_millis(100);
 
 /// Open loop: Poisson arrivals at `rate` per second, each on its own task,
 /// skipped (and counted) when `cap` requests are already in flight.
