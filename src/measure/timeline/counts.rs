@@ -196,8 +196,15 @@ impl TokenCounts {
             return exact;
         }
         match exact {
-            Some(n) if self.held > 0 => Some(n.saturating_add(std::mem::take(&mut self.held))),
-            exact => exact,
+            Some(n) if parsed.tokens.is_some() => {
+                Some(n.saturating_add(std::mem::take(&mut self.held)))
+            }
+            // A count's growth has them already (its base did not move).
+            Some(n) => {
+                self.held = 0;
+                Some(n)
+            }
+            None => None,
         }
     }
 
@@ -262,8 +269,12 @@ impl TokenCounts {
     /// Fixes the totals from the best source available.
     pub fn settle(&mut self, usage: &Usage, request: &RequestInfo) {
         // Generated, though no event showed their text (a stop string
-        // held back, then cut).
-        self.event_tokens += u64::from(std::mem::take(&mut self.held));
+        // held back, then cut); exactly, when no event bore any.
+        let held = std::mem::take(&mut self.held);
+        if held > 0 && self.token_events == 0 {
+            self.all_exact = true;
+        }
+        self.event_tokens += u64::from(held);
         (self.generated, self.generated_source) = self.generated_total(usage);
         (self.reasoning, self.reasoning_source) = self.reasoning_total(usage);
         // Reasoning the server counted but no event carried as text.

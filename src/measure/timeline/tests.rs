@@ -301,6 +301,30 @@ fn tokens_listed_without_their_text_count_with_the_event_that_shows_it() {
     assert_eq!((t.tokens.token_events, t.tokens.generated), (2, 3));
 }
 
+/// llama.cpp lists a partial's tokens and counts all so far: a token held
+/// on a text-less partial is in the next one's growth already, not added
+/// to it again.
+#[test]
+fn a_held_token_in_a_counts_growth_is_counted_once() {
+    let t0 = Instant::now();
+    let mut t = Timeline::new(t0, Dialect::LlamaCpp);
+    let partial = |text: u32, listed: Option<u32>, so_far: u64| Parsed {
+        output_bytes: text,
+        tokens: listed,
+        usage: Some(Usage {
+            output: Some(so_far),
+            ..Usage::default()
+        }),
+        cumulative: true,
+        ..Parsed::default()
+    };
+    t.record(&partial(0, Some(1), 1), t0 + ms(100));
+    t.record(&partial(2, None, 2), t0 + ms(140));
+    t.record(&partial(1, Some(1), 3), t0 + ms(180));
+    t.finish(Outcome::Ok, t0 + ms(200));
+    assert_eq!(t.tokens_per_event().collect::<Vec<_>>(), [2, 1]);
+}
+
 /// TGI's tokens are its events' own: its `</s>`, with no text, is
 /// generated when it comes.
 #[test]

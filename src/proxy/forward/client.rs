@@ -55,6 +55,12 @@ pub(super) fn read_what_came(body: &mut UpstreamBody) {
     while let Poll::Ready(Some(Ok(_))) = body.as_mut().poll_frame(&mut cx) {}
 }
 
+/// Whether the client waits for `100 Continue` before it sends its body:
+/// none came, and a request whose connect failed does not wait for it.
+pub(super) fn expects_continue(headers: &http::HeaderMap) -> bool {
+    headers.contains_key(http::header::EXPECT)
+}
+
 /// How long a request whose connect failed waits for the rest of its body
 /// before its `502` ([`read_what_comes`]): the client's next write, which
 /// comes within a round trip.

@@ -60,7 +60,7 @@ use self::{
     replay::Outbound,
 };
 use super::{
-    client::{Connector, UpstreamBody},
+    client::{expects_continue, Connector, UpstreamBody},
     connect::{ConnectTiming, Counted, Stream, Timed},
     pool,
 };
@@ -406,7 +406,9 @@ impl Multiplex {
                     Waited::Failed(e) => {
                         // Not sent: what of its body comes is read, for
                         // its model and size.
-                        replay.read_what_comes().await;
+                        if !expects_continue(&head.headers) {
+                            replay.read_what_comes().await;
+                        }
                         return Err(e.shared());
                     }
                 },
@@ -487,7 +489,11 @@ impl Multiplex {
                 }
                 // Held by hyper's task unopened, and dropped with it: sent
                 // again on another connection, as one given back unsent.
-                None if tries < RETRIES && dispatch_gone(&e) && !replay.piped() => {
+                None if tries < RETRIES
+                    && dispatch_gone(&e)
+                    && !replay.piped()
+                    && (head.method.is_idempotent() || has_body(&head.headers)) =>
+                {
                     let Some(again) = replay.again() else {
                         replay.abandon();
                         return Err(MultiplexError::Stream(e));
@@ -508,6 +514,20 @@ impl Multiplex {
             }
         }
     }
+}
+
+/// Whether a request says it has a body (`content-length` above 0, or a
+/// `transfer-encoding`). h2 may send a stream's `HEADERS` as it opens it,
+/// just before the task that held it ends: a request with a body the pipe
+/// never began to send is one the upstream cannot have had whole, but a
+/// bodiless one's `HEADERS` end it, and its method must allow it twice.
+fn has_body(headers: &http::HeaderMap) -> bool {
+    headers.contains_key(http::header::TRANSFER_ENCODING)
+        || headers
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .is_some_and(|n| n > 0)
 }
 
 /// Whether hyper's task dropped the request's answer unsent: it holds a

@@ -458,6 +458,9 @@ struct Upload {
     /// method (RFC 9110 §9.2.1) with no body and no switch of protocols,
     /// and no byte of an answer yet (a 1xx says the upstream had it).
     replay: Option<Vec<u8>>,
+    /// The client waits for `100 Continue` before it sends its body: when
+    /// its connect fails, the body is not read ([`Upload::read_what_comes`]).
+    expects_continue: bool,
 }
 
 impl Upload {
@@ -466,7 +469,19 @@ impl Upload {
     /// reads the request's `model` and size, and the failure is counted
     /// under its model, not `unknown`, as an outage's requests must be
     /// ([`super::client::read_what_comes`]).
-    fn read_what_comes(&mut self) -> impl std::future::Future<Output = ()> + Send + '_ {
+    /// Not for a client that waits for `100 Continue` before it sends its
+    /// body (none came), nor for a switch of protocols, whose body comes
+    /// only after a `101` (what came is read without waiting).
+    fn read_what_comes(
+        &mut self,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+        if self.expects_continue {
+            return Box::pin(std::future::ready(()));
+        }
+        if self.framing == Framing::Close {
+            super::client::read_what_came(&mut self.body);
+            return Box::pin(std::future::ready(()));
+        }
         super::client::read_what_comes(&mut self.body)
     }
 
@@ -489,6 +504,7 @@ impl Upload {
             ended: framing == Framing::Length(0),
             trailers,
             replay: None,
+            expects_continue: super::client::expects_continue(headers),
         }
     }
 

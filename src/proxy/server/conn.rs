@@ -127,18 +127,20 @@ impl Serve {
     /// would otherwise send it and get `503` (`forward::capacity`).
     ///
     /// Their window for what clients send is each stream's
-    /// ([`CLIENT_STREAM_WINDOW`]) for every stream they may open: with
-    /// hyper's, one stream's size, one upload its upstream did not read
-    /// (a model server busy with the others) held the whole connection's,
-    /// and the other streams' bodies (a gateway's, many users') waited
-    /// until `request_body_timeout` answered them `408`. A stream still
-    /// holds no more than its own window, and the streams in flight are
-    /// capped, so this adds no memory they could not already hold.
+    /// ([`CLIENT_STREAM_WINDOW`]) for every stream they may open, up to
+    /// [`CLIENT_CONNECTION_WINDOW`]: with hyper's, one stream's size, one
+    /// upload its upstream did not read (a model server busy with the
+    /// others) held the whole connection's, and the other streams' bodies
+    /// (a gateway's, many users') waited until `request_body_timeout`
+    /// answered them `408`. A stream still holds no more than its own
+    /// window; a connection, 16 such at most.
     pub(crate) fn with_max_streams(mut self, max: usize) -> Self {
         let max = u32::try_from(max)
             .unwrap_or(u32::MAX)
             .min(HYPER_MAX_STREAMS);
-        let window = CLIENT_STREAM_WINDOW.saturating_mul(max).min(MAX_WINDOW);
+        let window = CLIENT_STREAM_WINDOW
+            .saturating_mul(max)
+            .min(CLIENT_CONNECTION_WINDOW);
         self.builder
             .http2()
             .max_concurrent_streams(max)
@@ -155,8 +157,12 @@ const HYPER_MAX_STREAMS: u32 = 200;
 /// bytes: hyper's default, 1 MiB.
 const CLIENT_STREAM_WINDOW: u32 = 1024 * 1024;
 
-/// HTTP/2's largest window (RFC 9113 §6.9.1).
-const MAX_WINDOW: u32 = (1 << 31) - 1;
+/// What all the streams of one h2 client connection may have sent before
+/// the proxy reads it, in bytes: 16 streams' windows, so that as many
+/// uploads an upstream does not read leave the others room, while what one
+/// connection's unread uploads hold in the proxy stays 16 MiB (hyper's
+/// was 1 MiB; one stream's window for each of 200 streams would be 200).
+const CLIENT_CONNECTION_WINDOW: u32 = 16 * CLIENT_STREAM_WINDOW;
 
 /// HTTP/1.1 and h2c with tokenclock's timers and client-side `timeouts`.
 ///

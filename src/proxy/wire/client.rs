@@ -207,7 +207,8 @@ pub(crate) fn parse_response(
             // A coding besides `chunked` (`gzip, chunked`): the header is
             // hop-by-hop, and the body, forwarded, went to the client
             // still coded and labelled plain (nginx answers `502` too).
-            if !super::only_chunked(headers.get_all(header::TRANSFER_ENCODING)) {
+            let codings = headers.get_all(header::TRANSFER_ENCODING);
+            if !super::only_chunked(codings) || !is_chunked(&headers) {
                 return Err(WireError::Head("a transfer coding besides chunked"));
             }
             Framing::Chunked

@@ -77,7 +77,6 @@ impl Shared {
         self.limit.is_none_or(|limit| n < limit)
     }
 
-    /// Sends one request of workload `index` and records it.
     /// Sends one request of workload `index` and records it; whether it
     /// could not connect.
     async fn one(&self, index: usize, stop: &mut watch::Receiver<bool>) -> bool {

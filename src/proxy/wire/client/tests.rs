@@ -164,6 +164,8 @@ fn the_response_framing_follows_rfc_9112() {
         "gzip",
         "identity",
         "chunked, chunked",
+        "",
+        ",",
     ] {
         let head = format!("HTTP/1.1 200 OK\r\ntransfer-encoding: {codings}\r\n\r\n");
         assert!(parse(head.as_bytes(), &Method::POST).is_err(), "{codings}");
