@@ -72,21 +72,30 @@ async fn echo_server() -> (SocketAddr, oneshot::Receiver<http::request::Parts>) 
     let addr = listener.local_addr().expect("addr");
     let (tx, rx) = oneshot::channel();
     tokio::spawn(async move {
-        let Ok((stream, _)) = listener.accept().await else {
-            return;
-        };
-        let _ = stream.set_nodelay(true);
-        // tungstenite's callback type: its error is an HTTP response.
-        #[allow(clippy::result_large_err)]
-        let seen = |request: &server::Request, response: server::Response| {
-            let mut parts = http::Request::new(()).into_parts().0;
-            parts.uri = request.uri().clone();
-            parts.headers = request.headers().clone();
-            let _ = tx.send(parts);
-            Ok(response)
-        };
-        let Ok(mut ws) = tokio_tungstenite::accept_hdr_async(stream, seen).await else {
-            return;
+        // The first connection that makes a handshake: the proxy's TCP
+        // probe of the upstream connects and closes without one, and taken
+        // first it left the session no upstream (a `502`, now and then).
+        let mut ws = loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            let _ = stream.set_nodelay(true);
+            let mut asked = None;
+            // tungstenite's callback type: its error is an HTTP response.
+            #[allow(clippy::result_large_err)]
+            let seen = |request: &server::Request, response: server::Response| {
+                let mut parts = http::Request::new(()).into_parts().0;
+                parts.uri = request.uri().clone();
+                parts.headers = request.headers().clone();
+                asked = Some(parts);
+                Ok(response)
+            };
+            if let Ok(ws) = tokio_tungstenite::accept_hdr_async(stream, seen).await {
+                if let Some(parts) = asked {
+                    let _ = tx.send(parts);
+                }
+                break ws;
+            }
         };
         if ws.send(Message::text("session.created")).await.is_err() {
             return;
@@ -376,17 +385,25 @@ where
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     tokio::spawn(async move {
-        let Ok((mut stream, _)) = listener.accept().await else {
-            return;
-        };
-        let mut head = Vec::new();
-        while !head.ends_with(b"\r\n\r\n") {
-            let mut byte = [0u8; 1];
-            match stream.read(&mut byte).await {
-                Ok(1) => head.push(byte[0]),
-                _ => return,
+        // The first connection that sends a whole head: the proxy's TCP
+        // probe of the upstream connects and closes without one, and taken
+        // first it left the handshake no upstream (a `502`, now and then).
+        let mut stream = loop {
+            let Ok((mut stream, _)) = listener.accept().await else {
+                return;
+            };
+            let mut head = Vec::new();
+            while !head.ends_with(b"\r\n\r\n") {
+                let mut byte = [0u8; 1];
+                match stream.read(&mut byte).await {
+                    Ok(1) => head.push(byte[0]),
+                    _ => break,
+                }
             }
-        }
+            if head.ends_with(b"\r\n\r\n") {
+                break stream;
+            }
+        };
         if stream.write_all(&switch()).await.is_ok() {
             session(stream).await;
         }
