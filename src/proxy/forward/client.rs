@@ -51,8 +51,18 @@ pub(super) type UpstreamBody = Pin<Box<ObservedBody<RequestBody, Upload>>>;
 /// and the failure is counted under its model, not `unknown`, as an
 /// outage's requests must be. A small body comes with its head.
 pub(super) fn read_what_came(body: &mut UpstreamBody) {
-    let mut cx = Context::from_waker(Waker::noop());
-    while let Poll::Ready(Some(Ok(_))) = body.as_mut().poll_frame(&mut cx) {}
+    let _ = poll_what_comes(body, &mut Context::from_waker(Waker::noop()));
+}
+
+/// Reads `body`'s frames as they come: ready once it ended (or failed).
+pub(super) fn poll_what_comes(body: &mut UpstreamBody, cx: &mut Context<'_>) -> Poll<()> {
+    loop {
+        match body.as_mut().poll_frame(cx) {
+            Poll::Ready(Some(Ok(_))) => {}
+            Poll::Ready(_) => return Poll::Ready(()),
+            Poll::Pending => return Poll::Pending,
+        }
+    }
 }
 
 /// Whether the client waits for `100 Continue` before it sends its body:
@@ -80,13 +90,7 @@ pub(super) fn read_what_comes(
     body: &mut UpstreamBody,
 ) -> Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
     Box::pin(async move {
-        let reading = std::future::poll_fn(|cx| loop {
-            match body.as_mut().poll_frame(cx) {
-                Poll::Ready(Some(Ok(_))) => {}
-                Poll::Ready(_) => return Poll::Ready(()),
-                Poll::Pending => return Poll::Pending,
-            }
-        });
+        let reading = std::future::poll_fn(|cx| poll_what_comes(body, cx));
         let _ = tokio::time::timeout(BODY_WAIT, reading).await;
     })
 }

@@ -39,7 +39,7 @@ use bytes::{Bytes, BytesMut};
 use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
 
-use super::super::client::{read_what_came, UpstreamBody, BODY_WAIT};
+use super::super::client::{poll_what_comes, read_what_came, UpstreamBody, BODY_WAIT};
 use crate::measure::read::{CaptureBudget, Held};
 
 /// The most body bytes kept to send again, per request: 256 KiB, about
@@ -345,15 +345,9 @@ impl Replay {
         Box::pin(async move {
             let reading = std::future::poll_fn(|cx| {
                 let mut record = lock(&self.record);
-                if record.ended {
-                    return Poll::Ready(());
-                }
-                loop {
-                    match record.source.as_mut().poll_frame(cx) {
-                        Poll::Ready(Some(Ok(_))) => {}
-                        Poll::Ready(_) => return Poll::Ready(()),
-                        Poll::Pending => return Poll::Pending,
-                    }
+                match record.ended {
+                    true => Poll::Ready(()),
+                    false => poll_what_comes(&mut record.source, cx),
                 }
             });
             let _ = tokio::time::timeout(BODY_WAIT, reading).await;
