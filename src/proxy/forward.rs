@@ -406,6 +406,9 @@ impl Inner {
             UpstreamProtocol::Http1 => Version::HTTP_11,
             UpstreamProtocol::Http2 => Version::HTTP_2,
         };
+        if parts.headers.contains_key(header::EXPECT) {
+            parts.extensions.insert(client::ExpectsContinue);
+        }
         headers::strip_request(&mut parts.headers);
         if let Some(asked) = parts.extensions.get::<Asked>() {
             asked.restore(&mut parts.headers);

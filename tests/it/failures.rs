@@ -95,6 +95,31 @@ async fn a_request_that_could_not_be_sent_keeps_the_model_its_later_body_names()
     }
 }
 
+/// A client that waits for `100 Continue` before its body, when the
+/// upstream cannot be reached, gets the `502` alone, and at once: the
+/// proxy does not ask for a body it will not send (a `100` just before
+/// the `502` makes the client write a body only to have it thrown away).
+#[tokio::test]
+async fn a_client_waiting_for_100_continue_gets_only_the_502_when_the_upstream_is_down() {
+    for protocol in ["http1", "http2"] {
+        let config = format!("upstream_protocol = \"{protocol}\"");
+        let proxy = common::proxy(common::closed_port().await, &config).await;
+        let mut client = tokio::net::TcpStream::connect(proxy.addr)
+            .await
+            .expect("connect");
+        let head = "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n\
+                    content-type: application/json\r\nexpect: 100-continue\r\n\
+                    content-length: 20\r\n\r\n";
+        client.write_all(head.as_bytes()).await.expect("head");
+        let mut answer = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(5), client.read_to_end(&mut answer));
+        read.await.expect("answered").expect("read");
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 502"), "{protocol}: {answer}");
+        assert!(!answer.contains(" 100 "), "{protocol}: {answer}");
+    }
+}
+
 /// What the measurement's read of a request never sent finds wrong with
 /// its body is not the client's answer: the upstream could not be
 /// reached, and the client is told so, as before the body was read.

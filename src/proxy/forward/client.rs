@@ -65,10 +65,19 @@ pub(super) fn poll_what_comes(body: &mut UpstreamBody, cx: &mut Context<'_>) -> 
     }
 }
 
+/// Marks a request whose client waits for `100 Continue` before it sends
+/// its body. The `Expect` header is the proxy's own server's to answer and
+/// is not forwarded ([`super::headers::strip_request`]), so the pools
+/// learn of it from this extension, set before the header goes.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct ExpectsContinue;
+
 /// Whether the client waits for `100 Continue` before it sends its body:
-/// none came, and a request whose connect failed does not wait for it.
-pub(super) fn expects_continue(headers: &http::HeaderMap) -> bool {
-    headers.contains_key(http::header::EXPECT)
+/// none came, and a request whose connect failed does not wait for it
+/// (reading it would ask the client for it: the `100` would go out just
+/// before the `502`).
+pub(super) fn expects_continue(extensions: &http::Extensions) -> bool {
+    extensions.get::<ExpectsContinue>().is_some()
 }
 
 /// How long a request whose connect failed waits for the rest of its body

@@ -406,7 +406,7 @@ impl Multiplex {
                     Waited::Failed(e) => {
                         // Not sent: what of its body comes is read, for
                         // its model and size.
-                        if !expects_continue(&head.headers) {
+                        if !expects_continue(&head.extensions) {
                             replay.read_what_comes().await;
                         }
                         return Err(e.shared());

@@ -207,7 +207,7 @@ impl Pool {
             Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE
         );
         let replay = (safe && framing == Framing::Length(0)).then(|| out.clone());
-        let mut upload = Upload::new(body, framing, out, &parts.headers);
+        let mut upload = Upload::new(body, framing, out, &parts.headers, &parts.extensions);
         upload.replay = replay;
         Outgoing {
             upload: Box::new(upload),
@@ -485,7 +485,13 @@ impl Upload {
         super::client::read_what_comes(&mut self.body)
     }
 
-    fn new(body: UpstreamBody, framing: Framing, head: Vec<u8>, headers: &HeaderMap) -> Self {
+    fn new(
+        body: UpstreamBody,
+        framing: Framing,
+        head: Vec<u8>,
+        headers: &HeaderMap,
+        extensions: &http::Extensions,
+    ) -> Self {
         let owed = match framing {
             Framing::Length(n) => n,
             Framing::Chunked | Framing::Close => 0,
@@ -504,7 +510,7 @@ impl Upload {
             ended: framing == Framing::Length(0),
             trailers,
             replay: None,
-            expects_continue: super::client::expects_continue(headers),
+            expects_continue: super::client::expects_continue(extensions),
         }
     }
 
