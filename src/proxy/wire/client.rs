@@ -136,6 +136,20 @@ pub(crate) struct Head {
     pub keep_alive: bool,
 }
 
+/// How response heads are read: whitespace between a field's name and its
+/// colon is taken off the name, as RFC 9112 §5.1 has a proxy do ("MUST
+/// remove any such whitespace from a response message before forwarding
+/// the message downstream"), rather than failing the answer with a `502`
+/// (hyper's and nginx's default). Requests with it are still refused:
+/// there it is a smuggling vector. The framing read from such a header
+/// is the proxy's own, and the client gets it re-framed, so no two
+/// readers of this head can disagree on it.
+static PARSER: std::sync::LazyLock<httparse::ParserConfig> = std::sync::LazyLock::new(|| {
+    let mut config = httparse::ParserConfig::default();
+    config.allow_spaces_after_header_name_in_responses(true);
+    config
+});
+
 /// Parses a response head at the start of `buf` and removes it; `None`
 /// until all of it has arrived. Informational heads (1xx but 101) are
 /// removed and skipped, as hyper's client does.
@@ -152,11 +166,11 @@ pub(crate) fn parse_response(
         let mut lines = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let mut more;
         let mut parsed = httparse::Response::new(&mut lines);
-        let mut status = parsed.parse(buf);
+        let mut status = PARSER.parse_response(&mut parsed, buf);
         if let Err(httparse::Error::TooManyHeaders) = status {
             more = vec![httparse::EMPTY_HEADER; MAX_RESPONSE_HEADERS];
             parsed = httparse::Response::new(&mut more);
-            status = parsed.parse(buf);
+            status = PARSER.parse_response(&mut parsed, buf);
         }
         let len = match status {
             Ok(httparse::Status::Complete(len)) => len,

@@ -317,3 +317,16 @@ fn malformed_or_huge_heads_fail() {
         Err(WireError::HeadTooLarge)
     ));
 }
+
+/// RFC 9112 §5.1: whitespace between a response field's name and its colon
+/// is removed by a proxy, not forwarded; and the field still counts (here
+/// for the framing).
+#[test]
+fn whitespace_before_a_response_fields_colon_is_removed() {
+    let whole = b"HTTP/1.1 200 OK\r\nx-a : 1\r\nTransfer-Encoding\t: chunked\r\n\r\n";
+    let head = parse(whole, &Method::POST).expect("valid").expect("whole");
+    assert_eq!(head.response.headers()["x-a"], "1");
+    assert_eq!(head.framing, Framing::Chunked);
+    let names: Vec<_> = head.response.headers().keys().map(|k| k.as_str()).collect();
+    assert_eq!(names, ["x-a", "transfer-encoding"]);
+}
