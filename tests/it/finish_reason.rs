@@ -298,3 +298,38 @@ async fn a_client_that_leaves_before_the_finish_is_none() {
     proxy.shutdown().await;
     let _ = std::fs::remove_file(&path);
 }
+
+/// llama.cpp's server writes an error inside a `200` stream as an SSE
+/// field of its own (`error: {…}`; then `data: [DONE]` on its OpenAI
+/// routes), which a browser's `EventSource` ignores: the stream passes
+/// unchanged, and it is an `upstream_error`, not `ok`.
+#[tokio::test]
+async fn llama_cpps_error_field_in_a_stream_is_an_upstream_error() {
+    let error = "error: {\"code\":400,\"message\":\"the request exceeds the available context size\",\"type\":\"exceed_context_size_error\"}\n\n";
+    let cases = [
+        (
+            "/completion",
+            format!("data: {{\"content\":\"Hi\",\"stop\":false}}\n\n{error}"),
+        ),
+        (
+            "/v1/chat/completions",
+            format!(
+                "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"Hi\"}}}}]}}\n\n\
+                 {error}data: [DONE]\n\n"
+            ),
+        ),
+    ];
+    for (path, body) in cases {
+        let upstream = Scripted::start(streamed(SSE, &body)).await;
+        let (proxy, mut timelines) = common::proxy_with_timelines(upstream.addr, "").await;
+        let response = send(proxy.addr, request(path)).await.expect("response");
+        let got = collect(response).await.expect("whole body");
+        assert_eq!(got.status, 200, "{path}");
+        assert_eq!(got.body(), body.as_bytes(), "{path}: forwarded unchanged");
+        let t = next_timeline(&mut timelines).await;
+        assert_eq!(t.outcome, Outcome::UpstreamError, "{path}");
+        assert_eq!(t.parse_errors, vec![], "{path}");
+        assert_eq!(t.tokens.token_events, 1, "{path}");
+        proxy.shutdown().await;
+    }
+}

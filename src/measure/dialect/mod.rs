@@ -537,6 +537,9 @@ impl Dialect {
         name: &[u8],
         data: &'a [u8],
     ) -> Result<Parsed<'a>, ParseError> {
+        if let Some(error) = typed_error(name) {
+            return Ok(error);
+        }
         match self {
             Self::OpenAiChat => openai_chat::event(reader, data),
             Self::OpenAiCompletions => openai_completions::event(reader, data),
@@ -668,6 +671,9 @@ impl Events {
 
     /// Reads the next event of the response (see [`Dialect::parse_event`]).
     pub fn parse<'a>(&mut self, name: &[u8], data: &'a [u8]) -> Result<Parsed<'a>, ParseError> {
+        if let Some(error) = typed_error(name) {
+            return Ok(error);
+        }
         if let Tell::Waiting(shared) = self.tell {
             // Before it is read: as its own dialect's.
             self.dialect = shared.body_of(data).unwrap_or(self.dialect);
@@ -681,6 +687,20 @@ impl Events {
             dialect => dialect.parse_event(name, data),
         }
     }
+}
+
+/// An SSE event of type `error` is an in-band error in every dialect,
+/// whatever its data: Anthropic's and the Responses API's are named so,
+/// and llama.cpp's server writes an error in a stream as a field of its
+/// own, `error: {"code":…,"message":…,"type":…}` (its
+/// `server_sent_event(sink, "error", …)`), which the framer reads as an
+/// event of that type. Without it, such a stream (a prompt over the
+/// context size, a slot lost) was counted `ok`.
+fn typed_error<'a>(name: &[u8]) -> Option<Parsed<'a>> {
+    (name == b"error").then(|| Parsed {
+        error: true,
+        ..Parsed::default()
+    })
 }
 
 /// A name the server sent (the model that answered, its response id): the

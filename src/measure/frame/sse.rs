@@ -4,6 +4,8 @@
 //! (<https://html.spec.whatwg.org/multipage/server-sent-events.html#event-stream-interpretation>):
 //! lines end in `\r\n`, `\n` or `\r`, a blank line dispatches the event,
 //! `:` lines are comments, and an event without `data` is not dispatched.
+//! One field besides the spec's is read: `error`, as llama.cpp's server
+//! writes its errors in a stream (the data of an event of type `error`).
 //! It is sans-IO: the caller feeds byte slices as they arrive, split
 //! anywhere, and gets the same events as if the stream came in one piece.
 //!
@@ -313,6 +315,16 @@ impl SseFramer {
             b"event" => {
                 self.event.clear();
                 self.event.extend_from_slice(value);
+            }
+            // llama.cpp's server writes an error in a stream as a field of
+            // its own (`error: {…}`, then `data: [DONE]` on its OpenAI
+            // routes), which the spec ignores: read as the data of an event
+            // of type `error`, so that the error is seen (a browser's
+            // `EventSource` would not see it; a proxy's copy must).
+            b"error" => {
+                self.event.clear();
+                self.event.extend_from_slice(b"error");
+                self.push_data(value, at.map(|at| at + value_start), chunk);
             }
             // `id` and `retry` steer a browser's reconnection, not timing.
             _ => {}

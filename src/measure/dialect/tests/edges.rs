@@ -171,6 +171,18 @@ fn in_band_errors() {
             "",
             r#"{"error":{"code":500,"message":"x","type":"server_error"}}"#,
         ),
+        // llama.cpp's `error:` field, which the framer reads as an event
+        // of type `error`: on its native and its OpenAI routes.
+        (
+            Dialect::LlamaCpp,
+            "error",
+            r#"{"code":500,"message":"x","type":"server_error"}"#,
+        ),
+        (
+            Dialect::OpenAiChat,
+            "error",
+            r#"{"code":400,"message":"x","type":"exceed_context_size_error"}"#,
+        ),
     ];
     for (d, name, data) in cases {
         let p = named(d, name, data);

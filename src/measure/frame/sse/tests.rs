@@ -148,6 +148,24 @@ fn unknown_fields_id_and_retry_are_ignored() {
     );
 }
 
+/// llama.cpp's server writes an error in a stream as a field of its own:
+/// it is read as the data of an event of type `error`, however split.
+#[test]
+fn an_error_field_is_an_event_of_type_error() {
+    let stream =
+        b"data: {\"content\":\"a\"}\n\nerror: {\"code\":500,\"message\":\"m\"}\n\ndata: [DONE]\n\n";
+    let (got, stats) = events_any_split(stream, BIG);
+    assert_eq!(
+        got,
+        vec![
+            ev("", r#"{"content":"a"}"#),
+            ev("error", r#"{"code":500,"message":"m"}"#),
+            ev("", "[DONE]"),
+        ]
+    );
+    assert_eq!(stats.events, 3);
+}
+
 #[test]
 fn unterminated_final_event_is_held_not_dispatched() {
     let (out, framer) = feed_all(BIG, &[b"data: a\n\ndata: b"]);

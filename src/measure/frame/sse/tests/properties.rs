@@ -73,12 +73,16 @@ impl Reference {
                 ),
                 None => (line, &[][..]),
             };
+            // llama.cpp's `error` field: the data of an event of that type.
+            if name == b"error" {
+                self.event = b"error".to_vec();
+            }
             match (name, &mut self.data) {
-                (b"data", Some(data)) => {
+                (b"data" | b"error", Some(data)) => {
                     data.push(b'\n');
                     data.extend_from_slice(value);
                 }
-                (b"data", None) => self.data = Some(value.to_vec()),
+                (b"data" | b"error", None) => self.data = Some(value.to_vec()),
                 (b"event", _) => self.event = value.to_vec(),
                 _ => {}
             }
@@ -95,6 +99,7 @@ fn arb_line() -> impl Strategy<Value = Vec<u8>> {
         2 => bytes().prop_map(|v| [&b"data: "[..], &v].concat()),
         2 => "[a-z_]{0,8}".prop_map(|v| format!("event: {v}").into_bytes()),
         1 => "[0-9]{1,3}".prop_map(|v| format!("id: {v}").into_bytes()),
+        1 => text().prop_map(|v| format!("error: {v}").into_bytes()),
         1 => text().prop_map(|v| format!(":{v}").into_bytes()),
         1 => Just(b"data".to_vec()),
         4 => Just(Vec::new()),
