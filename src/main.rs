@@ -127,10 +127,7 @@ fn main() -> ExitCode {
         Command::CheckConfig { file, settings } => {
             let matches = subcommand(&matches, "check-config");
             match load(Some(&file), &settings, matches) {
-                Ok((effective, _)) => {
-                    print!("{}", effective.to_toml());
-                    ExitCode::SUCCESS
-                }
+                Ok((effective, _)) => cli::emit(&effective.to_toml(), ExitCode::SUCCESS),
                 Err(code) => code,
             }
         }
@@ -164,8 +161,7 @@ fn report(flags: ReportFlags) -> ExitCode {
             for warning in &output.warnings {
                 let _ = writeln!(std::io::stderr(), "tokenclock: report: {warning}");
             }
-            print!("{}", output.stdout);
-            ExitCode::SUCCESS
+            cli::emit(&output.stdout, ExitCode::SUCCESS)
         }
         Err(e @ ReportError::NoMatch { .. }) => fail(1, &format!("report: {e}")),
         Err(e) => fail(2, &format!("report: {e}")),

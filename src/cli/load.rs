@@ -143,14 +143,10 @@ fn mix(workloads: Vec<Workload>, paths: &[String], faults: &[String]) -> Vec<Wor
 
 fn print(summary: &RunSummary, format: &str) -> ExitCode {
     if format != "json" {
-        print!("{summary}");
-        return ExitCode::SUCCESS;
+        return super::emit(&summary.to_string(), ExitCode::SUCCESS);
     }
     match serde_json::to_string_pretty(summary) {
-        Ok(json) => {
-            println!("{json}");
-            ExitCode::SUCCESS
-        }
+        Ok(json) => super::emit(&format!("{json}\n"), ExitCode::SUCCESS),
         Err(e) => fail(1, &format!("load: {e}")),
     }
 }

@@ -404,6 +404,36 @@ async fn report_binary_prints_the_table() {
     assert!(stdout.contains(&ttft_row), "{stdout}");
 }
 
+/// `report … | head`: a reader that closes the pipe early ends the report
+/// quietly with success, not a panic (exit 101 and a backtrace), however
+/// long the output (here far past a pipe's buffer).
+#[tokio::test]
+async fn a_report_whose_reader_leaves_early_ends_quietly() {
+    let path = known_file("pipe").await;
+    let ten = std::fs::read_to_string(&path).expect("records");
+    std::fs::write(&path, ten.repeat(400)).expect("4,000 records");
+    let file = path.to_str().expect("utf-8 path");
+    for args in [
+        &["report", file, "--missed", "ttft:1ms"][..],
+        &["report", file, "--missed", "ttft:1ms", "--format", "json"],
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tokenclock"))
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("binary runs");
+        let mut first = [0u8; 64];
+        let stdout = child.stdout.as_mut().expect("piped");
+        std::io::Read::read_exact(stdout, &mut first).expect("the report begins");
+        drop(child.stdout.take());
+        let out = child.wait_with_output().expect("ends");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}
+
 #[test]
 fn report_binary_fails_with_one_line_and_exit_2() {
     let missing = temp_dir("missing").join("nope.jsonl");

@@ -98,7 +98,10 @@ pub async fn run(args: DemoArgs) -> Result<(), DemoError> {
         let _ = stopped.wait_for(|s| *s).await;
     }));
     let proxy_addr = proxy_addr.map_err(DemoError::Io)?;
-    println!(
+    // A closed stdout (`demo | head -1`) must not panic the demo: what it
+    // shows is lost, the run goes on to its end.
+    let _ = writeln!(
+        std::io::stdout(),
         "tokenclock demo: simulator http://{sim_addr}  proxy http://{proxy_addr}  metrics http://{}/metrics",
         metrics_addr.map_or_else(|e| e.to_string(), |a| a.to_string())
     );
@@ -106,7 +109,7 @@ pub async fn run(args: DemoArgs) -> Result<(), DemoError> {
     let _ = stop_tx.send(true);
     let _ = proxy.await;
     let _ = sim.await;
-    print!("\n{}", live.summary());
+    let _ = write!(std::io::stdout(), "\n{}", live.summary());
     Ok(())
 }
 
