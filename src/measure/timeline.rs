@@ -466,6 +466,12 @@ impl Timeline {
     }
 }
 
+/// A later event's counts replace an earlier's, field by field; a field it
+/// does not carry stays. The prompt is the largest reported: a prompt does
+/// not shrink within one answer, and Anthropic's `message_delta` may repeat
+/// `input_tokens` without the cache reads and writes that `message_start`
+/// added to it (null, or absent), which would take them out of the total
+/// (33 tokens, 5 of them cached, became 25).
 fn merge_usage(into: &mut Usage, from: &Usage) {
     let Usage {
         input,
@@ -473,7 +479,10 @@ fn merge_usage(into: &mut Usage, from: &Usage) {
         output,
         reasoning,
     } = *from;
-    into.input = input.or(into.input);
+    into.input = match (input, into.input) {
+        (Some(now), Some(before)) => Some(now.max(before)),
+        (now, before) => now.or(before),
+    };
     into.cached_input = cached_input.or(into.cached_input);
     into.output = output.or(into.output);
     into.reasoning = reasoning.or(into.reasoning);

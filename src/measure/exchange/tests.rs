@@ -1461,6 +1461,40 @@ fn an_anthropic_stream_cut_before_its_count_is_counted_by_its_events() {
     }
 }
 
+/// Anthropic's `message_delta` may repeat `input_tokens` without the cache
+/// fields `message_start` had (null, or absent): the prompt stays the
+/// whole prompt, cache reads and writes included, and the cached count
+/// stays.
+#[test]
+fn an_anthropic_delta_without_the_cache_fields_keeps_the_whole_prompt() {
+    let start = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"model\":\"claude\",\"usage\":{\"input_tokens\":25,\"cache_creation_input_tokens\":3,\"cache_read_input_tokens\":5,\"output_tokens\":1}}}\n\n";
+    let text = "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"ab\"}}\n\n";
+    for usage in [
+        r#"{"input_tokens":25,"output_tokens":2}"#,
+        r#"{"input_tokens":25,"cache_creation_input_tokens":null,"cache_read_input_tokens":null,"output_tokens":2}"#,
+        r#"{"output_tokens":2}"#,
+        r#"{"input_tokens":25,"cache_creation_input_tokens":3,"cache_read_input_tokens":5,"output_tokens":2}"#,
+    ] {
+        let (_told, mut e, _upload) = told_exchange("/v1/messages");
+        head(&mut e, "text/event-stream");
+        let t0 = Instant::now();
+        e.on_data(&Bytes::from_static(start.as_bytes()), t0);
+        for i in 1..=2u64 {
+            let at = t0 + Duration::from_millis(20 * i);
+            e.on_data(&Bytes::from_static(text.as_bytes()), at);
+        }
+        let delta = format!(
+            "event: message_delta\ndata: {{\"type\":\"message_delta\",\"delta\":{{\"stop_reason\":\"end_turn\"}},\"usage\":{usage}}}\n\n"
+        );
+        e.on_data(&Bytes::from(delta), t0 + Duration::from_millis(50));
+        e.complete(End::Complete, t0 + Duration::from_millis(60));
+        let t = &e.timeline;
+        assert_eq!(t.tokens.input, Some(33), "{usage}");
+        assert_eq!(t.tokens.cached_input, Some(5), "{usage}");
+        assert_eq!(t.tokens.generated, 2, "{usage}");
+    }
+}
+
 /// `/completions`: llama.cpp's native completion, and OpenAI's legacy
 /// completions where a proxy serves OpenAI's routes without `/v1`
 /// (LiteLLM's). Both stream SSE, so the first event tells, before it is
