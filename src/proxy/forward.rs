@@ -217,9 +217,6 @@ impl Inner {
             Ok(answer) => answer,
             Err(e) => return Ok(local_response(e, exchange, !switching && !fault.ended())),
         };
-        if let Some(connect) = answer.connect {
-            exchange.set_connect(connect);
-        }
         // Answered before the request's body was read whole, which will
         // not be: the client's connection closes after the answer.
         let unread = !switching
@@ -427,6 +424,8 @@ impl Inner {
                     .insert(header::HOST, self.upstream_host.clone());
             }
         }
+        // For the pool to stamp the connect with, as soon as it has one.
+        parts.extensions.insert(upload.connect_clock());
         Ok(Request::from_parts(
             parts,
             Box::pin(ObservedBody::new(body, upload)),

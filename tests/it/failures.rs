@@ -164,6 +164,58 @@ async fn no_response_head_in_time_is_a_504() {
     assert_eq!(response.error_type(), "upstream_timeout");
 }
 
+/// The connect a request waited for is its `upstream_connect` phase from
+/// the moment the pool has the connection: a request whose client leaves
+/// before the response head (queued, in prefill), or whose head never
+/// comes (`504`), keeps it, over either upstream protocol (the HTTP/2 one
+/// here a second proxy's h2c listener). Until 2026-12-07 it was taken with
+/// the head, and such requests had an upload phase but no connect.
+#[tokio::test]
+async fn a_request_answered_by_no_head_keeps_its_connect() {
+    let silent = Scripted::start(vec![Step::Pause(Duration::from_secs(30))]).await;
+    let inner = common::proxy(silent.addr, "").await;
+    for (protocol, upstream) in [("http1", silent.addr), ("http2", inner.addr)] {
+        for timed_out in [false, true] {
+            let config = format!(
+                "upstream_protocol = \"{protocol}\"\n{}",
+                if timed_out {
+                    "response_header_timeout = \"300ms\""
+                } else {
+                    ""
+                }
+            );
+            let (proxy, mut timelines) = common::proxy_with_timelines(upstream, &config).await;
+            let sent = client::send(
+                proxy.addr,
+                Request::post("/v1/chat/completions")
+                    .header("content-type", "application/json")
+                    .body(Full::new(Bytes::from_static(b"{\"model\":\"m\"}")))
+                    .expect("request"),
+            );
+            let waited = tokio::time::timeout(Duration::from_millis(500), sent).await;
+            let case = format!("{protocol}, timed out: {timed_out}");
+            match waited {
+                Ok(answer) => {
+                    let answer = answer.expect("an answer");
+                    assert_eq!(answer.status(), 504, "{case}");
+                    assert!(timed_out, "{case}");
+                }
+                Err(_) => assert!(!timed_out, "{case}: the client left first"),
+            }
+            let t = common::next_timeline(&mut timelines).await;
+            let want = if timed_out {
+                "timeout"
+            } else {
+                "client_cancelled"
+            };
+            assert_eq!(t.outcome.as_str(), want, "{case}");
+            assert!(t.request_sent.is_some(), "{case}: uploaded");
+            assert!(t.connect.is_some(), "{case}: the connect is kept");
+            proxy.shutdown().await;
+        }
+    }
+}
+
 /// The longest a model server may take, in the tests below, before its head
 /// (a request not streamed: the answer comes whole after its last token)
 /// or before its first event (a streamed request waiting in a deep queue).

@@ -21,7 +21,7 @@ use bytes::Bytes;
 use http::{response, Method, Request, StatusCode, Version};
 use tokio::time::Instant;
 
-pub(crate) use self::upload::Upload;
+pub(crate) use self::upload::{ConnectClock, Upload};
 use self::{reader::Reader, stage::StageCell, upload::UploadShared};
 use crate::{
     measure::dialect::{Dialect, Framed, Router, Shared},
@@ -140,6 +140,8 @@ impl Exchange {
 
     /// The upstream's response head arrived at `at`.
     pub fn on_response_head(&mut self, head: &response::Parts, at: Instant) {
+        // The pool stamped it before it sent the request.
+        self.timeline.connect = self.upload.connect();
         self.timeline.status = Some(head.status);
         self.timeline.response_head = Some(at);
         self.timeline.length = declared_length(&head.headers)
@@ -241,11 +243,6 @@ impl Exchange {
     /// Whether the response is an SSE or NDJSON stream being read.
     pub fn streamed(&self) -> bool {
         self.timeline.streamed
-    }
-
-    /// Time spent opening a new upstream connection (zero when pooled).
-    pub(crate) fn set_connect(&mut self, connect: Duration) {
-        self.timeline.connect = Some(connect);
     }
 
     /// Records that the proxy answered itself because forwarding failed;

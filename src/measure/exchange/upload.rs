@@ -12,6 +12,8 @@ use std::sync::{
     Arc, Mutex,
 };
 
+use std::time::Duration;
+
 use bytes::Bytes;
 use http::{header, HeaderMap, Method};
 use tokio::time::Instant;
@@ -112,6 +114,11 @@ pub(super) struct UploadShared {
     /// (`usage_mode = "inject"`): its length as received; `u64::MAX` when
     /// the body went as it came.
     received: AtomicU64,
+    /// The connect the request waited for, in nanoseconds plus one (0:
+    /// none yet), set by the proxy's pool as soon as it has a connection
+    /// ([`ConnectClock`]): a request whose client leaves, or whose answer
+    /// never comes, keeps it.
+    connect: AtomicU64,
     /// Where the request is; both sides move it.
     pub(super) stage: StageCell,
     /// Model globs whose chat template opens `<think>` in the prompt
@@ -159,6 +166,7 @@ impl Upload {
                 ended: AtomicBool::new(false),
                 over_budget: AtomicBool::new(false),
                 received: AtomicU64::new(u64::MAX),
+                connect: AtomicU64::new(0),
                 stage,
                 template_opens,
             }),
@@ -189,6 +197,35 @@ impl Upload {
 
     pub(super) fn shared(&self) -> Arc<UploadShared> {
         self.shared.clone()
+    }
+
+    /// The handle the proxy's pool stamps the request's connect with.
+    pub fn connect_clock(&self) -> ConnectClock {
+        ConnectClock(self.shared.clone())
+    }
+}
+
+/// Where the proxy's upstream pool writes the connect a request waited for
+/// (zero on a pooled connection), once it has a connection for it: the
+/// `upstream_connect` phase is the request's from then on, whether its
+/// answer comes or not (before 2026-12-07 it was taken with the response
+/// head, and lost when the client left first or no head came). Carried in
+/// the request's extensions, as the pool sees only the request.
+#[derive(Clone)]
+pub struct ConnectClock(Arc<UploadShared>);
+
+impl ConnectClock {
+    /// The request has a connection, after waiting `took` for it; a later
+    /// connect (the request sent again on another) replaces it.
+    pub fn connected(&self, took: Duration) {
+        let nanos = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX - 1);
+        self.0.connect.store(nanos + 1, Ordering::Relaxed);
+    }
+}
+
+impl std::fmt::Debug for ConnectClock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ConnectClock")
     }
 }
 
@@ -256,12 +293,21 @@ impl UploadShared {
     /// a copy dropped for the budget is counted even when the body never
     /// ended (the answer came first).
     pub(super) fn fill(&self, timeline: &mut Timeline) {
+        timeline.connect = self.connect().or(timeline.connect);
         timeline.bytes_in = match self.received.load(Ordering::Relaxed) {
             u64::MAX => self.bytes.load(Ordering::Relaxed),
             received => received,
         };
         self.take(timeline);
         self.count_loss(timeline);
+    }
+
+    /// The connect the request waited for, once it has a connection.
+    pub(super) fn connect(&self) -> Option<Duration> {
+        match self.connect.load(Ordering::Relaxed) {
+            0 => None,
+            nanos => Some(Duration::from_nanos(nanos - 1)),
+        }
     }
 
     /// The body the client sent had `received` bytes; what went upstream

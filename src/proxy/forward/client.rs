@@ -119,9 +119,6 @@ pub(super) enum UpstreamClient {
 /// A response head from the upstream, and where its body comes from.
 pub(super) struct Answer {
     pub response: Response<Source>,
-    /// The connect this request waited for (zero on a pooled connection),
-    /// when known.
-    pub connect: Option<Duration>,
 }
 
 // === impl UpstreamClient ===
@@ -198,7 +195,6 @@ impl Outgoing<'_> {
                 let sent = pool.send(outgoing).await.map_err(Unanswered::Pool)?;
                 Ok(Answer {
                     response: sent.response.map(Source::Pooled),
-                    connect: Some(sent.connect),
                 })
             }
             Self::Spawned(multiplex, request) => {
@@ -207,7 +203,6 @@ impl Outgoing<'_> {
                     .map_err(Unanswered::Multiplex)?;
                 Ok(Answer {
                     response: sent.response.map(|body| Source::Spawned(body, sent.stream)),
-                    connect: Some(sent.connect),
                 })
             }
         }

@@ -52,6 +52,7 @@ use hyper::{
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use crate::export::metrics::UpstreamPoolMetrics;
+use crate::measure::exchange::ConnectClock;
 use tokio::{sync::watch, time::Instant};
 use tower::Service;
 
@@ -308,12 +309,10 @@ impl Drop for OpenStream {
     }
 }
 
-/// A response head, the stream it came on, and the connect the request
-/// waited for.
+/// A response head, and the stream it came on.
 pub(super) struct Sent {
     pub response: Response<Incoming>,
     pub stream: OpenStream,
-    pub connect: Duration,
 }
 
 /// What a request found when it looked for a stream.
@@ -424,14 +423,13 @@ impl Multiplex {
                 stream,
                 timing,
             } = handed;
+            if let Some(clock) = head.extensions.get::<ConnectClock>() {
+                clock.connected(timing.paid_by(start));
+            }
             let e = match send_on(sender, request).await {
                 Ok(response) => {
                     replay.forget();
-                    return Ok(Sent {
-                        response,
-                        stream,
-                        connect: timing.paid_by(start),
-                    });
+                    return Ok(Sent { response, stream });
                 }
                 Err(e) => e,
             };

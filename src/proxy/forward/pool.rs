@@ -40,6 +40,7 @@ use std::{
 };
 
 use crate::export::metrics::UpstreamPoolMetrics;
+use crate::measure::exchange::ConnectClock;
 use bytes::{Bytes, BytesMut};
 use http::{header, HeaderMap, Method, Request, Response, Uri};
 use http_body::{Body, Frame, SizeHint};
@@ -141,11 +142,9 @@ pub(super) struct Outgoing {
     method: Method,
 }
 
-/// A response head and what it cost to get.
+/// A response head.
 pub(super) struct Sent {
     pub response: Response<Lease>,
-    /// The connect this request waited for; zero on a pooled connection.
-    pub connect: Duration,
 }
 
 // === impl Pool ===
@@ -230,10 +229,11 @@ impl Pool {
         let mut upload = Some(upload);
         // A replayable request once written, kept to be sent again.
         let mut spent = None;
-        let (mut conn, mut connect) = match self.shared.take() {
+        let (mut conn, connect) = match self.shared.take() {
             Some(conn) => (conn, Duration::ZERO),
             None => Box::pin(self.connect_for(&mut upload)).await?,
         };
+        stamp(&upload, connect);
         let mut reused = connect.is_zero();
         let mut failed_write = None;
         let head = loop {
@@ -263,7 +263,9 @@ impl Pool {
                 Err(e) => return Err(e),
             }
             self.shared.metrics.resends.inc();
+            let connect;
             (conn, connect) = Box::pin(self.connect_for(&mut upload)).await?;
+            stamp(&upload, connect);
             reused = false;
             failed_write = None;
         };
@@ -302,7 +304,6 @@ impl Pool {
         }
         Ok(Sent {
             response: Response::from_parts(response_parts, lease),
-            connect,
         })
     }
 
@@ -461,6 +462,16 @@ struct Upload {
     /// The client waits for `100 Continue` before it sends its body: when
     /// its connect fails, the body is not read ([`Upload::read_what_comes`]).
     expects_continue: bool,
+    /// Where the connect the request waited for is written.
+    clock: Option<ConnectClock>,
+}
+
+/// Writes the connect `upload`'s request waited for (zero: a pooled
+/// connection) to its measurement, as soon as it has a connection.
+fn stamp(upload: &Option<Box<Upload>>, connect: Duration) {
+    if let Some(clock) = upload.as_ref().and_then(|u| u.clock.as_ref()) {
+        clock.connected(connect);
+    }
 }
 
 impl Upload {
@@ -511,6 +522,7 @@ impl Upload {
             trailers,
             replay: None,
             expects_continue: super::client::expects_continue(extensions),
+            clock: extensions.get::<ConnectClock>().cloned(),
         }
     }
 
