@@ -67,6 +67,7 @@ pub fn run(config: Config, source: proxy::reload::Source) -> Result<(), StartErr
         // Handlers first: a signal that arrives once we listen must drain us,
         // not kill us with the default action.
         let shutdown = termination();
+        survive_file_size_limit();
         let hangups = proxy::reload::Hangups::install();
         let bound = Bound::bind(config).await?.with_reloads(source, hangups);
         bound.run(shutdown).await
@@ -76,6 +77,19 @@ pub fn run(config: Config, source: proxy::reload::Source) -> Result<(), StartErr
     // exit forever.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     served
+}
+
+/// A write past the process's file-size limit (`RLIMIT_FSIZE`: `ulimit -f`,
+/// a container runtime's) raises SIGXFSZ, whose default action ends the
+/// process, and every request in flight with it, for a records or log
+/// file that grew too large. With a handler installed (tokio's, which
+/// stays for the process's life), the write fails with `EFBIG` instead,
+/// and its writer loses and counts its output as on a full disk.
+fn survive_file_size_limit() {
+    use tokio::signal::unix::{signal, SignalKind};
+    if let Err(e) = signal(SignalKind::from_raw(libc::SIGXFSZ)) {
+        tracing::warn!(error = %e, "Cannot handle SIGXFSZ; a file past its size limit will end the process.");
+    }
 }
 
 /// Installs SIGTERM and SIGINT handlers now; the future resolves on the

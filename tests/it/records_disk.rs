@@ -73,20 +73,15 @@ impl Squeeze {
                 &["--config", config],
                 &[],
             ),
-            Self::FileSize => {
-                // An ignored signal stays ignored across exec: writes past
-                // the limit then fail with EFBIG instead of killing.
-                let mut command = Command::new("sh");
-                command
-                    .args(["-c", "trap '' XFSZ; exec \"$0\" \"$@\"", process::BIN])
-                    .args(["serve", "--listen", "127.0.0.1:0"])
-                    .args(["--metrics-listen", "127.0.0.1:0", "--config", config])
-                    .arg("--upstream")
-                    .arg(format!("http://{upstream}"))
-                    .env("RUST_LOG", "info")
-                    .env_remove("TOKENCLOCK_CONFIG");
-                command
-            }
+            // Started as an operator starts it: SIGXFSZ at its default
+            // action, which ends the process unless the proxy handles it.
+            Self::FileSize => process::command(
+                upstream,
+                "127.0.0.1:0",
+                "127.0.0.1:0",
+                &["--config", config],
+                &[],
+            ),
         };
         process::launch(command).drain()
     }
@@ -199,6 +194,24 @@ async fn a_full_disk_loses_only_counted_records_and_never_leaves_a_partial_line(
         );
         return;
     };
+    lose_and_resume(squeeze, &base).await;
+}
+
+/// A file-size limit (`ulimit -f`, RLIMIT_FSIZE) reached by the records
+/// file: a write past it raises SIGXFSZ, whose default action ended the
+/// process and every request in flight (exit 153, a partial line left;
+/// until 2026-12-07). The proxy handles the signal, so the write fails
+/// with EFBIG and the record is counted dropped, as on a full disk.
+#[tokio::test]
+async fn a_file_size_limit_loses_only_counted_records_and_kills_nothing() {
+    let base = std::env::temp_dir().join(format!("tokenclock-fsize-{}", std::process::id()));
+    fs::create_dir_all(base.join("disk")).expect("records dir");
+    lose_and_resume(Squeeze::FileSize, &base).await;
+}
+
+/// Records before the squeeze, during it and after it: every one written
+/// or counted dropped, none a partial line, and the proxy exits cleanly.
+async fn lose_and_resume(squeeze: Squeeze, base: &Path) {
     let path = base.join("disk").join("records.jsonl");
     let config = base.join("tokenclock.toml");
     fs::write(&config, format!("[records]\npath = {:?}\n", path)).expect("config");
@@ -236,5 +249,5 @@ async fn a_full_disk_loses_only_counted_records_and_never_leaves_a_partial_line(
     let (status, _) = served.wait().await;
     assert_eq!(status.code(), Some(0));
     drop(squeeze);
-    let _ = fs::remove_dir_all(&base);
+    let _ = fs::remove_dir_all(base);
 }

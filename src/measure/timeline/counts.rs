@@ -314,8 +314,11 @@ impl TokenCounts {
     /// themselves), else, for a whole body, the reasoning text's share of
     /// the total, else the reasoning text's estimate.
     fn reasoning_total(&self, usage: &Usage) -> (u64, Option<CountSource>) {
+        // Of the generated tokens: a usage whose reasoning is more than its
+        // total (a server's bug) does not make records whose kinds add up
+        // to more than was generated.
         if let Some(n) = usage.reasoning {
-            return (n, Some(CountSource::Usage));
+            return (n.min(self.generated), Some(CountSource::Usage));
         }
         if self.reasoning_bytes == 0 {
             return (0, None);

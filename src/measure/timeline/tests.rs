@@ -803,6 +803,20 @@ fn hidden_reasoning_is_not_in_tpot_or_itl() {
     assert!(itl.iter().all(|(d, _)| *d == ms(10)), "{itl:?}");
 }
 
+/// A usage whose reasoning is more than its total (a server's bug) gives
+/// records whose reasoning and output add up to the total generated.
+#[test]
+fn reasoning_is_never_more_than_the_total() {
+    let t0 = Instant::now();
+    let mut t = Timeline::new(t0, Dialect::OpenAiChat);
+    t.record(&output(4), t0 + ms(10));
+    t.record(&reasoning_usage(50, 60), t0 + ms(20));
+    t.finish(Outcome::Ok, t0 + ms(20));
+    assert_eq!(t.tokens.generated, 50);
+    assert_eq!(t.tokens.reasoning, 50);
+    assert_eq!(t.tokens.hidden_reasoning, 50);
+}
+
 #[test]
 fn a_reasoning_summary_does_not_unhide_the_reasoning() {
     let t0 = Instant::now();
