@@ -57,6 +57,8 @@ pub struct File {
     #[serde(with = "duration")]
     pub(super) client_idle_timeout: Duration,
     #[serde(with = "duration")]
+    pub(super) client_send_timeout: Duration,
+    #[serde(with = "duration")]
     pub(super) http2_keep_alive_interval: Duration,
     #[serde(with = "duration")]
     pub(super) http2_keep_alive_timeout: Duration,
@@ -116,6 +118,7 @@ impl Default for File {
             request_body_timeout: Duration::from_secs(30),
             header_read_timeout: Duration::from_secs(30),
             client_idle_timeout: Duration::from_secs(90),
+            client_send_timeout: Duration::from_secs(60),
             http2_keep_alive_interval: Duration::from_secs(30),
             http2_keep_alive_timeout: Duration::from_secs(20),
             max_connections: 4096,
@@ -266,6 +269,7 @@ impl File {
             ("request_body_timeout", self.request_body_timeout),
             ("header_read_timeout", self.header_read_timeout),
             ("client_idle_timeout", self.client_idle_timeout),
+            ("client_send_timeout", self.client_send_timeout),
             ("http2_keep_alive_interval", self.http2_keep_alive_interval),
             ("http2_keep_alive_timeout", self.http2_keep_alive_timeout),
             ("pool_idle_timeout", self.pool_idle_timeout),
@@ -352,6 +356,7 @@ impl File {
                 request_body: self.request_body_timeout,
                 header_read: self.header_read_timeout,
                 client_idle: self.client_idle_timeout,
+                client_send: self.client_send_timeout,
                 keep_alive_interval: self.http2_keep_alive_interval,
                 keep_alive_timeout: self.http2_keep_alive_timeout,
             },

@@ -118,6 +118,12 @@ pub struct Timeouts {
     pub header_read: Duration,
     /// A client connection with no request in flight is closed after this.
     pub client_idle: Duration,
+    /// A client connection whose answer its client took no byte of for
+    /// this long (its socket stayed full) is closed, as nginx's
+    /// `send_timeout` (60 s) closes it: a client that stops reading would
+    /// otherwise hold its connection, its upstream request and a place
+    /// under `max_connections` for as long as it stays connected.
+    pub client_send: Duration,
     /// An h2 client connection silent for this long is sent a PING.
     pub keep_alive_interval: Duration,
     /// A PING unanswered for this long closes the h2 connection.

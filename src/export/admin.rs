@@ -51,6 +51,13 @@ const SENT_AT_ONCE: usize = 4;
 /// render and its sending take milliseconds.
 pub(crate) const ANSWER_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// How long an exposition may wait for its client to take a byte of it
+/// before the connection is closed: Prometheus' default `scrape_timeout`.
+/// Under [`ANSWER_LIMIT`], so that four clients that ask and stop reading
+/// (each holding one of the [`SENT_AT_ONCE`] places) keep the other
+/// scrapes out for 10 s, not 30.
+pub(crate) const SEND_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// What a slice of an exposition copies out for the connection to write:
 /// hyper buffers a few before it waits for its client, and a copy, not a
 /// slice of the whole, lets the whole go with its place when the client

@@ -115,6 +115,15 @@ impl AfterWrite {
         self.blocked.load(Ordering::Relaxed)
     }
 
+    /// When the write the client has not taken since found the socket
+    /// full; `None` when the last write moved bytes.
+    pub fn blocked_since(&self) -> Option<Instant> {
+        if !self.blocked.load(Ordering::Relaxed) {
+            return None;
+        }
+        *lock(&self.blocked_since)
+    }
+
     /// A write moved bytes after the socket was full: the body in flight
     /// is told how long its client did not take them.
     #[cold]

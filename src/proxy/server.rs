@@ -195,7 +195,8 @@ impl Bound {
             admin,
             config.connections.metrics_max,
             Serve::new(&config.timeouts, metrics.connections("metrics"))
-                .with_answer_limit(admin::ANSWER_LIMIT),
+                .with_answer_limit(admin::ANSWER_LIMIT)
+                .with_send_limit(admin::SEND_LIMIT),
         );
         let pool_metrics = metrics.upstream_pool(super::forward::REPLAY_TOTAL)?;
         let admin_service = admin::Admin::new(health.clone(), metrics);

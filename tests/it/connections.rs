@@ -11,7 +11,7 @@ use std::{net::SocketAddr, time::Duration};
 use crate::common::{
     self,
     client::{get, metric, readyz, readyz_soon, send},
-    upstream::{Echo, Scripted, Step},
+    upstream::{chunk, sse_head, Echo, Scripted, Step},
 };
 use bytes::Bytes;
 use http::{Request, StatusCode};
@@ -843,4 +843,67 @@ async fn client_sockets_probe_a_peer_gone_without_a_word() {
     // The client's own socket, not set by anyone, has none: the column
     // tells the two apart.
     assert_eq!(tcp_timer(mine, proxy.addr), Some(0));
+}
+
+/// A client that stops taking its answer is closed once it has taken no
+/// byte for `client_send_timeout`, as nginx's `send_timeout` closes it:
+/// such clients, `max_connections` of them, would otherwise keep every
+/// other client out for as long as they stayed connected. One that reads
+/// slowly, but within the limit each time, is not.
+#[tokio::test]
+async fn a_client_that_stops_reading_is_closed_at_the_send_timeout() {
+    let event = chunk(
+        &[b"data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\n".as_slice(); 1400].concat(),
+    );
+    // About 100 MB over at least 7 s: longer than the slow reader reads.
+    let mut script = vec![Step::Write(sse_head())];
+    for _ in 0..1400 {
+        script.extend([
+            Step::Write(event.clone()),
+            Step::Pause(Duration::from_millis(5)),
+        ]);
+    }
+    let upstream = Scripted::start(script).await;
+    let (proxy, mut timelines) =
+        common::proxy_with_timelines(upstream.addr, "client_send_timeout = \"1s\"").await;
+    let series = "tokenclock_connections_closed_total{listener=\"proxy\",reason=\"send_timeout\"}";
+    let ask = || async {
+        let mut stream = TcpStream::connect(proxy.addr).await.expect("connect");
+        let request = "POST /v1/chat/completions HTTP/1.1\r\nhost: a\r\ncontent-length: 0\r\n\r\n";
+        stream.write_all(request.as_bytes()).await.expect("request");
+        let mut head = [0u8; 1024];
+        stream
+            .read_exact(&mut head)
+            .await
+            .expect("the answer begins");
+        stream
+    };
+
+    // Reading in bursts, 250 ms apart: never 1 s without taking bytes.
+    let slow = ask().await;
+    let mut buf = vec![0u8; 64 * 1024];
+    for _ in 0..12 {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let mut took = 0;
+        loop {
+            match slow.try_read(&mut buf) {
+                Ok(0) => panic!("the reader that kept up was cut"),
+                Ok(n) => took += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => panic!("the reader that kept up was cut: {e}"),
+            }
+        }
+        assert!(took > 0, "nothing came in 250 ms");
+    }
+    assert_eq!(metric(proxy.metrics_addr, series).await, 0.0);
+    drop(slow);
+    let t = common::next_timeline(&mut timelines).await;
+    assert_eq!(t.outcome.as_str(), "client_cancelled");
+
+    // Stopped: closed after the limit, counted, the request its client's.
+    let mut stopped = ask().await;
+    common::client::metric_soon(proxy.metrics_addr, series, 1.0).await;
+    let t = common::next_timeline(&mut timelines).await;
+    assert_eq!(t.outcome.as_str(), "client_cancelled");
+    assert!(closed_within(&mut stopped, BOUND).await, "still open");
 }

@@ -33,7 +33,7 @@ impl ConnectionFamilies {
         let closed = IntCounterVec::new(
             Opts::new(
                 "tokenclock_connections_closed_total",
-                "Client connections tokenclock closed on its own: head_timeout (no whole first request head within header_read_timeout), idle_timeout (no request in flight for client_idle_timeout), shutdown (idle or head-less at shutdown), bad_head (a request head refused, malformed or past the head limits, answered 400, 414 or 431 as hyper answers it: no request was forwarded or counted), evicted (at the listener's cap, closed for a new connection to take its place: of the connections with no request in flight, idle or still owing a first head, it had waited longest), answer_timeout (metrics listener only: a request still in flight 30 s after it began, its client not reading the answer).",
+                "Client connections tokenclock closed on its own: head_timeout (no whole first request head within header_read_timeout), idle_timeout (no request in flight for client_idle_timeout), shutdown (idle or head-less at shutdown), bad_head (a request head refused, malformed or past the head limits, answered 400, 414 or 431 as hyper answers it: no request was forwarded or counted), evicted (at the listener's cap, closed for a new connection to take its place: of the connections with no request in flight, idle or still owing a first head, it had waited longest), answer_timeout (metrics listener only: a request still in flight 30 s after it began, its client not reading the answer), send_timeout (an answer its client took no byte of for client_send_timeout on the proxy listener, 10 s on the metrics listener: the socket stayed full).",
             ),
             &["listener", "reason"],
         )?;
@@ -81,6 +81,7 @@ impl ConnectionFamilies {
             bad_head: closed("bad_head"),
             evicted: closed("evicted"),
             answer_timeout: closed("answer_timeout"),
+            send_timeout: closed("send_timeout"),
         }
     }
 }
@@ -106,6 +107,9 @@ pub(crate) struct ConnectionMetrics {
     /// Closed with a request in flight past its listener's limit (the
     /// metrics listener's 30 s: a client that asked and did not read).
     pub answer_timeout: IntCounter,
+    /// Closed with an answer its client took no byte of for the listener's
+    /// send limit (`client_send_timeout`; the metrics listener's 10 s).
+    pub send_timeout: IntCounter,
 }
 
 impl ConnectionMetrics {

@@ -74,6 +74,9 @@ pub(crate) struct Serve {
     http1: http1::Builder,
     header_read: Duration,
     idle: Duration,
+    /// How long an answer may wait for its client to take a byte of it
+    /// (the connection's socket full) before the connection is closed.
+    send: Duration,
     /// How long a request may be in flight before its connection is
     /// closed; `None`: as long as it lasts (a stream through the proxy).
     answer: Option<Duration>,
@@ -93,6 +96,7 @@ impl Serve {
             http1: http1_builder(timeouts),
             header_read: timeouts.header_read,
             idle: timeouts.client_idle,
+            send: timeouts.client_send,
             answer: None,
             metrics,
             backlog: None,
@@ -112,6 +116,14 @@ impl Serve {
     /// not hold what its answer holds for as long as it stays connected.
     pub(crate) fn with_answer_limit(mut self, limit: Duration) -> Self {
         self.answer = Some(limit);
+        self
+    }
+
+    /// Connections closed once an answer has waited `limit` for its
+    /// client to take a byte of it, rather than the configured
+    /// `client_send_timeout`.
+    pub(crate) fn with_send_limit(mut self, limit: Duration) -> Self {
+        self.send = limit;
         self
     }
 
@@ -426,6 +438,10 @@ async fn drive<C: Connection>(
     // connection's (every event forwarded), and those leave the four as
     // they were.
     let side = Woken::new();
+    // The send limit's timer, armed from the instant the client's socket
+    // was found full (`AfterWrite::blocked_since`) while it stays so; made
+    // once, for a connection whose client ever stops taking its answer.
+    let mut sending = Sending::default();
     loop {
         let idle = activity.is_idle();
         let changed = activity.changed();
@@ -444,6 +460,10 @@ async fn drive<C: Connection>(
             }
             if let Poll::Ready(result) = polled {
                 return Poll::Ready(Event::Closed(result));
+            }
+            // One load per poll while the client takes what is written.
+            if sending.passed(waits.hook.blocked_since(), serve.send, cx) {
+                return Poll::Ready(Event::SendTimeout);
             }
             if !side.take(cx) {
                 return Poll::Pending;
@@ -516,6 +536,13 @@ async fn drive<C: Connection>(
                 deadline = Instant::now() + EVICTED_LINGER;
                 conn.as_mut().graceful_shutdown();
             }
+            Event::SendTimeout => {
+                // Its client took nothing of the answer for the limit: the
+                // connection closes, and the request in flight with it
+                // (the client's doing: `client_cancelled`).
+                serve.metrics.send_timeout.inc();
+                return Ok(());
+            }
             Event::Deadline if answering => {
                 if activity.is_idle() {
                     // The answer went as the deadline passed; its end's
@@ -560,6 +587,34 @@ async fn drive<C: Connection>(
     }
 }
 
+/// The timer of a connection's send limit.
+#[derive(Default)]
+struct Sending {
+    /// When the socket was found full, for the wait it is armed for.
+    since: Option<Instant>,
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl Sending {
+    /// Whether the answer has waited `limit` for its client since the
+    /// socket was found full at `blocked` (`None`: it is not full);
+    /// registers `cx` for when it will have.
+    fn passed(&mut self, blocked: Option<Instant>, limit: Duration, cx: &mut Context<'_>) -> bool {
+        let Some(since) = blocked else {
+            self.since = None;
+            return false;
+        };
+        let sleep = self
+            .sleep
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(since + limit)));
+        if self.since != Some(since) {
+            self.since = Some(since);
+            sleep.as_mut().reset(since + limit);
+        }
+        sleep.as_mut().poll(cx).is_ready()
+    }
+}
+
 /// Whether a connection ended after refusing a request head: in
 /// tokenclock's own codec or in hyper's HTTP/1.1 server (which answers
 /// `400` or `431` too before it fails).
@@ -587,6 +642,9 @@ enum Event<E> {
     Activity,
     /// The deadline of the wait passed.
     Deadline,
+    /// An answer waited the listener's send limit for its client to take a
+    /// byte of it.
+    SendTimeout,
     /// The listener, at its cap, needs the connection's place: it has
     /// waited longest with no request in flight.
     Closing,
@@ -684,6 +742,7 @@ mod tests {
         request_body: Duration::from_secs(5),
         header_read: Duration::from_secs(5),
         client_idle: Duration::from_secs(5),
+        client_send: Duration::from_secs(5),
         keep_alive_interval: Duration::from_secs(5),
         keep_alive_timeout: Duration::from_secs(5),
     };

@@ -42,6 +42,7 @@ const SIM_TIMEOUTS: Timeouts = Timeouts {
     request_body: Duration::from_secs(30),
     header_read: Duration::from_secs(30),
     client_idle: Duration::from_secs(300),
+    client_send: Duration::from_secs(300),
     keep_alive_interval: Duration::from_secs(30),
     keep_alive_timeout: Duration::from_secs(20),
 };
