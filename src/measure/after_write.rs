@@ -64,8 +64,12 @@ pub struct AfterWrite {
     backlog: Option<Arc<Backlog>>,
     /// A write found the socket full and none has moved bytes since.
     blocked: AtomicBool,
-    /// When that write was refused (`Some` while `blocked`).
+    /// When that write was refused (`Some` while `blocked`); moved on when
+    /// a body ends or begins, as the wait so far is that body's.
     blocked_since: Mutex<Option<Instant>>,
+    /// When that write was refused, not moved: the connection's send limit
+    /// counts from it ([`blocked_at`](Self::blocked_at)).
+    blocked_at: Mutex<Option<Instant>>,
 }
 
 impl AfterWrite {
@@ -104,7 +108,9 @@ impl AfterWrite {
     /// moves bytes again ([`written`](Self::written)).
     pub fn blocked(&self) {
         if !self.blocked.load(Ordering::Relaxed) {
-            *lock(&self.blocked_since) = Some(Instant::now());
+            let now = Instant::now();
+            *lock(&self.blocked_since) = Some(now);
+            *lock(&self.blocked_at) = Some(now);
             self.blocked.store(true, Ordering::Relaxed);
         }
     }
@@ -116,12 +122,13 @@ impl AfterWrite {
     }
 
     /// When the write the client has not taken since found the socket
-    /// full; `None` when the last write moved bytes.
-    pub fn blocked_since(&self) -> Option<Instant> {
+    /// full, whatever bodies ended or began meanwhile; `None` when the last
+    /// write moved bytes.
+    pub fn blocked_at(&self) -> Option<Instant> {
         if !self.blocked.load(Ordering::Relaxed) {
             return None;
         }
-        *lock(&self.blocked_since)
+        *lock(&self.blocked_at)
     }
 
     /// A write moved bytes after the socket was full: the body in flight

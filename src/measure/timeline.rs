@@ -467,7 +467,8 @@ impl Timeline {
 }
 
 /// A later event's counts replace an earlier's, field by field; a field it
-/// does not carry stays. The prompt is the largest reported: a prompt does
+/// does not carry stays. The prompt is the largest reported, with the
+/// cached count reported beside it: a prompt does
 /// not shrink within one answer, and Anthropic's `message_delta` may repeat
 /// `input_tokens` without the cache reads and writes that `message_start`
 /// added to it (null, or absent), which would take them out of the total
@@ -479,11 +480,14 @@ fn merge_usage(into: &mut Usage, from: &Usage) {
         output,
         reasoning,
     } = *from;
-    into.input = match (input, into.input) {
-        (Some(now), Some(before)) => Some(now.max(before)),
-        (now, before) => now.or(before),
-    };
-    into.cached_input = cached_input.or(into.cached_input);
+    // A smaller prompt count is not taken, nor the cached count beside it
+    // (a delta's explicit `cache_read_input_tokens: 0` with the smaller
+    // `input_tokens`): the two go together.
+    let smaller = matches!((input, into.input), (Some(now), Some(before)) if now < before);
+    if !smaller {
+        into.input = input.or(into.input);
+        into.cached_input = cached_input.or(into.cached_input);
+    }
     into.output = output.or(into.output);
     into.reasoning = reasoning.or(into.reasoning);
 }

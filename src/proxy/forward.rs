@@ -184,6 +184,11 @@ impl Inner {
                 Some(bytes) => (bytes, None),
                 None => (body, Some(self.timeouts.request_body)),
             };
+            if parts.headers.contains_key(header::EXPECT) {
+                parts
+                    .extensions
+                    .insert(client::ExpectsContinue(fault.clone()));
+            }
             let body = ClientBody::new(body, stall, fault.clone());
             let cap = (
                 live.reading.request_capture_bytes,
@@ -403,9 +408,6 @@ impl Inner {
             UpstreamProtocol::Http1 => Version::HTTP_11,
             UpstreamProtocol::Http2 => Version::HTTP_2,
         };
-        if parts.headers.contains_key(header::EXPECT) {
-            parts.extensions.insert(client::ExpectsContinue);
-        }
         headers::strip_request(&mut parts.headers);
         if let Some(asked) = parts.extensions.get::<Asked>() {
             asked.restore(&mut parts.headers);

@@ -169,17 +169,30 @@ pub fn run(args: &ReportArgs) -> Result<Output, ReportError> {
         .iter()
         .map(|s| SloSpec::parse(s))
         .collect::<Result<Vec<_>, _>>()?;
-    let mut records = Vec::new();
     let mut warnings = Vec::new();
-    for path in &args.files {
-        read(path, &mut records, &mut warnings).map_err(|source| ReportError::Read {
-            path: path.clone(),
-            source,
-        })?;
-    }
+    let failed = |path: &PathBuf| {
+        let path = path.clone();
+        move |source| ReportError::Read { path, source }
+    };
     if let Some(select) = &args.select {
-        let stdout = selected(&records, select, args.format)?;
+        // Only the selected records are kept, each with its line as written:
+        // a lookup in the retention's 600 MB holds one, not all.
+        let (mut chosen, mut total) = (Vec::new(), 0);
+        for path in &args.files {
+            read_each(path, &mut warnings, |record, line| {
+                total += 1;
+                if select.matches(&record) {
+                    chosen.push((record, String::from_utf8_lossy(line).into_owned()));
+                }
+            })
+            .map_err(failed(path))?;
+        }
+        let stdout = selected(chosen, total, select, args.format)?;
         return Ok(Output { stdout, warnings });
+    }
+    let mut records = Vec::new();
+    for path in &args.files {
+        read(path, &mut records, &mut warnings).map_err(failed(path))?;
     }
     let figures = figures(&records, args.by, &slos);
     let stdout = match args.format {
@@ -190,20 +203,25 @@ pub fn run(args: &ReportArgs) -> Result<Output, ReportError> {
     Ok(Output { stdout, warnings })
 }
 
-/// The selected records: text timelines, or the records themselves as
-/// JSON lines.
-fn selected(records: &[Record], select: &Select, format: Format) -> Result<String, ReportError> {
+/// The selected records (each with its line, as written), of `total`
+/// read: text timelines, or the records' lines themselves.
+fn selected(
+    kept: Vec<(Record, String)>,
+    total: usize,
+    select: &Select,
+    format: Format,
+) -> Result<String, ReportError> {
     if format == Format::Csv {
         return Err(ReportError::SelectCsv);
     }
-    let mut chosen: Vec<&Record> = records.iter().filter(|r| select.matches(r)).collect();
+    let mut chosen: Vec<&Record> = kept.iter().map(|(r, _)| r).collect();
     if let Select::Missed(spec) = select {
         chosen = missed::worst_first(spec, &chosen);
     }
     if chosen.is_empty() {
         return Err(ReportError::NoMatch {
             what: select.describe(),
-            records: records.len(),
+            records: total,
         });
     }
     match format {
@@ -211,10 +229,13 @@ fn selected(records: &[Record], select: &Select, format: Format) -> Result<Strin
             Select::Missed(spec) => missed::text(spec, &chosen),
             Select::RequestId(_) | Select::TraceId(_) => request::text(&chosen),
         }),
+        // The lines as the proxy wrote them, byte for byte (a record read
+        // and written again would round its floats its own way), in the
+        // order chosen.
         Format::Json | Format::Csv => Ok(chosen
             .iter()
-            .filter_map(|r| serde_json::to_string(r).ok())
-            .map(|line| line + "\n")
+            .filter_map(|&r| kept.iter().find(|(k, _)| std::ptr::eq(k, r)))
+            .map(|(_, line)| line.trim_end_matches(['\n', '\r']).to_owned() + "\n")
             .collect()),
     }
 }
@@ -238,7 +259,26 @@ pub fn figures(records: &[Record], by: Option<GroupBy>, slos: &[SloSpec]) -> Vec
 
 /// Appends the records of one file; malformed lines become warnings.
 pub fn read(path: &Path, into: &mut Vec<Record>, warnings: &mut Vec<String>) -> io::Result<()> {
-    let mut reader = BufReader::new(File::open(path)?);
+    read_each(path, warnings, |record, _| into.push(record))
+}
+
+/// The first bytes of a gzip stream (RFC 1952).
+const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+
+/// Hands each record of one file to `each`, with its line as written;
+/// malformed lines become warnings. A gzip-compressed file (a rotated log
+/// `logrotate` compressed) is read decompressed.
+fn read_each(
+    path: &Path,
+    warnings: &mut Vec<String>,
+    mut each: impl FnMut(Record, &[u8]),
+) -> io::Result<()> {
+    let mut plain = BufReader::new(File::open(path)?);
+    let mut reader: Box<dyn BufRead> = if plain.fill_buf()?.starts_with(&GZIP_MAGIC) {
+        Box::new(BufReader::new(flate2::read::MultiGzDecoder::new(plain)))
+    } else {
+        Box::new(plain)
+    };
     let (mut line, mut number, mut malformed) = (Vec::new(), 0usize, 0usize);
     loop {
         line.clear();
@@ -250,7 +290,7 @@ pub fn read(path: &Path, into: &mut Vec<Record>, warnings: &mut Vec<String>) -> 
             continue;
         }
         match serde_json::from_slice::<Record>(&line) {
-            Ok(record) => into.push(record),
+            Ok(record) => each(record, &line),
             Err(e) => {
                 malformed += 1;
                 if malformed <= MALFORMED_SHOWN {

@@ -120,6 +120,43 @@ async fn a_client_waiting_for_100_continue_gets_only_the_502_when_the_upstream_i
     }
 }
 
+/// A client that sent `Expect: 100-continue` and was sent its `100` (here by
+/// `usage_mode = "inject"`, which reads the body whole before it goes
+/// upstream) no longer waits: when the upstream cannot be reached, the
+/// body read is measured, and the `502` counted under its model.
+#[tokio::test]
+async fn a_body_read_after_100_continue_keeps_its_model_when_the_upstream_is_down() {
+    for protocol in ["http1", "http2"] {
+        let config = format!("upstream_protocol = \"{protocol}\"\nusage_mode = \"inject\"");
+        let (proxy, mut timelines) =
+            common::proxy_with_timelines(common::closed_port().await, &config).await;
+        let body = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+        let mut client = tokio::net::TcpStream::connect(proxy.addr)
+            .await
+            .expect("connect");
+        let head = format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+             expect: 100-continue\r\ncontent-length: {}\r\n\r\n",
+            body.len()
+        );
+        client.write_all(head.as_bytes()).await.expect("head");
+        let mut interim = [0u8; 25];
+        let read = tokio::time::timeout(Duration::from_secs(5), client.read_exact(&mut interim));
+        read.await.expect("100 Continue in time").expect("read");
+        assert_eq!(&interim, b"HTTP/1.1 100 Continue\r\n\r\n", "{protocol}");
+        client.write_all(body.as_bytes()).await.expect("body");
+        let mut answer = vec![0; 4096];
+        let read = tokio::time::timeout(Duration::from_secs(5), client.read(&mut answer));
+        let n = read.await.expect("answered").expect("read");
+        let answer = String::from_utf8_lossy(&answer[..n]);
+        assert!(answer.starts_with("HTTP/1.1 502"), "{protocol}: {answer}");
+        let t = common::next_timeline(&mut timelines).await;
+        assert_eq!(t.model.as_deref(), Some("m"), "{protocol}");
+        assert_eq!(t.outcome.as_str(), "upstream_error", "{protocol}");
+        assert_eq!(t.connect, None, "{protocol}: never connected");
+    }
+}
+
 /// What the measurement's read of a request never sent finds wrong with
 /// its body is not the client's answer: the upstream could not be
 /// reached, and the client is told so, as before the body was read.

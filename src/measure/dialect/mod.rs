@@ -671,13 +671,13 @@ impl Events {
 
     /// Reads the next event of the response (see [`Dialect::parse_event`]).
     pub fn parse<'a>(&mut self, name: &[u8], data: &'a [u8]) -> Result<Parsed<'a>, ParseError> {
-        if let Some(error) = typed_error(name) {
-            return Ok(error);
-        }
         if let Tell::Waiting(shared) = self.tell {
             // Before it is read: as its own dialect's.
             self.dialect = shared.body_of(data).unwrap_or(self.dialect);
             self.tell = Tell::Told(self.dialect);
+        }
+        if let Some(error) = typed_error(name) {
+            return Ok(error);
         }
         match self.dialect {
             Dialect::OpenAiChat => openai_chat::event_in_stream(&mut self.learnt, data),

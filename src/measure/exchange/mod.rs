@@ -255,6 +255,10 @@ impl Exchange {
         if !sent {
             self.read_request();
             self.timeline.request_sent = None;
+            // A connection it had before (a pooled one the upstream closed,
+            // then a connect that failed) carried nothing of it.
+            self.upload.forget_connect();
+            self.timeline.connect = None;
         }
     }
 

@@ -1474,6 +1474,8 @@ fn an_anthropic_delta_without_the_cache_fields_keeps_the_whole_prompt() {
         r#"{"input_tokens":25,"cache_creation_input_tokens":null,"cache_read_input_tokens":null,"output_tokens":2}"#,
         r#"{"output_tokens":2}"#,
         r#"{"input_tokens":25,"cache_creation_input_tokens":3,"cache_read_input_tokens":5,"output_tokens":2}"#,
+        // A gateway's explicit zeros beside the smaller count.
+        r#"{"input_tokens":25,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":2}"#,
     ] {
         let (_told, mut e, _upload) = told_exchange("/v1/messages");
         head(&mut e, "text/event-stream");

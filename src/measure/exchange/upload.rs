@@ -302,6 +302,11 @@ impl UploadShared {
         self.count_loss(timeline);
     }
 
+    /// The request was not sent: no connect is its.
+    pub(super) fn forget_connect(&self) {
+        self.connect.store(0, Ordering::Relaxed);
+    }
+
     /// The connect the request waited for, once it has a connection.
     pub(super) fn connect(&self) -> Option<Duration> {
         match self.connect.load(Ordering::Relaxed) {

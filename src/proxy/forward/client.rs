@@ -25,6 +25,7 @@ use rustls::crypto::ring;
 
 use super::{
     body::Source,
+    client_body::ClientFault,
     connect::TimedConnector,
     error::ProxyError,
     multiplex::{Multiplex, MultiplexError},
@@ -65,19 +66,24 @@ pub(super) fn poll_what_comes(body: &mut UpstreamBody, cx: &mut Context<'_>) -> 
     }
 }
 
-/// Marks a request whose client waits for `100 Continue` before it sends
-/// its body. The `Expect` header is the proxy's own server's to answer and
-/// is not forwarded ([`super::headers::strip_request`]), so the pools
-/// learn of it from this extension, set before the header goes.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct ExpectsContinue;
+/// Marks a request whose client sent `Expect: 100-continue`, with its
+/// body's fate: the header is the proxy's own server's to answer and is not
+/// forwarded ([`super::headers::strip_request`]), so the pools learn of it
+/// from this extension, set before the header goes. The client waits only
+/// until its body is first asked for (the `100` goes then): a body read
+/// whole before it went upstream (`usage_mode = "inject"`), or piped to a
+/// stream an HTTP/2 upstream then refused, has come or is coming.
+#[derive(Clone, Debug)]
+pub(super) struct ExpectsContinue(pub(super) ClientFault);
 
 /// Whether the client waits for `100 Continue` before it sends its body:
 /// none came, and a request whose connect failed does not wait for it
 /// (reading it would ask the client for it: the `100` would go out just
 /// before the `502`).
 pub(super) fn expects_continue(extensions: &http::Extensions) -> bool {
-    extensions.get::<ExpectsContinue>().is_some()
+    extensions
+        .get::<ExpectsContinue>()
+        .is_some_and(|e| !e.0.asked())
 }
 
 /// How long a request whose connect failed waits for the rest of its body

@@ -106,6 +106,9 @@ struct Fate {
     ended: AtomicBool,
     /// The body was dropped before its end: nothing reads the rest.
     dropped: AtomicBool,
+    /// The body was asked for a frame: a client waiting for `100 Continue`
+    /// has been sent it.
+    asked: AtomicBool,
 }
 
 impl ClientFault {
@@ -122,6 +125,11 @@ impl ClientFault {
     /// Whether the body was dropped before its end.
     pub(crate) fn dropped(&self) -> bool {
         self.0.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Whether the body was ever asked for a frame.
+    pub(crate) fn asked(&self) -> bool {
+        self.0.asked.load(Ordering::Relaxed)
     }
 }
 
@@ -187,6 +195,7 @@ impl Body for ClientBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, ClientBodyError>>> {
         let this = self.get_mut();
+        this.fault.0.asked.store(true, Ordering::Relaxed);
         let polled = match this.inner.as_mut().project() {
             TimedProj::Stalls { body } => body.poll_frame(cx),
             TimedProj::Untimed { body } => Pin::new(body).poll_frame(cx).map_err(Into::into),

@@ -439,7 +439,7 @@ async fn drive<C: Connection>(
     // they were.
     let side = Woken::new();
     // The send limit's timer, armed from the instant the client's socket
-    // was found full (`AfterWrite::blocked_since`) while it stays so; made
+    // was found full (`AfterWrite::blocked_at`) while it stays so; made
     // once, for a connection whose client ever stops taking its answer.
     let mut sending = Sending::default();
     loop {
@@ -462,7 +462,7 @@ async fn drive<C: Connection>(
                 return Poll::Ready(Event::Closed(result));
             }
             // One load per poll while the client takes what is written.
-            if sending.passed(waits.hook.blocked_since(), serve.send, cx) {
+            if sending.passed(waits.hook.blocked_at(), serve.send, cx) {
                 return Poll::Ready(Event::SendTimeout);
             }
             if !side.take(cx) {

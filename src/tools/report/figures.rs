@@ -85,10 +85,21 @@ impl Metric {
             Self::Ttfo => one(r.ttfo_ms),
             Self::Tpot => one(r.tpot_ms),
             Self::E2e => one(r.e2e_ms),
-            Self::InputTokens => one(r.tokens.input.map(|n| n as f64)),
-            Self::OutputTokens => one(Some(r.tokens.output as f64)),
+            Self::InputTokens => one(sized(r)
+                .then_some(r.tokens.input)
+                .flatten()
+                .map(|n| n as f64)),
+            Self::OutputTokens => one(sized(r).then_some(r.tokens.output as f64)),
         }
     }
+}
+
+/// Whether `r`'s token counts describe the workload: it ended `ok` and its
+/// response was read, as the metrics' token-size histograms and workload
+/// map observe it; a refusal, a failure or an unread answer would pile up
+/// as a zero-token request in the workload's shape.
+fn sized(r: &Record) -> bool {
+    r.outcome == "ok" && r.tokens.output_source.is_some()
 }
 
 /// Goodput of one SLO over a group.
@@ -135,6 +146,9 @@ impl Grid {
     }
 
     fn add(&mut self, r: &Record) {
+        if !sized(r) {
+            return;
+        }
         let index = |v: u64| {
             DEFAULT_RANGES
                 .partition_point(|&b| b <= v)

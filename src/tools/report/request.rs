@@ -12,7 +12,7 @@ use std::{
 use super::{printable, SloSpec};
 use crate::{
     export::records::{Arrivals, Record},
-    measure::timeline::Phase,
+    measure::timeline::{Phase, MAX_ID_BYTES},
 };
 
 /// Which records to show.
@@ -31,7 +31,7 @@ impl Select {
     /// Whether `r` is one of the selected records.
     pub fn matches(&self, r: &Record) -> bool {
         match self {
-            Self::RequestId(id) => r.request_id.as_deref() == Some(id.as_str()),
+            Self::RequestId(id) => r.request_id.as_deref() == Some(kept_id(id)),
             Self::TraceId(id) => r
                 .trace_id
                 .as_deref()
@@ -48,6 +48,14 @@ impl Select {
             Self::Missed(spec) => format!("a miss of `{}`", spec.name),
         }
     }
+}
+
+/// A request id as the proxy keeps it: trimmed, and its first
+/// [`MAX_ID_BYTES`] when longer, so that the id the caller sent finds its
+/// record.
+fn kept_id(id: &str) -> &str {
+    let id = id.trim();
+    id.get(..MAX_ID_BYTES.min(id.len())).unwrap_or(id)
 }
 
 /// Each selected record's timeline, oldest first.

@@ -66,19 +66,22 @@ fn malformed_lines_are_skipped_and_reported() {
     let _ = std::fs::remove_file(&path);
 }
 
-#[test]
-fn selecting_prints_only_the_matching_records_and_no_match_is_an_error() {
+/// A record's line, as the writer writes it, of an `ok` chat whose caller
+/// sent request id `id`.
+fn record(id: &str) -> String {
     use crate::measure::{
         dialect::Dialect,
         timeline::{Outcome, Timeline},
     };
-    let record = |id: &str| {
-        let t0 = tokio::time::Instant::now();
-        let mut t = Timeline::new(t0, Dialect::OpenAiChat);
-        t.ids.request_id = Some(id.to_owned());
-        t.finish(Outcome::Ok, t0 + std::time::Duration::from_millis(9));
-        serde_json::to_string(&Record::from_timeline(&t, &[], &[])).expect("json")
-    };
+    let t0 = tokio::time::Instant::now();
+    let mut t = Timeline::new(t0, Dialect::OpenAiChat);
+    t.ids.request_id = Some(id.to_owned());
+    t.finish(Outcome::Ok, t0 + std::time::Duration::from_millis(9));
+    serde_json::to_string(&Record::from_timeline(&t, &[], &[])).expect("json")
+}
+
+#[test]
+fn selecting_prints_only_the_matching_records_and_no_match_is_an_error() {
     let path = std::env::temp_dir().join(format!(
         "tokenclock-report-select-{}.jsonl",
         std::process::id()
@@ -186,4 +189,90 @@ fn missed_lists_the_requests_over_an_objective_worst_first_with_their_ids() {
         other => panic!("{other:?}"),
     }
     let _ = std::fs::remove_file(&path);
+}
+
+/// A lookup finds an id longer than the 128 bytes the proxy keeps by the id
+/// the caller sent, prints the records' lines as they were written (not
+/// read and written again), and reads a file `logrotate` compressed.
+#[test]
+fn lookups_find_long_ids_print_lines_as_written_and_read_gzip() {
+    use std::io::Write;
+
+    let sent = "x".repeat(156);
+    // As written by another version: spacing serde would not write.
+    let long = record(&sent[..128]).replacen('{', "{ ", 1);
+    let text = format!("{}\n{long}\n", record("b-2"));
+    let dir = std::env::temp_dir();
+    let plain = dir.join(format!(
+        "tokenclock-report-long-{}.jsonl",
+        std::process::id()
+    ));
+    let gz = dir.join(format!(
+        "tokenclock-report-long-{}.jsonl.1.gz",
+        std::process::id()
+    ));
+    std::fs::write(&plain, &text).expect("write");
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    encoder.write_all(text.as_bytes()).expect("compress");
+    std::fs::write(&gz, encoder.finish().expect("compressed")).expect("write");
+    for path in [&plain, &gz] {
+        let args = |format| ReportArgs {
+            files: vec![path.clone()],
+            format,
+            select: Some(Select::RequestId(sent.clone())),
+            ..ReportArgs::default()
+        };
+        let json = run(&args(Format::Json)).expect("found").stdout;
+        assert_eq!(json, format!("{long}\n"), "{}", path.display());
+        let summary = run(&ReportArgs {
+            files: vec![path.clone()],
+            ..ReportArgs::default()
+        })
+        .expect("summary");
+        assert!(summary.warnings.is_empty(), "{:?}", summary.warnings);
+        assert!(summary.stdout.contains("2 requests"), "{}", summary.stdout);
+    }
+    let _ = std::fs::remove_file(&plain);
+    let _ = std::fs::remove_file(&gz);
+}
+
+/// The input and output token figures and the map count a request as the
+/// metrics' token histograms do: ended `ok`, its response read.
+#[test]
+fn token_sizes_count_only_requests_that_ended_ok_and_were_read() {
+    use crate::measure::{
+        dialect::Dialect,
+        timeline::{Outcome, Timeline},
+    };
+    let record = |outcome: &str, read: bool| {
+        let t0 = tokio::time::Instant::now();
+        let mut t = Timeline::new(t0, Dialect::OpenAiChat);
+        t.finish(Outcome::Ok, t0 + std::time::Duration::from_millis(9));
+        let mut r = Record::from_timeline(&t, &[], &[]);
+        r.outcome = outcome.to_owned();
+        r.tokens.input = Some(300);
+        r.tokens.output = if read { 40 } else { 0 };
+        r.tokens.output_source = read.then(|| "events".to_owned());
+        r
+    };
+    let records = [
+        record("ok", true),
+        record("http_error", true),
+        record("ok", false),
+        record("upstream_error", false),
+    ];
+    let refs: Vec<&Record> = records.iter().collect();
+    let f = Figures::of("all", &refs, &[]);
+    let count = |metric| {
+        f.metrics
+            .iter()
+            .find(|(m, _)| *m == metric)
+            .and_then(|(_, d)| d.as_ref())
+            .map_or(0, |d| d.count)
+    };
+    assert_eq!(count(Metric::InputTokens), 1);
+    assert_eq!(count(Metric::OutputTokens), 1);
+    let mapped: u64 = f.grid.rows.iter().flat_map(|(_, c)| c).sum();
+    assert_eq!(mapped, 1);
+    assert_eq!(f.requests, 4);
 }
