@@ -60,10 +60,10 @@ struct ReportFlags {
     #[arg(required = true, value_name = "FILE")]
     files: Vec<PathBuf>,
     /// Judge goodput against objectives, e.g. "ttft:500ms tpot:50ms" (repeatable; plain numbers are ms)
-    #[arg(long, value_name = "OBJECTIVES")]
+    #[arg(long, value_name = "OBJECTIVES", conflicts_with_all = ["request_id", "trace_id", "missed"])]
     slo: Vec<String>,
     /// Group by model or endpoint [default: one group, all]
-    #[arg(long, value_name = "KEY", value_parser = ["model", "endpoint"])]
+    #[arg(long, value_name = "KEY", value_parser = ["model", "endpoint"], conflicts_with_all = ["request_id", "trace_id", "missed"])]
     by: Option<String>,
     /// Output format: text, json or csv (json with --request-id/--trace-id: the matching records)
     #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json", "csv"])]

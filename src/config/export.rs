@@ -261,16 +261,20 @@ fn validate_slos(slos: &[SloFile]) -> Result<Vec<Slo>, ConfigError> {
         .enumerate()
         .map(|(i, s)| {
             let key = |k: &str| format!("slo[{i}].{k}");
-            if s.name.is_empty()
-                || s.name == REQUEST_SLO
-                || names.iter().filter(|n| **n == s.name).count() > 1
-            {
+            // Named at the second of the two, the one to rename.
+            if let Some(first) = names[..i].iter().position(|n| *n == s.name) {
                 return Err(ConfigError::invalid(
                     &key("name"),
                     format!(
-                        "`{}` must be unique, non-empty and not `{REQUEST_SLO}`",
+                        "`{}` is slo[{first}]'s name already; names must be unique",
                         s.name
                     ),
+                ));
+            }
+            if s.name.is_empty() || s.name == REQUEST_SLO {
+                return Err(ConfigError::invalid(
+                    &key("name"),
+                    format!("`{}` must be non-empty and not `{REQUEST_SLO}`", s.name),
                 ));
             }
             let endpoints = s

@@ -229,6 +229,7 @@ fn overrides_win_and_name_their_origin() {
 fn connection_limits_and_deadlines_have_defaults_and_are_checked() {
     let c = parse("upstream = \"http://127.0.0.1:8000\"").expect("valid");
     assert_eq!(c.timeouts.client_idle, Duration::from_secs(90));
+    assert_eq!(c.timeouts.client_send, Duration::from_secs(60));
     assert_eq!(c.timeouts.keep_alive_interval, Duration::from_secs(30));
     assert_eq!(c.timeouts.keep_alive_timeout, Duration::from_secs(20));
     assert_eq!(c.connections.max, 4096);
@@ -246,6 +247,10 @@ fn connection_limits_and_deadlines_have_defaults_and_are_checked() {
         (
             "http2_keep_alive_interval = \"0s\"",
             "http2_keep_alive_interval: must be greater than zero",
+        ),
+        (
+            "client_send_timeout = \"0s\"",
+            "client_send_timeout: must be greater than zero",
         ),
     ] {
         let e = error(&format!("upstream = \"http://a:1\"\n{line}\n"));
@@ -266,4 +271,21 @@ fn worker_threads_zero_is_one_per_usable_core_up_to_four() {
     assert_eq!(default_worker_threads(0), 1);
     let explicit = parse("upstream = \"http://a:1\"\nworker_threads = 16").expect("valid");
     assert_eq!(explicit.worker_threads, 16, "an explicit count is kept");
+}
+
+/// Two SLOs of one name: the error names the second, the one to rename.
+#[test]
+fn a_duplicate_slo_name_is_named_where_it_repeats() {
+    let slo = |name: &str| format!("[[slo]]\nname = \"{name}\"\nttft = \"1s\"\n");
+    let text = format!(
+        "upstream = \"http://a:1\"\n{}{}{}",
+        slo("a"),
+        slo("b"),
+        slo("a")
+    );
+    let e = error(&text);
+    assert!(
+        e.starts_with("slo[2].name: `a` is slo[0]'s name already"),
+        "{e}"
+    );
 }

@@ -434,6 +434,37 @@ async fn a_report_whose_reader_leaves_early_ends_quietly() {
     }
 }
 
+/// A flag that a lookup or `--missed` would ignore is refused (exit 2),
+/// not silently dropped: `--by` and `--slo` shape only the summary.
+#[test]
+fn report_flags_that_would_be_ignored_are_refused() {
+    let dir = temp_dir("ignored");
+    let file = dir.join("r.jsonl");
+    std::fs::write(&file, "").expect("write");
+    let file = file.to_str().expect("utf-8");
+    for extra in [
+        &["--missed", "ttft:1s", "--by", "model"][..],
+        &["--request-id", "r-1", "--slo", "ttft:1s"],
+        &[
+            "--trace-id",
+            "4bf92f3577b34da6a3ce929d0e0e4736",
+            "--by",
+            "endpoint",
+        ],
+        &["--missed", "ttft:1s", "--slo", "ttft:1s"],
+    ] {
+        let mut args = vec!["report", file];
+        args.extend_from_slice(extra);
+        let out = tokenclock(&args);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("cannot be used with"),
+            "{extra:?}: {stderr}"
+        );
+    }
+}
+
 #[test]
 fn report_binary_fails_with_one_line_and_exit_2() {
     let missing = temp_dir("missing").join("nope.jsonl");
