@@ -6,8 +6,8 @@ use serde::Deserialize;
 
 use super::{
     common::{
-        cow, done, event_type, is_done, json, name, Counts, Finishing, Summed, SummedFinish, Tally,
-        TextLen,
+        cow, done, event_type, is_done, json, name, Count, Counts, Finishing, Summed, SummedFinish,
+        Tally, TextLen,
     },
     lazy::{scan_struct, Reader},
     openai::OpenAiUsage,
@@ -25,6 +25,11 @@ struct Event<'a> {
     /// The item of `response.output_item.added` / `.done`.
     #[serde(default, borrow)]
     item: Option<Item<'a>>,
+    /// A text delta's tokens, one entry each, when the request asked for
+    /// them (`include: ["message.output_text.logprobs"]`); an empty list
+    /// otherwise, which says nothing.
+    #[serde(default)]
+    logprobs: Option<Count>,
 }
 
 scan_struct!(Event<'a> {
@@ -32,6 +37,7 @@ scan_struct!(Event<'a> {
     delta: "delta",
     response: "response",
     item: "item",
+    logprobs: "logprobs",
 });
 
 /// The response object: the payload of the end events, and the whole body.
@@ -189,6 +195,7 @@ pub(super) fn event<'a>(
     let parsed = match kind {
         "response.output_text.delta" | "response.refusal.delta" => Parsed {
             output_bytes: delta,
+            tokens: ev.logprobs.map(|c| c.0).filter(|&n| n > 0),
             ..Parsed::default()
         },
         "response.reasoning_text.delta" => Parsed {

@@ -667,3 +667,19 @@ fn a_cumulative_count_names_its_item() {
     let huge = chat.replace(r#""index":1"#, r#""index":4294967296"#);
     assert_eq!(ev(Dialect::OpenAiChat, &huge).item, u32::MAX);
 }
+
+/// A Responses text delta lists its tokens in `logprobs` when the request
+/// asked for them: that is the event's exact count. The empty list sent
+/// otherwise says nothing.
+#[test]
+fn responses_logprobs_are_a_deltas_exact_count() {
+    let listed = r#"{"type":"response.output_text.delta","delta":"Hello there","logprobs":[{"token":"Hello","logprob":-0.1,"top_logprobs":[]},{"token":" there","logprob":-0.2,"top_logprobs":[]}]}"#;
+    let empty = r#"{"type":"response.output_text.delta","delta":"Hi","logprobs":[]}"#;
+    for read in [Dialect::parse_event, Dialect::parse_event_reference] {
+        let p = read(Dialect::OpenAiResponses, b"", listed.as_bytes()).expect("parses");
+        assert_eq!(p.tokens, Some(2));
+        let p = read(Dialect::OpenAiResponses, b"", empty.as_bytes()).expect("parses");
+        assert_eq!(p.tokens, None);
+        assert!(p.has_token());
+    }
+}
