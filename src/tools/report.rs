@@ -235,7 +235,11 @@ fn selected(
         Format::Json | Format::Csv => Ok(chosen
             .iter()
             .filter_map(|&r| kept.iter().find(|(k, _)| std::ptr::eq(k, r)))
-            .map(|(_, line)| line.trim_end_matches(['\n', '\r']).to_owned() + "\n")
+            .map(|(_, line)| match line.ends_with('\n') {
+                true => line.clone(),
+                // The file's last line, without its newline.
+                false => format!("{line}\n"),
+            })
             .collect()),
     }
 }

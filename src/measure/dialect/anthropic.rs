@@ -177,11 +177,18 @@ impl From<AnthropicUsage> for Usage {
     fn from(u: AnthropicUsage) -> Self {
         let cache =
             u.cache_creation_input_tokens.unwrap_or(0) + u.cache_read_input_tokens.unwrap_or(0);
+        let reasoning = u.output_tokens_details.and_then(|d| d.thinking_tokens);
+        // `output_tokens` includes the thinking: thinking larger than it
+        // says this server's does not (as xAI's OpenAI usage).
+        let output = match (u.output_tokens, reasoning) {
+            (Some(output), Some(thinking)) if thinking > output => output.checked_add(thinking),
+            (output, _) => output,
+        };
         Usage {
             input: u.input_tokens.map(|n| n + cache),
             cached_input: u.cache_read_input_tokens,
-            output: u.output_tokens,
-            reasoning: u.output_tokens_details.and_then(|d| d.thinking_tokens),
+            output,
+            reasoning,
         }
     }
 }

@@ -61,7 +61,8 @@ scan_struct!(Details {
 /// reasoning. A total that adds up only that way says the usage is xAI's,
 /// whatever the server, and the generated tokens are then completion +
 /// reasoning (read as OpenAI's, Grok's answer tokens were lost and its
-/// reasoning came out larger than its output).
+/// reasoning came out larger than its output). So does reasoning larger
+/// than the completion, which cannot include it, whatever the total says.
 impl From<OpenAiUsage> for Usage {
     fn from(u: OpenAiUsage) -> Self {
         let reasoning = u.completion_tokens_details.and_then(|d| d.reasoning_tokens);
@@ -79,6 +80,7 @@ impl From<OpenAiUsage> for Usage {
             {
                 Some(completion + r)
             }
+            (_, Some(completion), Some(r), _) if r > completion => completion.checked_add(r),
             (_, completion, ..) => completion,
         };
         Usage {

@@ -683,3 +683,28 @@ fn responses_logprobs_are_a_deltas_exact_count() {
         assert!(p.has_token());
     }
 }
+
+/// Reasoning larger than the generated total cannot be part of it: the
+/// total is read as leaving it out (as xAI's does), whatever
+/// `total_tokens` says, in OpenAI's usage and in Anthropic's.
+#[test]
+fn reasoning_larger_than_the_total_is_added_to_it() {
+    let chat = r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":5,"completion_tokens_details":{"reasoning_tokens":25}}}"#;
+    let responses = r#"{"type":"response.completed","response":{"status":"completed","usage":{"input_tokens":3,"output_tokens":5,"output_tokens_details":{"reasoning_tokens":9}}}}"#;
+    let anthropic = r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":7,"output_tokens_details":{"thinking_tokens":50}}}"#;
+    for (d, data, want) in [
+        (Dialect::OpenAiChat, chat, (30, 25)),
+        (Dialect::OpenAiResponses, responses, (14, 9)),
+        (Dialect::Anthropic, anthropic, (57, 50)),
+    ] {
+        let usage = ev(d, data).usage.expect("usage");
+        assert_eq!(
+            (usage.output, usage.reasoning),
+            (Some(want.0), Some(want.1)),
+            "{d:?}"
+        );
+    }
+    let within = r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":30,"completion_tokens_details":{"reasoning_tokens":25}}}"#;
+    let usage = ev(Dialect::OpenAiChat, within).usage.expect("usage");
+    assert_eq!(usage.output, Some(30), "OpenAI's own: reasoning included");
+}
