@@ -101,6 +101,12 @@ pub struct File {
     pub(super) dialects: BTreeMap<String, String>,
 }
 
+/// The longest timeout a config may set: a deadline is an instant on the
+/// monotonic clock, and one past what it can hold (`18446744073709551615s`,
+/// taken for "never") failed every connection that reached it. Longer than
+/// any wait a proxy has a use for.
+const MAX_TIMEOUT: Duration = Duration::from_secs(365 * 24 * 3600);
+
 impl Default for File {
     fn default() -> Self {
         Self {
@@ -273,19 +279,23 @@ impl File {
             ("http2_keep_alive_interval", self.http2_keep_alive_interval),
             ("http2_keep_alive_timeout", self.http2_keep_alive_timeout),
             ("pool_idle_timeout", self.pool_idle_timeout),
+            ("shutdown_grace", self.shutdown_grace),
         ] {
-            if value.is_zero() {
+            if value.is_zero() && key != "shutdown_grace" {
                 return Err(ConfigError::invalid(key, "must be greater than zero"));
+            }
+            if value > MAX_TIMEOUT {
+                return Err(ConfigError::invalid(key, "must be at most 365d"));
             }
         }
         for (key, value) in [
             ("response_header_timeout", self.response_header_timeout),
             ("idle_timeout", self.idle_timeout),
         ] {
-            if value.is_some_and(|d| d.is_zero()) {
+            if value.is_some_and(|d| d.is_zero() || d > MAX_TIMEOUT) {
                 return Err(ConfigError::invalid(
                     key,
-                    "must be greater than zero (leave it out for no limit)",
+                    "must be greater than zero and at most 365d (leave it out for no limit)",
                 ));
             }
         }

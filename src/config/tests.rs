@@ -131,7 +131,9 @@ fn bad_duration_is_named() {
     // "0s" is not how to ask for no limit: leaving the key out is.
     let e = error("upstream = \"http://a:1\"\nidle_timeout = \"0s\"\n");
     assert!(
-        e.starts_with("idle_timeout: must be greater than zero (leave it out for no limit)"),
+        e.starts_with(
+            "idle_timeout: must be greater than zero and at most 365d (leave it out for no limit)"
+        ),
         "{e}"
     );
     let c = parse("upstream = \"http://a:1\"\nresponse_header_timeout = \"10m\"\n").expect("valid");
@@ -251,6 +253,18 @@ fn connection_limits_and_deadlines_have_defaults_and_are_checked() {
         (
             "client_send_timeout = \"0s\"",
             "client_send_timeout: must be greater than zero",
+        ),
+        (
+            "client_send_timeout = \"18446744073709551615s\"",
+            "client_send_timeout: must be at most 365d",
+        ),
+        (
+            "client_idle_timeout = \"366d\"",
+            "client_idle_timeout: must be at most 365d",
+        ),
+        (
+            "idle_timeout = \"400d\"",
+            "idle_timeout: must be greater than zero and at most 365d",
         ),
     ] {
         let e = error(&format!("upstream = \"http://a:1\"\n{line}\n"));

@@ -600,16 +600,19 @@ impl Sending {
     /// socket was found full at `blocked` (`None`: it is not full);
     /// registers `cx` for when it will have.
     fn passed(&mut self, blocked: Option<Instant>, limit: Duration, cx: &mut Context<'_>) -> bool {
-        let Some(since) = blocked else {
+        // A deadline past the clock's range (the config caps the limit at
+        // a year) is no deadline.
+        let Some((since, due)) = blocked.and_then(|since| Some((since, since.checked_add(limit)?)))
+        else {
             self.since = None;
             return false;
         };
         let sleep = self
             .sleep
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(since + limit)));
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(due)));
         if self.since != Some(since) {
             self.since = Some(since);
-            sleep.as_mut().reset(since + limit);
+            sleep.as_mut().reset(due);
         }
         sleep.as_mut().poll(cx).is_ready()
     }
