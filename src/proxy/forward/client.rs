@@ -76,6 +76,13 @@ pub(super) fn poll_what_comes(body: &mut UpstreamBody, cx: &mut Context<'_>) -> 
 #[derive(Clone, Debug)]
 pub(super) struct ExpectsContinue(pub(super) ClientFault);
 
+impl ExpectsContinue {
+    /// Whether the client still waits: its body was never asked for.
+    pub(super) fn waiting(&self) -> bool {
+        !self.0.asked()
+    }
+}
+
 /// Whether the client waits for `100 Continue` before it sends its body:
 /// none came, and a request whose connect failed does not wait for it
 /// (reading it would ask the client for it: the `100` would go out just
@@ -83,7 +90,7 @@ pub(super) struct ExpectsContinue(pub(super) ClientFault);
 pub(super) fn expects_continue(extensions: &http::Extensions) -> bool {
     extensions
         .get::<ExpectsContinue>()
-        .is_some_and(|e| !e.0.asked())
+        .is_some_and(ExpectsContinue::waiting)
 }
 
 /// How long a request whose connect failed waits for the rest of its body

@@ -459,9 +459,12 @@ struct Upload {
     /// method (RFC 9110 §9.2.1) with no body and no switch of protocols,
     /// and no byte of an answer yet (a 1xx says the upstream had it).
     replay: Option<Vec<u8>>,
-    /// The client waits for `100 Continue` before it sends its body: when
-    /// its connect fails, the body is not read ([`Upload::read_what_comes`]).
-    expects_continue: bool,
+    /// The request's `100 Continue` mark, if it has one: while its client
+    /// still waits, a failed connect does not read the body
+    /// ([`Upload::read_what_comes`]). Asked when it is needed, not when the
+    /// request is encoded: a body written on a pooled connection the
+    /// upstream then closed was asked for, and its client sends it.
+    continued: Option<super::client::ExpectsContinue>,
     /// Where the connect the request waited for is written.
     clock: Option<ConnectClock>,
 }
@@ -486,7 +489,11 @@ impl Upload {
     fn read_what_comes(
         &mut self,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
-        if self.expects_continue {
+        if self
+            .continued
+            .as_ref()
+            .is_some_and(super::client::ExpectsContinue::waiting)
+        {
             return Box::pin(std::future::ready(()));
         }
         if self.framing == Framing::Close {
@@ -521,7 +528,7 @@ impl Upload {
             ended: framing == Framing::Length(0),
             trailers,
             replay: None,
-            expects_continue: super::client::expects_continue(extensions),
+            continued: extensions.get::<super::client::ExpectsContinue>().cloned(),
             clock: extensions.get::<ConnectClock>().cloned(),
         }
     }
