@@ -71,28 +71,48 @@ async fn a_request_that_could_not_be_sent_keeps_the_model_its_later_body_names()
         let config = format!("upstream_protocol = \"{protocol}\"");
         let (proxy, mut timelines) =
             common::proxy_with_timelines(common::closed_port().await, &config).await;
-        let body = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
-        let mut client = tokio::net::TcpStream::connect(proxy.addr)
-            .await
-            .expect("connect");
-        let head = format!(
-            "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
-             content-length: {}\r\n\r\n",
-            body.len()
-        );
-        client.write_all(head.as_bytes()).await.expect("head");
+        let mut client = send_head(proxy.addr, "").await;
         tokio::time::sleep(Duration::from_millis(20)).await;
-        client.write_all(body.as_bytes()).await.expect("body");
-        let mut answer = vec![0; 4096];
-        let read = tokio::time::timeout(Duration::from_secs(5), client.read(&mut answer));
-        let n = read.await.expect("answered").expect("read");
-        let answer = String::from_utf8_lossy(&answer[..n]);
-        assert!(answer.starts_with("HTTP/1.1 502"), "{protocol}: {answer}");
-        let t = common::next_timeline(&mut timelines).await;
-        assert_eq!(t.model.as_deref(), Some("m"), "{protocol}");
-        assert_eq!(t.bytes_in, body.len() as u64, "{protocol}");
-        assert_eq!(t.outcome.as_str(), "upstream_error", "{protocol}");
+        client.write_all(CHAT.as_bytes()).await.expect("body");
+        let t = answered_502(&mut client, &mut timelines, protocol).await;
+        assert_eq!(t.bytes_in, CHAT.len() as u64, "{protocol}");
     }
+}
+
+/// A chat request body naming model `m`.
+const CHAT: &str = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+
+/// A raw client that sent the head of a [`CHAT`] request, with `extra`
+/// header lines, and not its body.
+async fn send_head(proxy: std::net::SocketAddr, extra: &str) -> tokio::net::TcpStream {
+    let mut client = tokio::net::TcpStream::connect(proxy)
+        .await
+        .expect("connect");
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+         {extra}content-length: {}\r\n\r\n",
+        CHAT.len()
+    );
+    client.write_all(head.as_bytes()).await.expect("head");
+    client
+}
+
+/// The `502` `client` reads, and its request's timeline: counted an
+/// `upstream_error` under model `m`, which its body named.
+async fn answered_502(
+    client: &mut tokio::net::TcpStream,
+    timelines: &mut common::Timelines,
+    protocol: &str,
+) -> tokenclock::measure::timeline::Timeline {
+    let mut answer = vec![0; 4096];
+    let read = tokio::time::timeout(Duration::from_secs(5), client.read(&mut answer));
+    let n = read.await.expect("answered").expect("read");
+    let answer = String::from_utf8_lossy(&answer[..n]);
+    assert!(answer.starts_with("HTTP/1.1 502"), "{protocol}: {answer}");
+    let t = common::next_timeline(timelines).await;
+    assert_eq!(t.model.as_deref(), Some("m"), "{protocol}");
+    assert_eq!(t.outcome.as_str(), "upstream_error", "{protocol}");
+    t
 }
 
 /// A client that waits for `100 Continue` before its body, when the
@@ -130,29 +150,13 @@ async fn a_body_read_after_100_continue_keeps_its_model_when_the_upstream_is_dow
         let config = format!("upstream_protocol = \"{protocol}\"\nusage_mode = \"inject\"");
         let (proxy, mut timelines) =
             common::proxy_with_timelines(common::closed_port().await, &config).await;
-        let body = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
-        let mut client = tokio::net::TcpStream::connect(proxy.addr)
-            .await
-            .expect("connect");
-        let head = format!(
-            "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
-             expect: 100-continue\r\ncontent-length: {}\r\n\r\n",
-            body.len()
-        );
-        client.write_all(head.as_bytes()).await.expect("head");
+        let mut client = send_head(proxy.addr, "expect: 100-continue\r\n").await;
         let mut interim = [0u8; 25];
         let read = tokio::time::timeout(Duration::from_secs(5), client.read_exact(&mut interim));
         read.await.expect("100 Continue in time").expect("read");
         assert_eq!(&interim, b"HTTP/1.1 100 Continue\r\n\r\n", "{protocol}");
-        client.write_all(body.as_bytes()).await.expect("body");
-        let mut answer = vec![0; 4096];
-        let read = tokio::time::timeout(Duration::from_secs(5), client.read(&mut answer));
-        let n = read.await.expect("answered").expect("read");
-        let answer = String::from_utf8_lossy(&answer[..n]);
-        assert!(answer.starts_with("HTTP/1.1 502"), "{protocol}: {answer}");
-        let t = common::next_timeline(&mut timelines).await;
-        assert_eq!(t.model.as_deref(), Some("m"), "{protocol}");
-        assert_eq!(t.outcome.as_str(), "upstream_error", "{protocol}");
+        client.write_all(CHAT.as_bytes()).await.expect("body");
+        let t = answered_502(&mut client, &mut timelines, protocol).await;
         assert_eq!(t.connect, None, "{protocol}: never connected");
     }
 }

@@ -537,9 +537,20 @@ impl Dialect {
         name: &[u8],
         data: &'a [u8],
     ) -> Result<Parsed<'a>, ParseError> {
-        if let Some(error) = typed_error(name) {
-            return Ok(error);
+        match typed_error(name) {
+            Some(error) => Ok(error),
+            None => self.read_payload(reader, name, data),
         }
+    }
+
+    /// [`Dialect::read_event`] once the event's type is known not to be
+    /// `error` ([`typed_error`]).
+    fn read_payload<'a>(
+        self,
+        reader: Reader,
+        name: &[u8],
+        data: &'a [u8],
+    ) -> Result<Parsed<'a>, ParseError> {
         match self {
             Self::OpenAiChat => openai_chat::event(reader, data),
             Self::OpenAiCompletions => openai_completions::event(reader, data),
@@ -684,7 +695,8 @@ impl Events {
             Dialect::OpenAiCompletions => {
                 openai_completions::event_in_stream(&mut self.learnt, data)
             }
-            dialect => dialect.parse_event(name, data),
+            // Its type was looked at above.
+            dialect => dialect.read_payload(Reader::Scan, name, data),
         }
     }
 }
