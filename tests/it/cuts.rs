@@ -31,6 +31,8 @@ use crate::common::{self, process, upstream::chunk};
 
 /// The event the upstream sends before it cuts a stream at `/event`.
 const EVENT: &[u8] = b"data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n";
+/// A whole answer: `EVENT`, then the stream's closing event.
+const ANSWER: &[u8] = b"data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n";
 
 /// An HTTP/1.1 upstream that answers every request with a streamed head,
 /// and on `/event` one event, in one write, then closes the connection
@@ -213,7 +215,7 @@ async fn a_cut_from_an_http2_upstream_keeps_its_head_and_events() {
     );
 }
 
-/// An HTTP/2 upstream that answers every request with a head and `EVENT`,
+/// An HTTP/2 upstream that answers every request with a head and `ANSWER`,
 /// then resets the stream with `NO_ERROR`: before the stream's end, or
 /// after it (`after_end`: the early response RFC 9113 §8.1 allows); with
 /// `declared`, the head says the body's length.
@@ -221,13 +223,13 @@ async fn resetting_h2_upstream(after_end: bool, declared: bool) -> SocketAddr {
     let upstream = common::h2::serve(None, move |_, mut respond| async move {
         let mut head = http::Response::builder().header("content-type", "text/event-stream");
         if declared {
-            head = head.header("content-length", EVENT.len());
+            head = head.header("content-length", ANSWER.len());
         }
         let head = head.body(()).expect("head");
         let Ok(mut stream) = respond.send_response(head, false) else {
             return;
         };
-        let _ = stream.send_data(Bytes::from_static(EVENT), after_end);
+        let _ = stream.send_data(Bytes::from_static(ANSWER), after_end);
         // A reset drops the frames still queued: reset once it is written.
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         stream.send_reset(h2::Reason::NO_ERROR);
@@ -262,7 +264,7 @@ async fn an_http2_upstreams_reset_without_error_before_the_end_is_a_cut() {
         let text = String::from_utf8_lossy(&answer);
         assert!(text.starts_with("HTTP/1.1 200"), "{after_end}: {text}");
         assert!(
-            text.contains(std::str::from_utf8(EVENT).expect("utf-8")),
+            text.contains(std::str::from_utf8(ANSWER).expect("utf-8")),
             "{after_end}: {text}"
         );
         assert_eq!(
@@ -293,7 +295,7 @@ async fn an_http2_upstreams_reset_without_error_before_the_end_is_a_cut() {
         .collect()
         .await
         .expect("the whole declared body");
-    assert_eq!(body.to_bytes(), EVENT);
+    assert_eq!(body.to_bytes(), ANSWER);
     let t = common::next_timeline(&mut timelines).await;
     assert_eq!(t.outcome.as_str(), "ok", "every declared byte came");
 }

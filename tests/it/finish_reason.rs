@@ -333,3 +333,54 @@ async fn llama_cpps_error_field_in_a_stream_is_an_upstream_error() {
         proxy.shutdown().await;
     }
 }
+
+/// Each family's stream, whole and then ended cleanly (its last chunk
+/// written, as a gateway that caught the upstream's failure writes it)
+/// before its closing event and its finish reason: the client gets every
+/// byte sent, unchanged, either way, and the cut one is an
+/// `upstream_error` (until 2026-12-07 it was `ok`, and counted towards
+/// goodput, for an answer cut short).
+#[tokio::test]
+async fn a_stream_that_ends_before_it_says_it_is_whole_is_an_upstream_error() {
+    const TGI: &str = concat!(
+        "data:{\"index\":1,\"token\":{\"id\":1,\"text\":\"Hi\",\"logprob\":-0.1,\"special\":false},\"generated_text\":null,\"details\":null}\n\n",
+        "data:{\"index\":2,\"token\":{\"id\":2,\"text\":\"!\",\"logprob\":-0.1,\"special\":false},\"generated_text\":\"Hi!\",\"details\":null}\n\n",
+    );
+    const SGLANG: &str = concat!(
+        "data: {\"text\":\"Hi\",\"meta_info\":{\"id\":\"a\",\"finish_reason\":null,\"prompt_tokens\":3,\"completion_tokens\":1}}\n\n",
+        "data: {\"text\":\"Hi!\",\"meta_info\":{\"id\":\"a\",\"finish_reason\":{\"type\":\"stop\",\"matched\":2},\"prompt_tokens\":3,\"completion_tokens\":2}}\n\n",
+        "data: [DONE]\n\n",
+    );
+    const NDJSON: &str = "application/x-ndjson";
+    let chat = chat_stream("stop");
+    // Each stream, and the start of the first event that says it is whole.
+    let families = [
+        (CHAT, SSE, chat.as_str(), "\"finish_reason\":\"stop\""),
+        (MESSAGES, SSE, ANTHROPIC_TOOL_USE, "message_delta"),
+        ("/v1/responses", SSE, RESPONSES_CALL, "response.completed"),
+        ("/api/chat", NDJSON, OLLAMA_CHAT, "\"done\":true"),
+        ("/completion", SSE, LLAMACPP_LIMIT, "\"stop\":true"),
+        ("/generate_stream", SSE, TGI, "\"generated_text\":\""),
+        ("/generate", SSE, SGLANG, "{\"type\":\"stop\""),
+    ];
+    for (path, content_type, whole, closing) in families {
+        let separator = if content_type == NDJSON { "\n" } else { "\n\n" };
+        let at = whole.find(closing).expect("the closing event");
+        let start = whole[..at].rfind(separator).expect("an event before it");
+        let cut = &whole[..start + separator.len()];
+        for (body, want) in [(whole, Outcome::Ok), (cut, Outcome::UpstreamError)] {
+            let upstream = Scripted::start(streamed(content_type, body)).await;
+            let (proxy, mut timelines) = common::proxy_with_timelines(upstream.addr, "").await;
+            let response = send(proxy.addr, request(path)).await.expect("response");
+            let got = collect(response).await.expect("a clean end");
+            assert_eq!(got.status, 200, "{path}");
+            assert_eq!(got.body(), body.as_bytes(), "{path}: forwarded unchanged");
+            let t = next_timeline(&mut timelines).await;
+            let name = format!("{path} ({} bytes of {})", body.len(), whole.len());
+            assert_eq!(t.outcome, want, "{name}");
+            assert_eq!(t.parse_errors, vec![], "{name}");
+            assert!(t.tokens.token_events >= 1, "{name}: its tokens count");
+            proxy.shutdown().await;
+        }
+    }
+}

@@ -484,6 +484,33 @@ impl Dialect {
         Self::Unknown,
     ];
 
+    /// Whether every whole stream of this dialect says it is whole: its
+    /// closing event (`[DONE]`, `message_stop`, `response.completed`,
+    /// `transcript.text.done`, `done: true`, TGI's last event, llama.cpp's
+    /// `stop`) or a finish reason. Each family's servers end an answer so;
+    /// a stream of one that ends without either was cut short by something
+    /// that ended its body cleanly (a gateway that caught an error). The
+    /// whole-body families, and those read for nothing, are never streams.
+    pub(crate) const fn closes_streams(self) -> bool {
+        match self {
+            Self::OpenAiChat
+            | Self::OpenAiCompletions
+            | Self::OpenAiResponses
+            | Self::OpenAiAudio
+            | Self::Anthropic
+            | Self::Tgi
+            | Self::Sglang
+            | Self::Ollama
+            | Self::LlamaCpp => true,
+            Self::OpenAiEmbeddings
+            | Self::OllamaEmbed
+            | Self::Rerank
+            | Self::Pooling
+            | Self::Tei
+            | Self::Unknown => false,
+        }
+    }
+
     /// Its position in [`Dialect::ALL`]: an index into per-dialect arrays
     /// (a match, so a new dialect cannot be left without one).
     pub(crate) const fn index(self) -> usize {
@@ -1232,7 +1259,7 @@ pub struct Parsed<'a> {
     /// `finish_reason`, Anthropic's `stop_reason`, Ollama's `done_reason`, …).
     pub finish: Option<Finish<'a>>,
     /// The event marks the end of the stream (`[DONE]`, `message_stop`,
-    /// `done: true`, `response.completed`, TGI's `details`, llama.cpp `stop`).
+    /// `done: true`, `response.completed`, TGI's last event, llama.cpp `stop`).
     pub end: bool,
     /// The event is an in-band error (Anthropic `event: error`, an `error`
     /// key in OpenAI-style payloads, Ollama's `{"error":…}`).
@@ -1287,6 +1314,15 @@ pub enum ParseError {
 }
 
 impl ParseError {
+    /// Whether a response's event, or its whole body, went unread: what it
+    /// said (its closing event among it) is not known.
+    pub(crate) fn lost_an_event(self) -> bool {
+        match self {
+            Self::Json | Self::TooLarge | Self::Encoding => true,
+            Self::RequestOverBudget | Self::ThinkUnopened => false,
+        }
+    }
+
     /// The metric label value.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -1,4 +1,4 @@
-//! TGI native `/generate_stream` (one event per token, `details` on the last) and `/generate`.
+//! TGI native `/generate_stream` (one event per token; the last with the whole `generated_text`, and `details` when asked for) and `/generate`.
 
 use std::borrow::Cow;
 
@@ -15,9 +15,9 @@ struct Event<'a> {
     #[serde(default)]
     token: Option<Token>,
     /// The whole text: on the last streamed event (already counted per
-    /// token there), and in a `/generate` body.
+    /// token there), and in a `/generate` body; `null` on the others.
     #[serde(default)]
-    generated_text: Answer,
+    generated_text: Option<Answer>,
     #[serde(default, borrow)]
     details: Option<Details<'a>>,
     #[serde(default)]
@@ -74,7 +74,9 @@ impl<'a> Event<'a> {
         });
         Parsed {
             finish,
-            end: usage.is_some(),
+            // The last event: its `details` only when the request asked
+            // for them (`"details": true`), its whole text always.
+            end: usage.is_some() || self.generated_text.is_some(),
             usage,
             error: self.error.is_some(),
             ..Parsed::default()
@@ -103,9 +105,10 @@ pub(super) fn event(reader: Reader, data: &[u8]) -> Result<Parsed<'_>, ParseErro
 /// the Inference API answers).
 pub(super) fn body(data: &[u8]) -> Result<Parsed<'_>, ParseError> {
     fn whole(ev: Event<'_>) -> Parsed<'_> {
+        let text = ev.generated_text.unwrap_or_default();
         Parsed {
-            output_bytes: ev.generated_text.len,
-            think: ev.generated_text.think,
+            output_bytes: text.len,
+            think: text.think,
             end: true,
             ..ev.parsed()
         }

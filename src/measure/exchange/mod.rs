@@ -273,8 +273,26 @@ impl Exchange {
             (None, End::Failed { timeout: true }) => Outcome::Timeout,
             (None, End::Failed { timeout: false }) => Outcome::UpstreamError,
             (None, End::Complete) if status >= 400 => Outcome::HttpError,
+            (None, End::Complete) if self.unfinished() => Outcome::UpstreamError,
             (None, End::Complete) => Outcome::Ok,
         }
+    }
+
+    /// A stream whose body ended cleanly before it said it was whole: no
+    /// closing event and no finish reason (see [`Dialect::closes_streams`]),
+    /// while every event of it was read. The client's answer was cut short
+    /// as surely as by a reset: a gateway or load balancer that caught the
+    /// upstream's failure and ended the body (a chunked body's last chunk
+    /// written for it), which hyper reads as a whole body. Counted
+    /// `upstream_error` rather than `ok`, which goodput would take.
+    fn unfinished(&self) -> bool {
+        let t = &self.timeline;
+        self.reader.is_event_stream()
+            && self.method != Method::HEAD
+            && t.dialect.closes_streams()
+            && !t.stream_done
+            && t.finish_class.is_none()
+            && !t.parse_errors.iter().any(|e| e.lost_an_event())
     }
 
     fn log(&self) {

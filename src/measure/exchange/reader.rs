@@ -159,6 +159,12 @@ impl Reader {
         }
     }
 
+    /// Whether the body is read as an event stream, as its head or its
+    /// first bytes said (not one still waiting for bytes that tell).
+    pub(super) fn is_event_stream(&self) -> bool {
+        matches!(self.read, Read::Sse { .. } | Read::Ndjson { .. })
+    }
+
     /// Whether the body is read as a stream of events.
     pub(super) fn is_stream(&self) -> bool {
         // A body whose first bytes will tell is taken for a stream until

@@ -7,7 +7,15 @@ use crate::measure::read::CaptureBudget;
 use crate::measure::timeline::{CountSource, Milestone, Stage};
 
 fn exchange(status: u16) -> Exchange {
-    let request = Request::post("/v1/chat/completions")
+    answered(Method::POST, status, "text/event-stream")
+}
+
+/// A chat request by `method`, whose answer's head (`status`, of
+/// `content_type`) came.
+fn answered(method: Method, status: u16, content_type: &str) -> Exchange {
+    let request = Request::builder()
+        .method(method)
+        .uri("/v1/chat/completions")
         .body(())
         .unwrap_or_default();
     let reading = ReadSettings {
@@ -25,7 +33,7 @@ fn exchange(status: u16) -> Exchange {
     let (mut e, _upload) = Exchange::start(Instant::now(), &request, &reading, None);
     let (head, ()) = Response::builder()
         .status(status)
-        .header("content-type", "text/event-stream")
+        .header("content-type", content_type)
         .header("x-queue-time", "12")
         .body(())
         .unwrap_or_default()
@@ -36,7 +44,9 @@ fn exchange(status: u16) -> Exchange {
 
 #[test]
 fn outcomes_follow_status_and_end() {
-    assert_eq!(exchange(200).outcome(End::Complete), Outcome::Ok);
+    let mut whole = exchange(200);
+    whole.on_data(&Bytes::from_static(b"data: [DONE]\n\n"), Instant::now());
+    assert_eq!(whole.outcome(End::Complete), Outcome::Ok);
     assert_eq!(exchange(404).outcome(End::Complete), Outcome::HttpError);
     assert_eq!(
         exchange(200).outcome(End::Dropped),
@@ -46,6 +56,47 @@ fn outcomes_follow_status_and_end() {
     assert_eq!(exchange(200).outcome(failed), Outcome::UpstreamError);
     let idle = End::Failed { timeout: true };
     assert_eq!(exchange(200).outcome(idle), Outcome::Timeout);
+}
+
+#[test]
+fn a_stream_that_ends_before_it_says_it_is_whole_is_an_upstream_error() {
+    const SSE: &str = "text/event-stream";
+    const TOKEN: &str = "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n";
+    let ended = |method: Method, content_type: &str, events: &[&'static str]| {
+        let mut e = answered(method, 200, content_type);
+        for event in events {
+            e.on_data(&Bytes::from_static(event.as_bytes()), Instant::now());
+        }
+        e.outcome(End::Complete)
+    };
+    // A gateway that ended the body cleanly after an upstream's failure.
+    assert_eq!(ended(Method::POST, SSE, &[TOKEN]), Outcome::UpstreamError);
+    assert_eq!(ended(Method::POST, SSE, &[]), Outcome::UpstreamError);
+    assert_eq!(
+        ended(Method::POST, SSE, &[": keep-alive\n\n"]),
+        Outcome::UpstreamError
+    );
+    // Its closing event, or a finish reason, says it was whole.
+    assert_eq!(
+        ended(Method::POST, SSE, &[TOKEN, "data: [DONE]\n\n"]),
+        Outcome::Ok
+    );
+    let finished = "data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"length\"}]}\n\n";
+    assert_eq!(ended(Method::POST, SSE, &[TOKEN, finished]), Outcome::Ok);
+    // An event that could not be read may have been its end: not judged.
+    assert_eq!(
+        ended(Method::POST, SSE, &[TOKEN, "data: {\"choices\n\n"]),
+        Outcome::Ok
+    );
+    // Not streams: a whole body, and a HEAD's answer; an unlabelled body
+    // too short to tell.
+    let body = r#"{"choices":[{"message":{"content":"hi"}}]}"#;
+    assert_eq!(
+        ended(Method::POST, "application/json", &[body]),
+        Outcome::Ok
+    );
+    assert_eq!(ended(Method::POST, "", &["da"]), Outcome::Ok);
+    assert_eq!(ended(Method::HEAD, SSE, &[]), Outcome::Ok);
 }
 
 #[test]

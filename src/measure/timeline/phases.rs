@@ -78,7 +78,10 @@ impl Phases {
             span(t.first_token, t.first_output),
             span(t.first_token, t.last_token),
             span(t.last_token, t.end),
-            t.end.map(|_| t.delivery_stall),
+            // Measured while an upstream's answer was handed to the client:
+            // none came (tokenclock's own `502`/`504`, a client gone before
+            // the head), none was measured, which is not a stall of 0.
+            t.response_head.and(t.end).map(|_| t.delivery_stall),
         ])
     }
 

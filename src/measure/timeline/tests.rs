@@ -1021,3 +1021,19 @@ fn millis_of_durations_that_multiplying_rounds_twice() {
         "163.872345"
     );
 }
+
+/// `delivery_stall` is measured while an upstream's answer is handed over:
+/// a request that never had one (tokenclock's own `502`, a client gone
+/// before the head) has no such phase, rather than a stall of 0.
+#[test]
+fn delivery_stall_is_a_phase_only_of_an_answer_handed_over() {
+    let t0 = Instant::now();
+    let mut unanswered = Timeline::new(t0, Dialect::OpenAiChat);
+    unanswered.finish(Outcome::UpstreamError, t0 + ms(3));
+    assert_eq!(unanswered.phases().get(Phase::DeliveryStall), None);
+    let mut answered = Timeline::new(t0, Dialect::OpenAiChat);
+    answered.response_head = Some(t0 + ms(1));
+    answered.finish(Outcome::Ok, t0 + ms(3));
+    let stall = answered.phases().get(Phase::DeliveryStall);
+    assert_eq!(stall, Some(Duration::ZERO), "measured, and none");
+}

@@ -275,6 +275,19 @@ fn tgi_special_token_is_a_token_without_text() {
     assert_eq!(ev(Dialect::Tgi, data), want);
 }
 
+/// TGI's last event ends the stream by its whole text, with `details`
+/// only when the request asked for them (`"details": true`): without, its
+/// `details` is `null` (as in the recorded `tgi_generate_stream.sse`).
+#[test]
+fn tgi_last_event_ends_the_stream_without_details() {
+    let last = r#"{"index":3,"token":{"id":2,"text":".","logprob":-0.3,"special":false},"generated_text":"Hi there.","details":null}"#;
+    let p = ev(Dialect::Tgi, last);
+    assert_eq!((p.end, p.output_bytes, p.tokens), (true, 1, Some(1)));
+    assert_eq!(p.finish, None, "no reason was said");
+    let middle = r#"{"index":2,"token":{"id":7,"text":" there","logprob":-0.1,"special":false},"generated_text":null,"details":null}"#;
+    assert!(!ev(Dialect::Tgi, middle).end);
+}
+
 #[test]
 fn from_path_every_family() {
     let cases = [
