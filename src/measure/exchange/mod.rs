@@ -285,10 +285,17 @@ impl Exchange {
     /// upstream's failure and ended the body (a chunked body's last chunk
     /// written for it), which hyper reads as a whole body. Counted
     /// `upstream_error` rather than `ok`, which goodput would take.
+    ///
+    /// Judged only of a stream its dialect read a token in: one whose
+    /// events it did not know (an older llama.cpp's native events on
+    /// `/v1/completions`, speaches' `{"text"}` transcription events, a
+    /// gateway's whole JSON answer labelled `text/event-stream`) is not
+    /// known to be cut, and one cut before its first token is left `ok`
+    /// with the rest of what it could not tell.
     fn unfinished(&self) -> bool {
         let t = &self.timeline;
         self.reader.is_event_stream()
-            && self.method != Method::HEAD
+            && t.tokens.token_events > 0
             && t.dialect.closes_streams()
             && !t.stream_done
             && t.finish_class.is_none()
