@@ -248,6 +248,12 @@ fn validate_slos(slos: &[SloFile]) -> Result<Vec<Slo>, ConfigError> {
     // SLO names precede free-form labels in a series key: a name that is a
     // prefix of another could make two series one (see metrics::labels).
     for (i, name) in names.iter().enumerate() {
+        if name.is_empty() || *name == REQUEST_SLO {
+            return Err(ConfigError::invalid(
+                &format!("slo[{i}].name"),
+                format!("`{name}` must be non-empty and not `{REQUEST_SLO}`"),
+            ));
+        }
         let clash = names
             .iter()
             .chain(std::iter::once(&REQUEST_SLO))
@@ -271,12 +277,6 @@ fn validate_slos(slos: &[SloFile]) -> Result<Vec<Slo>, ConfigError> {
                     ),
                 ));
             }
-            if s.name.is_empty() || s.name == REQUEST_SLO {
-                return Err(ConfigError::invalid(
-                    &key("name"),
-                    format!("`{}` must be non-empty and not `{REQUEST_SLO}`", s.name),
-                ));
-            }
             let endpoints = s
                 .endpoints
                 .iter()
@@ -298,6 +298,21 @@ fn validate_slos(slos: &[SloFile]) -> Result<Vec<Slo>, ConfigError> {
                     &key("name"),
                     "sets none of ttft, ttfo, tpot, e2e",
                 ));
+            }
+            // No request meets a limit of zero: an objective that every
+            // request misses is a typo, not an SLO.
+            for (name, limit) in [
+                ("ttft", s.ttft),
+                ("ttfo", s.ttfo),
+                ("tpot", s.tpot),
+                ("e2e", s.e2e),
+            ] {
+                if limit.is_some_and(|d| d.is_zero()) {
+                    return Err(ConfigError::invalid(
+                        &key(name),
+                        "must be greater than zero",
+                    ));
+                }
             }
             Ok(Slo {
                 name: s.name.clone(),

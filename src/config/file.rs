@@ -307,6 +307,14 @@ impl File {
                 return Err(ConfigError::invalid(key, "must be at least 1"));
             }
         }
+        if self.worker_threads > MAX_WORKER_THREADS {
+            return Err(ConfigError::invalid(
+                "worker_threads",
+                format_args!(
+                    "must be at most {MAX_WORKER_THREADS} (0: one per usable core, up to {AUTO_WORKER_THREADS})"
+                ),
+            ));
+        }
         tracing_subscriber::EnvFilter::try_new(&self.log_filter)
             .map_err(|e| ConfigError::invalid("log_filter", e))?;
         if self.max_event_bytes == 0 {
@@ -522,6 +530,12 @@ fn line_column(text: &str, offset: usize) -> (usize, usize) {
 
 /// The most worker threads `worker_threads = 0` starts.
 const AUTO_WORKER_THREADS: usize = 4;
+
+/// The most worker threads that may be asked for: more than the largest
+/// nodes have cores. 100,000 took the machine's PIDs and half a GB
+/// starting threads, before any listener or signal handler, without a
+/// word (a black-box pass found it).
+const MAX_WORKER_THREADS: usize = 1024;
 
 /// `worker_threads = 0`: one per core the process may use, at most
 /// [`AUTO_WORKER_THREADS`]. `cores` honours the CPU affinity and the

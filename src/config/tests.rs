@@ -285,6 +285,36 @@ fn worker_threads_zero_is_one_per_usable_core_up_to_four() {
     assert_eq!(default_worker_threads(0), 1);
     let explicit = parse("upstream = \"http://a:1\"\nworker_threads = 16").expect("valid");
     assert_eq!(explicit.worker_threads, 16, "an explicit count is kept");
+    // 100,000 passed, then starting them took the machine's PIDs before
+    // any listener or signal handler, without a word.
+    let e = error("upstream = \"http://a:1\"\nworker_threads = 100000");
+    assert!(e.starts_with("worker_threads: must be at most 1024"), "{e}");
+    let most = parse("upstream = \"http://a:1\"\nworker_threads = 1024").expect("valid");
+    assert_eq!(most.worker_threads, 1024);
+}
+
+/// An SLO's name must be a name, and its limits ones a request can meet.
+#[test]
+fn an_slo_needs_a_name_and_limits_above_zero() {
+    let text = |slo: &str| format!("upstream = \"http://a:1\"\n[[slo]]\n{slo}\n");
+    for (slo, want) in [
+        // Was "the start of another SLO's name", with no other SLO.
+        (
+            "name = \"\"\nttft = \"1s\"",
+            "slo[0].name: `` must be non-empty",
+        ),
+        (
+            "name = \"a\"\nttft = \"0s\"",
+            "slo[0].ttft: must be greater than zero",
+        ),
+        (
+            "name = \"a\"\nttft = \"1s\"\ne2e = \"0ms\"",
+            "slo[0].e2e: must be greater than zero",
+        ),
+    ] {
+        let e = error(&text(slo));
+        assert!(e.starts_with(want), "{slo}: {e}");
+    }
 }
 
 /// Two SLOs of one name: the error names the second, the one to rename.

@@ -95,6 +95,14 @@ fn filter(default_filter: &str) -> (EnvFilter, FilterSource) {
     }
 }
 
+/// Whether `RUST_LOG` set the running filter at start: `log_filter`, and
+/// its reloads, then change nothing.
+pub(crate) fn env_filter_wins() -> bool {
+    FILTER
+        .get()
+        .is_some_and(|(_, source)| *source == FilterSource::Env)
+}
+
 /// Replaces the log filter with `filter` (already validated by the
 /// config), unless `RUST_LOG` set it at start.
 pub(crate) fn set_filter(filter: &str) -> FilterChange {

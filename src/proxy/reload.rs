@@ -286,7 +286,7 @@ impl Reloader {
         let Reload {
             file,
             config,
-            applied,
+            mut applied,
             needs_restart,
         } = config::reload::plan(&source.running, new)?;
         config::reload::check_slo_names(&config, &self.slo_names)?;
@@ -309,6 +309,15 @@ impl Reloader {
         }
         for key in &needs_restart {
             tracing::warn!(%key, "Changed setting needs restart; its running value stays in force.");
+        }
+        // Not applied, so not said to be: the operator who raised it to
+        // see more would otherwise wait for lines that never come.
+        if logging::env_filter_wins() && applied.iter().any(|k| k == "log_filter") {
+            applied.retain(|k| k != "log_filter");
+            tracing::warn!(
+                "log_filter changed, but RUST_LOG set the filter at start and stays in force; \
+                 unset RUST_LOG for log_filter and its reloads to apply."
+            );
         }
         tracing::info!(
             applied = %applied.join(","),

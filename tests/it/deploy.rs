@@ -307,6 +307,12 @@ fn systemd_unit_runs_a_real_command() {
         .expect("ExecStart");
     let args: Vec<&str> = exec.split_whitespace().skip(1).collect();
     assert_eq!(args, ["serve", "--config", "/etc/tokenclock.toml"]);
+    // RUST_LOG would win over log_filter, which `systemctl reload` (its
+    // ExecReload) then could not change.
+    let rust_log = unit
+        .lines()
+        .any(|l| l.starts_with("Environment") && l.contains("RUST_LOG"));
+    assert!(!rust_log, "the unit sets RUST_LOG");
     // The config it points at is the shipped example, which is valid.
     let out = check("systemd", &read("config/tokenclock.toml"));
     assert!(

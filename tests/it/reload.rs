@@ -284,6 +284,27 @@ async fn sighup_applies_a_new_log_filter() {
     assert_eq!(logged, 1, "only the request after the reload: {log:#?}");
 }
 
+/// With `RUST_LOG` set at start, a reloaded `log_filter` changes nothing,
+/// and the reload says so instead of listing it as applied (a black-box
+/// pass: the systemd unit set `RUST_LOG`, and the runbook's advice to
+/// raise `log_filter` silently did nothing).
+#[tokio::test]
+async fn a_log_filter_reload_under_rust_log_says_it_is_not_applied() {
+    let (upstream, _) = upstream().await;
+    let file = ConfigFile::new("rust-log", &config(upstream, "log_filter = \"info\"\n"));
+    let served = process::serve_config_with(file.path(), &[("RUST_LOG", "info")]);
+    let quiet = "log_filter = \"info,tokenclock::access=off\"\n";
+    file.write(&config(upstream, quiet));
+    let warned = sighup(&served, "RUST_LOG set the filter at start").await;
+    assert!(warned.contains("unset RUST_LOG"), "{warned}");
+    let reloaded = served.log_line(0, RELOADED).await;
+    assert!(!reloaded.contains("log_filter"), "said applied: {reloaded}");
+    let skip = served.log().len();
+    stream_ok(served.addr, "alpha").await;
+    served.log_line(skip, "Request finished.").await;
+    stop(served).await;
+}
+
 #[tokio::test]
 async fn sighup_with_an_invalid_file_keeps_the_running_config() {
     let (upstream, _) = upstream().await;

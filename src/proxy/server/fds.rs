@@ -12,13 +12,17 @@ pub(crate) const RESERVED: u64 = 64;
 /// Why the configured caps do not fit.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "max_connections: {max_connections} connections need {needed} file descriptors \
-     (2 per connection, one to the client and one to the upstream, plus pool_max_idle_per_host, \
+    "{key}: {value} {what} need {needed} file descriptors \
+     (2 per max_connections, one to the client and one to the upstream, plus pool_max_idle_per_host, \
      metrics_max_connections and {RESERVED} reserved) but the limit is {limit}; \
-     raise it (LimitNOFILE=, ulimit -n) or lower max_connections"
+     raise it (LimitNOFILE=, ulimit -n) or lower {key}"
 )]
 pub struct TooFewDescriptors {
-    max_connections: usize,
+    /// The cap that takes the most descriptors: the one to lower.
+    key: &'static str,
+    value: usize,
+    /// What `value` counts.
+    what: &'static str,
     needed: u64,
     limit: u64,
 }
@@ -39,13 +43,51 @@ pub(crate) fn reserve(config: &Config) -> Result<Option<u64>, TooFewDescriptors>
     let limit = raise();
     let needed = needed(config);
     match limit {
-        Some(limit) if limit < needed => Err(TooFewDescriptors {
-            max_connections: config.connections.max,
-            needed,
-            limit,
-        }),
+        Some(limit) if limit < needed => {
+            let (key, value, what) = largest(config);
+            Err(TooFewDescriptors {
+                key,
+                value,
+                what,
+                needed,
+                limit,
+            })
+        }
         _ => Ok(limit),
     }
+}
+
+/// The cap that takes the most descriptors, its value and what it counts:
+/// `max_connections` unless another was set larger (a cap far past any
+/// limit is a typo in that key, not in `max_connections`).
+fn largest(config: &Config) -> (&'static str, usize, &'static str) {
+    let caps = [
+        (
+            "max_connections",
+            config.connections.max,
+            config.connections.max.saturating_mul(2),
+            "connections",
+        ),
+        (
+            "pool_max_idle_per_host",
+            config.pool.max_idle_per_host,
+            config.pool.max_idle_per_host,
+            "idle upstream connections",
+        ),
+        (
+            "metrics_max_connections",
+            config.connections.metrics_max,
+            config.connections.metrics_max,
+            "metrics connections",
+        ),
+    ];
+    let mut largest = caps[0];
+    for cap in caps {
+        if cap.2 > largest.2 {
+            largest = cap;
+        }
+    }
+    (largest.0, largest.1, largest.3)
 }
 
 /// The soft limit, raised to the hard one when that is allowed.
@@ -74,7 +116,31 @@ fn raise() -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
-    use super::{needed, RESERVED};
+    use super::{largest, needed, RESERVED};
+
+    fn config(extra: &str) -> crate::config::Config {
+        let text = format!("upstream = \"http://127.0.0.1:8000\"\n{extra}");
+        crate::config::File::parse(&text, "t")
+            .and_then(crate::config::File::validate)
+            .expect("valid")
+    }
+
+    /// The line names the cap to lower: the one taking the most.
+    #[test]
+    fn the_cap_named_is_the_one_taking_the_most_descriptors() {
+        assert_eq!(largest(&config("")).0, "max_connections");
+        let pool = config("pool_max_idle_per_host = 18446744073709551615");
+        assert_eq!(largest(&pool).0, "pool_max_idle_per_host");
+        let metrics = config("max_connections = 100\nmetrics_max_connections = 300");
+        assert_eq!(largest(&metrics).0, "metrics_max_connections");
+        assert_eq!(
+            largest(&config(
+                "max_connections = 200\nmetrics_max_connections = 300"
+            ))
+            .0,
+            "max_connections"
+        );
+    }
 
     #[test]
     fn the_defaults_need_two_descriptors_per_connection_and_headroom() {

@@ -101,12 +101,18 @@ pub fn launch(mut command: Command) -> Started {
 /// `RUST_LOG` or `TOKENCLOCK_*` in its environment: every setting comes
 /// from the file, which must listen on port 0.
 pub fn serve_config(file: &std::path::Path) -> Served {
+    serve_config_with(file, &[])
+}
+
+/// [`serve_config`] with `env` set.
+pub fn serve_config_with(file: &std::path::Path, env: &[(&str, &str)]) -> Served {
     let mut command = Command::new(BIN);
     command.arg("serve").arg("--config").arg(file);
     command.env_remove("RUST_LOG");
     for (key, _) in std::env::vars().filter(|(k, _)| k.starts_with("TOKENCLOCK_")) {
         command.env_remove(key);
     }
+    command.envs(env.iter().copied());
     launch(command).drain()
 }
 
