@@ -33,7 +33,7 @@ use tokio::time::{error::Elapsed, timeout, Instant};
 pub(crate) use self::capacity::Capacity;
 use self::capacity::Slot;
 use self::client::{Answer, Unanswered, UpstreamBody, UpstreamClient};
-use self::client_body::ClientFault;
+use self::client_body::{ClientBodyError, ClientFault};
 pub use self::inject::StripUsage;
 pub(crate) use self::multiplex::REPLAY_TOTAL;
 pub(crate) use self::{
@@ -282,15 +282,26 @@ impl Inner {
             }
             Ok(Ok(answer)) => Ok(answer),
             Ok(Err(e)) => Err(match fault.get() {
-                // A fault the measurement's read of a request never sent
-                // found is not what the client is told: the connect failed.
                 Some(client) if !e.never_sent() => ProxyError::ClientBody(client.clone()),
-                _ => {
+                fault => {
                     if e.unreachable() {
                         // The next request would fail the same way.
                         self.health.unreachable();
                     }
-                    e.into_error(self.timeouts.connect)
+                    match fault {
+                        // The read of what came of a request never sent
+                        // found its client gone mid-body (it left while
+                        // the connect hung): its leaving ended the request
+                        // (`client_cancelled`), and no one is left to be
+                        // told the connect failed. Until 2026-12-07 such a
+                        // request was the upstream's `504` `timeout`.
+                        Some(client @ ClientBodyError::Gone(_)) => {
+                            ProxyError::ClientBody(client.clone())
+                        }
+                        // Any other fault found so is not what the client
+                        // is told: the connect failed.
+                        _ => e.into_error(self.timeouts.connect),
+                    }
                 }
             }),
             // Elapsed only when there is a limit.

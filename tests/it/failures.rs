@@ -476,3 +476,29 @@ async fn a_client_that_never_finishes_its_head_is_disconnected() {
     let read = tokio::time::timeout(Duration::from_secs(10), client.read_to_end(&mut rest)).await;
     assert!(read.is_ok(), "the proxy kept a slowloris connection open");
 }
+
+/// A client that leaves mid-upload while its request waits for a connect
+/// that hangs is `client_cancelled` when the connect gives up, over either
+/// upstream protocol: a black-box pass found it the upstream's `504`
+/// `timeout` (a client's fault is never `timeout`), recorded 2.5 s after
+/// the client left.
+#[tokio::test]
+async fn a_client_gone_mid_upload_while_the_connect_hangs_is_cancelled_not_a_timeout() {
+    let (listener, fillers) = common::full_listener().await;
+    let addr = listener.local_addr().expect("addr");
+    for protocol in ["http1", "http2"] {
+        let config = format!("upstream_protocol = \"{protocol}\"\nconnect_timeout = \"700ms\"");
+        let (proxy, mut timelines) = common::proxy_with_timelines(addr, &config).await;
+        let mut client = send_head(proxy.addr, "").await;
+        client
+            .write_all(&CHAT.as_bytes()[..10])
+            .await
+            .expect("part of the body");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        drop(client);
+        let t = common::next_timeline(&mut timelines).await;
+        assert_eq!(t.outcome.as_str(), "client_cancelled", "{protocol}");
+        assert_eq!(t.bytes_in, 10, "{protocol}: what came was read");
+    }
+    drop((listener, fillers));
+}
