@@ -33,8 +33,7 @@ impl RequestIds {
             request_id: names
                 .iter()
                 .find_map(|name| headers.get(name).and_then(|v| id_text(v.as_bytes()))),
-            trace: headers
-                .get("traceparent")
+            trace: only_one(headers, "traceparent")
                 .and_then(|v| v.to_str().ok())
                 .and_then(TraceParent::parse),
             response_id: None,
@@ -48,6 +47,15 @@ impl RequestIds {
             self.response_id = id_text(id.as_ref());
         }
     }
+}
+
+/// The value of a header sent once. Two `traceparent`s name no one parent:
+/// W3C Trace Context's test suite (`test_traceparent_duplicated`) has the
+/// callee start a trace of its own, as it does for a malformed one.
+fn only_one<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h http::HeaderValue> {
+    let mut values = headers.get_all(name).iter();
+    let value = values.next()?;
+    values.next().is_none().then_some(value)
 }
 
 /// An id as kept: trimmed, visible ASCII only (else dropped: it is then
@@ -206,6 +214,10 @@ mod tests {
         let ids = RequestIds::from_headers(&headers, &names);
         assert_eq!(ids.request_id.as_deref(), Some("req-1"));
         assert!(ids.trace.is_some());
+        // Two parents are none: the span starts a trace of its own.
+        headers.append("traceparent", HeaderValue::from_static(VALID));
+        let ids = RequestIds::from_headers(&headers, &names);
+        assert_eq!(ids.trace, None, "a duplicated traceparent");
     }
 
     #[test]
