@@ -212,6 +212,9 @@ pub struct Timeline {
     pub finish_class: Option<FinishReason>,
     /// Payloads that could not be read, by reason.
     pub parse_errors: Vec<ParseError>,
+    /// The stream's last event, or the bytes after it, could not be read
+    /// (since the last event read): it may have been the closing event.
+    pub(crate) last_unread: bool,
     /// Request body bytes received from the client.
     pub bytes_in: u64,
     /// Response body bytes forwarded to the client.
@@ -259,6 +262,7 @@ impl Timeline {
             finish_reason: None,
             finish_class: None,
             parse_errors: Vec::new(),
+            last_unread: false,
             bytes_in: 0,
             bytes_out: 0,
         }
@@ -267,6 +271,7 @@ impl Timeline {
     /// Records one streamed event that arrived at `at`.
     pub fn record(&mut self, parsed: &Parsed<'_>, at: Instant) {
         self.events += 1;
+        self.last_unread = false;
         self.stream_done |= parsed.end;
         self.absorb(parsed);
         let exact = self.tokens.exact_for_event(parsed);
@@ -342,9 +347,20 @@ impl Timeline {
 
     /// Records a payload that could not be read.
     pub fn parse_error(&mut self, error: ParseError) {
+        self.last_unread |= error.lost_an_event();
         if self.parse_errors.len() < 64 {
             self.parse_errors.push(error);
         }
+    }
+
+    /// The body's coding ended short at the body's end (a gzip or brotli
+    /// stream without its end: the body was cut after it). Counted as a
+    /// coding not read; what it had inflated was read, and the events
+    /// read before stand, the last of them too.
+    pub(crate) fn coding_ended_short(&mut self) {
+        let unread = self.last_unread;
+        self.parse_error(ParseError::Encoding);
+        self.last_unread = unread;
     }
 
     /// Usage, server timings, model and errors: what any event may carry.

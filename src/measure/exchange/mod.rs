@@ -280,7 +280,9 @@ impl Exchange {
 
     /// A stream whose body ended cleanly before it said it was whole: no
     /// closing event and no finish reason (see [`Dialect::closes_streams`]),
-    /// while every event of it was read. The client's answer was cut short
+    /// while its last event was read (one that could not be may have been
+    /// the closing one; a coding that ended short at the end was a cut,
+    /// [`Timeline::coding_ended_short`]). The client's answer was cut short
     /// as surely as by a reset: a gateway or load balancer that caught the
     /// upstream's failure and ended the body (a chunked body's last chunk
     /// written for it), which hyper reads as a whole body. Counted
@@ -299,7 +301,7 @@ impl Exchange {
             && t.dialect.closes_streams()
             && !t.stream_done
             && t.finish_class.is_none()
-            && !t.parse_errors.iter().any(|e| e.lost_an_event())
+            && !t.last_unread
     }
 
     fn log(&self) {

@@ -231,8 +231,14 @@ impl Reader {
             let (read, at) = (&mut self.read, Instant::now());
             let inflated = inflate.finish(&mut |plain| read.feed(plain, at, timeline, None));
             if inflated.is_err() && whole {
-                self.broken(timeline);
-                return None;
+                if !self.is_event_stream() {
+                    self.broken(timeline);
+                    return None;
+                }
+                // A stream's events read so far stand: its coding ended
+                // short as a plain stream's last event would, at a cut.
+                self.inflate = None;
+                timeline.coding_ended_short();
             }
         }
         if !whole && matches!(self.read, Read::Json { .. } | Read::Ends { .. }) {

@@ -87,9 +87,12 @@ fn a_stream_that_ends_before_it_says_it_is_whole_is_an_upstream_error() {
     let finished = "data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"length\"}]}\n\n";
     assert_eq!(ended(Method::POST, SSE, &[TOKEN, finished]), Outcome::Ok);
     // An event that could not be read may have been its end: not judged.
+    let unread = "data: {\"choices\n\n";
+    assert_eq!(ended(Method::POST, SSE, &[TOKEN, unread]), Outcome::Ok);
+    // Unless an event was read after it: it was not the last.
     assert_eq!(
-        ended(Method::POST, SSE, &[TOKEN, "data: {\"choices\n\n"]),
-        Outcome::Ok
+        ended(Method::POST, SSE, &[unread, TOKEN]),
+        Outcome::UpstreamError
     );
     // Not streams: a whole body, and a HEAD's answer; an unlabelled body
     // too short to tell.
@@ -501,6 +504,34 @@ fn a_gzip_stream_is_read_event_by_event_and_a_cut_one_keeps_its_events() {
         e.complete(end, Instant::now());
         assert_eq!(e.timeline.tokens.token_events, 2);
         assert_eq!(e.timeline.parse_errors, errors, "{end:?}");
+    }
+}
+
+/// A compressed stream whose body ended cleanly but whose coding did not
+/// (no gzip trailer, no brotli or zstd end) was cut after what it
+/// inflated: its events stand, and it is judged by them as a plain
+/// stream is (a black-box pass found such a cut `ok`, since the coding's
+/// error at the end stopped the judgement). The coding that ended short is
+/// counted either way.
+#[test]
+fn a_compressed_stream_whose_coding_ended_short_is_judged_by_its_events() {
+    let token = "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n";
+    for coding in ["gzip", "br", "zstd"] {
+        for (events, want) in [
+            (&[token, token][..], Outcome::UpstreamError),
+            (&[token, token, "data: [DONE]\n\n"][..], Outcome::Ok),
+        ] {
+            let mut e = compressed("text/event-stream", coding);
+            let (frames, _end) = compressed_frames(coding, events);
+            for frame in &frames {
+                e.on_data(frame, Instant::now());
+            }
+            e.complete(End::Complete, Instant::now());
+            let t = &e.timeline;
+            assert_eq!(t.outcome, want, "{coding}, {} events", events.len());
+            assert_eq!(t.parse_errors, vec![ParseError::Encoding], "{coding}");
+            assert_eq!(t.tokens.token_events, 2, "{coding}");
+        }
     }
 }
 
