@@ -215,6 +215,9 @@ pub struct Timeline {
     /// The stream's last event, or the bytes after it, could not be read
     /// (since the last event read): it may have been the closing event.
     pub(crate) last_unread: bool,
+    /// A whole JSON body ended inside a value, though the body ended
+    /// cleanly: it was cut short on its way.
+    pub(crate) body_cut_short: bool,
     /// Request body bytes received from the client.
     pub bytes_in: u64,
     /// Response body bytes forwarded to the client.
@@ -263,6 +266,7 @@ impl Timeline {
             finish_class: None,
             parse_errors: Vec::new(),
             last_unread: false,
+            body_cut_short: false,
             bytes_in: 0,
             bytes_out: 0,
         }

@@ -278,7 +278,9 @@ impl Exchange {
         }
     }
 
-    /// A stream whose body ended cleanly before it said it was whole: no
+    /// A whole JSON body that ended inside a value
+    /// ([`Timeline::body_cut_short`]), or a stream whose body ended
+    /// cleanly before it said it was whole: no
     /// closing event and no finish reason (see [`Dialect::closes_streams`]),
     /// while its last event was read (one that could not be may have been
     /// the closing one; a coding that ended short at the end was a cut,
@@ -296,6 +298,9 @@ impl Exchange {
     /// with the rest of what it could not tell.
     fn unfinished(&self) -> bool {
         let t = &self.timeline;
+        if t.body_cut_short {
+            return true;
+        }
         self.reader.is_event_stream()
             && t.tokens.token_events > 0
             && t.dialect.closes_streams()

@@ -399,6 +399,14 @@ impl Read {
                 if *record {
                     match shown.unwrap_or(*dialect).parse_body(body) {
                         Ok(parsed) => timeline.record_body(&parsed),
+                        // JSON that ends inside a value, though the body
+                        // ended cleanly: cut short (a gateway that caught
+                        // a failure and ended the body), as a stream cut
+                        // before its closing event is. Its outcome says
+                        // so; it is no payload of another shape.
+                        Err(ParseError::Json) if ends_inside_a_value(body) => {
+                            timeline.body_cut_short = true;
+                        }
                         Err(e) => timeline.parse_error(e),
                     }
                 }
@@ -420,6 +428,14 @@ impl Read {
             }
         }
     }
+}
+
+/// Whether `body` is JSON that ends inside a value: what a whole body cut
+/// short reads as (`{"id":"c1","choices":[{"mess`). Only asked of a body
+/// that could not be read, once.
+fn ends_inside_a_value(body: &[u8]) -> bool {
+    serde_json::from_slice::<serde::de::IgnoredAny>(body).is_err_and(|e| e.is_eof())
+        && !body.trim_ascii().is_empty()
 }
 
 /// What a response's `content-type` says of how to read it, matched on

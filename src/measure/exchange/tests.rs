@@ -104,6 +104,30 @@ fn a_stream_that_ends_before_it_says_it_is_whole_is_an_upstream_error() {
     assert_eq!(ended(Method::HEAD, SSE, &[]), Outcome::Ok);
 }
 
+/// A whole JSON answer that ends inside a value, though its body ended
+/// cleanly, was cut short on its way: `upstream_error`, and no payload of
+/// another shape (`invalid_json`). A black-box pass found it `ok`.
+#[test]
+fn a_whole_json_answer_that_ends_inside_a_value_is_an_upstream_error() {
+    let whole = body_of_chat();
+    for (body, want, errors) in [
+        (whole, Outcome::Ok, vec![]),
+        (&whole[..40], Outcome::UpstreamError, vec![]),
+        (
+            "<html>Bad gateway</html>",
+            Outcome::Ok,
+            vec![ParseError::Json],
+        ),
+        (r#"{"shape":"another"}"#, Outcome::Ok, vec![]),
+    ] {
+        let mut e = answered(Method::POST, 200, "application/json");
+        e.on_data(&Bytes::copy_from_slice(body.as_bytes()), Instant::now());
+        e.complete(End::Complete, Instant::now());
+        assert_eq!(e.timeline.outcome, want, "{body}");
+        assert_eq!(e.timeline.parse_errors, errors, "{body}");
+    }
+}
+
 /// A whole chat answer, not a stream.
 fn body_of_chat() -> &'static str {
     r#"{"object":"chat.completion","choices":[{"message":{"content":"hi"},"finish_reason":null}]}"#
