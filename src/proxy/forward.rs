@@ -283,20 +283,21 @@ impl Inner {
             Ok(Ok(answer)) => Ok(answer),
             Ok(Err(e)) => Err(match fault.get() {
                 Some(client) if !e.never_sent() => ProxyError::ClientBody(client.clone()),
-                fault => {
+                found => {
                     if e.unreachable() {
                         // The next request would fail the same way.
                         self.health.unreachable();
                     }
-                    match fault {
+                    match found {
                         // The read of what came of a request never sent
                         // found its client gone mid-body (it left while
                         // the connect hung): its leaving ended the request
                         // (`client_cancelled`), and no one is left to be
                         // told the connect failed. Until 2026-12-07 such a
-                        // request was the upstream's `504` `timeout`.
+                        // request whose connect timed out was the
+                        // upstream's `504` `timeout`.
                         Some(client @ ClientBodyError::Gone(_)) => {
-                            ProxyError::ClientBody(client.clone())
+                            ProxyError::LeftUnsent(client.clone())
                         }
                         // Any other fault found so is not what the client
                         // is told: the connect failed.

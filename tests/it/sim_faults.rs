@@ -86,7 +86,7 @@ const WHOLE: &str = r#"{"model":"sim-llama","stream":false,"max_tokens":6,
     "messages":[{"role":"user","content":"Say something."}]}"#;
 
 /// Faults on a non-streamed answer: `malformed` is a complete 200 whose
-/// JSON is cut in half (forwarded as is, one parse error); `abort` is a
+/// JSON is broken at its end (forwarded as is, one parse error); `abort` is a
 /// body cut short of its `content-length` (the client sees the cut, the
 /// request is an upstream error); `stall` delays the whole answer.
 #[tokio::test]

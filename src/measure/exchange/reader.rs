@@ -385,7 +385,15 @@ impl Read {
                 framer, dialect, ..
             } => {
                 let at = Instant::now();
-                framer.finish(&mut |line| read_line(*dialect, line, at, timeline, None));
+                framer.finish(&mut |line| {
+                    // A last line without its newline is read, as Ollama's
+                    // client reads it; one that ends inside a value was
+                    // cut there, as an SSE event without its blank line
+                    // is: the stream is judged by the lines before it.
+                    if !ends_inside_a_value(line) {
+                        read_line(*dialect, line, at, timeline, None);
+                    }
+                });
                 None
             }
             Self::Json {

@@ -13,9 +13,14 @@ fn exchange(status: u16) -> Exchange {
 /// A chat request by `method`, whose answer's head (`status`, of
 /// `content_type`) came.
 fn answered(method: Method, status: u16, content_type: &str) -> Exchange {
+    answered_at("/v1/chat/completions", method, status, content_type)
+}
+
+/// [`answered`], of a request to `path`.
+fn answered_at(path: &str, method: Method, status: u16, content_type: &str) -> Exchange {
     let request = Request::builder()
         .method(method)
-        .uri("/v1/chat/completions")
+        .uri(path)
         .body(())
         .unwrap_or_default();
     let reading = ReadSettings {
@@ -31,13 +36,14 @@ fn answered(method: Method, status: u16, content_type: &str) -> Exchange {
         capture_budget: Default::default(),
     };
     let (mut e, _upload) = Exchange::start(Instant::now(), &request, &reading, None);
-    let (head, ()) = Response::builder()
+    let mut head = Response::builder()
         .status(status)
-        .header("content-type", content_type)
-        .header("x-queue-time", "12")
-        .body(())
-        .unwrap_or_default()
-        .into_parts();
+        .header("x-queue-time", "12");
+    // None at all when empty: a body read by what its first bytes say.
+    if !content_type.is_empty() {
+        head = head.header("content-type", content_type);
+    }
+    let (head, ()) = head.body(()).unwrap_or_default().into_parts();
     e.on_response_head(&head, Instant::now());
     e
 }
@@ -95,13 +101,35 @@ fn a_stream_that_ends_before_it_says_it_is_whole_is_an_upstream_error() {
         Outcome::UpstreamError
     );
     // Not streams: a whole body, and a HEAD's answer; an unlabelled body
-    // too short to tell.
+    // too short to tell (`da` may begin `data:`), whose bytes are held.
     assert_eq!(
         ended(Method::POST, "application/json", &[body_of_chat()]),
         Outcome::Ok
     );
     assert_eq!(ended(Method::POST, "", &["da"]), Outcome::Ok);
     assert_eq!(ended(Method::HEAD, SSE, &[]), Outcome::Ok);
+}
+
+/// An NDJSON stream cut inside its last line, then ended cleanly, is cut
+/// as an SSE one is (its partial line is no unreadable payload); a last
+/// line whole but for its newline is read.
+#[test]
+fn an_ndjson_stream_cut_inside_its_last_line_is_an_upstream_error() {
+    const LINE: &str = "{\"model\":\"m\",\"message\":{\"role\":\"assistant\",\"content\":\"Hi\"},\"done\":false}\n";
+    const DONE: &str = "{\"model\":\"m\",\"message\":{\"role\":\"assistant\",\"content\":\"\"},\"done\":true,\"done_reason\":\"stop\"}";
+    for (last, want, errors) in [
+        (&DONE[..30], Outcome::UpstreamError, vec![]),
+        (DONE, Outcome::Ok, vec![]),
+        ("not json", Outcome::Ok, vec![ParseError::Json]),
+    ] {
+        let mut e = answered_at("/api/chat", Method::POST, 200, "application/x-ndjson");
+        for part in [LINE, last] {
+            e.on_data(&Bytes::copy_from_slice(part.as_bytes()), Instant::now());
+        }
+        e.complete(End::Complete, Instant::now());
+        assert_eq!(e.timeline.outcome, want, "{last}");
+        assert_eq!(e.timeline.parse_errors, errors, "{last}");
+    }
 }
 
 /// A whole JSON answer that ends inside a value, though its body ended

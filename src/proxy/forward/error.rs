@@ -51,6 +51,11 @@ pub(crate) enum ProxyError {
     /// The client's request body failed: malformed, cut, or stalled.
     #[error(transparent)]
     ClientBody(#[from] ClientBodyError),
+    /// The client went away mid-body while its request was never sent
+    /// (its connect failed, or the upstream did not process it): the
+    /// client's leaving, not the upstream's failure, ended it.
+    #[error("{0} (the request was never sent upstream)")]
+    LeftUnsent(ClientBodyError),
     /// `max_connections` requests were in flight (`capacity`).
     #[error("tokenclock has {0} requests in flight (max_connections); retry shortly")]
     AtCapacity(usize),
@@ -94,6 +99,7 @@ impl ProxyError {
                 | Self::MethodNotAllowed
                 | Self::TransferCoding
                 | Self::AtCapacity(_)
+                | Self::LeftUnsent(_)
         )
     }
 
@@ -111,7 +117,9 @@ impl ProxyError {
             | Self::TransferCoding
             | Self::AtCapacity(_)
             | Self::ClientBody(ClientBodyError::Malformed(_)) => Outcome::HttpError,
-            Self::ClientBody(ClientBodyError::Gone(_)) => Outcome::ClientCancelled,
+            Self::ClientBody(ClientBodyError::Gone(_)) | Self::LeftUnsent(_) => {
+                Outcome::ClientCancelled
+            }
             Self::ClientBody(ClientBodyError::Stalled(_)) => Outcome::ClientTimeout,
         }
     }
@@ -128,7 +136,9 @@ impl ProxyError {
             Self::TransferCoding => StatusCode::NOT_IMPLEMENTED,
             Self::AtCapacity(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::ClientBody(ClientBodyError::Stalled(_)) => StatusCode::REQUEST_TIMEOUT,
-            Self::BadRequest(_) | Self::ClientBody(_) => StatusCode::BAD_REQUEST,
+            Self::BadRequest(_) | Self::ClientBody(_) | Self::LeftUnsent(_) => {
+                StatusCode::BAD_REQUEST
+            }
         }
     }
 
@@ -142,7 +152,7 @@ impl ProxyError {
             Self::TransferCoding => "not_implemented",
             Self::AtCapacity(_) => "overloaded",
             Self::ClientBody(ClientBodyError::Stalled(_)) => "request_timeout",
-            Self::BadRequest(_) | Self::ClientBody(_) => "bad_request",
+            Self::BadRequest(_) | Self::ClientBody(_) | Self::LeftUnsent(_) => "bad_request",
         }
     }
 
@@ -235,6 +245,12 @@ mod tests {
         assert_eq!(stalled.outcome(), Outcome::ClientTimeout);
         let gone = ProxyError::from(ClientBodyError::Gone("reset".into()));
         assert_eq!(gone.outcome(), Outcome::ClientCancelled);
+        assert!(gone.sent(), "its body was on its way upstream");
+        // Gone while its request waited for a connect that then failed:
+        // never sent, so no connect phase is kept for it.
+        let unsent = ProxyError::LeftUnsent(ClientBodyError::Gone("eof".into()));
+        assert_eq!(unsent.outcome(), Outcome::ClientCancelled);
+        assert!(!unsent.sent());
         let malformed = ProxyError::from(ClientBodyError::Malformed("chunk".into()));
         assert_eq!(malformed.status(), StatusCode::BAD_REQUEST);
         assert_eq!(malformed.outcome(), Outcome::HttpError);

@@ -228,15 +228,22 @@ impl Inner {
 }
 
 /// A non-streamed answer, broken as `fault` asks (a `stall` has already
-/// delayed it): `malformed` sends the first half of the JSON as a complete
-/// body; `abort` declares the whole length and closes the connection after
-/// the first half. An answer without a fault goes in gzip when `gzip`.
+/// delayed it): `malformed` sends the whole JSON with its closing brace
+/// turned into `]`, invalid where it ends (not JSON cut short, which is a
+/// cut, and an `upstream_error`); `abort` declares the whole length and
+/// closes the connection after the first half. An answer without a fault goes in gzip when `gzip`.
 fn whole(body: &serde_json::Value, fault: &Fault, gzip: bool) -> Response<SimBody> {
     let text = Bytes::from(body.to_string());
     let half = text.slice(..text.len() / 2);
     let (body, gzipped) = match (fault.abort_after, fault.malformed) {
         (Some(_), _) => (SimBody::cut(text.len() as u64, half), false),
-        (None, true) => (SimBody::full(half), false),
+        (None, true) => {
+            let mut broken = text.to_vec();
+            if let Some(last) = broken.last_mut() {
+                *last = b']';
+            }
+            (SimBody::full(Bytes::from(broken)), false)
+        }
         (None, false) => match gzip.then(|| compress(&text)).flatten() {
             Some(compressed) => (SimBody::full(compressed), true),
             None => (SimBody::full(text), false),
