@@ -32,7 +32,10 @@ impl SloSpec {
                     .find(|o| o.as_str() == name)
                     .ok_or_else(|| bad(pair, "objectives are ttft, ttfo, tpot, e2e"))?;
                 let ms = limit_ms(limit).ok_or_else(|| {
-                    bad(pair, "limit must be a number with us, ms or s (default ms)")
+                    bad(
+                        pair,
+                        "limit must be a number above zero with us, ms or s (default ms)",
+                    )
                 })?;
                 Ok((objective, ms))
             })
@@ -72,5 +75,7 @@ fn limit_ms(text: &str) -> Option<f64> {
         .find_map(|(unit, scale)| text.strip_suffix(unit).map(|n| (n, scale)))
         .unwrap_or((text, 1.0));
     let value: f64 = number.parse().ok()?;
-    (value.is_finite() && value >= 0.0).then_some(value * scale)
+    // Zero is no limit a request can meet: a typo, refused as the
+    // config's `[[slo]]` refuses it.
+    (value.is_finite() && value > 0.0).then_some(value * scale)
 }

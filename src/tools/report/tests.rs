@@ -10,7 +10,16 @@ fn slo_specs_parse_units_and_name_bad_objectives() {
     assert_eq!(s.name, "ttft:0.5s tpot:50 e2e:2500000us");
     let limits: Vec<(&str, f64)> = s.limits.iter().map(|(o, l)| (o.as_str(), *l)).collect();
     assert_eq!(limits, [("ttft", 500.0), ("tpot", 50.0), ("e2e", 2500.0)]);
-    for bad in ["ttft", "latency:5ms", "ttft:-1ms", "ttft:fast", ""] {
+    // `ttft:0` too: no request meets it (the config refuses it as well).
+    for bad in [
+        "ttft",
+        "latency:5ms",
+        "ttft:-1ms",
+        "ttft:0",
+        "e2e:0s",
+        "ttft:fast",
+        "",
+    ] {
         match SloSpec::parse(bad) {
             Err(ReportError::Slo { .. }) => {}
             other => panic!("{bad:?} gave {other:?}"),
